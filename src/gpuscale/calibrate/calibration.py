@@ -1,0 +1,98 @@
+"""The one place where efficiency constants live.
+
+Each constant is a physically meaningful fraction or time (achieved fraction of peak GEMM
+FLOP/s, of HBM bandwidth, of link bandwidth; fixed per-step overheads; overlap fractions).
+Defaults are fitted on ``shared/validation`` data as a whole (see ``gpuscale calibrate``)
+and stored in ``calibration.json`` beside this module; a user refits them from their own
+benchmark results with the same command and passes ``--calibration FILE``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpuscale.errors import InputError
+
+
+@dataclass(frozen=True)
+class Calibration:
+    # --- compute (training and prefill GEMMs) ---
+    gemm_eff_max: float = 0.80
+    """Achieved fraction of dense peak FLOP/s on large, well-shaped GEMMs."""
+    gemm_half_dim: float = 256.0
+    """GEMM dimension at which efficiency falls to half of the large-shape value: a small
+    per-GPU shape after tensor parallelism (e.g. h/t or ffn/t) runs slower, eff ~ d/(d+d_half)."""
+    fp8_gemm_speedup: float = 1.5
+    """Achieved FP8-over-BF16 GEMM speed-up (peak ratio is 2; scaling/casting eat the rest)."""
+    attn_eff: float = 0.55
+    """Flash-attention achieved fraction of peak FLOP/s (forward and backward)."""
+    hbm_eff: float = 0.80
+    """Achieved fraction of HBM bandwidth for memory-bound kernels (norms, activations, decode)."""
+    elementwise_bytes_per_token_layer: float = 34.0
+    """Memory-bound traffic per token per layer, in units of hidden x bytes/element x 1 (fwd)."""
+    # --- communication ---
+    scaleup_eff: float = 0.80
+    """Achieved fraction of per-GPU NVLink/NVSwitch bandwidth (NCCL busbw / link rate)."""
+    scaleout_eff: float = 0.85
+    """Achieved fraction of NIC line rate for inter-node collectives."""
+    scaleup_latency_s: float = 5e-6
+    """Per-step latency of a collective step inside an NVLink domain."""
+    scaleout_latency_s: float = 12e-6
+    """Per-step latency of a collective step across the scale-out network."""
+    tp_overlap: float = 0.0
+    """Fraction of tensor-parallel communication hidden behind GEMMs."""
+    dp_overlap: float = 0.85
+    """Fraction of data-parallel gradient/parameter communication hidden behind backward."""
+    # --- fixed costs ---
+    step_overhead_s: float = 0.0
+    """Fixed per-iteration cost (data loading, logging, launch gaps) not modelled elsewhere."""
+    microbatch_overhead_s: float = 0.0
+    """Fixed per-micro-batch per-stage cost (kernel launches, pipeline bookkeeping)."""
+    # --- inference ---
+    decode_step_overhead_s: float = 0.0
+    """Per-decode-step host/scheduler overhead of a serving engine."""
+
+    def replace(self, **changes: float) -> Calibration:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], origin: str = "calibration") -> Calibration:
+        known = {f.name for f in fields(cls)}
+        for k, v in data.items():
+            if k not in known:
+                raise InputError(f"{origin}:{k}", v, f"unknown constant; known: {', '.join(sorted(known))}")
+            if not isinstance(v, int | float) or v < 0:
+                raise InputError(f"{origin}:{k}", v, "a non-negative number is required")
+        return cls(**{k: float(v) for k, v in data.items()})
+
+    @classmethod
+    def load(cls, path: Path) -> Calibration:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError("calibration", str(path), f"not a readable JSON file ({exc})") from exc
+        if not isinstance(data, dict):
+            raise InputError("calibration", str(path), "a JSON object of constant -> value")
+        return cls.from_dict({**default_calibration().to_dict(), **data}, str(path))
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+@cache
+def default_calibration() -> Calibration:
+    """The fitted defaults shipped in ``calibration.json`` (class defaults where absent)."""
+    res = resources.files("gpuscale.calibrate").joinpath("calibration.json")
+    if not res.is_file():
+        return Calibration()
+    data = json.loads(res.read_text())
+    return Calibration.from_dict({**Calibration().to_dict(), **data}, "calibration.json")

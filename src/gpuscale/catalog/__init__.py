@@ -1,0 +1,131 @@
+"""The hardware and model catalog: YAML data files with a ``source:`` per entry.
+
+Adding a GPU, a system or a model is a data change in ``catalog/data/*.yaml``. Lookups
+accept the catalog key (lower-case with dashes: ``a100-sxm-80gb``, ``llama3-70b``) or any
+alias (the names used in published results, e.g. ``A100-SXM4-80GB``), case-insensitively.
+A model can also be a local Hugging Face ``config.json`` path (see :mod:`.hf`).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import ValidationError
+
+from gpuscale.catalog.schema import GPU, PRECISIONS, Model, System
+from gpuscale.errors import InputError, unknown
+
+__all__ = [
+    "GPU",
+    "PRECISIONS",
+    "Model",
+    "System",
+    "get_gpu",
+    "get_model",
+    "get_system",
+    "gpus",
+    "models",
+    "system_for_gpu",
+    "systems",
+]
+
+E = TypeVar("E", GPU, System, Model)
+
+
+def _norm(name: str) -> str:
+    return " ".join(name.strip().lower().split())
+
+
+def _load(filename: str, cls: type[E]) -> dict[str, E]:
+    text = resources.files("gpuscale.catalog").joinpath("data", filename).read_text()
+    raw = yaml.safe_load(text)
+    out: dict[str, E] = {}
+    for key, body in raw.items():
+        try:
+            out[key] = cls.model_validate({**body, "key": key})
+        except ValidationError as exc:  # a catalog data bug, not user input
+            raise RuntimeError(f"catalog/data/{filename}: entry {key}: {exc}") from exc
+    return out
+
+
+def _index(entries: dict[str, E]) -> dict[str, str]:
+    idx: dict[str, str] = {}
+    for key, e in entries.items():
+        for name in (key, e.name, *e.aliases):
+            idx[_norm(name)] = key
+    return idx
+
+
+@cache
+def gpus() -> dict[str, GPU]:
+    return _load("gpus.yaml", GPU)
+
+
+@cache
+def systems() -> dict[str, System]:
+    return _load("systems.yaml", System)
+
+
+@cache
+def models() -> dict[str, Model]:
+    return _load("models.yaml", Model)
+
+
+@cache
+def _gpu_index() -> dict[str, str]:
+    return _index(gpus())
+
+
+@cache
+def _system_index() -> dict[str, str]:
+    return _index(systems())
+
+
+@cache
+def _model_index() -> dict[str, str]:
+    return _index(models())
+
+
+def _lookup(name: str, entries: dict[str, E], index: dict[str, str], field: str) -> E:
+    key = index.get(_norm(name))
+    if key is None:
+        raise unknown(field, name, entries)
+    return entries[key]
+
+
+def get_gpu(name: str, field: str = "gpu") -> GPU:
+    return _lookup(name, gpus(), _gpu_index(), field)
+
+
+def get_system(name: str, field: str = "system") -> System:
+    return _lookup(name, systems(), _system_index(), field)
+
+
+def get_model(name: str, field: str = "model") -> Model:
+    """A catalog model by key/alias, or a local Hugging Face ``config.json`` path."""
+    if name.endswith(".json") or Path(name).is_file():
+        from gpuscale.catalog.hf import load_hf_config
+
+        return load_hf_config(Path(name), field)
+    return _lookup(name, models(), _model_index(), field)
+
+
+def system_for_gpu(gpu: GPU) -> System:
+    """The catalog system that houses ``gpu`` (its reference node or rack)."""
+    for s in systems().values():
+        if s.gpu == gpu.key:
+            return s
+    # GPUs without a reference chassis of their own: an 8-GPU PCIe server of their generation
+    generic = "pcie-8gpu-gen5" if gpu.pcie_gen >= 5 else "pcie-8gpu-gen4"
+    return systems()[generic]
+
+
+def check_precision(gpu: GPU, precision: str, field: str = "precision") -> None:
+    if precision not in PRECISIONS:
+        raise InputError(field, precision, f"one of {', '.join(PRECISIONS)}")
+    if precision not in gpu.peak_tflops:
+        raise InputError(field, precision, f"{gpu.key} supports {', '.join(gpu.peak_tflops)}")

@@ -1,0 +1,86 @@
+"""Read a local Hugging Face ``config.json`` into a catalog :class:`Model` (no hub access)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuscale.catalog.schema import MLA, Model
+from gpuscale.errors import InputError
+
+_GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
+
+
+def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for n in names:
+        if n in cfg and cfg[n] is not None:
+            return cfg[n]
+    return default
+
+
+def load_hf_config(path: Path, field: str = "model") -> Model:
+    """Map the usual config.json keys (llama, mistral, mixtral, qwen, deepseek, gpt2, opt...)."""
+    if not path.is_file():
+        raise InputError(field, str(path), "no such file; give a catalog model or a config.json path")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(field, str(path), f"not a readable JSON file ({exc})") from exc
+    if not isinstance(cfg, dict):
+        raise InputError(field, str(path), "config.json must hold a JSON object")
+    layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _first(cfg, "num_attention_heads", "n_head")
+    vocab = _first(cfg, "vocab_size")
+    for key, val in (("num_hidden_layers", layers), ("hidden_size", hidden),
+                     ("num_attention_heads", heads), ("vocab_size", vocab)):
+        if not isinstance(val, int) or val <= 0:
+            raise InputError(f"{path.name}:{key}", val, "a positive integer is required")
+    act = str(_first(cfg, "hidden_act", "activation_function", default="gelu")).lower()
+    model_type = str(cfg.get("model_type", ""))
+    gated = act in _GATED_ACTS or model_type in ("llama", "mistral", "mixtral", "qwen2",
+                                                   "qwen3", "qwen3_moe", "deepseek_v3", "gpt_oss")
+    experts = int(_first(cfg, "num_local_experts", "n_routed_experts", "num_experts", default=1))
+    ffn_dense = _first(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+    ffn_moe = _first(cfg, "moe_intermediate_size", default=ffn_dense)
+    mla = None
+    if cfg.get("kv_lora_rank"):
+        mla = MLA(
+            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+            kv_lora_rank=int(cfg["kv_lora_rank"]),
+            qk_nope_head_dim=int(cfg.get("qk_nope_head_dim", 128)),
+            qk_rope_head_dim=int(cfg.get("qk_rope_head_dim", 64)),
+            v_head_dim=int(cfg.get("v_head_dim", 128)),
+        )
+    learned = model_type in ("gpt2", "opt", "gpt_bigcode")
+    body: dict[str, Any] = {
+        "key": path.stem,
+        "name": f"{model_type or 'model'} from {path}",
+        "source": f"local Hugging Face config {path}",
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": int(_first(cfg, "num_key_value_heads", default=heads)),
+        "head_dim": int(_first(cfg, "head_dim", default=0) or 0),
+        "ffn_hidden": int(ffn_moe if experts > 1 else ffn_dense),
+        "dense_ffn_hidden": int(ffn_dense),
+        "gated_mlp": gated,
+        "vocab": vocab,
+        "max_seq": int(_first(cfg, "max_position_embeddings", "n_positions", default=2048)),
+        "position": "learned" if learned else ("alibi" if model_type == "bloom" else "rope"),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", learned)),
+        "num_experts": experts,
+        "top_k": int(_first(cfg, "num_experts_per_tok", "experts_per_token", default=1)),
+        "shared_experts": int(_first(cfg, "n_shared_experts", default=0) or 0),
+        "first_dense_layers": int(_first(cfg, "first_k_dense_replace", default=0) or 0),
+        "mla": mla,
+    }
+    try:
+        return Model.model_validate(body)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        raise InputError(f"{path.name}:{loc}", err.get("input"), err["msg"]) from exc

@@ -1,0 +1,135 @@
+"""Pydantic schemas of the catalog entries (GPUs, systems, models).
+
+YAML carries human-scale numbers with the unit in the field name (``hbm_gb``,
+``nvlink_gb_per_s``); the properties expose SI values (bytes, bytes/s, FLOP/s).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpuscale.units import GB
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str = ""
+    name: str
+    aliases: list[str] = Field(default_factory=list)
+    source: str
+
+
+class GPU(_Entry):
+    vendor: str
+    form_factor: str
+    peak_tflops: dict[Precision, float]
+    hbm_gb: float
+    hbm_tb_per_s: float
+    nvlink_gb_per_s: float = 0.0
+    pcie_gen: int = 4
+    tdp_w: float
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.hbm_gb * GB
+
+    @property
+    def hbm_bw_Bps(self) -> float:
+        return self.hbm_tb_per_s * 1e12
+
+    @property
+    def nvlink_bw_Bps(self) -> float:
+        return self.nvlink_gb_per_s * GB
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s for ``precision`` (fp8 falls back to bf16 where absent is an error)."""
+        from gpuscale.errors import InputError
+
+        if precision not in self.peak_tflops:
+            raise InputError(
+                "precision", precision, f"{self.key} supports {', '.join(self.peak_tflops)}"
+            )
+        return self.peak_tflops[precision] * 1e12  # type: ignore[index]
+
+
+class System(_Entry):
+    gpu: str
+    gpus_per_node: int = Field(gt=0)
+    nvlink_domain_gpus: int = Field(gt=0)
+    scaleup_gb_per_s: float = Field(gt=0)
+    nvls: bool = False
+    nics_per_node: int = Field(ge=0)
+    nic_gbps: float = Field(ge=0)
+    pcie_gen: int
+    pcie_slots: int
+    node_power_kw: float
+    rack_power_kw: float | None = None
+
+    @property
+    def scaleup_bw_Bps(self) -> float:
+        """Per-GPU scale-up bandwidth, one direction, bytes/s."""
+        return self.scaleup_gb_per_s * GB
+
+    @property
+    def nic_bw_Bps_per_gpu(self) -> float:
+        """Scale-out injection bandwidth per GPU, one direction, bytes/s."""
+        return self.nics_per_node * self.nic_gbps * 1e9 / 8.0 / self.gpus_per_node
+
+
+class MLA(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3) low-rank projection sizes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+class Model(_Entry):
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = 0
+    head_dim: int = 0
+    ffn_hidden: int = 0
+    gated_mlp: bool = False
+    vocab: int = Field(gt=0)
+    max_seq: int = 2048
+    position: Literal["learned", "rope", "alibi"] = "rope"
+    tied_embeddings: bool = False
+    num_experts: int = 1
+    top_k: int = 1
+    shared_experts: int = 0
+    dense_ffn_hidden: int = 0
+    first_dense_layers: int = 0
+    mla: MLA | None = None
+
+    @model_validator(mode="after")
+    def _defaults(self) -> Model:
+        # frozen: fill derived defaults through object.__setattr__
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        if self.ffn_hidden == 0:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        if self.dense_ffn_hidden == 0:
+            object.__setattr__(self, "dense_ffn_hidden", self.ffn_hidden)
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.first_dense_layers if self.is_moe else 0

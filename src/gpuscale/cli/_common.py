@@ -1,0 +1,72 @@
+"""Shared CLI helpers: consoles, JSON output, calibration option, validation printing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuscale.calibrate import Calibration, default_calibration
+from gpuscale.validate.report import ValidationReport
+
+out = Console(soft_wrap=False)
+err = Console(stderr=True)
+
+
+def emit_json(obj: Any) -> None:
+    """Write one JSON object to stdout (no rich markup)."""
+    print(json.dumps(obj, indent=2, default=_default))
+
+
+def _default(o: object) -> object:
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o).__name__)
+
+
+def load_calibration(path: Path | None) -> Calibration:
+    return default_calibration() if path is None else Calibration.load(path)
+
+
+def print_validation(report: ValidationReport, as_json: bool) -> None:
+    """Per-row table then summary, or the JSON object of the validation contract."""
+    if as_json:
+        print(report.dumps())
+        return
+    t = Table(title=f"gpuscale validate {report.kind}", show_lines=False)
+    for col in ("id", "metric", "predicted", "measured", "error %", "status / reason"):
+        t.add_column(col, justify="right" if col in ("predicted", "measured", "error %") else "left")
+    for r in report.rows:
+        t.add_row(
+            r.id,
+            r.metric,
+            "" if r.predicted is None else f"{r.predicted:,.4g}",
+            "" if r.measured is None else f"{r.measured:,.4g}",
+            "" if r.error_pct is None else f"{r.error_pct:+.1f}",
+            r.status if not r.reason else f"{r.status}: {r.reason}",
+        )
+    out.print(t)
+    g = Table(title="by source (scored rows)")
+    for col in ("source", "rows", "MAPE %", "median |err| %", "max |err| %"):
+        g.add_column(col, justify="left" if col == "source" else "right")
+    for name, rows in sorted(report.by_group().items()):
+        s = report.stats(rows)
+        g.add_row(name, str(len(rows)), f"{s['mape_pct']:.1f}",
+                  f"{s['median_abs_error_pct']:.1f}", f"{s['max_abs_error_pct']:.1f}")
+    out.print(g)
+    s = report.stats()
+    n_rep = sum(1 for r in report.rows if r.status == "reported")
+    mape = "n/a" if s["mape_pct"] is None else f"{s['mape_pct']:.2f} %"
+    med = "n/a" if s["median_abs_error_pct"] is None else f"{s['median_abs_error_pct']:.2f} %"
+    worst = "n/a" if s["max_abs_error_pct"] is None else f"{s['max_abs_error_pct']:.2f} %"
+    out.print(
+        f"scored {len(report.scored)}, skipped {len(report.skipped)}, reported (not scored) "
+        f"{n_rep} of {len(report.rows)} rows; MAPE {mape}, median |error| {med}, worst |error| {worst}"
+    )

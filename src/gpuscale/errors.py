@@ -1,0 +1,36 @@
+"""User-facing errors: each names the field, the value and what would be valid.
+
+The CLI turns a :class:`InputError` into one line on stderr and exit code 2; anything else
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class InputError(ValueError):
+    """Bad user input. ``str(err)`` is the whole one-line message."""
+
+    def __init__(self, field: str, value: object, valid: str) -> None:
+        self.field = field
+        self.value = value
+        self.valid = valid
+        super().__init__(f"{field}={value!r} is invalid: {valid}")
+
+
+def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The names in ``choices`` closest to ``name`` (for 'did you mean' suggestions)."""
+    pool = list(choices)
+    lowered = {c.lower(): c for c in pool}
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.4)
+    return [lowered[h] for h in hits]
+
+
+def unknown(field: str, value: str, choices: Iterable[str]) -> InputError:
+    """An :class:`InputError` for an unknown name, suggesting the closest known ones."""
+    pool = sorted(choices)
+    near = closest(value, pool)
+    hint = f"did you mean {', '.join(near)}?" if near else f"known: {', '.join(pool[:12])}"
+    return InputError(field, value, f"unknown; {hint}")

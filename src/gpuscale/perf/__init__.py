@@ -1,0 +1,1 @@
+"""Analytical performance models: compute, memory, communication, training, inference."""

@@ -1,0 +1,1 @@
+"""``gpuscale validate``: predict published measurements and score the error."""

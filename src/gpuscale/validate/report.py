@@ -1,0 +1,124 @@
+"""The validation contract shared by every kind (training, inference, collectives).
+
+Each row is predicted, compared with its measured figure and scored; a row gpuscale cannot
+model yet is *skipped with its reason*, never dropped. The summary carries MAPE, median and
+worst absolute error, and the JSON layout in ``shared/validation/README.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gpuscale.errors import InputError
+
+
+@dataclass(frozen=True)
+class RowResult:
+    id: str
+    predicted: float | None
+    measured: float | None
+    error_pct: float | None
+    status: str  # "scored" | "skipped" | "reported" (shown, not scored)
+    reason: str = ""
+    group: str = ""  # e.g. the source, for the by-source table
+    metric: str = ""  # what is compared (tokens_per_s_per_gpu, busbw_GBps, ...)
+    detail: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    kind: str
+    rows: list[RowResult]
+
+    @property
+    def scored(self) -> list[RowResult]:
+        return [r for r in self.rows if r.status == "scored"]
+
+    @property
+    def skipped(self) -> list[RowResult]:
+        return [r for r in self.rows if r.status == "skipped"]
+
+    def stats(self, rows: list[RowResult] | None = None) -> dict[str, float | None]:
+        errs = np.array([abs(r.error_pct) for r in (self.scored if rows is None else rows)
+                         if r.error_pct is not None])
+        if errs.size == 0:
+            return {"mape_pct": None, "median_abs_error_pct": None, "max_abs_error_pct": None}
+        return {
+            "mape_pct": float(errs.mean()),
+            "median_abs_error_pct": float(np.median(errs)),
+            "max_abs_error_pct": float(errs.max()),
+        }
+
+    def to_json(self) -> dict[str, object]:
+        rows = [
+            {k: v for k, v in asdict(r).items() if k in ("id", "predicted", "measured",
+                                                         "error_pct", "status", "reason",
+                                                         "metric", "group", "detail")}
+            for r in self.rows
+        ]
+        return {
+            "kind": self.kind,
+            "rows": rows,
+            "scored": len(self.scored),
+            "skipped": len(self.skipped),
+            "reported": sum(1 for r in self.rows if r.status == "reported"),
+            **self.stats(),
+            "by_group": {g: {"n": len(rs), **self.stats(rs)} for g, rs in self.by_group().items()},
+        }
+
+    def by_group(self) -> dict[str, list[RowResult]]:
+        out: dict[str, list[RowResult]] = {}
+        for r in self.scored:
+            out.setdefault(r.group, []).append(r)
+        return out
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, default=_json_default)
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(type(o).__name__)
+
+
+def signed_error_pct(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured
+
+
+def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """CSV rows as dicts, checking the header has the ``required`` columns."""
+    if not path.is_file():
+        raise InputError("--runs", str(path), "no such file")
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise InputError("--runs", str(path), f"missing column(s) {', '.join(missing)}")
+        for lineno, row in enumerate(reader, start=2):
+            if None in row:  # more cells than header columns
+                raise InputError(f"{path.name}:line {lineno}", row.get("id", ""),
+                                 f"row has more cells than the {len(header)} header columns")
+            yield lineno, {k: (v or "").strip() for k, v in row.items()}
+
+
+def num(row: dict[str, str], col: str, where: str) -> float | None:
+    """A numeric cell; empty -> None; malformed -> InputError naming the cell."""
+    text = row.get(col, "")
+    if text == "":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise InputError(f"{where}:{col}", text, "a number or an empty cell") from None
+    if math.isnan(v):
+        return None
+    return v
