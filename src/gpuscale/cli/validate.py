@@ -1,9 +1,47 @@
-"""`gpuscale validate {training|inference|collectives} --runs FILE.csv [--json]`."""
+"""`gpuscale validate {training|inference|collectives} --runs FILE.csv [--json]`.
+
+The contract (shared/validation/README.md): predict every row, print per-row predicted,
+measured and signed error, then rows scored / skipped (with reasons), MAPE, median and
+worst absolute error; ``--json`` writes one JSON object to stdout.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from gpuscale.cli._common import load_calibration, print_validation
+
 app = typer.Typer(no_args_is_help=True)
+
+Runs = Annotated[Path, typer.Option("--runs", help="CSV of published runs (validation schema).")]
+Json = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
+Cal = Annotated[
+    Path | None, typer.Option("--calibration", help="Calibration JSON (default: the fitted one).")
+]
+
+
+@app.command("training")
+def training(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
+    """Distributed LLM training runs: tokens/s per GPU or TFLOP/s per GPU per row's target."""
+    from gpuscale.validate.training import validate_training
+
+    print_validation(validate_training(runs, load_calibration(calibration)), json)
+
+
+@app.command("inference")
+def inference(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
+    """LLM serving results: offline throughput, online TTFT and TPOT/ITL."""
+    from gpuscale.validate.inference import validate_inference
+
+    print_validation(validate_inference(runs, load_calibration(calibration)), json)
+
+
+@app.command("collectives")
+def collectives(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
+    """Collective benchmarks (nccl-tests style): busbw for large messages, time for small."""
+    from gpuscale.validate.collectives import validate_collectives
+
+    print_validation(validate_collectives(runs, load_calibration(calibration)), json)
