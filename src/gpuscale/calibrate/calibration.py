@@ -41,10 +41,17 @@ class Calibration:
     """Achieved fraction of per-GPU NVLink/NVSwitch bandwidth (NCCL busbw / link rate)."""
     scaleout_eff: float = 0.85
     """Achieved fraction of NIC line rate for inter-node collectives."""
-    scaleup_latency_s: float = 5e-6
-    """Per-step latency of a collective step inside an NVLink domain."""
-    scaleout_latency_s: float = 12e-6
-    """Per-step latency of a collective step across the scale-out network."""
+    scaleup_latency_s: float = 0.6e-6
+    """One NVLink/PCIe hop of a collective step (NCCL's ring/LL hwLat, 0.6 us; the other
+    algorithm/protocol entries keep NCCL's ratios to it)."""
+    scaleout_latency_s: float = 2.7e-6
+    """One network hop of a collective step on InfiniBand/RoCE (NCCL's ring/LL NET hwLat,
+    2.7 us; the other algorithm/protocol entries keep NCCL's ratios to it)."""
+    scaleout_latency_efa_s: float = 15e-6
+    """The same network hop latency on AWS EFA (SRD via libfabric), a slower transport."""
+    hier_overlap: float = 0.8
+    """Fraction of the shorter phase hidden when a hierarchical collective pipelines its
+    scale-up and scale-out phases (tree / NVLS-tree): 1 = perfect pipelining, 0 = serial."""
     tp_overlap: float = 0.0
     """Fraction of tensor-parallel communication hidden behind GEMMs."""
     dp_overlap: float = 0.85
@@ -54,9 +61,26 @@ class Calibration:
     """Fixed per-iteration cost (data loading, logging, launch gaps) not modelled elsewhere."""
     microbatch_overhead_s: float = 0.0
     """Fixed per-micro-batch per-stage cost (kernel launches, pipeline bookkeeping)."""
+    tp_overlap_slowdown: float = 0.05
+    """Compute slow-down when TP communication overlaps GEMMs (SMs given to comm kernels)."""
+    # --- memory ---
+    mem_reserved_bytes: float = 3.0 * 2**30
+    """Per-GPU memory not available to tensors: CUDA context, NCCL and cuBLAS workspaces."""
+    mem_activation_overhead: float = 1.10
+    """Allocator fragmentation and temporary buffers, as a multiplier on activation memory."""
     # --- inference ---
     decode_step_overhead_s: float = 0.0
     """Per-decode-step host/scheduler overhead of a serving engine."""
+    inf_seq_overhead_s: float = 0.0
+    """Serving: host time per scheduled sequence per step (sampling, detokenisation, bookkeeping)."""
+    inf_hbm_eff: float = 0.80
+    """Serving: achieved fraction of HBM bandwidth for weight and KV-cache reads in a step."""
+    inf_gemm_eff: float = 0.60
+    """Serving: achieved fraction of 16-bit dense peak on the step's linear-layer GEMMs."""
+    inf_lowp_gemm_rel: float = 0.75
+    """Serving: FP8/FP4 GEMM efficiency relative to 16-bit (scaling and casting overheads)."""
+    inf_attn_eff: float = 0.50
+    """Serving: achieved fraction of 16-bit peak of prefill (flash) attention."""
 
     def replace(self, **changes: float) -> Calibration:
         return dataclasses.replace(self, **changes)

@@ -1,0 +1,304 @@
+"""Per-step time of an LLM serving engine: prefill, decode and mixed (chunked-prefill) steps.
+
+One engine iteration processes ``T`` new tokens (prefill chunks plus one token per decoding
+sequence) and reads the KV cache of every decoding sequence. On one GPU of a TP x PP
+replica its time is
+
+    t = max(linear FLOPs / (peak x gemm_eff), weight bytes read / (HBM x hbm_eff))   GEMMs
+      + prefill attention FLOPs / (peak16 x attn_eff)                                  FMHA
+      + KV bytes read / (HBM x hbm_eff)                                                decode attn
+      + 2 x layers x all_reduce(T x hidden x 2 B)                                       TP comm
+      + step overhead + per-sequence overhead x sequences                             host
+
+(roofline per operator class, llm-analysis ``max(compute, memory)``; FLOPs per token =
+2 x active parameters, attention 4 x layers x heads x head_dim x q x kv / 2 causal — Vidur
+mfu_calculator.py; 2 all-reduces per layer — GenZ tests/test_decode_time.py). MoE layers
+read only the experts the step's tokens route to: with ``T`` tokens each picking ``k`` of
+``E`` experts the expected number of distinct experts touched is E x (1 - (1 - k/E)^T).
+Pipeline parallelism splits layers over PP stages; PP micro-batches are in flight, so one
+engine step (one token for every running sequence) takes PP stage times of a 1/PP batch.
+
+Every efficiency is a named constant of :class:`~gpuscale.calibrate.Calibration`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuscale.calibrate import Calibration
+from gpuscale.catalog import GPU, Model, System, system_for_gpu
+from gpuscale.errors import InputError
+from gpuscale.perf.kv import (
+    MemoryPlan,
+    PrecisionPlan,
+    kv_bytes_per_token,
+    memory_plan,
+    param_counts,
+)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Scheduler and memory settings of a continuous-batching engine (documented defaults)."""
+
+    name: str = "trtllm"
+    max_batch: int = 2048
+    """Max sequences per iteration. TensorRT-LLM default 2048
+    (docs/source/performance/tuning-max-batch-size-and-max-num-tokens.md)."""
+    max_num_tokens: int = 8192
+    """Token budget of one iteration (TensorRT-LLM default 8192, same doc)."""
+    chunked_prefill: bool = True
+    """Split long prompts across iterations and mix them with decodes (Sarathi-Serve;
+    TensorRT-LLM recommends enabling it)."""
+    mem_fraction: float = 0.90
+    """TensorRT-LLM ``kv_cache_free_gpu_mem_fraction`` default 0.90 (perf-overview.md);
+    vLLM ``gpu_memory_utilization`` default 0.9."""
+    fraction_of_free: bool = True
+    """True: KV pool = fraction x (memory - weights - activations) (TensorRT-LLM);
+    False: whole process within fraction x memory (vLLM)."""
+    block_tokens: int = 32
+    """Paged-KV block size (TensorRT-LLM tokens_per_block 32; vLLM block_size 16)."""
+    reserved_bytes: float = 1.5 * 2**30
+    """CUDA context, communication buffers and library workspaces outside the KV pool."""
+
+    def __post_init__(self) -> None:
+        for f, v in (("max_batch", self.max_batch), ("max_num_tokens", self.max_num_tokens),
+                     ("block_tokens", self.block_tokens)):
+            if v < 1:
+                raise InputError(f, v, "a positive integer")
+        if not 0.0 < self.mem_fraction <= 1.0:
+            raise InputError("mem_fraction", self.mem_fraction, "a fraction in (0, 1]")
+
+
+ENGINES: dict[str, EngineConfig] = {
+    "trtllm": EngineConfig(),
+    # vLLM EngineArgs defaults: max_num_seqs 256, gpu_memory_utilization 0.9, block_size 16;
+    # chunked prefill with max_num_batched_tokens 8192 (V1 engine)
+    "vllm": EngineConfig(name="vllm", max_batch=256, max_num_tokens=8192, mem_fraction=0.90,
+                         fraction_of_free=False, block_tokens=16),
+}
+
+
+def get_engine(name: str) -> EngineConfig:
+    try:
+        return ENGINES[name.lower()]
+    except KeyError:
+        raise InputError("engine", name, f"one of {', '.join(ENGINES)}") from None
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Seconds of one engine step on the critical path, by part."""
+
+    gemm_s: float
+    attention_s: float
+    kv_read_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    overhead_s: float
+    bound: str
+    """'compute' or 'memory' for the GEMM part."""
+
+    @property
+    def total_s(self) -> float:
+        return (self.gemm_s + self.attention_s + self.kv_read_s + self.tp_comm_s
+                + self.pp_comm_s + self.overhead_s)
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {"gemm_s": self.gemm_s, "attention_s": self.attention_s,
+                "kv_read_s": self.kv_read_s, "tp_comm_s": self.tp_comm_s,
+                "pp_comm_s": self.pp_comm_s, "overhead_s": self.overhead_s,
+                "total_s": self.total_s, "gemm_bound": self.bound}
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Coefficients of the step-time formula for one replica (per GPU, per PP stage)."""
+
+    model: Model
+    gpu: GPU
+    precision: PrecisionPlan
+    tp: int
+    pp: int
+    engine: EngineConfig
+    memory: MemoryPlan
+    # derived coefficients (SI)
+    gemm_rate_flops: float
+    attn_rate_flops: float
+    hbm_Bps: float
+    flops_per_token: float
+    """Linear-layer FLOPs per processed token on one GPU of one stage (no LM head)."""
+    head_flops_per_sample: float
+    fixed_weight_bytes: float
+    """Weights every step reads on one GPU of one stage (dense, shared experts, head)."""
+    routed_bytes: float
+    """All routed-expert bytes on one GPU of one stage (read in proportion to experts hit)."""
+    attn_flops_per_pair: float
+    """Attention FLOPs per (query, key) pair on one GPU of one stage."""
+    kv_bytes_per_ctx_token: float
+    """KV bytes per context token read by a decode step on one GPU of one stage."""
+    ar_alpha_s: float
+    ar_beta_s_per_token: float
+    """TP all-reduces of one step (all layers of a stage): alpha + beta x tokens."""
+    pp_hop_alpha_s: float
+    pp_hop_beta_s_per_token: float
+    overhead_s: float
+    seq_overhead_s: float
+    moe_k_over_e: float = 0.0
+    num_experts: int = 1
+    extras: dict[str, float] = field(default_factory=dict)
+
+    # --- the formula -------------------------------------------------------------------
+    def _stage(self, tokens: float, samples: float, attn_pairs: float,
+               ctx_tokens: float) -> tuple[float, float, float, float, str]:
+        flops = self.flops_per_token * tokens + self.head_flops_per_sample * samples
+        wbytes = self.fixed_weight_bytes
+        if self.num_experts > 1 and tokens > 0:
+            wbytes += self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** tokens)
+        t_c = flops / self.gemm_rate_flops
+        t_m = wbytes / self.hbm_Bps
+        gemm = t_c if t_c > t_m else t_m
+        attn = self.attn_flops_per_pair * attn_pairs / self.attn_rate_flops
+        kv = self.kv_bytes_per_ctx_token * ctx_tokens / self.hbm_Bps
+        comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
+        return gemm, attn, kv, comm, ("compute" if t_c > t_m else "memory")
+
+    def step_time_s(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
+                    decode_seqs: int, ctx_tokens: float) -> float:
+        """One iteration: ``prefill_tokens`` prompt tokens (``prefill_pairs`` causal
+        query-key pairs), ``decode_seqs`` decoding sequences with ``ctx_tokens`` context."""
+        return self.breakdown(prefill_tokens, prefill_pairs, prefill_seqs, decode_seqs,
+                              ctx_tokens).total_s
+
+    def breakdown(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
+                  decode_seqs: int, ctx_tokens: float) -> StepBreakdown:
+        pp = self.pp
+        tokens = prefill_tokens + decode_seqs
+        samples = prefill_seqs + decode_seqs
+        g, a, k, c, bound = self._stage(tokens / pp, samples / pp, prefill_pairs / pp,
+                                        ctx_tokens / pp)
+        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens / pp) if pp > 1 else 0.0
+        return StepBreakdown(
+            gemm_s=pp * g, attention_s=pp * a, kv_read_s=pp * k, tp_comm_s=pp * c,
+            pp_comm_s=pp * hop, overhead_s=self.overhead_s + self.seq_overhead_s * samples,
+            bound=bound)
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float]:
+        """Pure-decode step time as ``a + b x ctx_tokens`` for a fixed batch (closed form)."""
+        a = self.step_time_s(0.0, 0.0, 0, batch, 0.0)
+        b = self.kv_bytes_per_ctx_token / self.hbm_Bps
+        return a, b
+
+    def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
+        """A whole prompt (or ``batch`` prompts) in one iteration, no decodes."""
+        return self.step_time_s(float(input_len * batch), batch * causal_pairs(0, input_len),
+                                batch, 0, 0.0)
+
+    def decode_time_s(self, batch: int, ctx_len: float) -> float:
+        """One decode step of ``batch`` sequences each with ``ctx_len`` tokens of context."""
+        return self.step_time_s(0.0, 0.0, 0, batch, batch * ctx_len)
+
+    def decode_time_s_vec(self, batch: np.ndarray, ctx_len: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`decode_time_s` over arrays of batch sizes and context lengths."""
+        b = np.asarray(batch, dtype=np.float64) / self.pp
+        flops = (self.flops_per_token + self.head_flops_per_sample) * b
+        wbytes = np.full_like(b, self.fixed_weight_bytes)
+        if self.num_experts > 1:
+            wbytes = wbytes + self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** b)
+        gemm = np.maximum(flops / self.gemm_rate_flops, wbytes / self.hbm_Bps)
+        kv = self.kv_bytes_per_ctx_token * b * np.asarray(ctx_len) / self.hbm_Bps
+        comm = self.ar_alpha_s + self.ar_beta_s_per_token * b
+        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * b) if self.pp > 1 else 0.0
+        return np.asarray(self.pp * (gemm + kv + comm + hop) + self.overhead_s
+                          + self.seq_overhead_s * np.asarray(batch, dtype=np.float64))
+
+
+def _comm() -> Any:
+    """The collective cost model (``gpuscale.perf.comm``; its implementation module while
+    that package is being reorganised)."""
+    import importlib
+
+    mod = importlib.import_module("gpuscale.perf.comm")
+    if hasattr(mod, "collective_time_s"):
+        return mod
+    return importlib.import_module("gpuscale.perf.comm.model")
+
+
+def causal_pairs(offset: int, chunk: int) -> float:
+    """Query-key pairs of a causal prefill chunk of ``chunk`` tokens after ``offset`` cached."""
+    return chunk * offset + chunk * (chunk + 1) / 2.0
+
+
+def build_step_model(model: Model, gpu: GPU, precision: PrecisionPlan, tp: int, pp: int,
+                     cal: Calibration, engine: EngineConfig | None = None,
+                     tokens_per_seq: int = 4096, system: System | None = None) -> StepModel:
+    """The step model and memory plan of one replica of ``tp x pp`` GPUs."""
+    eng = engine or EngineConfig()
+    if tp < 1 or pp < 1:
+        raise InputError("tp" if tp < 1 else "pp", tp if tp < 1 else pp, "a positive integer")
+    if model.heads % tp != 0:
+        raise InputError("tp", tp, f"a divisor of {model.name}'s {model.heads} attention heads")
+    if pp > model.layers:
+        raise InputError("pp", pp, f"at most {model.layers} (the layers of {model.name})")
+    sysm = system or system_for_gpu(gpu)
+    mem = memory_plan(model, gpu, precision, tp, pp, tokens_per_seq, eng.mem_fraction,
+                      eng.max_num_tokens, eng.max_batch, eng.block_tokens, eng.reserved_bytes,
+                      eng.fraction_of_free)
+    pc = param_counts(model)
+    gp = tp * pp  # parameters of one stage are split over TP; layers over PP
+    routed_active = pc.routed_experts * model.top_k / model.num_experts if model.is_moe else 0.0
+    body_active = pc.attention + pc.dense_mlp + pc.shared_experts + routed_active
+    low = precision.compute in ("fp8", "fp4")
+    gemm_rate = gpu.peak_flops(precision.compute) * cal.inf_gemm_eff * (
+        cal.inf_lowp_gemm_rel if low else 1.0)
+    half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+    attn_rate = gpu.peak_flops(half) * cal.inf_attn_eff
+    wb = precision.weight_bytes
+    fixed_w = ((pc.attention + pc.dense_mlp + pc.shared_experts) * wb / gp
+               + pc.lm_head * 2.0 / gp)  # 16-bit LM head on the last stage, averaged over stages
+    routed_w = pc.routed_experts * wb / gp
+    # attention: QK^T and PV, 2 FLOPs per MAC -> 4 x heads x head_dim per pair and layer
+    qk_dim = (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+              if model.mla is not None else model.head_dim)
+    v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
+    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.layers / gp
+    kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp)
+    # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
+    comm = _comm()
+    Fabric, collective_time_s = comm.Fabric, comm.collective_time_s
+    fabric = Fabric.from_system(sysm)
+    layers_stage = math.ceil(model.layers / pp)
+    n_ar = 2 * layers_stage
+    if tp > 1:
+        one = float(collective_time_s("all_reduce", model.hidden * 2.0, tp, fabric, cal))
+        big = float(collective_time_s("all_reduce", model.hidden * 2.0 * 1025, tp, fabric, cal))
+        beta = (big - one) / 1024.0
+        ar_alpha, ar_beta = n_ar * (one - beta), n_ar * beta
+    else:
+        ar_alpha = ar_beta = 0.0
+    if pp > 1:
+        # stage boundary: send/recv of the activations; inside a node when PP x TP fits it
+        one = float(collective_time_s("send_recv", model.hidden * 2.0, 2, fabric, cal))
+        big = float(collective_time_s("send_recv", model.hidden * 2.0 * 1025, 2, fabric, cal))
+        hop_beta = (big - one) / 1024.0
+        hop_alpha = one - hop_beta
+    else:
+        hop_alpha = hop_beta = 0.0
+    return StepModel(
+        model=model, gpu=gpu, precision=precision, tp=tp, pp=pp, engine=eng, memory=mem,
+        gemm_rate_flops=gemm_rate, attn_rate_flops=attn_rate,
+        hbm_Bps=gpu.hbm_bw_Bps * cal.inf_hbm_eff,
+        flops_per_token=2.0 * body_active / gp,
+        head_flops_per_sample=2.0 * pc.lm_head / tp,
+        fixed_weight_bytes=fixed_w, routed_bytes=routed_w,
+        attn_flops_per_pair=attn_pair, kv_bytes_per_ctx_token=kv_tok,
+        ar_alpha_s=ar_alpha, ar_beta_s_per_token=ar_beta,
+        pp_hop_alpha_s=hop_alpha, pp_hop_beta_s_per_token=hop_beta,
+        overhead_s=cal.decode_step_overhead_s, seq_overhead_s=cal.inf_seq_overhead_s,
+        moe_k_over_e=(model.top_k / model.num_experts) if model.is_moe else 0.0,
+        num_experts=model.num_experts,
+    )

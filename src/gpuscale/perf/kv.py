@@ -1,0 +1,246 @@
+"""Inference memory: weight bytes, KV-cache bytes per token, paged blocks, max sequences.
+
+Formulas (each with its source):
+- KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element
+  (microsoft/vidur vidur/scheduler/utils/memory_planner.py; cli99/llm-analysis analysis.py).
+  With tensor parallelism a GPU holds ceil(kv_heads / TP) heads, at least one: KV heads are
+  replicated when TP exceeds them (llm-analysis ``max(kv_heads/TP, 1)``).
+- MLA (DeepSeek-V2/V3) caches one latent of kv_lora_rank + qk_rope_head_dim per token and
+  layer, shared by all heads, so every TP rank holds the whole latent.
+- Weights per GPU = parameters x bytes / (TP x PP) (NVIDIA/TensorRT-LLM
+  docs/source/reference/memory.md).
+- KV pool = engine memory fraction x memory - weights - activation workspace; paged KV
+  allocates whole blocks of ``block_size`` tokens (vLLM default 16; waste "under 4%",
+  https://blog.vllm.ai/2023/06/20/vllm.html).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuscale.catalog import GPU, Model
+from gpuscale.errors import InputError
+
+# bytes per element of a stored tensor; 4-bit formats carry their block scales:
+# NVFP4 one FP8 scale per 16 values, INT4 (AWQ/GPTQ) one FP16 scale per group of 128
+BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "fp4": 0.5 + 1.0 / 16.0,
+    "int4": 0.5 + 2.0 / 128.0,
+}
+
+SERVING_PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int4")
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """Storage and compute formats of one deployment."""
+
+    name: str
+    weights: str
+    compute: str
+    """Tensor-core format of the linear-layer GEMMs (weight-only int4 computes in bf16)."""
+    kv: str
+
+    @property
+    def weight_bytes(self) -> float:
+        return BYTES_PER_ELEMENT[self.weights]
+
+    @property
+    def kv_bytes(self) -> float:
+        return BYTES_PER_ELEMENT[self.kv]
+
+
+def precision_plan(gpu: GPU, precision: str, kv_precision: str | None = None,
+                   field: str = "precision") -> PrecisionPlan:
+    """Weights / compute / KV formats for ``precision`` on ``gpu``.
+
+    fp8 and fp4 checkpoints also store the KV cache in FP8, as TensorRT-LLM FP8 engines do
+    "automatically" (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md @258c754).
+    int4 is weight-only (W4A16): GEMMs run in 16-bit after dequantisation.
+    """
+    p = precision.lower()
+    if p not in SERVING_PRECISIONS:
+        raise InputError(field, precision, f"one of {', '.join(SERVING_PRECISIONS)}")
+    half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+    if p in ("fp8", "fp4") and p not in gpu.peak_tflops:
+        raise InputError(field, precision,
+                         f"{gpu.key} has no {p} tensor cores; it supports "
+                         f"{', '.join(x for x in SERVING_PRECISIONS if x in gpu.peak_tflops)}, int4")
+    if p in ("bf16", "fp16") and p not in gpu.peak_tflops:
+        raise InputError(field, precision, f"{gpu.key} supports {', '.join(gpu.peak_tflops)}")
+    compute = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "int4": half}[p]
+    kv = kv_precision or ("fp8" if p in ("fp8", "fp4") else ("fp16" if p == "fp16" else half))
+    if kv not in ("bf16", "fp16", "fp8"):
+        raise InputError("kv-precision", kv, "one of bf16, fp16, fp8")
+    if kv == "fp8" and "fp8" not in gpu.peak_tflops:
+        kv = half
+    return PrecisionPlan(name=p, weights=p, compute=compute, kv=kv)
+
+
+# --- parameter counts (own small helpers; the training model keeps its own) ---------------
+
+def attn_params_per_layer(m: Model) -> float:
+    if m.mla is not None:
+        a = m.mla
+        q = m.hidden * a.q_lora_rank + a.q_lora_rank * m.heads * (a.qk_nope_head_dim
+                                                                  + a.qk_rope_head_dim)
+        kv = m.hidden * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * m.heads * (
+            a.qk_nope_head_dim + a.v_head_dim)
+        return float(q + kv + m.heads * a.v_head_dim * m.hidden)
+    q_o = 2 * m.hidden * m.heads * m.head_dim
+    kv = 2 * m.hidden * m.kv_heads * m.head_dim
+    return float(q_o + kv)
+
+
+def mlp_params(m: Model, ffn: int) -> float:
+    return float((3 if m.gated_mlp else 2) * m.hidden * ffn)
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters by role, whole model (not per GPU)."""
+
+    attention: float
+    dense_mlp: float
+    """MLP parameters of dense layers (all layers of a dense model)."""
+    shared_experts: float
+    routed_experts: float
+    """All routed experts of all MoE layers."""
+    embedding: float
+    lm_head: float
+
+    @property
+    def total(self) -> float:
+        return (self.attention + self.dense_mlp + self.shared_experts + self.routed_experts
+                + self.embedding + self.lm_head)
+
+    def active_per_token(self, m: Model) -> float:
+        """Parameters one token multiplies through (routed: top_k of num_experts), no embedding."""
+        routed = self.routed_experts * m.top_k / m.num_experts if m.is_moe else 0.0
+        return self.attention + self.dense_mlp + self.shared_experts + routed + self.lm_head
+
+
+def param_counts(m: Model) -> ParamCounts:
+    attn = attn_params_per_layer(m) * m.layers
+    if m.is_moe:
+        dense = mlp_params(m, m.dense_ffn_hidden) * m.first_dense_layers
+        expert = mlp_params(m, m.ffn_hidden)
+        shared = expert * m.shared_experts * m.moe_layers
+        routed = (expert * m.num_experts + m.hidden * m.num_experts) * m.moe_layers
+    else:
+        dense = mlp_params(m, m.ffn_hidden) * m.layers
+        shared = routed = 0.0
+    emb = float(m.vocab * m.hidden)
+    head = 0.0 if m.tied_embeddings else emb
+    return ParamCounts(attn, dense, shared, routed, emb, head)
+
+
+# --- KV cache ----------------------------------------------------------------------------
+
+def kv_elements_per_token_layer(m: Model, tp: int = 1) -> float:
+    """KV elements one token stores in one layer on one TP rank."""
+    if m.mla is not None:
+        return float(m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+    heads = max(math.ceil(m.kv_heads / tp), 1)
+    return float(2 * heads * m.head_dim)
+
+
+def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1) -> float:
+    """KV-cache bytes per token on one GPU (``tp = pp = 1``: the whole model)."""
+    layers = math.ceil(m.layers / pp)
+    return kv_elements_per_token_layer(m, tp) * layers * kv_bytes
+
+
+# --- memory plan -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory of one replica (bytes) and the sequences it can hold."""
+
+    gpu_memory_bytes: float
+    usable_bytes: float
+    """The engine's share: memory fraction x GPU memory."""
+    weights_bytes: float
+    workspace_bytes: float
+    """Activations of one step at the token budget plus runtime reservations."""
+    kv_pool_bytes: float
+    kv_bytes_per_token: float
+    block_tokens: int
+    tokens_per_seq: int
+    blocks_per_seq: int
+    kv_blocks: int
+    max_seqs: int
+    """Sequences of ``tokens_per_seq`` whose KV fits, capped by the engine's max batch."""
+    kv_limited_seqs: int
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_pool_bytes > 0 and self.max_seqs >= 1
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "usable_bytes": self.usable_bytes,
+            "weights_bytes": self.weights_bytes,
+            "workspace_bytes": self.workspace_bytes,
+            "kv_pool_bytes": self.kv_pool_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_blocks": self.kv_blocks,
+            "max_seqs": self.max_seqs,
+            "kv_limited_seqs": self.kv_limited_seqs,
+        }
+
+
+def weight_bytes_per_gpu(m: Model, prec: PrecisionPlan, tp: int, pp: int) -> float:
+    """Every parameter stored once per (TP x PP) group; embeddings stay 16-bit."""
+    pc = param_counts(m)
+    body = pc.total - pc.embedding - pc.lm_head
+    emb = (pc.embedding + pc.lm_head) * 2.0
+    return (body * prec.weight_bytes + emb) / (tp * pp)
+
+
+def workspace_bytes(m: Model, tp: int, max_num_tokens: int, act_bytes: float,
+                    reserved_bytes: float) -> float:
+    """Peak activation memory of one step at ``max_num_tokens`` tokens plus fixed reservations.
+
+    Per token the largest live tensors are the residual stream and the MLP intermediate on
+    this rank (gate and up of a gated MLP), plus logits are only kept for sampled tokens.
+    """
+    per_token = (4 * m.hidden + (2 if m.gated_mlp else 1) * m.ffn_hidden * max(m.top_k, 1) / tp)
+    return max_num_tokens * per_token * act_bytes + reserved_bytes
+
+
+def memory_plan(m: Model, gpu: GPU, prec: PrecisionPlan, tp: int, pp: int, tokens_per_seq: int,
+                mem_fraction: float, max_num_tokens: int, max_batch: int, block_tokens: int,
+                reserved_bytes: float, fraction_of_free: bool) -> MemoryPlan:
+    """How many sequences of ``tokens_per_seq`` tokens one replica holds.
+
+    ``fraction_of_free``: TensorRT-LLM sizes its KV pool as a fraction of the memory left
+    after weights and activations (``kv_cache_free_gpu_mem_fraction``); vLLM caps the whole
+    process at a fraction of GPU memory (``gpu_memory_utilization``).
+    """
+    total = gpu.memory_bytes
+    w = weight_bytes_per_gpu(m, prec, tp, pp)
+    ws = workspace_bytes(m, tp, max_num_tokens, 2.0, reserved_bytes)
+    if fraction_of_free:
+        usable = total
+        pool = mem_fraction * (total - w - ws)
+    else:
+        usable = mem_fraction * total
+        pool = usable - w - ws
+    per_tok = kv_bytes_per_token(m, prec.kv_bytes, tp, pp)
+    blocks_per_seq = max(math.ceil(tokens_per_seq / block_tokens), 1)
+    n_blocks = int(pool // (per_tok * block_tokens)) if pool > 0 else 0
+    kv_seqs = n_blocks // blocks_per_seq
+    return MemoryPlan(
+        gpu_memory_bytes=total, usable_bytes=usable, weights_bytes=w, workspace_bytes=ws,
+        kv_pool_bytes=max(pool, 0.0), kv_bytes_per_token=per_tok, block_tokens=block_tokens,
+        tokens_per_seq=tokens_per_seq, blocks_per_seq=blocks_per_seq, kv_blocks=n_blocks,
+        max_seqs=min(kv_seqs, max_batch), kv_limited_seqs=kv_seqs,
+    )

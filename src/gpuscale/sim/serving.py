@@ -1,0 +1,366 @@
+"""Discrete-event simulation of one continuous-batching LLM engine (vLLM / TensorRT-LLM).
+
+The engine runs iterations back to back. Each iteration gives one token to every decoding
+sequence and spends the rest of the token budget (``max_num_tokens``) on prompt chunks of
+admitted requests (chunked prefill, Sarathi-Serve / vLLM V1 style); without chunking a
+prompt-carrying iteration runs whole prompts only. Requests are admitted first come first
+served while the batch has a slot (``max_batch``) and the paged KV pool has the blocks for
+their whole prompt + output (no eviction: TensorRT-LLM's ``GUARANTEED_NO_EVICT``).
+
+Events: request arrivals (a sorted array, or released by completions in closed-loop
+``concurrency`` mode) and sequence completions (a heap keyed by the iteration at which each
+sequence emits its last token). Between two events the batch does not change, so a run of
+``k`` pure-decode iterations is advanced in closed form: iteration ``j`` takes
+``a(B) + b x (C + j B)`` seconds (``C`` context tokens of the ``B`` running sequences), so
+``k`` of them take ``k a + b (k C + B k (k - 1) / 2)``; ``k`` is the smaller of the
+iterations to the next completion and to the next admissible arrival (a quadratic root).
+
+Deterministic: arrivals come from a seeded NumPy generator; the loop itself has no
+randomness.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscale.errors import InputError
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+class StepTimer(Protocol):
+    """What the simulator needs of a performance model (see :class:`perf.inference.StepModel`)."""
+
+    def step_time_s(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
+                    decode_seqs: int, ctx_tokens: float) -> float: ...
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float]: ...
+
+
+@dataclass(frozen=True)
+class FixedStep:
+    """A step model whose every iteration takes ``step_s`` (queueing-theory checks)."""
+
+    step_s: float
+
+    def step_time_s(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
+                    decode_seqs: int, ctx_tokens: float) -> float:
+        return self.step_s
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float]:
+        return self.step_s, 0.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests: arrival times (s, sorted; ``inf`` = released by a completion) and lengths."""
+
+    arrival_s: FloatArray
+    input_len: IntArray
+    output_len: IntArray
+    closed_loop: bool = False
+    """Fixed concurrency: each completion releases the next request at that instant."""
+
+    @property
+    def n(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+
+def _lengths(n: int, length: int | IntArray, field: str) -> IntArray:
+    arr = np.broadcast_to(np.asarray(length, dtype=np.int64), (n,)).copy()
+    if arr.size and int(arr.min()) < 1:
+        raise InputError(field, int(arr.min()), "a positive number of tokens")
+    return arr
+
+
+def poisson(n: int, qps: float, input_len: int | IntArray, output_len: int | IntArray,
+            seed: int = 0) -> Workload:
+    """``n`` requests arriving as a Poisson process of rate ``qps``."""
+    if n < 1:
+        raise InputError("requests", n, "a positive integer")
+    if not qps > 0 or math.isinf(qps):
+        raise InputError("qps", qps, "a positive, finite request rate")
+    rng = np.random.default_rng(seed)
+    arr = np.cumsum(rng.exponential(1.0 / qps, n))
+    return Workload(arr, _lengths(n, input_len, "input-len"), _lengths(n, output_len, "output-len"))
+
+
+def offline(n: int, input_len: int | IntArray, output_len: int | IntArray) -> Workload:
+    """``n`` requests all queued at t = 0 (max-throughput benchmark)."""
+    if n < 1:
+        raise InputError("offline", n, "a positive number of requests")
+    return Workload(np.zeros(n), _lengths(n, input_len, "input-len"),
+                    _lengths(n, output_len, "output-len"))
+
+
+def concurrency(n: int, users: int, input_len: int | IntArray,
+                output_len: int | IntArray) -> Workload:
+    """Closed loop: ``users`` requests in flight; each completion sends the next one."""
+    if users < 1:
+        raise InputError("concurrency", users, "a positive integer")
+    if n < 1:
+        raise InputError("requests", n, "a positive integer")
+    arr = np.full(n, np.inf)
+    arr[: min(users, n)] = 0.0
+    return Workload(arr, _lengths(n, input_len, "input-len"),
+                    _lengths(n, output_len, "output-len"), closed_loop=True)
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    p50: float
+    p99: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "p50": self.p50, "p99": self.p99}
+
+
+def _stat(x: FloatArray) -> Stat:
+    if x.size == 0:
+        return Stat(math.nan, math.nan, math.nan)
+    p50, p99 = np.percentile(x, [50.0, 99.0])
+    return Stat(float(x.mean()), float(p50), float(p99))
+
+
+def _weighted_stat(values: FloatArray, weights: FloatArray) -> Stat:
+    if values.size == 0 or float(weights.sum()) <= 0:
+        return Stat(math.nan, math.nan, math.nan)
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    cw = np.cumsum(w) / w.sum()
+    p50 = float(v[min(int(np.searchsorted(cw, 0.5)), v.size - 1)])
+    p99 = float(v[min(int(np.searchsorted(cw, 0.99)), v.size - 1)])
+    return Stat(float((v * w).sum() / w.sum()), p50, p99)
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    """Latency and throughput of one simulated run (seconds, tokens/s)."""
+
+    requests: int
+    duration_s: float
+    ttft_s: Stat
+    tpot_s: Stat
+    """Per request: (last token time - first token time) / (output tokens - 1)."""
+    itl_s: Stat
+    """Per token gap, token-weighted over the run."""
+    e2e_s: Stat
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    requests_per_s: float
+    mean_batch: float
+    iterations: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "requests": self.requests, "duration_s": self.duration_s,
+            "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(),
+            "itl_s": self.itl_s.to_dict(), "e2e_s": self.e2e_s.to_dict(),
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "input_tokens_per_s": self.input_tokens_per_s,
+            "requests_per_s": self.requests_per_s, "mean_batch": self.mean_batch,
+            "iterations": self.iterations,
+        }
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_batch: int
+    max_num_tokens: int
+    kv_blocks: int
+    block_tokens: int
+    chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        for f, v in (("max_batch", self.max_batch), ("max_num_tokens", self.max_num_tokens),
+                     ("kv_blocks", self.kv_blocks), ("block_tokens", self.block_tokens)):
+            if v < 1:
+                raise InputError(f, v, "a positive integer")
+
+
+@dataclass
+class _Trace:
+    arrival_s: FloatArray
+    first_s: FloatArray
+    done_s: FloatArray
+    itl_v: array  # type: ignore[type-arg]
+    itl_w: array  # type: ignore[type-arg]
+    iterations: int
+    batch_time: float
+
+
+def simulate(step: StepTimer, limits: EngineLimits, wl: Workload) -> ServingResult:
+    """Run the engine over the workload until every request has finished."""
+    tr = _run(step, limits, wl)
+    arrival = tr.arrival_s
+    out = wl.output_len.astype(np.float64)
+    ttft = tr.first_s - arrival
+    e2e = tr.done_s - arrival
+    multi = out > 1
+    tpot = (tr.done_s[multi] - tr.first_s[multi]) / (out[multi] - 1.0)
+    start = float(arrival.min()) if wl.n else 0.0
+    end = float(tr.done_s.max()) if wl.n else 0.0
+    dur = max(end - start, 1e-12)
+    return ServingResult(
+        requests=wl.n, duration_s=dur, ttft_s=_stat(ttft), tpot_s=_stat(tpot),
+        itl_s=_weighted_stat(np.frombuffer(tr.itl_v, dtype=np.float64),
+                             np.frombuffer(tr.itl_w, dtype=np.float64)),
+        e2e_s=_stat(e2e), output_tokens_per_s=float(out.sum()) / dur,
+        input_tokens_per_s=float(wl.input_len.sum()) / dur, requests_per_s=wl.n / dur,
+        mean_batch=tr.batch_time / dur, iterations=tr.iterations,
+    )
+
+
+def _k_until(a: float, b: float, c: float, batch: int, horizon: float) -> int:
+    """Smallest k >= 1 with k a + b (k c + batch k (k-1)/2) >= horizon."""
+    if horizon <= a + b * c:
+        return 1
+    qa = 0.5 * b * batch
+    qb = a + b * c - qa
+    if qa <= 0.0:
+        return max(1, math.ceil(horizon / qb))
+    k = (-qb + math.sqrt(qb * qb + 4.0 * qa * horizon)) / (2.0 * qa)
+    return max(1, math.ceil(k - 1e-9))
+
+
+def _run(step: StepTimer, lim: EngineLimits, wl: Workload) -> _Trace:  # noqa: C901
+    n = wl.n
+    arr = wl.arrival_s.tolist()
+    ins = wl.input_len.tolist()
+    outs = wl.output_len.tolist()
+    bt = lim.block_tokens
+    need = [-(-(i + o) // bt) for i, o in zip(ins, outs, strict=True)]
+    if n and max(need) > lim.kv_blocks:
+        j = int(np.argmax(need))
+        raise InputError("input-len + output-len", ins[j] + outs[j],
+                         f"at most {lim.kv_blocks * bt} tokens fit in the KV cache of a replica")
+    closed = wl.closed_loop
+    released = sum(1 for x in arr if x != math.inf) if closed else n
+    first = [0.0] * n
+    done = [0.0] * n
+    itl_v: array = array("d")  # type: ignore[type-arg]
+    itl_w: array = array("d")  # type: ignore[type-arg]
+    step_fn: Callable[[float, float, int, int, float], float] = step.step_time_s
+    coeffs: dict[int, tuple[float, float]] = {}
+    max_batch, budget_max, chunked = lim.max_batch, lim.max_num_tokens, lim.chunked_prefill
+    free = lim.kv_blocks
+    t = 0.0
+    i_arr = 0        # requests [0, i_arr) have arrived
+    head = 0         # requests [0, head) have been admitted
+    heap: list[tuple[int, int]] = []  # (iteration of the last token, request)
+    nd = 0           # decoding sequences
+    ctx = 0.0        # their context tokens
+    pre: list[list[int]] = []  # admitted, prompt not finished: [request, tokens done]
+    it = 0           # iterations run
+    dit = 0          # iterations that gave every decoding sequence a token
+    finished = 0
+    batch_time = 0.0
+    inf = math.inf
+    while finished < n:
+        while i_arr < n and arr[i_arr] <= t:
+            i_arr += 1
+        while head < i_arr and nd + len(pre) < max_batch and need[head] <= free:
+            free -= need[head]
+            pre.append([head, 0])
+            head += 1
+        if pre:
+            # an iteration that carries prompt tokens (and one token per decoding sequence)
+            budget = budget_max - nd if chunked else budget_max
+            p_tok = 0
+            pairs = 0.0
+            n_pre = 0
+            completed: list[int] = []
+            for entry in pre:
+                r, done_tok = entry
+                rem = ins[r] - done_tok
+                if chunked:
+                    if budget <= 0:
+                        break
+                    c = rem if rem < budget else budget
+                else:
+                    if p_tok > 0 and p_tok + rem > budget:
+                        break
+                    c = rem
+                pairs += c * done_tok + c * (c + 1) * 0.5
+                p_tok += c
+                budget -= c
+                n_pre += 1
+                entry[1] = done_tok + c
+                if entry[1] >= ins[r]:
+                    completed.append(r)
+            dt = step_fn(float(p_tok), pairs, n_pre, 0 if not chunked else nd,
+                         ctx if chunked else 0.0)
+            t += dt
+            it += 1
+            if chunked:
+                dit += 1
+            if chunked and nd:
+                itl_v.append(dt)
+                itl_w.append(float(nd))
+                ctx += nd
+            batch_time += dt * (nd + n_pre)
+            if completed:
+                pre = [e for e in pre if e[1] < ins[e[0]]]
+            for r in completed:
+                first[r] = t
+                if outs[r] == 1:
+                    done[r] = t
+                    free += need[r]
+                    finished += 1
+                    if closed and released < n:
+                        arr[released] = t
+                        released += 1
+                else:
+                    heapq.heappush(heap, (dit + outs[r] - 1, r))
+                    nd += 1
+                    ctx += ins[r] + 1
+        else:
+            if nd == 0:
+                if i_arr < n and arr[i_arr] != inf:
+                    t = max(t, arr[i_arr])
+                    continue
+                raise RuntimeError("serving simulation stalled")  # pragma: no cover
+            # pure decode: advance k iterations in closed form
+            ab = coeffs.get(nd)
+            if ab is None:
+                ab = step.decode_coeffs(nd)
+                coeffs[nd] = ab
+            a, b = ab
+            k = heap[0][0] - dit
+            if head < n and nd < max_batch and need[head] <= free and arr[head] != inf:
+                horizon = arr[head] - t
+                if horizon <= 0.0:
+                    k = 1
+                else:
+                    k = min(k, _k_until(a, b, ctx, nd, horizon))
+            dt = k * a + b * (k * ctx + nd * k * (k - 1) * 0.5)
+            t += dt
+            it += k
+            dit += k
+            itl_v.append(dt / k)
+            itl_w.append(float(k * nd))
+            batch_time += dt * nd
+            ctx += k * nd
+        while heap and heap[0][0] <= dit:
+            _, r = heapq.heappop(heap)
+            done[r] = t
+            free += need[r]
+            nd -= 1
+            ctx -= ins[r] + outs[r]
+            finished += 1
+            if closed and released < n:
+                arr[released] = t
+                released += 1
+        if nd == 0:
+            ctx = 0.0
+    return _Trace(np.asarray(arr, dtype=np.float64), np.asarray(first), np.asarray(done), itl_v, itl_w, it, batch_time)
