@@ -1,14 +1,13 @@
-"""Collective communication cost: the one module every model asks for collective times.
+"""Collective cost: the one entry point every model asks for collective times.
 
-A collective over a group of ``n`` GPUs is costed with an alpha-beta model per level of
-the fabric: inside an NVLink/NVSwitch domain (scale-up) and across the scale-out network.
 Sizes follow nccl-tests' conventions (``size`` is the per-rank buffer for all-reduce,
 broadcast, reduce and send/recv; the *total* gathered/scattered buffer for all-gather and
 reduce-scatter; the per-rank send buffer for all-to-all), and so do algbw = size / time and
 busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md).
 
-Everything is vectorised: ``size_bytes`` and ``n`` may be NumPy arrays of any matching
-shape, so a search evaluates many (op, size, group) points in one call.
+For every point the model costs each (algorithm, protocol) NCCL could run there (see
+:mod:`.algorithms`) and keeps the fastest, as NCCL's tuner does. Everything is vectorised:
+``size_bytes``, ``n`` and ``members_per_domain`` broadcast to one shape.
 """
 
 from __future__ import annotations
@@ -19,8 +18,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import System
 from gpuscale.errors import InputError
+from gpuscale.perf.comm.algorithms import ALGORITHMS, CANDIDATES
+from gpuscale.perf.comm.fabric import Fabric, FloatArray, place
+from gpuscale.perf.comm.nccl import PROTOCOLS
 
 OPS: tuple[str, ...] = (
     "all_reduce",
@@ -31,40 +32,6 @@ OPS: tuple[str, ...] = (
     "all_to_all",
     "send_recv",
 )
-
-FloatArray = NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class Fabric:
-    """What the collective model needs to know of a cluster (SI units, per GPU, one way)."""
-
-    domain_gpus: int
-    """GPUs in one scale-up (NVLink) domain: 8 for an HGX node, 72 for an NVL72 rack."""
-    gpus_per_node: int
-    scaleup_bw_Bps: float
-    """Per-GPU scale-up bandwidth, one direction."""
-    nic_bw_Bps_per_gpu: float
-    """Scale-out injection bandwidth per GPU, one direction (node NICs / GPUs per node)."""
-    nvls: bool = False
-    """In-switch reduction (NVLink SHARP) available in the scale-up domain."""
-    total_gpus: int = 1 << 30
-    """GPUs in the cluster (groups larger than this are rejected)."""
-    leaf_gpus: int = 1 << 30
-    """GPUs below one leaf / scalable-unit group, i.e. under the non-oversubscribed tier."""
-    oversubscription: float = 1.0
-    """Down:up bandwidth ratio of the tier above ``leaf_gpus`` (1 = non-blocking)."""
-
-    @classmethod
-    def from_system(cls, system: System, total_gpus: int = 1 << 30) -> Fabric:
-        return cls(
-            domain_gpus=system.nvlink_domain_gpus if system.nvlink_domain_gpus > 1 else 1,
-            gpus_per_node=system.gpus_per_node,
-            scaleup_bw_Bps=system.scaleup_bw_Bps,
-            nic_bw_Bps_per_gpu=system.nic_bw_Bps_per_gpu,
-            nvls=system.nvls,
-            total_gpus=total_gpus,
-        )
 
 
 def check_op(op: str) -> None:
@@ -88,15 +55,103 @@ def bytes_per_rank(op: str, size_bytes: ArrayLike, n: ArrayLike) -> FloatArray:
     return np.asarray(size_bytes, dtype=np.float64) * busbw_factor(op, n)
 
 
-def _steps(op: str, n: FloatArray) -> FloatArray:
-    """Latency steps of the ring (or pairwise) algorithm."""
-    if op == "all_reduce":
-        return 2.0 * (n - 1.0)
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return n - 1.0
-    if op in ("broadcast", "reduce"):
-        return np.ceil(np.log2(np.maximum(n, 2.0)))
-    return np.ones_like(n)
+@dataclass(frozen=True)
+class CommEstimate:
+    """Per-point prediction with its breakdown (arrays of one shape)."""
+
+    op: str
+    size_bytes: FloatArray
+    n: FloatArray
+    time_s: FloatArray
+    latency_s: FloatArray
+    """The alpha part of ``time_s`` (base + per-hop latencies)."""
+    bandwidth_s: FloatArray
+    """The beta part of ``time_s`` (bytes over the bottleneck bandwidth)."""
+    algbw_Bps: FloatArray
+    busbw_Bps: FloatArray
+    algorithm_idx: NDArray[np.int64]
+    protocol_idx: NDArray[np.int64]
+    members_per_domain: FloatArray
+    domains: FloatArray
+
+    @property
+    def algorithm(self) -> NDArray[np.str_]:
+        return np.asarray(ALGORITHMS)[self.algorithm_idx]
+
+    @property
+    def protocol(self) -> NDArray[np.str_]:
+        return np.asarray(PROTOCOLS)[self.protocol_idx]
+
+
+def estimate(
+    op: str,
+    size_bytes: ArrayLike,
+    n: ArrayLike,
+    fabric: Fabric,
+    cal: Calibration,
+    members_per_domain: ArrayLike | None = None,
+    algorithm: str | None = None,
+) -> CommEstimate:
+    """Time, algbw and busbw of one collective per point, with the chosen algorithm.
+
+    ``members_per_domain`` is how many of the group's GPUs share one scale-up domain
+    (default: the group spread evenly over as few domains as hold it). A data-parallel
+    group behind TP = 8 has ``members_per_domain = 1`` and moves every byte over its own
+    NIC. ``algorithm`` forces one (like ``NCCL_ALGO``): ring, tree, nvls, nvls_tree, pat, p2p.
+    """
+    check_op(op)
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise InputError("algorithm", algorithm, f"one of {', '.join(ALGORITHMS)}")
+    if members_per_domain is None:
+        size, nn = np.broadcast_arrays(np.asarray(size_bytes, dtype=np.float64),
+                                       np.asarray(n, dtype=np.float64))
+        kk: FloatArray | None = None
+    else:
+        size, nn, kk = np.broadcast_arrays(np.asarray(size_bytes, dtype=np.float64),
+                                           np.asarray(n, dtype=np.float64),
+                                           np.asarray(members_per_domain, dtype=np.float64))
+    if np.any(nn < 1.0):
+        raise InputError("n", float(nn.min()), "a group of at least 1 GPU")
+    if np.any(nn > fabric.total_gpus):
+        raise InputError("gpus", float(nn.max()), f"at most the cluster's {fabric.total_gpus} GPUs")
+    if np.any(size < 0.0):
+        raise InputError("size_bytes", float(size.min()), "a non-negative byte count")
+    pl = place(fabric, cal, nn, kk)
+    cands = CANDIDATES[op](size, pl, fabric, cal)
+    if algorithm is not None:
+        cands = [c for c in cands if c[0] == algorithm]
+        if not cands:
+            valid = sorted({c[0] for c in CANDIDATES[op](size, pl, fabric, cal)})
+            raise InputError("algorithm", algorithm, f"{op} runs here on {', '.join(valid)}")
+    lat = np.stack([np.broadcast_to(c[2], size.shape) for c in cands])
+    bw = np.stack([np.broadcast_to(c[3], size.shape) for c in cands])
+    total = lat + bw
+    best = np.argmin(total, axis=0)
+    pick = np.take_along_axis(total, best[None], axis=0)[0]
+    if algorithm is not None and not np.all(np.isfinite(pick)):
+        raise InputError("algorithm", algorithm, f"not available to {op} for every group here")
+    lat_s = np.take_along_axis(lat, best[None], axis=0)[0]
+    bw_s = np.take_along_axis(bw, best[None], axis=0)[0]
+    single = nn <= 1.0
+    t = np.where(single, 0.0, pick)
+    algo_of = np.array([ALGORITHMS.index(c[0]) for c in cands], dtype=np.int64)
+    proto_of = np.array([c[1] for c in cands], dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(t > 0.0, size / t, 0.0)
+    return CommEstimate(
+        op=op,
+        size_bytes=size,
+        n=nn,
+        time_s=t,
+        latency_s=np.where(single, 0.0, lat_s),
+        bandwidth_s=np.where(single, 0.0, bw_s),
+        algbw_Bps=algbw,
+        busbw_Bps=algbw * busbw_factor(op, nn),
+        algorithm_idx=algo_of[best],
+        protocol_idx=proto_of[best],
+        members_per_domain=pl.k,
+        domains=pl.m,
+    )
 
 
 def collective_time_s(
@@ -107,42 +162,5 @@ def collective_time_s(
     cal: Calibration,
     members_per_domain: ArrayLike | None = None,
 ) -> FloatArray:
-    """Time of one collective of ``size_bytes`` over groups of ``n`` GPUs.
-
-    ``members_per_domain`` is how many of the group's GPUs share one scale-up domain
-    (default: as many as fit, i.e. the group is packed). A group spread one GPU per node
-    (e.g. data parallel behind TP = 8) has ``members_per_domain = 1`` and moves every byte
-    over its own NIC; a packed group across nodes runs hierarchically and its scale-out
-    bandwidth is ``members_per_domain`` NICs' worth.
-    """
-    check_op(op)
-    nn = np.asarray(n, dtype=np.float64)
-    size = np.asarray(size_bytes, dtype=np.float64)
-    if members_per_domain is None:
-        k = np.minimum(nn, float(fabric.domain_gpus))
-    else:
-        k = np.minimum(np.asarray(members_per_domain, dtype=np.float64), nn)
-    k = np.maximum(k, 1.0)
-    intra = nn <= k
-    up_bw = fabric.scaleup_bw_Bps * cal.scaleup_eff
-    if fabric.domain_gpus <= 1:
-        # no NVLink: GPUs in a node talk over PCIe (scaleup_bw is the PCIe figure)
-        up_bw = fabric.scaleup_bw_Bps * cal.scaleup_eff
-    net_bw = fabric.nic_bw_Bps_per_gpu * cal.scaleout_eff
-    # a group that spans the oversubscribed tier shares its uplinks
-    span = nn / k * np.minimum(k, float(fabric.gpus_per_node))
-    net_bw_eff = np.where(span > fabric.leaf_gpus, net_bw / fabric.oversubscription, net_bw)
-    factor = busbw_factor(op, nn)
-    steps = _steps(op, nn)
-    if op == "all_to_all":
-        # intra-domain share over NVLink, the rest over this GPU's NIC, in parallel
-        t_up = size * (k - 1.0) / nn / up_bw
-        t_net = size * (nn - k) / nn / net_bw_eff
-        bw_time = np.maximum(t_up, t_net)
-    else:
-        cross_bw = np.minimum(up_bw, k * net_bw_eff)
-        bw = np.where(intra, up_bw, cross_bw)
-        bw_time = size * factor / bw
-    lat = np.where(intra, cal.scaleup_latency_s, cal.scaleout_latency_s)
-    t = steps * lat + bw_time
-    return np.where(nn <= 1.0, 0.0, t)
+    """Time of one collective of ``size_bytes`` over groups of ``n`` GPUs (see :func:`estimate`)."""
+    return estimate(op, size_bytes, n, fabric, cal, members_per_domain).time_s

@@ -1,0 +1,37 @@
+"""Collective communication cost on a cluster fabric (NCCL-like algorithm choice).
+
+``from gpuscale.perf.comm import Fabric, collective_time_s, estimate`` is the contract;
+:mod:`.nccl` holds NCCL's published constants, :mod:`.fabric` the group placement,
+:mod:`.algorithms` the per-algorithm alpha-beta costs, :mod:`.model` the choice.
+"""
+
+from __future__ import annotations
+
+from gpuscale.perf.comm.algorithms import ALGORITHMS
+from gpuscale.perf.comm.fabric import Fabric, FloatArray, Placement, place
+from gpuscale.perf.comm.model import (
+    OPS,
+    CommEstimate,
+    busbw_factor,
+    bytes_per_rank,
+    check_op,
+    collective_time_s,
+    estimate,
+)
+from gpuscale.perf.comm.nccl import PROTOCOLS
+
+__all__ = [
+    "ALGORITHMS",
+    "OPS",
+    "PROTOCOLS",
+    "CommEstimate",
+    "Fabric",
+    "FloatArray",
+    "Placement",
+    "busbw_factor",
+    "bytes_per_rank",
+    "check_op",
+    "collective_time_s",
+    "estimate",
+    "place",
+]
