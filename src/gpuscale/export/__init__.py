@@ -1,0 +1,11 @@
+"""Launch-file emitters: Slurm sbatch and Kubernetes (Kubeflow PyTorchJob) for benchmarks.
+
+Contract: :func:`render_launch` (spec, bench, nodes) -> :class:`LaunchFiles` rendered and
+validated in memory; :func:`write_launch` writes them all or none.
+"""
+
+from __future__ import annotations
+
+from gpuscale.export.launch import BENCHES, LaunchFiles, nccl_env, render_launch, write_launch
+
+__all__ = ["BENCHES", "LaunchFiles", "nccl_env", "render_launch", "write_launch"]
