@@ -49,6 +49,9 @@ class Calibration:
     2.7 us; the other algorithm/protocol entries keep NCCL's ratios to it)."""
     scaleout_latency_efa_s: float = 15e-6
     """The same network hop latency on AWS EFA (SRD via libfabric), a slower transport."""
+    scaleout_call_latency_s: float = 0.0
+    """Fixed cost of a collective that touches the network, paid once, not per hop
+    (NCCL proxy-thread progress, NIC doorbell and completion polling)."""
     hier_overlap: float = 0.8
     """Fraction of the shorter phase hidden when a hierarchical collective pipelines its
     scale-up and scale-out phases (tree / NVLS-tree): 1 = perfect pipelining, 0 = serial."""

@@ -35,6 +35,10 @@ PRINT_RESOLUTION_GBPS = 0.005
 MAX_ROUNDING = 0.10
 """A time derived from a busbw whose rounding alone spans more than +-10 % is not scored."""
 
+FRAMEWORK_HARNESS = re.compile(r"all_reduce_bench|torch\.distributed", re.IGNORECASE)
+"""Notes naming a framework-level harness: its small-message times are reported, not scored
+(comm-anchors.md section 8: all_reduce_bench.py rows are not nccl-tests)."""
+
 _OPS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
         "allgather": "all_gather", "reduce_scatter": "reduce_scatter",
         "reducescatter": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
@@ -196,7 +200,12 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
     }
     if note:
         detail["note"] = note
-    return RowResult(rid, pred, measured, signed_error_pct(pred, measured), "scored",
+    status, reason = "scored", ""
+    if metric == "time_us" and FRAMEWORK_HARNESS.search(row.get("notes", "")):
+        status = "reported"
+        reason = ("timed through torch.distributed, not nccl-tests: the small-message time "
+                  "includes Python dispatch and synchronisation the NCCL model does not cover")
+    return RowResult(rid, pred, measured, signed_error_pct(pred, measured), status, reason,
                      group=f"{metric} | {src}", metric=metric, detail=detail)
 
 

@@ -130,7 +130,10 @@ def estimate(
     pick = np.take_along_axis(total, best[None], axis=0)[0]
     if algorithm is not None and not np.all(np.isfinite(pick)):
         raise InputError("algorithm", algorithm, f"not available to {op} for every group here")
-    lat_s = np.take_along_axis(lat, best[None], axis=0)[0]
+    # paid once by every algorithm that crosses the network, so it does not change the choice
+    lat_s = np.take_along_axis(lat, best[None], axis=0)[0] + np.where(
+        pl.m > 1.0, cal.scaleout_call_latency_s, 0.0)
+    pick = lat_s + np.take_along_axis(bw, best[None], axis=0)[0]
     bw_s = np.take_along_axis(bw, best[None], axis=0)[0]
     single = nn <= 1.0
     t = np.where(single, 0.0, pick)
