@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -207,15 +207,16 @@ class ClusterSpec:
             leaf_gpus, over = lay.pod_gpus, self.oversubscription_spine
         else:
             leaf_gpus, over = self.total_gpus, 1.0
-        # fields the collective model added later are filled where it has them
+        # start from what the collective model derives from the system itself (e.g. NVLS
+        # efficiency), then set what the cluster decides; optional fields only where present
         known = {f.name for f in fields(Fabric)}
         extra: dict[str, Any] = {}
         if "nics_per_node" in known:
             extra["nics_per_node"] = self.nics_per_node
         if "transport" in known:
             extra["transport"] = "ib" if self.protocol == "infiniband" else "roce"
-        return Fabric(
-            **extra,
+        return replace(
+            Fabric.from_system(self.system, total_gpus=self.total_gpus),
             domain_gpus=self.domain_gpus,
             gpus_per_node=self.gpus_per_node,
             scaleup_bw_Bps=self.system.scaleup_bw_Bps,
@@ -224,6 +225,7 @@ class ClusterSpec:
             total_gpus=self.total_gpus,
             leaf_gpus=leaf_gpus,
             oversubscription=over,
+            **extra,
         )
 
 
@@ -299,7 +301,7 @@ def parse_cluster_spec(raw: dict[str, Any]) -> ClusterSpec:
                          f"{npd}: one {system.nvlink_domain_gpus}-GPU NVLink rack holds "
                          f"{npd} nodes")
 
-    return ClusterSpec(
+    spec = ClusterSpec(
         name=cin.name,
         description=cin.description,
         system=system,
@@ -317,3 +319,5 @@ def parse_cluster_spec(raw: dict[str, Any]) -> ClusterSpec:
         placement=Placement(per_rack, pl.racks_per_row, pl.power_feeds_per_rack),
         notes=tuple(notes),
     )
+    spec.layout()  # a fabric that cannot be built is an input error now, not at use
+    return spec
