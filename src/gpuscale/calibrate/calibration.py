@@ -84,6 +84,8 @@ class Calibration:
     """Serving: FP8/FP4 GEMM efficiency relative to 16-bit (scaling and casting overheads)."""
     inf_attn_eff: float = 0.50
     """Serving: achieved fraction of 16-bit peak of prefill (flash) attention."""
+    inf_request_overhead_s: float = 0.0
+    """Serving: client-to-engine time of a request (HTTP, tokenisation) counted in TTFT."""
 
     def replace(self, **changes: float) -> Calibration:
         return dataclasses.replace(self, **changes)

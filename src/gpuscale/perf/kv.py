@@ -69,9 +69,9 @@ def precision_plan(gpu: GPU, precision: str, kv_precision: str | None = None,
         raise InputError(field, precision, f"one of {', '.join(SERVING_PRECISIONS)}")
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     if p in ("fp8", "fp4") and p not in gpu.peak_tflops:
+        ok = [x for x in SERVING_PRECISIONS if x in gpu.peak_tflops]
         raise InputError(field, precision,
-                         f"{gpu.key} has no {p} tensor cores; it supports "
-                         f"{', '.join(x for x in SERVING_PRECISIONS if x in gpu.peak_tflops)}, int4")
+                         f"{gpu.key} has no {p} tensor cores; it supports {', '.join(ok)}, int4")
     if p in ("bf16", "fp16") and p not in gpu.peak_tflops:
         raise InputError(field, precision, f"{gpu.key} supports {', '.join(gpu.peak_tflops)}")
     compute = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "int4": half}[p]

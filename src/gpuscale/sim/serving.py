@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -160,6 +161,10 @@ class ServingResult:
     requests_per_s: float
     mean_batch: float
     iterations: int
+    prompt_tokens_processed: int
+    """Prompt tokens the engine prefilled (conservation: the workload's input tokens)."""
+    tokens_generated: int
+    """Output tokens the engine emitted (conservation: the workload's output tokens)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -197,12 +202,19 @@ class _Trace:
     itl_w: array  # type: ignore[type-arg]
     iterations: int
     batch_time: float
+    tokens_prefilled: int
+    tokens_generated: int
 
 
-def simulate(step: StepTimer, limits: EngineLimits, wl: Workload) -> ServingResult:
-    """Run the engine over the workload until every request has finished."""
-    tr = _run(step, limits, wl)
-    arrival = tr.arrival_s
+def simulate(step: StepTimer, limits: EngineLimits, wl: Workload,
+             request_overhead_s: float = 0.0) -> ServingResult:
+    """Run the engine over the workload until every request has finished.
+
+    ``request_overhead_s``: time between a client sending a request and the engine queueing
+    it (HTTP, tokenisation, routing); it counts in TTFT and end-to-end latency.
+    """
+    tr = _run(step, limits, wl, request_overhead_s)
+    arrival = tr.arrival_s - request_overhead_s
     out = wl.output_len.astype(np.float64)
     ttft = tr.first_s - arrival
     e2e = tr.done_s - arrival
@@ -218,6 +230,7 @@ def simulate(step: StepTimer, limits: EngineLimits, wl: Workload) -> ServingResu
         e2e_s=_stat(e2e), output_tokens_per_s=float(out.sum()) / dur,
         input_tokens_per_s=float(wl.input_len.sum()) / dur, requests_per_s=wl.n / dur,
         mean_batch=tr.batch_time / dur, iterations=tr.iterations,
+        prompt_tokens_processed=tr.tokens_prefilled, tokens_generated=tr.tokens_generated,
     )
 
 
@@ -233,9 +246,10 @@ def _k_until(a: float, b: float, c: float, batch: int, horizon: float) -> int:
     return max(1, math.ceil(k - 1e-9))
 
 
-def _run(step: StepTimer, lim: EngineLimits, wl: Workload) -> _Trace:  # noqa: C901
+def _run(step: StepTimer, lim: EngineLimits, wl: Workload,
+         ovh: float) -> _Trace:
     n = wl.n
-    arr = wl.arrival_s.tolist()
+    arr = (wl.arrival_s + ovh).tolist()
     ins = wl.input_len.tolist()
     outs = wl.output_len.tolist()
     bt = lim.block_tokens
@@ -260,11 +274,13 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload) -> _Trace:  # noqa: C
     heap: list[tuple[int, int]] = []  # (iteration of the last token, request)
     nd = 0           # decoding sequences
     ctx = 0.0        # their context tokens
-    pre: list[list[int]] = []  # admitted, prompt not finished: [request, tokens done]
+    pre: deque[list[int]] = deque()  # admitted, prompt unfinished: [request, tokens done]
     it = 0           # iterations run
     dit = 0          # iterations that gave every decoding sequence a token
     finished = 0
     batch_time = 0.0
+    n_pre_tok = 0
+    n_gen = 0
     inf = math.inf
     while finished < n:
         while i_arr < n and arr[i_arr] <= t:
@@ -302,15 +318,18 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload) -> _Trace:  # noqa: C
                          ctx if chunked else 0.0)
             t += dt
             it += 1
+            n_pre_tok += p_tok
+            n_gen += len(completed)
             if chunked:
                 dit += 1
+                n_gen += nd
             if chunked and nd:
                 itl_v.append(dt)
                 itl_w.append(float(nd))
                 ctx += nd
             batch_time += dt * (nd + n_pre)
-            if completed:
-                pre = [e for e in pre if e[1] < ins[e[0]]]
+            for _ in completed:  # prompts finish in admission order: a prefix of ``pre``
+                pre.popleft()
             for r in completed:
                 first[r] = t
                 if outs[r] == 1:
@@ -318,7 +337,7 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload) -> _Trace:  # noqa: C
                     free += need[r]
                     finished += 1
                     if closed and released < n:
-                        arr[released] = t
+                        arr[released] = t + ovh
                         released += 1
                 else:
                     heapq.heappush(heap, (dit + outs[r] - 1, r))
@@ -339,14 +358,12 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload) -> _Trace:  # noqa: C
             k = heap[0][0] - dit
             if head < n and nd < max_batch and need[head] <= free and arr[head] != inf:
                 horizon = arr[head] - t
-                if horizon <= 0.0:
-                    k = 1
-                else:
-                    k = min(k, _k_until(a, b, ctx, nd, horizon))
+                k = 1 if horizon <= 0.0 else min(k, _k_until(a, b, ctx, nd, horizon))
             dt = k * a + b * (k * ctx + nd * k * (k - 1) * 0.5)
             t += dt
             it += k
             dit += k
+            n_gen += k * nd
             itl_v.append(dt / k)
             itl_w.append(float(k * nd))
             batch_time += dt * nd
@@ -359,8 +376,10 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload) -> _Trace:  # noqa: C
             ctx -= ins[r] + outs[r]
             finished += 1
             if closed and released < n:
-                arr[released] = t
+                arr[released] = t + ovh
                 released += 1
         if nd == 0:
             ctx = 0.0
-    return _Trace(np.asarray(arr, dtype=np.float64), np.asarray(first), np.asarray(done), itl_v, itl_w, it, batch_time)
+    return _Trace(np.asarray(arr, dtype=np.float64), np.asarray(first), np.asarray(done),
+                  itl_v, itl_w, it, batch_time,
+                  n_pre_tok, n_gen)

@@ -43,8 +43,9 @@ REQUIRED = ("id", "source", "engine", "model", "precision", "gpu", "num_gpus", "
 OFFLINE_REQUESTS_MAX = 30000
 """trtllm-bench throughput runs queue 30,000 requests (perf-overview.md); rows that state a
 count in their notes use it."""
-ONLINE_REQUESTS = 1000
-"""Requests simulated for a rate-driven online row whose source does not state a count."""
+ONLINE_REQUESTS = 500
+"""Requests of an online row whose notes state no count: the TensorRT-LLM online-serving
+table was "generated using version 0.14.0, with 500 requests" (perf-overview.md, v0.14)."""
 
 SCORED_METRICS = ("throughput", "ttft", "tpot_itl")
 
@@ -65,7 +66,7 @@ class RowPlan:
     rate: float = 0.0
 
 
-class Skip(Exception):
+class UnsupportedRowError(Exception):
     """A row gpuscale does not model: the message is the reason."""
 
 
@@ -79,33 +80,34 @@ def _engine(name: str) -> EngineConfig:
         return ENGINES["trtllm"]
     if low.startswith("vllm"):
         return ENGINES["vllm"]
-    raise Skip(f"engine {name!r} not modelled")
+    raise UnsupportedRowError(f"engine {name!r} not modelled")
 
 
 def plan_row(row: dict[str, str], where: str) -> RowPlan:
-    """The deployment and workload a row describes, or :class:`Skip` with the reason."""
+    """The deployment and workload a row describes (raises :class:`UnsupportedRowError`)."""
     eng = _engine(row["engine"])
     try:
         model = get_model(row["model"])
         gpu = get_gpu(row["gpu"])
     except InputError as exc:
-        raise Skip(f"{exc.field} {exc.value!r} not in the catalog") from None
+        raise UnsupportedRowError(f"{exc.field} {exc.value!r} not in the catalog") from None
     notes = row.get("notes", "").lower()
     if "attention-dp" in notes or "attention dp" in notes:
-        raise Skip("expert-parallel / attention-data-parallel MoE serving not modelled")
+        raise UnsupportedRowError(
+            "expert-parallel / attention-data-parallel MoE serving not modelled")
     tp = _int(row["tp"])
     if tp is None:
-        raise Skip("tensor-parallel degree not stated")
+        raise UnsupportedRowError("tensor-parallel degree not stated")
     pp = _int(row["pp"]) or 1
     n_gpus = _int(row["num_gpus"]) or tp * pp
     isl, osl = _int(row["input_len"]), _int(row["output_len"])
     if isl is None or osl is None:
-        raise Skip("variable-length dataset: input/output lengths not given")
+        raise UnsupportedRowError("variable-length dataset: input/output lengths not given")
     prec = (row["precision"] or "bf16").lower()
     try:
         precision_plan(gpu, prec)
     except InputError as exc:
-        raise Skip(str(exc)) from None
+        raise UnsupportedRowError(str(exc)) from None
     rate = row["request_rate"].lower()
     batch = row["batch_or_concurrency"].lower()
     m_static = re.match(r"static batch (\d+)", batch)
@@ -135,7 +137,8 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
         return RowPlan(engine=e, mode="offline", requests=min(n, OFFLINE_REQUESTS_MAX),
                        **base)  # type: ignore[arg-type]
     if rate == "inf":
-        return RowPlan(engine=eng, mode="saturate", requests=ONLINE_REQUESTS,
+        n = int(m_count.group(1).replace(",", "")) if m_count else ONLINE_REQUESTS
+        return RowPlan(engine=eng, mode="saturate", requests=n,
                        **base)  # type: ignore[arg-type]
     m_rate = re.match(r"([\d.]+)", rate)
     if m_rate:
@@ -145,7 +148,7 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
     if m_one and rate == "":
         return RowPlan(engine=eng, mode="closed", requests=max(4, 4 * int(m_one.group(1))),
                        rate=float(m_one.group(1)), **base)  # type: ignore[arg-type]
-    raise Skip(f"load not understood (request_rate={row['request_rate']!r}, "
+    raise UnsupportedRowError(f"load not understood (request_rate={row['request_rate']!r}, "
                f"batch_or_concurrency={row['batch_or_concurrency']!r})")
 
 
@@ -155,8 +158,9 @@ def run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
     sm = build_step_model(model, gpu, prec, p.tp, p.pp, cal, p.engine,
                           tokens_per_seq=p.input_len + p.output_len)
     if not sm.memory.fits:
-        raise Skip(f"does not fit: {sm.memory.weights_bytes / 1e9:.1f} GB of weights per GPU "
-                   f"leave no KV cache on {gpu.key}")
+        raise UnsupportedRowError(
+            f"does not fit: {sm.memory.weights_bytes / 1e9:.1f} GB of weights per GPU leave "
+            f"no KV cache on {gpu.key}")
     lim = EngineLimits(p.engine.max_batch, p.engine.max_num_tokens, sm.memory.kv_blocks,
                        sm.memory.block_tokens, p.engine.chunked_prefill)
     wl: Workload
@@ -166,7 +170,7 @@ def run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
         wl = poisson(p.requests, p.rate, p.input_len, p.output_len, seed=0)
     else:
         wl = concurrency(p.requests, int(p.rate), p.input_len, p.output_len)
-    return simulate(sm, lim, wl)
+    return simulate(sm, lim, wl, cal.inf_request_overhead_s)
 
 
 def _pick(stat: Stat, which: str) -> float | None:
@@ -204,7 +208,7 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
     try:
         plan = plan_row(row, where)
         res = run_plan(plan, cal)
-    except Skip as exc:
+    except UnsupportedRowError as exc:
         return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
     out: list[RowResult] = []
     detail: dict[str, object] = {"mode": plan.mode, "tp": plan.tp, "pp": plan.pp,
@@ -245,12 +249,6 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
                                  metric=metric))
             continue
         pred_ms = pick * 1e3
-        if plan.mode == "saturate" and metric == "ttft":
-            out.append(RowResult(rid, pred_ms, measured, signed_error_pct(pred_ms, measured),
-                                 "reported", "TTFT with all requests sent at once depends on "
-                                 "the unstated request count", group=f"{metric} | {src}",
-                                 metric=metric))
-            continue
         out.append(RowResult(rid, pred_ms, measured, signed_error_pct(pred_ms, measured),
                              "scored", group=f"{metric} | {src}", metric=metric, detail=detail))
     return out

@@ -1,0 +1,234 @@
+"""Size an LLM serving deployment for a request rate and a latency SLO, at least cost.
+
+For every candidate (GPU type x TP degree) the step model gives, with NumPy over batch
+sizes, the steady-state capacity of one replica under the TPOT target: at ``b`` running
+sequences an engine step takes ``t(b) = decode(b) + b / osl x isl x prefill-per-token``
+(each step also prefills the prompts of the sequences that replace finishing ones), so a
+replica serves ``b / (osl x t(b))`` requests/s. The largest ``b`` with ``t(b)`` inside the
+TPOT target gives the replica capacity and ``ceil(qps / capacity)`` replicas; candidates are
+then checked in order of cost with the serving simulation (Poisson arrivals split evenly
+over replicas) and replicas are added until the simulated p99 TTFT and TPOT meet the SLO.
+Replicas = ceil(target QPS / per-replica QPS) is the rule AIConfigurator ``recommend`` and
+Vidur-Search apply (shared/research/inference-anchors.md, section 3 item 11).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from gpuscale.calibrate import Calibration
+from gpuscale.catalog import GPU, Model, get_gpu
+from gpuscale.errors import InputError
+from gpuscale.perf.inference import EngineConfig, StepModel, build_step_model
+from gpuscale.perf.kv import precision_plan
+from gpuscale.sim.serving import EngineLimits, ServingResult, poisson, simulate
+
+SIM_REQUESTS = 1500
+"""Requests per verification simulation (enough for a stable p99 at these loads)."""
+CURVE_LOADS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)
+"""Per-replica load points of the latency-vs-load curve, as fractions of the sized load."""
+MAX_EXTRA_REPLICAS = 6
+
+
+def load_prices(path: Path | None = None) -> dict[str, float]:
+    """USD per GPU-hour by catalog GPU key (``catalog/data/prices.yaml`` or a user file).
+
+    A user file maps GPU names (any catalog alias) to a number or to
+    ``{usd_per_gpu_hour: x}``.
+    """
+    if path is None:
+        text = resources.files("gpuscale.catalog").joinpath("data", "prices.yaml").read_text()
+        where = "prices.yaml"
+    else:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise InputError("--prices", str(path), f"not a readable file ({exc})") from None
+        where = str(path)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError("--prices", where, f"not valid YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InputError("--prices", where, "a mapping of GPU name -> USD per GPU-hour")
+    out: dict[str, float] = {}
+    for name, body in raw.items():
+        v = body.get("usd_per_gpu_hour") if isinstance(body, dict) else body
+        if not isinstance(v, int | float) or v <= 0:
+            raise InputError(f"{where}:{name}", v, "a positive USD per GPU-hour")
+        out[get_gpu(str(name), field=f"{where}:{name}").key] = float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    qps: float
+    ttft_p99_s: float
+    tpot_p99_s: float
+    output_tokens_per_s: float
+    meets_slo: bool
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: str
+    precision: str
+    tp: int
+    replicas: int
+    gpus: int
+    replica_capacity_qps: float
+    """Analytic steady-state capacity of one replica under the TPOT target."""
+    usd_per_hour: float | None
+    usd_per_million_output_tokens: float | None
+    utilization: float
+    """Offered load / analytic capacity of the deployment."""
+    ttft_p99_s: float
+    tpot_p99_s: float
+    max_seqs: int
+    verified: bool
+
+
+@dataclass(frozen=True)
+class SizingResult:
+    best: Candidate
+    considered: list[Candidate]
+    curve: list[CurvePoint]
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_p99_s: float
+    tpot_p99_s: float
+
+
+def _capacity(sm: StepModel, isl: int, osl: int, tpot_s: float) -> float:
+    """Requests/s one replica sustains with steps inside ``tpot_s`` (0 if none)."""
+    bmax = max(sm.memory.max_seqs, 1)
+    b = np.arange(1, bmax + 1, dtype=np.float64)
+    ctx = isl + osl / 2.0
+    per_tok = sm.prefill_time_s(isl) / isl
+    t = sm.decode_time_s_vec(b, np.full_like(b, ctx)) + b / osl * isl * per_tok
+    ok = t <= tpot_s
+    if not ok.any():
+        return 0.0
+    x = np.where(ok, b / (osl * t), 0.0)
+    return float(x.max())
+
+
+def _simulate(sm: StepModel, qps: float, isl: int, osl: int, cal: Calibration,
+              n: int = SIM_REQUESTS) -> ServingResult:
+    eng = sm.engine
+    lim = EngineLimits(eng.max_batch, eng.max_num_tokens, sm.memory.kv_blocks,
+                       sm.memory.block_tokens, eng.chunked_prefill)
+    return simulate(sm, lim, poisson(n, qps, isl, osl, seed=1), cal.inf_request_overhead_s)
+
+
+def size(model: Model, qps: float, isl: int, osl: int, slo: Slo, gpus: list[GPU],
+         cal: Calibration, prices: dict[str, float], precision: str = "auto",
+         engine: EngineConfig | None = None, tps: tuple[int, ...] = tuple(range(1, 9)),
+         ) -> SizingResult:
+    """The cheapest deployment meeting the SLO (fewest GPUs when no price is known)."""
+    for f, v in (("qps", qps), ("input-len", isl), ("output-len", osl),
+                 ("ttft-p99", slo.ttft_p99_s), ("tpot-p99", slo.tpot_p99_s)):
+        if not v > 0 or math.isinf(v):
+            raise InputError(f, v, "a positive, finite value")
+    eng = engine or EngineConfig()
+    screened: list[tuple[float, StepModel, int, float]] = []
+    best_fit: tuple[float, str] | None = None  # (weights per GPU, where) of the largest TP
+    zero_load: list[tuple[float, float, str]] = []  # (ttft0, tpot1, label)
+    for gpu in gpus:
+        prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" \
+            else precision
+        pplan = precision_plan(gpu, prec)
+        for tp in tps:
+            if model.heads % tp:
+                continue
+            sm = build_step_model(model, gpu, pplan, tp, 1, cal, eng, tokens_per_seq=isl + osl)
+            label = f"{gpu.key} {prec} TP{tp}"
+            if not sm.memory.fits:
+                w = sm.memory.weights_bytes
+                if best_fit is None or w < best_fit[0]:
+                    best_fit = (w, f"{w / 1e9:.1f} GB of weights per GPU on {label} "
+                                   f"({gpu.memory_bytes / 1e9:.0f} GB)")
+                continue
+            ttft0 = sm.prefill_time_s(isl) + cal.inf_request_overhead_s
+            tpot1 = sm.decode_time_s(1, isl + osl / 2.0)
+            zero_load.append((ttft0, tpot1, label))
+            if ttft0 > slo.ttft_p99_s or tpot1 > slo.tpot_p99_s:
+                continue
+            cap = _capacity(sm, isl, osl, slo.tpot_p99_s)
+            if cap <= 0:
+                continue
+            reps = max(math.ceil(qps / cap), 1)
+            price = prices.get(gpu.key)
+            cost = reps * tp * (price if price is not None else 1.0)
+            screened.append((cost, sm, reps, cap))
+    if not zero_load:
+        raise InputError("model", model.key, "does not fit on any candidate: "
+                         + (best_fit[1] if best_fit else "no candidate configuration")
+                         + "; try more GPUs per replica, a lower precision or shorter sequences")
+    if not screened:
+        t_best = min(zero_load, key=lambda z: z[0])
+        p_best = min(zero_load, key=lambda z: z[1])
+        if t_best[0] > slo.ttft_p99_s:
+            raise InputError("ttft-p99", f"{slo.ttft_p99_s:g}s",
+                             f"unreachable: even unloaded the fastest prefill ({t_best[2]}) "
+                             f"takes {t_best[0]:.3g}s, "
+                             f"{t_best[0] / slo.ttft_p99_s:.2f}x the target")
+        raise InputError("tpot-p99", f"{slo.tpot_p99_s:g}s",
+                         f"unreachable: even at batch 1 the fastest decode step ({p_best[2]}) "
+                         f"takes {p_best[1]:.3g}s, {p_best[1] / slo.tpot_p99_s:.2f}x the target")
+    screened.sort(key=lambda s: (s[0], s[1].tp))
+    considered: list[Candidate] = []
+    best: Candidate | None = None
+    best_cost = math.inf
+    for cost_lb, sm, reps, cap in screened:
+        if best is not None and cost_lb >= best_cost:
+            break
+        for r in range(reps, reps + MAX_EXTRA_REPLICAS + 1):
+            res = _simulate(sm, qps / r, isl, osl, cal)
+            ok = res.ttft_s.p99 <= slo.ttft_p99_s and res.tpot_s.p99 <= slo.tpot_p99_s
+            cand = _candidate(sm, r, cap, qps, osl, prices, res, ok)
+            if ok:
+                considered.append(cand)
+                c = cand.usd_per_hour if cand.usd_per_hour is not None else float(cand.gpus)
+                if c < best_cost:
+                    best, best_cost = cand, c
+                break
+        else:
+            considered.append(cand)
+    if best is None:
+        worst = considered[0]
+        raise InputError("slo", f"TTFT p99 {slo.ttft_p99_s:g}s, TPOT p99 {slo.tpot_p99_s:g}s",
+                         f"not met under load: best tried {worst.gpu} TP{worst.tp} x "
+                         f"{worst.replicas} gives p99 TTFT {worst.ttft_p99_s:.3g}s, "
+                         f"TPOT {worst.tpot_p99_s:.3g}s")
+    sm_best = next(s[1] for s in screened if s[1].gpu.key == best.gpu and s[1].tp == best.tp)
+    curve = []
+    for load in CURVE_LOADS:
+        q = qps / best.replicas * load
+        res = _simulate(sm_best, q, isl, osl, cal, n=SIM_REQUESTS // 2)
+        curve.append(CurvePoint(q * best.replicas, res.ttft_s.p99, res.tpot_s.p99,
+                                res.output_tokens_per_s * best.replicas,
+                                res.ttft_s.p99 <= slo.ttft_p99_s
+                                and res.tpot_s.p99 <= slo.tpot_p99_s))
+    return SizingResult(best, considered, curve)
+
+
+def _candidate(sm: StepModel, reps: int, cap: float, qps: float, osl: int,
+               prices: dict[str, float], res: ServingResult, ok: bool) -> Candidate:
+    price = prices.get(sm.gpu.key)
+    usd_h = price * reps * sm.tp if price is not None else None
+    tokens_h = qps * osl * 3600.0
+    return Candidate(
+        gpu=sm.gpu.key, precision=sm.precision.name, tp=sm.tp, replicas=reps,
+        gpus=reps * sm.tp, replica_capacity_qps=cap, usd_per_hour=usd_h,
+        usd_per_million_output_tokens=(usd_h / tokens_h * 1e6) if usd_h is not None else None,
+        utilization=qps / (reps * cap), ttft_p99_s=res.ttft_s.p99, tpot_p99_s=res.tpot_s.p99,
+        max_seqs=sm.memory.max_seqs, verified=ok)
