@@ -1,0 +1,1 @@
+"""Real benchmarks on real hardware (torch.distributed); torch is imported lazily."""

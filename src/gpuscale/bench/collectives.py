@@ -1,0 +1,293 @@
+"""nccl-tests-style collective benchmark on torch.distributed (NCCL on GPUs, Gloo on CPU).
+
+    torchrun --nproc-per-node N -m gpuscale.bench.collectives -b 8 -e 1G -f 2 -o all_reduce \
+        [-c 1] [-n 20] [-w 5] [-d float32] [-r 0] [--json FILE]
+
+Same flags, columns and formulas as nccl-tests (size, count, type, redop, root, then time
+in us, algbw, busbw and #wrong for out-of-place and in-place; the ``# Avg bus bandwidth``
+footer is the mean of every printed busbw). Time is the mean of ``-n`` iterations after
+``-w`` warm-up ones, averaged over ranks (nccl-tests' default ``-a 1``). ``-c 1`` checks a
+separate, untimed call of each variant against values computed on the host.
+
+torch has no out-of-place all-reduce, broadcast or reduce and no in-place all-to-all or
+send/recv: those variants copy through a temporary buffer inside the timed region, and the
+header says so. Where the backend lacks an op (Gloo: reduce-scatter in some torch builds)
+it is emulated by all-reduce + slice and labelled ``emulated``; its bandwidth then is not
+the op's. torch is imported here only; the rest of gpuscale runs without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gpuscale.bench.sweep import (
+    DTYPE_BYTES,
+    HEADER,
+    NCCL_TYPE,
+    REDUCING,
+    ROOTED,
+    Row,
+    avg_busbw,
+    bandwidths,
+    count_for,
+    format_row,
+    parse_size,
+    row_size,
+    size_sweep,
+)
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import OPS
+
+Call = Callable[[], None]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gpuscale.bench.collectives", description=__doc__)
+    ap.add_argument("-b", "--minbytes", default="32M")
+    ap.add_argument("-e", "--maxbytes", default="32M")
+    ap.add_argument("-f", "--stepfactor", type=float, default=2.0)
+    ap.add_argument("-o", "--op", default="all_reduce", help=f"one of {', '.join(OPS)}")
+    ap.add_argument("-d", "--datatype", default="float32")
+    ap.add_argument("-r", "--root", type=int, default=0)
+    ap.add_argument("-n", "--iters", type=int, default=20)
+    ap.add_argument("-w", "--warmup_iters", type=int, default=5)
+    ap.add_argument("-c", "--check", type=int, default=1)
+    ap.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    ap.add_argument("--json", type=Path, default=None, help="write the results as JSON")
+    return ap
+
+
+def _check_args(a: argparse.Namespace) -> tuple[list[int], int]:
+    if a.op not in OPS:
+        raise InputError("-o/--op", a.op, f"one of {', '.join(OPS)}")
+    if a.datatype not in DTYPE_BYTES:
+        raise InputError("-d/--datatype", a.datatype, f"one of {', '.join(DTYPE_BYTES)}")
+    if a.iters < 1:
+        raise InputError("-n/--iters", a.iters, "at least 1")
+    if a.warmup_iters < 0:
+        raise InputError("-w/--warmup_iters", a.warmup_iters, "0 or more")
+    sizes = size_sweep(parse_size(a.minbytes, "-b/--minbytes"),
+                       parse_size(a.maxbytes, "-e/--maxbytes"), a.stepfactor)
+    return sizes, DTYPE_BYTES[a.datatype]
+
+
+class _Bench:
+    """Buffers and calls for one op and one count on this rank."""
+
+    def __init__(self, torch: Any, dist: Any, op: str, count: int, n: int, rank: int,
+                 root: int, dtype: Any, device: Any) -> None:
+        self.t, self.d, self.op, self.c, self.n, self.rank, self.root = (
+            torch, dist, op, count, n, rank, root)
+        self.dtype, self.device = dtype, device
+        self.emulated = False
+        total = count * n if op in ("all_gather", "reduce_scatter", "all_to_all") else count
+        self.send_len = count * n if op in ("reduce_scatter", "all_to_all") else count
+        self.recv_len = total if op in ("all_gather", "all_to_all") else count
+        self.send = torch.empty(self.send_len, dtype=dtype, device=device)
+        self.recv = torch.empty(self.recv_len, dtype=dtype, device=device)
+        self.buf = torch.empty(max(self.send_len, self.recv_len), dtype=dtype, device=device)
+
+    # --- data and expected values (exact in every dtype for small n) -------------------
+    def _pattern(self, length: int, offset: int = 0) -> Any:
+        return (self.t.arange(offset, offset + length, device=self.device) % 3).to(self.dtype)
+
+    def fill(self, target: Any) -> None:
+        r, n, c = self.rank, self.n, self.c
+        if self.op == "all_to_all":
+            for j in range(n):
+                target[j * c:(j + 1) * c] = self._pattern(c) + (r * n + j)
+        else:
+            target[: self.send_len] = self._pattern(self.send_len) + (r + 1)
+
+    def expected(self) -> Any:
+        n, c, r = self.n, self.c, self.rank
+        total = n * (n + 1) // 2
+        if self.op in ("all_reduce", "reduce"):
+            return self._pattern(c) * n + total
+        if self.op == "reduce_scatter":
+            return self._pattern(c, r * c) * n + total
+        if self.op == "all_gather":
+            return self.t.cat([self._pattern(c) + (j + 1) for j in range(n)])
+        if self.op == "broadcast":
+            return self._pattern(c) + (self.root + 1)
+        if self.op == "all_to_all":
+            return self.t.cat([self._pattern(c) + (j * n + r) for j in range(n)])
+        return self._pattern(c) + ((r - 1) % n + 1)  # send_recv
+
+    # --- the calls -------------------------------------------------------------------
+    def _rs(self, out: Any, inp: Any) -> None:
+        if not self.emulated:
+            try:
+                self.d.reduce_scatter_tensor(out, inp)
+                return
+            except (RuntimeError, NotImplementedError, ValueError):
+                self.emulated = True
+        tmp = inp.clone()
+        self.d.all_reduce(tmp)
+        out.copy_(tmp[self.rank * self.c:(self.rank + 1) * self.c])
+
+    def _sendrecv(self, out: Any, inp: Any) -> None:
+        n, r = self.n, self.rank
+        ops = [self.d.P2POp(self.d.isend, inp, (r + 1) % n),
+               self.d.P2POp(self.d.irecv, out, (r - 1) % n)]
+        for w in self.d.batch_isend_irecv(ops):
+            w.wait()
+
+    def calls(self) -> tuple[Call, Call, Any, Any]:
+        """(out-of-place call, in-place call, out-of-place result, in-place result)."""
+        d, c, r, s, rv, b = self.d, self.c, self.rank, self.send, self.recv, self.buf
+        op = self.op
+        if op == "all_reduce":
+            return (lambda: (rv.copy_(s), d.all_reduce(rv)) and None,
+                    lambda: d.all_reduce(b[:c]) and None, rv, b[:c])
+        if op == "broadcast":
+            return (lambda: (rv.copy_(s), d.broadcast(rv, src=self.root)) and None,
+                    lambda: d.broadcast(b[:c], src=self.root) and None, rv, b[:c])
+        if op == "reduce":
+            return (lambda: (rv.copy_(s), d.reduce(rv, dst=self.root)) and None,
+                    lambda: d.reduce(b[:c], dst=self.root) and None, rv, b[:c])
+        if op == "all_gather":
+            return (lambda: d.all_gather_into_tensor(rv, s) and None,
+                    lambda: d.all_gather_into_tensor(b, b[r * c:(r + 1) * c]) and None, rv, b)
+        if op == "reduce_scatter":
+            return (lambda: self._rs(rv, s), lambda: self._rs(b[r * c:(r + 1) * c], b),
+                    rv, b[r * c:(r + 1) * c])
+        if op == "all_to_all":
+            return (lambda: d.all_to_all_single(rv, s) and None,
+                    lambda: d.all_to_all_single(b, b.clone()) and None, rv, b)
+        return (lambda: self._sendrecv(rv, s), lambda: self._sendrecv(b[:c], b[:c].clone()),
+                rv, b[:c])
+
+    def prepare(self, in_place: bool) -> None:
+        self.fill(self.send)
+        if in_place:
+            if self.op in ("all_gather",):
+                self.buf[self.rank * self.c:(self.rank + 1) * self.c] = self._pattern(self.c) + (
+                    self.rank + 1)
+            else:
+                self.fill(self.buf)
+
+    def wrong(self, result: Any) -> int:
+        if self.op == "reduce" and self.rank != self.root:
+            return 0
+        exp = self.expected()
+        return int((result[: exp.numel()] != exp).sum().item())
+
+
+def _time(torch: Any, call: Call, iters: int, warmup: int, cuda: bool) -> float:
+    for _ in range(warmup):
+        call()
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        call()
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def run(argv: list[str] | None = None) -> dict[str, Any]:
+    a = build_parser().parse_args(argv)
+    sizes, tbytes = _check_args(a)
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available() and a.backend != "gloo"
+    backend = a.backend if a.backend != "auto" else ("nccl" if cuda else "gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=backend)
+    try:
+        return _sweep(a, torch, dist, sizes, tbytes, backend, device, cuda)
+    finally:
+        dist.destroy_process_group()
+
+
+def _sweep(a: argparse.Namespace, torch: Any, dist: Any, sizes: list[int], tbytes: int,
+           backend: str, device: Any, cuda: bool) -> dict[str, Any]:
+    n, rank = dist.get_world_size(), dist.get_rank()
+    if not 0 <= a.root < n:
+        raise InputError("-r/--root", a.root, f"0..{n - 1}")
+    dtype = getattr(torch, a.datatype if a.datatype in ("float32", "float16", "bfloat16",
+                                                        "float64", "int32", "int64", "int8",
+                                                        "uint8") else
+                    {"float": "float32", "half": "float16", "double": "float64"}[a.datatype])
+    redop = "sum" if a.op in REDUCING else "none"
+    root = a.root if a.op in ROOTED else -1
+    rows: list[Row] = []
+    emulated = False
+    say = print if rank == 0 else (lambda *_a, **_k: None)
+    say(f"# gpuscale.bench.collectives: op {a.op}, {n} ranks, backend {backend}, "
+        f"torch {torch.__version__}, device {device.type}")
+    say(f"# iters {a.iters} warmup {a.warmup_iters} check {a.check} dtype {a.datatype}")
+    if a.op in ("all_reduce", "broadcast", "reduce"):
+        say("# out-of-place = copy to the receive buffer + in-place call (torch has no "
+            "out-of-place form); the copy is timed")
+    if a.op in ("all_to_all", "send_recv"):
+        say("# in-place = the call from a temporary copy of the buffer (timed)")
+    say(HEADER)
+    for size in sizes:
+        count = count_for(a.op, size, n, tbytes)
+        if count < 1:
+            continue
+        b = _Bench(torch, dist, a.op, count, n, rank, a.root, dtype, device)
+        oop, inp, oop_res, ip_res = b.calls()
+        res: list[tuple[float, int]] = []
+        for call, result, in_place in ((oop, oop_res, False), (inp, ip_res, True)):
+            wrong = -1
+            if a.check:
+                b.prepare(in_place)
+                call()
+                wrong = b.wrong(result)
+            b.prepare(in_place)
+            t = _time(torch, call, a.iters, a.warmup_iters, cuda)
+            stats = torch.tensor([t, float(max(wrong, 0))], dtype=torch.float64, device=device)
+            dist.all_reduce(stats)
+            res.append((float(stats[0].item()) / n, int(stats[1].item()) if a.check else -1))
+        emulated = emulated or b.emulated
+        sz = row_size(a.op, count, n, tbytes)
+        (t_o, w_o), (t_i, w_i) = res
+        alg_o, bus_o = bandwidths(a.op, sz, t_o, n)
+        alg_i, bus_i = bandwidths(a.op, sz, t_i, n)
+        row = Row(sz, count, NCCL_TYPE[a.datatype], redop, root, t_o * 1e6, alg_o, bus_o, w_o,
+                  t_i * 1e6, alg_i, bus_i, w_i)
+        rows.append(row)
+        say(format_row(row))
+    wrong_total = sum(max(r.oop_wrong, 0) + max(r.ip_wrong, 0) for r in rows)
+    if emulated:
+        say(f"# {a.op} emulated: {backend} lacks it; all_reduce + slice (bandwidth is not the op's)")
+    say(f"# Out of bounds values : {wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}")
+    avg = avg_busbw(rows)
+    say(f"# Avg bus bandwidth    : {avg:g} ")
+    out = {"op": a.op, "ranks": n, "backend": backend, "device": device.type,
+           "dtype": a.datatype, "iters": a.iters, "warmup_iters": a.warmup_iters,
+           "check": a.check, "emulated": emulated, "torch": str(torch.__version__),
+           "rows": [asdict(r) for r in rows], "wrong_total": wrong_total,
+           "avg_busbw_GBps": avg}
+    if rank == 0 and a.json is not None:
+        a.json.write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        out = run(argv)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(0 if out["wrong_total"] == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""nccl-tests conventions without torch: size sweep, counts, bandwidths, row layout.
+
+Shared by the benchmark (:mod:`gpuscale.bench.collectives`) and the model's table
+(``gpuscale comm estimate``) so both print the same columns. Sources: NVIDIA/nccl-tests
+``README.md`` (flags), ``doc/PERFORMANCE.md`` (algbw, busbw), ``src/*.cu`` ``*GetBw`` and
+``GetCollByteCount`` (what ``size`` and ``count`` mean per collective).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import OPS, busbw_factor, check_op
+
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "float": 4, "float16": 2, "half": 2,
+                               "bfloat16": 2, "float64": 8, "double": 8, "int32": 4,
+                               "int64": 8, "int8": 1, "uint8": 1}
+NCCL_TYPE: dict[str, str] = {"float32": "float", "float": "float", "float16": "half",
+                             "half": "half", "bfloat16": "bfloat16", "float64": "double",
+                             "double": "double", "int32": "int32", "int64": "int64",
+                             "int8": "int8", "uint8": "uint8"}
+ROOTED = ("broadcast", "reduce")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+PER_RANK_TOTAL = ("all_gather", "reduce_scatter", "all_to_all")
+"""Ops whose nccl-tests ``size`` is the whole n-rank buffer (count is per rank)."""
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
+_MULT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: str, field: str) -> int:
+    """nccl-tests sizes: '8', '64K', '1M', '8G' are powers of 1024 (as its -b/-e flags)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise InputError(field, text, "a byte count such as 8, 64K, 1M or 8G (K/M/G = 1024^n)")
+    value = float(m.group(1)) * _MULT[m.group(2).upper()]
+    if value <= 0:
+        raise InputError(field, text, "a positive byte count")
+    return int(value)
+
+
+def size_sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """-b .. -e multiplying by -f, as nccl-tests does (both ends included when reached)."""
+    if min_bytes > max_bytes:
+        raise InputError("-b/--minbytes", min_bytes, f"at most -e/--maxbytes ({max_bytes})")
+    if not factor > 1:
+        raise InputError("-f/--stepfactor", factor, "a multiplication factor greater than 1")
+    out, s = [], float(min_bytes)
+    while s <= max_bytes:
+        out.append(int(s))
+        s *= factor
+    return out
+
+
+def count_for(op: str, size_bytes: int, n: int, type_bytes: int) -> int:
+    """nccl-tests ``count`` for a row of ``size_bytes`` (per-rank count for AG/RS/A2A)."""
+    check_op(op)
+    per = size_bytes // type_bytes
+    return per // n if op in PER_RANK_TOTAL else per
+
+
+def row_size(op: str, count: int, n: int, type_bytes: int) -> int:
+    """The size a row prints for ``count`` (rounded like nccl-tests)."""
+    return count * type_bytes * (n if op in PER_RANK_TOTAL else 1)
+
+
+def bandwidths(op: str, size_bytes: float, time_s: float, n: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s = 1e9 B/s, nccl-tests PERFORMANCE.md."""
+    if time_s <= 0:
+        return 0.0, 0.0
+    alg = size_bytes / time_s / 1e9
+    return alg, alg * float(busbw_factor(op, n))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One printed nccl-tests row (one size), out-of-place and in-place halves."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    oop_time_us: float
+    oop_algbw: float
+    oop_busbw: float
+    oop_wrong: int
+    ip_time_us: float
+    ip_algbw: float
+    ip_busbw: float
+    ip_wrong: int
+
+
+HEADER = ("#\n#                                                              out-of-place"
+          "                       in-place\n"
+          "#       size         count      type   redop    root     time   algbw   busbw"
+          " #wrong     time   algbw   busbw #wrong\n"
+          "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+          "            (us)  (GB/s)  (GB/s)")
+
+
+def _wrong(w: int) -> str:
+    return "N/A" if w < 0 else str(w)
+
+
+def format_row(r: Row) -> str:
+    return (f"{r.size_bytes:12d}  {r.count:12d}  {r.dtype:>8s}  {r.redop:>6s}  {r.root:6d}  "
+            f"{r.oop_time_us:7.2f}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  {_wrong(r.oop_wrong):>5s}  "
+            f"{r.ip_time_us:7.2f}  {r.ip_algbw:6.2f}  {r.ip_busbw:6.2f}  {_wrong(r.ip_wrong):>5s}")
+
+
+def avg_busbw(rows: list[Row]) -> float:
+    """nccl-tests' footer: mean busbw over every printed value, in- and out-of-place."""
+    vals = [v for r in rows for v in (r.oop_busbw, r.ip_busbw)]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def op_names() -> tuple[str, ...]:
+    return OPS
