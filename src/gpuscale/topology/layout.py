@@ -121,8 +121,8 @@ def plan_layout(spec: ClusterSpec) -> Layout:
     if spec.tiers == 2:
         if n_leaves > k:
             raise InputError("topology.tiers", 2,
-                             f"3: {n_leaves} leaves exceed the {k} a 2-tier tree of {k}-port "
-                             f"switches can join")
+                             f"3 ({n_leaves} leaves exceed the {k} that a 2-tier tree of "
+                             f"{k}-port switches can join)")
         sus_per_pod = len(sus)
         spine_down_max = k
     else:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from gpuscale.catalog import System, get_system
-from gpuscale.errors import InputError
+from gpuscale.errors import InputError, closest
 from gpuscale.perf.comm import Fabric
 from gpuscale.topology.fabrics import FabricTech, Switch, check_switch_for, get_fabric, get_switch
 
@@ -113,7 +113,8 @@ _VALID: dict[str, str] = {
 
 def _input_error(exc: ValidationError, raw: dict[str, Any]) -> InputError:
     """The first pydantic error as an InputError on the dotted YAML path."""
-    e = exc.errors()[0]
+    errs = exc.errors()
+    e = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])  # typos first
     loc = [str(p) for p in e["loc"] if not isinstance(p, int)]
     field = ".".join(loc) or "cluster"
     value: object = e.get("input")
@@ -125,7 +126,10 @@ def _input_error(exc: ValidationError, raw: dict[str, Any]) -> InputError:
                           f"required in {parent or 'the cluster spec'}: {', '.join(required)}")
     if e["type"] == "extra_forbidden":
         model = _SECTIONS.get(".".join(loc[:-1]), ClusterIn)
-        return InputError(field, value, f"unknown key; valid keys: {', '.join(model.model_fields)}")
+        near = closest(loc[-1], model.model_fields, n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        return InputError(field, value,
+                          f"unknown key; {hint}valid keys: {', '.join(model.model_fields)}")
     return InputError(field, value, _VALID.get(field, e["msg"]))
 
 
