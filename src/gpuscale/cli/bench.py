@@ -1,7 +1,105 @@
-"""`gpuscale bench` commands."""
+"""`gpuscale bench collectives`: run the nccl-tests-style benchmark under torchrun.
+
+It launches ``python -m torch.distributed.run --nproc-per-node N -m
+gpuscale.bench.collectives ...`` (same flags), and with ``--model cluster.yaml`` (or
+``--system NAME --nodes N``) prints each measured row next to the model's prediction.
+"""
 
 from __future__ import annotations
 
+import json as jsonlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
+from gpuscale.cli._common import load_calibration
+from gpuscale.errors import InputError
+
 app = typer.Typer(no_args_is_help=True)
+
+
+def launch(nproc: int, args: list[str], json_path: Path) -> int:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "-m", "gpuscale.bench.collectives", *args, "--json", str(json_path)]
+    return subprocess.call(cmd)
+
+
+def compare(measured: dict[str, Any], fabric: Any, cal: Any) -> list[dict[str, Any]]:
+    """Measured (out-of-place) next to predicted, per size."""
+    from gpuscale.cli.comm import model_rows
+
+    op, n = measured["op"], int(measured["ranks"])
+    sizes = [int(r["size_bytes"]) for r in measured["rows"]]
+    pred = {r["size_bytes"]: r for r in model_rows(op, n, sizes, fabric, cal, measured["dtype"])}
+    out = []
+    for r in measured["rows"]:
+        p = pred.get(int(r["size_bytes"]))
+        out.append({"size_bytes": r["size_bytes"], "measured_time_us": r["oop_time_us"],
+                    "predicted_time_us": None if p is None else p["time_us"],
+                    "measured_busbw_GBps": r["oop_busbw"],
+                    "predicted_busbw_GBps": None if p is None else p["busbw_GBps"],
+                    "predicted_algorithm": None if p is None else p["algorithm"]})
+    return out
+
+
+@app.command("collectives")
+def collectives(
+    nproc: Annotated[int, typer.Option("--nproc", "-N", help="Processes (GPUs) to launch.")] = 2,
+    op: Annotated[str, typer.Option("-o", "--op")] = "all_reduce",
+    minbytes: Annotated[str, typer.Option("-b", "--minbytes")] = "8",
+    maxbytes: Annotated[str, typer.Option("-e", "--maxbytes")] = "1M",
+    factor: Annotated[float, typer.Option("-f", "--stepfactor")] = 2.0,
+    iters: Annotated[int, typer.Option("-n", "--iters")] = 20,
+    warmup: Annotated[int, typer.Option("-w", "--warmup_iters")] = 5,
+    check: Annotated[int, typer.Option("-c", "--check")] = 1,
+    datatype: Annotated[str, typer.Option("-d", "--datatype")] = "float32",
+    backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo")] = "auto",
+    model: Annotated[Path | None, typer.Option("--model", help="Cluster YAML to predict with.")] = None,
+    system: Annotated[str | None, typer.Option("--system", help="Catalog system to predict with.")] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes")] = None,
+    json: Annotated[Path | None, typer.Option("--json", help="Write results (and model) as JSON.")] = None,
+    calibration: Annotated[Path | None, typer.Option("--calibration")] = None,
+) -> None:
+    """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
+    from gpuscale.bench.sweep import parse_size, size_sweep
+    from gpuscale.perf.comm import check_op
+
+    check_op(op)
+    if nproc < 1:
+        raise InputError("--nproc", nproc, "at least 1 process")
+    size_sweep(parse_size(minbytes, "-b/--minbytes"), parse_size(maxbytes, "-e/--maxbytes"), factor)
+    fabric = None
+    if model is not None or system is not None:
+        from gpuscale.cli.comm import resolve_fabric
+
+        fabric = resolve_fabric(model, system, nodes)
+        if nproc > fabric.total_gpus:
+            raise InputError("--nproc", nproc, f"at most the model cluster's {fabric.total_gpus} GPUs")
+    args = ["-b", minbytes, "-e", maxbytes, "-f", str(factor), "-o", op, "-n", str(iters),
+            "-w", str(warmup), "-c", str(check), "-d", datatype, "--backend", backend]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.json"
+        rc = launch(nproc, args, path)
+        if not path.is_file():
+            raise typer.Exit(rc or 1)
+        measured = jsonlib.loads(path.read_text())
+    result: dict[str, Any] = {"measured": measured}
+    if fabric is not None:
+        rows = compare(measured, fabric, load_calibration(calibration))
+        result["versus_model"] = rows
+        print("# measured (out-of-place) vs gpuscale model")
+        print("#       size   meas. us   model us  meas. busbw  model busbw  model algo")
+        for r in rows:
+            pt = r["predicted_time_us"]
+            pb = r["predicted_busbw_GBps"]
+            print(f"{r['size_bytes']:12d}  {r['measured_time_us']:9.2f}  "
+                  f"{'' if pt is None else f'{pt:9.2f}':>9s}  {r['measured_busbw_GBps']:11.2f}  "
+                  f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}")
+    if json is not None:
+        json.write_text(jsonlib.dumps(result, indent=2) + "\n")
+    if rc != 0:
+        raise typer.Exit(rc)
