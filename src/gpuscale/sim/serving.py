@@ -175,6 +175,8 @@ class ServingResult:
             "input_tokens_per_s": self.input_tokens_per_s,
             "requests_per_s": self.requests_per_s, "mean_batch": self.mean_batch,
             "iterations": self.iterations,
+            "prompt_tokens_processed": self.prompt_tokens_processed,
+            "tokens_generated": self.tokens_generated,
         }
 
 
