@@ -1,0 +1,103 @@
+"""Fit the training-model constants on a validation file as a whole.
+
+    python -m gpuscale.calibrate.fit_training --runs shared/validation/training_runs.csv
+
+Minimises the mean absolute log error of all scored rows together over a handful of
+physically meaningful constants (GEMM and attention efficiency, HBM efficiency, the FP8
+speed-up, DP overlap and fixed per-micro-batch / per-step costs), within physical bounds.
+Plans of rows with unstated degrees are re-chosen after each round. Writes the fitted keys
+into ``calibration.json`` (other keys are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from gpuscale.calibrate.calibration import Calibration, default_calibration
+from gpuscale.validate.training import PreparedRow, Skip, choose_plan, predict, prepare
+from gpuscale.validate.report import read_rows
+
+# constant -> (lower, upper) physical bounds
+BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_eff_max": (0.45, 0.95),
+    "gemm_half_dim": (16.0, 1024.0),
+    "attn_eff": (0.2, 0.8),
+    "hbm_eff": (0.5, 0.95),
+    "fp8_gemm_speedup": (1.1, 2.0),
+    "dp_overlap": (0.0, 1.0),
+    "microbatch_overhead_s": (0.0, 0.02),
+    "step_overhead_s": (0.0, 1.0),
+}
+
+
+def _rows(path: Path) -> list[PreparedRow]:
+    from gpuscale.validate.training import REQUIRED
+
+    out = []
+    for lineno, row in read_rows(path, REQUIRED):
+        try:
+            pr = prepare(row, f"{path.name}:line {lineno}")
+        except Skip:
+            continue
+        if pr.target == "excluded" or (pr.convention == "unspecified"
+                                       and pr.target != "tokens_per_s_per_gpu"):
+            continue
+        out.append(pr)
+    return out
+
+
+def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
+    from scipy.optimize import minimize
+
+    rows = _rows(path)
+    cal = default_calibration()
+    names = list(BOUNDS)
+    lo = np.array([BOUNDS[n][0] for n in names])
+    hi = np.array([BOUNDS[n][1] for n in names])
+    err = float("nan")
+    for _ in range(rounds):
+        plans = []
+        for pr in rows:
+            try:
+                plans.append(choose_plan(pr, cal)[0])
+            except Skip:
+                plans.append(None)
+        pairs = [(pr, pl) for pr, pl in zip(rows, plans, strict=True) if pl is not None]
+
+        def loss(x: np.ndarray) -> float:
+            xc = np.clip(x, 0.0, 1.0)
+            c = cal.replace(**dict(zip(names, lo + xc * (hi - lo), strict=True)))
+            e = [abs(np.log(predict(pr, pl, c) / pr.measured)) for pr, pl in pairs]
+            return float(np.mean(e)) + 10.0 * float(np.sum((x - xc) ** 2))
+
+        x0 = np.array([(getattr(cal, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
+        res = minimize(loss, np.clip(x0, 0, 1), method="Powell",
+                       options={"maxiter": 4000, "xtol": 1e-3, "ftol": 1e-5})
+        xc = np.clip(res.x, 0.0, 1.0)
+        cal = cal.replace(**dict(zip(names, lo + xc * (hi - lo), strict=True)))
+        err = float(res.fun)
+    return cal, err
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--runs", type=Path, required=True)
+    ap.add_argument("--out", type=Path,
+                    default=Path(__file__).with_name("calibration.json"))
+    args = ap.parse_args()
+    cal, err = fit(args.runs)
+    data = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    for n in BOUNDS:
+        data[n] = round(float(getattr(cal, n)), 6)
+    args.out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    print(f"mean |log error| {err:.4f}; wrote {', '.join(BOUNDS)} to {args.out}")
+    for n in BOUNDS:
+        print(f"  {n} = {getattr(cal, n):.6g}")
+
+
+if __name__ == "__main__":
+    main()

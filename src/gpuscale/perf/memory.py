@@ -1,0 +1,159 @@
+"""Memory per GPU of a training plan: weights, gradients, optimizer states, activations.
+
+Bytes per parameter with mixed-precision Adam (ZeRO paper, arXiv 1910.02054; Megatron
+``theoretical_memory_usage.py``), d = data-parallel sharding group (DP x CP):
+  none (Megatron DDP, fp32 main grads): 2 + 4 + 12        = 18
+  dist-opt (Megatron distributed opt.): 2 + 4 + 12/d
+  zero1:                                2 + 2 + 12/d
+  zero2:                                2 + (2 + 12)/d
+  zero3 / FSDP:                         (2 + 2 + 12)/d
+FP8 training keeps an extra 1-byte copy of each weight (Transformer Engine).
+
+Activations per layer and micro-batch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2,
+generalised to GQA and gated MLPs), s = sequence per GPU, b = micro-batch, t = TP:
+  replicated across TP unless sequence parallel: 10 s b h (2 norms' inputs 4, attention and
+  MLP inputs 4, two dropout masks 2);
+  split across TP: s b (4 q + 4 kv) (Q, K, V, output-projection input) and the MLP's
+  4 f (6 f when gated) (activation input and output);
+  attention scores 5 a s^2 b / t without flash attention and without selective recompute;
+  full recompute keeps only each layer's input, 2 s b h (/t with SP).
+GPT with f = 4h and MHA gives 34 s b h + 5 a s^2 b, the paper's figure.
+The first pipeline stage holds p micro-batches in flight (x (1 + (p-1)/(p v)) interleaved).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuscale.calibrate import Calibration
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.transformer import attn_dims, embedding_params, layer_shapes
+
+FloatArray = FloatArrayT
+
+# bytes per parameter: (weights, gradients, optimizer states, sharded parts divided by d)
+# columns: weights, grads, optimizer; each as (unsharded, sharded) byte counts
+_BYTES = {
+    0: ((2, 0), (4, 0), (12, 0)),
+    1: ((2, 0), (4, 0), (0, 12)),
+    2: ((2, 0), (2, 0), (0, 12)),
+    3: ((2, 0), (0, 2), (0, 12)),
+    4: ((0, 2), (0, 2), (0, 12)),
+}
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU on the most loaded pipeline stage, one array element per plan."""
+
+    weights: FloatArray
+    gradients: FloatArray
+    optimizer: FloatArray
+    activations: FloatArray
+    buffers: FloatArray
+    """Communication buffers, unsharded ZeRO-3 layers, CUDA/NCCL workspaces."""
+    capacity: float
+
+    @property
+    def total(self) -> FloatArray:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.buffers
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.total <= self.capacity
+
+    @property
+    def headroom(self) -> FloatArray:
+        """capacity - total: negative means the plan is short by that many bytes."""
+        return self.capacity - self.total
+
+
+def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(dense, expert, per_layer_dense) parameters held by one GPU of the first stage.
+
+    Dense parameters are split by TP, routed experts by EP x TP (expert TP = TP, as in
+    Megatron-Core's default). The first stage also holds the input embedding; the output
+    layer sits on the last stage, which for memory is the same size or smaller.
+    """
+    m = w.model
+    s = layer_shapes(m)
+    tp = p.tp.astype(np.float64)
+    layers_stage = np.ceil(m.layers / p.pp)
+    moe_frac = m.moe_layers / m.layers
+    dense_per_layer = (s.attn + s.shared) / tp + s.norms + s.router + (1 - moe_frac) * s.mlp_dense / tp
+    expert_per_layer = moe_frac * m.num_experts * s.expert / (tp * p.ep)
+    emb = embedding_params(m)
+    emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
+    dense = layers_stage * dense_per_layer + emb_stage
+    expert = layers_stage * expert_per_layer
+    return dense, expert, dense_per_layer + expert_per_layer
+
+
+def activation_bytes_per_layer(
+    w: Workload, p: Plans, seq_len: float | None = None
+) -> FloatArray:
+    """Activation bytes one layer stores for one micro-batch on one GPU (16-bit)."""
+    m = w.model
+    s = (w.seq_len if seq_len is None else seq_len) / p.cp
+    b = p.mbs.astype(np.float64)
+    h = float(m.hidden)
+    t = p.tp.astype(np.float64)
+    q, kv = attn_dims(m)
+    if m.mla is not None:
+        q = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+        kv = m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) // 2
+    mlp_mult = 6.0 if m.gated_mlp else 4.0
+    moe_frac = m.moe_layers / m.layers
+    f_dense = float(m.dense_ffn_hidden)
+    f_moe = float(m.top_k * m.ffn_hidden + m.shared_experts * m.ffn_hidden)
+    mlp = (1 - moe_frac) * mlp_mult * f_dense + moe_frac * (mlp_mult * f_moe + 2 * m.top_k * h)
+    replicated = 10.0 * s * b * h
+    split = s * b * (4.0 * q + 4.0 * kv + mlp)
+    scores = 5.0 * m.heads * s * s * b
+    no_scores = p.recompute >= 1
+    if w.flash_attention:
+        no_scores = np.ones_like(no_scores)
+    act = np.where(p.sp, (replicated + split) / t, replicated + split / t)
+    act = act + np.where(no_scores, 0.0, scores / t)
+    full = np.where(p.sp, 2.0 * s * b * h / t, 2.0 * s * b * h)
+    return np.where(p.recompute == 2, full, act)
+
+
+def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown:
+    m = w.model
+    dense, expert, per_layer = params_per_gpu(w, p)
+    d = (p.dp * p.cp).astype(np.float64)
+    d_exp = np.maximum(d / p.ep, 1.0)
+    cols = []
+    for j in range(3):
+        un = np.select([p.sharding == k for k in _BYTES], [_BYTES[k][j][0] for k in _BYTES])
+        sh = np.select([p.sharding == k for k in _BYTES], [_BYTES[k][j][1] for k in _BYTES])
+        cols.append(dense * (un + sh / d) + expert * (un + sh / d_exp))
+    weights, grads, opt = cols
+    if w.precision == "fp8":
+        weights = weights + (dense + expert) * 1.0
+    # activations in flight on the first stage
+    layers_stage = np.ceil(m.layers / p.pp)
+    mb = p.microbatches(w).astype(np.float64)
+    in_flight = np.minimum(mb, p.pp.astype(np.float64))
+    interleave = np.where(p.vpp > 1, 1.0 + (p.pp - 1) / (p.pp * p.vpp), 1.0)
+    per_layer_act = activation_bytes_per_layer(w, p)
+    first = per_layer_act * layers_stage * in_flight * interleave
+    # full recompute re-materialises one layer's activations at a time
+    one_layer = activation_bytes_per_layer(w, Plans.of(**{**_cols(p), "recompute": 0}))
+    first = first + np.where(p.recompute == 2, one_layer, 0.0)
+    # output layer and loss (fp32 logits) when the last stage is also the first
+    s_loc = w.seq_len / p.cp
+    logits = 4.0 * s_loc * p.mbs * m.vocab / p.tp
+    acts = (first + np.where(p.pp == 1, logits, 0.0)) * cal.mem_activation_overhead
+    # ZeRO-3 gathers a layer's full 16-bit weights (and its gradients) while computing it,
+    # with one more prefetched: 2 layers x (2 + 2) bytes per parameter
+    zero3 = np.where(p.sharding == 4, 2.0 * per_layer * 4.0, 0.0)
+    buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
+    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.gpu.memory_bytes)
+
+
+def _cols(p: Plans) -> dict[str, np.ndarray]:
+    return {k: getattr(p, k) for k in p.__dataclass_fields__}

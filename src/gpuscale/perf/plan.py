@@ -1,0 +1,190 @@
+"""Training workloads and parallelism plans, as arrays so many plans evaluate at once.
+
+A :class:`Plans` holds one NumPy array per parallelism knob; index ``i`` across the
+arrays is one candidate plan. Degrees follow Megatron-LM's rank order (TP innermost, then
+CP, DP, PP outermost); EP is carved out of the DP x CP ranks, as in Megatron-Core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscale.catalog import GPU, Model, System, check_precision
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric
+
+IntArray = NDArray[np.int64]
+FloatArrayT = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+RECOMPUTE = ("none", "selective", "full")
+"""Activation recomputation: none, selective (core attention, Korthikanti et al.), full."""
+SHARDING = ("none", "dist-opt", "zero1", "zero2", "zero3")
+"""Optimizer/gradient/parameter sharding over data parallel: Megatron DDP, Megatron's
+distributed optimizer, DeepSpeed ZeRO stages 1-3 (ZeRO-3 = FSDP full sharding)."""
+TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training job on one kind of cluster."""
+
+    model: Model
+    gpu: GPU
+    system: System
+    fabric: Fabric
+    num_gpus: int
+    seq_len: int
+    global_batch: int
+    """Sequences per iteration."""
+    precision: str = "bf16"
+    flash_attention: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpus", "seq_len", "global_batch"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise InputError(name.replace("_", "-"), v, "a positive integer")
+        if self.precision not in TRAIN_PRECISIONS:
+            raise InputError("precision", self.precision, f"one of {', '.join(TRAIN_PRECISIONS)}")
+        check_precision(self.gpu, self.precision)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+@dataclass(frozen=True)
+class Plans:
+    """Candidate plans, one array element per plan."""
+
+    tp: IntArray
+    pp: IntArray
+    dp: IntArray
+    cp: IntArray
+    ep: IntArray
+    vpp: IntArray
+    mbs: IntArray
+    sp: BoolArray
+    recompute: IntArray
+    """Index into :data:`RECOMPUTE`."""
+    sharding: IntArray
+    """Index into :data:`SHARDING`."""
+    tp_overlap: BoolArray
+    """Overlap tensor-parallel communication with GEMMs (Megatron --tp-comm-overlap)."""
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    @classmethod
+    def of(cls, **cols: Any) -> Plans:
+        n = max(np.size(v) for v in cols.values())
+        out: dict[str, Any] = {}
+        for f in fields(cls):
+            v = cols.get(f.name)
+            default: Any = False if f.name in ("sp", "tp_overlap") else (
+                0 if f.name in ("recompute", "sharding") else 1)
+            arr = np.asarray(default if v is None else v)
+            dtype = np.bool_ if f.name in ("sp", "tp_overlap") else np.int64
+            out[f.name] = np.broadcast_to(arr.astype(dtype), (n,)).copy()
+        return cls(**out)
+
+    def take(self, idx: IntArray | BoolArray) -> Plans:
+        return Plans(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+    def gpus_used(self) -> IntArray:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def microbatches(self, w: Workload) -> IntArray:
+        return w.global_batch // np.maximum(self.dp * self.mbs, 1)
+
+    def row(self, i: int) -> dict[str, Any]:
+        return {
+            "tp": int(self.tp[i]),
+            "pp": int(self.pp[i]),
+            "dp": int(self.dp[i]),
+            "cp": int(self.cp[i]),
+            "ep": int(self.ep[i]),
+            "vpp": int(self.vpp[i]),
+            "mbs": int(self.mbs[i]),
+            "sequence_parallel": bool(self.sp[i]),
+            "recompute": RECOMPUTE[int(self.recompute[i])],
+            "sharding": SHARDING[int(self.sharding[i])],
+            "tp_comm_overlap": bool(self.tp_overlap[i]),
+        }
+
+    def label(self, i: int) -> str:
+        r = self.row(i)
+        parts = [f"TP{r['tp']}", f"PP{r['pp']}", f"DP{r['dp']}"]
+        if r["cp"] > 1:
+            parts.append(f"CP{r['cp']}")
+        if r["ep"] > 1:
+            parts.append(f"EP{r['ep']}")
+        if r["vpp"] > 1:
+            parts.append(f"VPP{r['vpp']}")
+        parts.append(f"mbs{r['mbs']}")
+        if r["sequence_parallel"]:
+            parts.append("SP")
+        parts.append(f"rc:{r['recompute']}")
+        parts.append(r["sharding"])
+        if r["tp_comm_overlap"]:
+            parts.append("tp-ovl")
+        return " ".join(parts)
+
+
+def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, str]]]:
+    """Which plans are structurally valid, and the named rules each violates."""
+    m = w.model
+    used = p.gpus_used()
+    rules: list[tuple[BoolArray, str]] = [
+        (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
+        (w.global_batch % np.maximum(p.dp * p.mbs, 1) == 0,
+         "global batch not divisible by dp x micro-batch"),
+        (m.heads % p.tp == 0, f"heads ({m.heads}) not divisible by tp"),
+        ((m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0) | (m.mla is not None),
+         f"kv heads ({m.kv_heads}) and tp do not divide one another"),
+        (m.ffn_hidden % p.tp == 0, f"ffn hidden ({m.ffn_hidden}) not divisible by tp"),
+        (w.seq_len % p.cp == 0, f"sequence ({w.seq_len}) not divisible by cp"),
+        (p.pp * p.vpp <= m.layers, f"pp x vpp exceeds the {m.layers} layers"),
+        ((p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
+         "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp"),
+        ((p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.dp * p.cp) % p.ep == 0)),
+         "ep must divide the experts and dp x cp"),
+        ((p.ep == 1) | m.is_moe, "ep > 1 on a dense model"),
+        (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
+        (p.tp <= max(w.fabric.domain_gpus, 1) * 2 ** 10, "tp too large"),
+    ]
+    ok = np.ones(len(p), dtype=bool)
+    for mask, _ in rules:
+        ok &= mask
+    return ok, rules
+
+
+def check_plan(w: Workload, p: Plans) -> None:
+    """Raise an :class:`InputError` for the first rule a single plan breaks."""
+    m = w.model
+    tp, pp, cp, dp = int(p.tp[0]), int(p.pp[0]), int(p.cp[0]), int(p.dp[0])
+    for name, v in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("ep", int(p.ep[0])),
+                    ("vpp", int(p.vpp[0])), ("mbs", int(p.mbs[0]))):
+        if v < 1:
+            raise InputError(name, v, "a positive integer")
+    if w.num_gpus % (tp * pp * cp) != 0:
+        raise InputError("tp*pp*cp", tp * pp * cp,
+                         f"must divide the {w.num_gpus} GPUs (tp={tp}, pp={pp}, cp={cp})")
+    if m.heads % tp:
+        raise InputError("tp", tp, f"must divide the {m.heads} attention heads of {m.key}")
+    if w.seq_len % cp:
+        raise InputError("cp", cp, f"must divide the sequence length {w.seq_len}")
+    mb = int(p.mbs[0])
+    if w.global_batch % (dp * mb):
+        raise InputError("global-batch", w.global_batch,
+                         f"must be divisible by dp x micro-batch = {dp} x {mb} = {dp * mb}")
+    ok, rules = validity(w, p)
+    if not ok[0]:
+        for mask, why in rules:
+            if not mask[0]:
+                raise InputError("plan", p.label(0), why)

@@ -1,0 +1,80 @@
+"""Training estimates: memory, step time, throughput and MFU for plans (the model facade)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpuscale.calibrate import Calibration
+from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.step import StepBreakdown, step_breakdown
+from gpuscale.perf.transformer import model_flops_per_token
+
+FloatArray = FloatArrayT
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """Predictions for many plans of one workload (arrays aligned with ``plans``)."""
+
+    workload: Workload
+    plans: Plans
+    memory: MemoryBreakdown
+    step: StepBreakdown
+    step_s: FloatArray
+    tokens_per_s_per_gpu: FloatArray
+    model_tflops_per_gpu: FloatArray
+    mfu: FloatArray
+
+    def summary(self, i: int = 0, train_tokens: float | None = None) -> dict[str, Any]:
+        """A JSON-ready description of plan ``i``: plan, memory and step breakdowns, rates."""
+        w = self.workload
+        used = int(self.plans.gpus_used()[i])
+        out: dict[str, Any] = {
+            "model": w.model.key,
+            "gpu": w.gpu.key,
+            "system": w.system.key,
+            "gpus": w.num_gpus,
+            "gpus_used": used,
+            "seq_len": w.seq_len,
+            "global_batch": w.global_batch,
+            "precision": w.precision,
+            "plan": self.plans.row(i),
+            "microbatches": int(self.plans.microbatches(w)[i]),
+            "memory_bytes": {
+                "weights": float(self.memory.weights[i]),
+                "gradients": float(self.memory.gradients[i]),
+                "optimizer": float(self.memory.optimizer[i]),
+                "activations": float(self.memory.activations[i]),
+                "buffers": float(self.memory.buffers[i]),
+                "total": float(self.memory.total[i]),
+                "capacity": float(self.memory.capacity),
+            },
+            "fits": bool(self.memory.fits[i]),
+            "step_time_breakdown_s": {k: float(v[i]) for k, v in self.step.terms().items()},
+            "step_time_s": float(self.step_s[i]),
+            "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
+            "model_tflops_per_gpu": float(self.model_tflops_per_gpu[i]),
+            "mfu": float(self.mfu[i]),
+        }
+        if train_tokens is not None:
+            secs = train_tokens / (self.tokens_per_s_per_gpu[i] * used)
+            out["train_tokens"] = train_tokens
+            out["time_to_train_s"] = float(secs)
+            out["gpu_hours"] = float(secs * used / 3600.0)
+        return out
+
+
+def estimate(w: Workload, plans: Plans, cal: Calibration) -> TrainingEstimate:
+    mem = memory_breakdown(w, plans, cal)
+    step = step_breakdown(w, plans, cal)
+    step_s = step.step_s
+    used = plans.gpus_used().astype(np.float64)
+    tps = w.tokens_per_step / (step_s * used)
+    flops_tok = model_flops_per_token(w.model, w.seq_len, causal=True)
+    tflops = tps * flops_tok / 1e12
+    mfu = tflops * 1e12 / w.gpu.peak_flops(w.precision)
+    return TrainingEstimate(w, plans, mem, step, step_s, tps, tflops, mfu)

@@ -1,0 +1,1 @@
+"""Searches: parallelism plans for a workload, cluster designs for a set of workloads."""

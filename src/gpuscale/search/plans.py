@@ -1,0 +1,225 @@
+"""Parallelism plan search: enumerate every valid plan, evaluate all at once, rank.
+
+The space is at least Calculon's ``llm-optimal-execution`` (TP, PP, DP, interleaving,
+micro-batch, recomputation, sequence parallelism, optimizer sharding, TP overlap), plus
+context and expert parallelism. Structural knobs (TP, CP, PP, VPP, EP, DP, micro-batch) are
+listed in Python (thousands of tuples); the switch knobs (recompute x SP x sharding x
+overlap) are crossed with NumPy, and the whole set is evaluated as arrays.
+A plan may leave GPUs idle when no exact factorisation exists (e.g. 5,128 GPUs with a
+global batch of 2,520); ``gpus_used`` says how many it uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpuscale.calibrate import Calibration
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, validity
+from gpuscale.perf.training import TrainingEstimate, estimate
+
+MAX_MBS = 16
+MAX_VPP = 8
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    estimate: TrainingEstimate
+    """All evaluated plans (valid ones), unsorted."""
+    order: np.ndarray
+    """Indices of plans that fit in memory, fastest first."""
+    evaluated: int
+    """Plans enumerated and evaluated (valid or not)."""
+
+    @property
+    def best(self) -> int:
+        return int(self.order[0])
+
+    def top(self, n: int) -> list[int]:
+        return [int(i) for i in self.order[:n]]
+
+    def runner_up(self) -> int | None:
+        """The fastest plan whose parallel layout (degrees, micro-batch) differs from the best."""
+        p = self.estimate.plans
+        b = self.best
+        key = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+        for i in self.order[1:]:
+            if any(getattr(p, k)[i] != getattr(p, k)[b] for k in key):
+                return int(i)
+        return int(self.order[1]) if len(self.order) > 1 else None
+
+
+def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
+    """Every combination of knobs not fixed by the caller (``fixed`` maps knob -> value)."""
+    fx = dict(fixed or {})
+    m = w.model
+    n = w.num_gpus
+    dom = max(w.fabric.domain_gpus, 1)
+
+    def opts(name: str, default: list[int]) -> list[int]:
+        return [int(fx[name])] if name in fx and fx[name] is not None else default
+
+    tps = opts("tp", [t for t in _divisors(m.heads) if t <= max(dom, 1) and t <= n
+                      and m.ffn_hidden % t == 0
+                      and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)])
+    cps = opts("cp", [c for c in (1, 2, 4, 8, 16, 32)
+                      if w.seq_len % (2 * c) == 0 and w.seq_len // c >= 4096 or c == 1])
+    pps = opts("pp", [p for p in _divisors(m.layers) if p <= n])
+    eps = opts("ep", [e for e in _divisors(m.num_experts) if e <= n] if m.is_moe else [1])
+    batch_divs = _divisors(w.global_batch)
+    rows: list[tuple[int, ...]] = []
+    for tp, cp, pp in itertools.product(tps, cps, pps):
+        mp = tp * cp * pp
+        if mp > n:
+            continue
+        if "dp" in fx and fx["dp"] is not None:
+            dps = [int(fx["dp"])]
+        else:
+            cands = [d for d in batch_divs if d * mp <= n]
+            if not cands:
+                continue
+            top_dp = max(cands)
+            dps = [d for d in cands if d * 2 > top_dp]
+        for dp in dps:
+            per_rank = w.global_batch // dp if w.global_batch % dp == 0 else 0
+            if per_rank == 0:
+                continue
+            mbss = opts("mbs", [b for b in _divisors(per_rank) if b <= MAX_MBS])
+            for mbs in mbss:
+                if per_rank % mbs:
+                    continue
+                mbatches = per_rank // mbs
+                vpps = opts("vpp", [v for v in _divisors(m.layers // pp) if v <= MAX_VPP
+                                    and (v == 1 or (pp > 1 and mbatches % pp == 0))]
+                            if m.layers % pp == 0 else [1])
+                for vpp, ep in itertools.product(vpps, eps):
+                    rows.append((tp, cp, pp, vpp, ep, dp, mbs))
+    if not rows:
+        return Plans.of(tp=np.zeros(0, dtype=np.int64))
+    base = np.array(rows, dtype=np.int64)
+    rec = opts("recompute", list(range(len(RECOMPUTE))))
+    shard = opts("sharding", list(range(len(SHARDING))))
+    sp_opts = [bool(fx["sp"])] if "sp" in fx and fx["sp"] is not None else [False, True]
+    ov_opts = ([bool(fx["tp_overlap"])] if "tp_overlap" in fx and fx["tp_overlap"] is not None
+               else [False, True])
+    switches = np.array(list(itertools.product(rec, shard, sp_opts, ov_opts)), dtype=np.int64)
+    nb, ns = base.shape[0], switches.shape[0]
+    b = np.repeat(base, ns, axis=0)
+    s = np.tile(switches, (nb, 1))
+    plans = Plans.of(tp=b[:, 0], cp=b[:, 1], pp=b[:, 2], vpp=b[:, 3], ep=b[:, 4], dp=b[:, 5],
+                     mbs=b[:, 6], recompute=s[:, 0], sharding=s[:, 1], sp=s[:, 2].astype(bool),
+                     tp_overlap=s[:, 3].astype(bool))
+    # switches that do nothing at TP = 1 are dropped (they would only duplicate plans)
+    keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
+    return plans.take(keep)
+
+
+def search_plans(
+    w: Workload,
+    cal: Calibration,
+    fixed: dict[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    require_fit: bool = True,
+    exact_gpus: bool = False,
+) -> SearchResult:
+    """Evaluate every valid plan and rank those that fit by step time.
+
+    ``require_fit=False`` ranks all plans when none fits (used to reproduce runs that did
+    run); ``exact_gpus`` keeps only plans using every GPU when any such plan exists.
+    """
+    plans = enumerate_plans(w, fixed)
+    evaluated = len(plans)
+    if evaluated == 0:
+        raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w))
+    ok, _ = validity(w, plans)
+    if exact_gpus and (ok & (plans.gpus_used() == w.num_gpus)).any():
+        ok &= plans.gpus_used() == w.num_gpus
+    plans = plans.take(ok)
+    if len(plans) == 0:
+        raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w))
+    chunks = []
+    step = 200_000
+    for start in range(0, len(plans), step):
+        idx = np.arange(start, min(start + step, len(plans)))
+        chunks.append(estimate(w, plans.take(idx), cal))
+        if progress is not None:
+            progress(min(start + step, len(plans)), len(plans))
+    est = chunks[0] if len(chunks) == 1 else _concat(chunks)
+    fits = est.memory.fits
+    if not fits.any() and not require_fit:
+        fits = np.ones(len(plans), dtype=bool)
+    if not fits.any():
+        i = int(np.argmax(est.memory.headroom))
+        short = -float(est.memory.headroom[i]) / 2**30
+        raise InputError(
+            "model", w.model.key,
+            f"no plan fits in {w.gpu.hbm_gb:g} GB per GPU on {w.num_gpus} GPUs; the closest "
+            f"({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a larger-memory GPU",
+        )
+    idx = np.flatnonzero(fits)
+    order = idx[np.argsort(est.step_s[idx], kind="stable")]
+    return SearchResult(est, order, evaluated)
+
+
+def _fixed_text(fixed: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (fixed or {}).items() if v is not None) or "(free)"
+
+
+def _no_plan_reason(w: Workload) -> str:
+    return (f"no valid plan for {w.model.key} on {w.num_gpus} GPUs with global batch "
+            f"{w.global_batch} and sequence {w.seq_len}: degrees must divide heads "
+            f"({w.model.heads}), layers ({w.model.layers}), the batch and the GPU count")
+
+
+def _concat(chunks: list[TrainingEstimate]) -> TrainingEstimate:
+    from dataclasses import fields
+
+    from gpuscale.perf.memory import MemoryBreakdown
+    from gpuscale.perf.step import StepBreakdown
+
+    def cat(objs: list[Any], cls: Any, **extra: Any) -> Any:
+        return cls(**{f.name: np.concatenate([getattr(o, f.name) for o in objs])
+                      for f in fields(cls) if f.name not in extra}, **extra)
+
+    first = chunks[0]
+    return TrainingEstimate(
+        workload=first.workload,
+        plans=cat([c.plans for c in chunks], Plans),
+        memory=cat([c.memory for c in chunks], MemoryBreakdown, capacity=first.memory.capacity),
+        step=cat([c.step for c in chunks], StepBreakdown),
+        step_s=np.concatenate([c.step_s for c in chunks]),
+        tokens_per_s_per_gpu=np.concatenate([c.tokens_per_s_per_gpu for c in chunks]),
+        model_tflops_per_gpu=np.concatenate([c.model_tflops_per_gpu for c in chunks]),
+        mfu=np.concatenate([c.mfu for c in chunks]),
+    )
+
+
+def explain(result: SearchResult) -> str:
+    """In words: why the best plan beats the runner-up (the terms that differ most)."""
+    e = result.estimate
+    b, r = result.best, result.runner_up()
+    if r is None:
+        return f"{e.plans.label(b)} is the only plan that fits."
+    gain = (e.step_s[r] - e.step_s[b]) / e.step_s[r] * 100.0
+    diffs = sorted(((k, float(v[r] - v[b])) for k, v in e.step.terms().items()),
+                   key=lambda kv: -abs(kv[1]))
+    parts = []
+    for k, d in diffs[:3]:
+        if abs(d) < 1e-4 * float(e.step_s[b]):
+            continue
+        word = "saves" if d > 0 else "costs"
+        parts.append(f"{word} {abs(d) * 1e3:.1f} ms of {k.removesuffix('_s').replace('_', ' ')}")
+    mem = (e.memory.total[b] - e.memory.total[r]) / 2**30
+    return (f"{e.plans.label(b)} is {gain:.1f}% faster per step than the runner-up "
+            f"{e.plans.label(r)}: it {', '.join(parts) or 'differs only marginally'}; "
+            f"it uses {mem:+.1f} GiB of memory per GPU relative to it.")

@@ -1,0 +1,69 @@
+"""Scaling curves: the best plan at each GPU count from 8 to N, and where efficiency goes.
+
+Strong scaling keeps the global batch; weak scaling grows it with the GPU count (the batch
+given is the one at the largest count, scaled down proportionally, at least one sequence
+per data-parallel rank). Efficiency is tokens/s per GPU relative to the first point; the
+"growing term" is the step-time term whose share grew most since that point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from gpuscale.calibrate import Calibration
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import Workload
+from gpuscale.search.plans import search_plans
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    gpus: int
+    global_batch: int
+    plan: str
+    step_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    efficiency: float
+    loss_term: str
+    shares: dict[str, float]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def gpu_counts(n_max: int, start: int = 8) -> list[int]:
+    counts, n = [], start
+    while n < n_max:
+        counts.append(n)
+        n *= 2
+    counts.append(n_max)
+    return counts
+
+
+def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint]:
+    pts: list[ScalingPoint] = []
+    base_tps: float | None = None
+    base_shares: dict[str, float] = {}
+    for n in gpu_counts(w.num_gpus):
+        gbs = w.global_batch
+        if mode == "weak":
+            gbs = max(1, round(w.global_batch * n / w.num_gpus))
+        wn = replace(w, num_gpus=n, global_batch=gbs, fabric=replace(w.fabric, total_gpus=n))
+        try:
+            res = search_plans(wn, cal)
+        except InputError as exc:
+            pts.append(ScalingPoint(n, gbs, f"none: {exc.valid[:60]}", 0.0, 0.0, 0.0, 0.0, "", {}))
+            continue
+        e, i = res.estimate, res.best
+        step = float(e.step_s[i])
+        shares = {k.removesuffix("_s"): float(v[i]) / step for k, v in e.step.terms().items()}
+        tps = float(e.tokens_per_s_per_gpu[i])
+        if base_tps is None:
+            base_tps, base_shares = tps, shares
+        grow = {k: shares[k] - base_shares.get(k, 0.0) for k in shares if k != "compute"}
+        loss = max(grow, key=lambda k: grow[k])
+        loss_txt = f"{loss.replace('_', ' ')} +{100 * grow[loss]:.1f} pts" if grow[loss] > 0.005 else "-"
+        pts.append(ScalingPoint(n, gbs, e.plans.label(i), step, tps, float(e.mfu[i]),
+                                tps / base_tps, loss_txt, shares))
+    return pts
