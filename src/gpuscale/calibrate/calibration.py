@@ -81,7 +81,9 @@ class Calibration:
     inf_gemm_eff: float = 0.60
     """Serving: achieved fraction of 16-bit dense peak on the step's linear-layer GEMMs."""
     inf_lowp_gemm_rel: float = 0.75
-    """Serving: FP8/FP4 GEMM efficiency relative to 16-bit (scaling and casting overheads)."""
+    """Serving: FP8 GEMM efficiency relative to 16-bit (FP4: its square; scaling, casting)."""
+    inf_gemm_half_dim: float = 256.0
+    """Serving: per-GPU GEMM width (hidden / TP) at which GEMM efficiency halves."""
     inf_attn_eff: float = 0.50
     """Serving: achieved fraction of 16-bit peak of prefill (flash) attention."""
     inf_request_overhead_s: float = 0.0

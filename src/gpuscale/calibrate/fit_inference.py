@@ -36,6 +36,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "inf_hbm_eff": (0.4, 0.95),
     "inf_gemm_eff": (0.25, 0.9),
     "inf_lowp_gemm_rel": (0.4, 1.0),
+    "inf_gemm_half_dim": (16.0, 4096.0),
     "inf_attn_eff": (0.2, 0.9),
     "decode_step_overhead_s": (1e-5, 0.02),
     "inf_seq_overhead_s": (1e-7, 2e-4),
@@ -96,8 +97,13 @@ def scores(cases: list[_Case], cal: Calibration) -> dict[str, float]:
     return {m: (sum(e) / len(e) if e else 0.0) for m, e in errs.items()}
 
 
+TARGETS_PCT = {"throughput": 15.0, "ttft": 25.0, "tpot_itl": 25.0}
+"""The acceptance targets of the three scores; the objective weighs each score by them."""
+
+
 def objective(s: dict[str, float]) -> float:
-    return sum(s.values()) / len(s)
+    """Root-mean-square of the scores relative to their targets."""
+    return math.sqrt(sum((v / TARGETS_PCT[k]) ** 2 for k, v in s.items()) / len(s))
 
 
 def fit(cases: list[_Case], start: Calibration, rounds: int = 4,
@@ -106,7 +112,7 @@ def fit(cases: list[_Case], start: Calibration, rounds: int = 4,
     cal = start.replace(**{k: math.sqrt(lo * hi) for k, (lo, hi) in BOUNDS.items()
                            if getattr(start, k) <= 0.0})
     best = objective(scores(cases, cal))
-    step = 0.5  # log-space step
+    step = 0.4  # log-space step
     for rnd in range(rounds):
         improved = False
         for key, (lo, hi) in BOUNDS.items():
@@ -122,7 +128,7 @@ def fit(cases: list[_Case], start: Calibration, rounds: int = 4,
                     if val < best - 1e-6:
                         best, cal, improved = val, trial, True
                         if verbose:
-                            print(f"  round {rnd} {key} = {trial_v:.4g}: objective {val:.2f} %")
+                            print(f"  round {rnd} {key} = {trial_v:.4g}: objective {val:.4f}")
                     else:
                         break
         step *= 0.5

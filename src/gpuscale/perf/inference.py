@@ -170,9 +170,16 @@ class StepModel:
     def step_time_s(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
                     decode_seqs: int, ctx_tokens: float) -> float:
         """One iteration: ``prefill_tokens`` prompt tokens (``prefill_pairs`` causal
-        query-key pairs), ``decode_seqs`` decoding sequences with ``ctx_tokens`` context."""
-        return self.breakdown(prefill_tokens, prefill_pairs, prefill_seqs, decode_seqs,
-                              ctx_tokens).total_s
+        query-key pairs), ``decode_seqs`` decoding sequences with ``ctx_tokens`` context.
+
+        The simulator's hot path: the same sum as :meth:`breakdown`, without building it."""
+        pp = self.pp
+        tokens = prefill_tokens + decode_seqs
+        samples = prefill_seqs + decode_seqs
+        g, a, k, c, _ = self._stage(tokens / pp, samples / pp, prefill_pairs / pp,
+                                    ctx_tokens / pp)
+        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens / pp) if pp > 1 else 0.0
+        return pp * (g + a + k + c + hop) + self.overhead_s + self.seq_overhead_s * samples
 
     def breakdown(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
                   decode_seqs: int, ctx_tokens: float) -> StepBreakdown:
@@ -252,9 +259,13 @@ def build_step_model(model: Model, gpu: GPU, precision: PrecisionPlan, tp: int, 
     gp = tp * pp  # parameters of one stage are split over TP; layers over PP
     routed_active = pc.routed_experts * model.top_k / model.num_experts if model.is_moe else 0.0
     body_active = pc.attention + pc.dense_mlp + pc.shared_experts + routed_active
-    low = precision.compute in ("fp8", "fp4")
-    gemm_rate = gpu.peak_flops(precision.compute) * cal.inf_gemm_eff * (
-        cal.inf_lowp_gemm_rel if low else 1.0)
+    # 8-bit GEMMs keep inf_lowp_gemm_rel of the 16-bit efficiency, 4-bit its square (each
+    # halving of the format loses the same share to scaling and casting); the per-GPU
+    # shape shrinks with TP, eff ~ d / (d + d_half) with d = hidden / TP
+    halvings = {"fp8": 1.0, "fp4": 2.0}.get(precision.compute, 0.0)
+    d = model.hidden / tp
+    gemm_rate = (gpu.peak_flops(precision.compute) * cal.inf_gemm_eff
+                 * cal.inf_lowp_gemm_rel ** halvings * d / (d + cal.inf_gemm_half_dim))
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     attn_rate = gpu.peak_flops(half) * cal.inf_attn_eff
     wb = precision.weight_bytes
