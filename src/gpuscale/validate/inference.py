@@ -264,6 +264,16 @@ class InferenceReport(ValidationReport):
             out[m] = {"n": len(rs), **self.stats(rs)}
         return out
 
+    def by_group(self) -> dict[str, list[RowResult]]:
+        """Scored rows by metric and source, plus each metric over all sources (the three
+        headline scores appear in the CLI's by-source table)."""
+        out = super().by_group()
+        for m in SCORED_METRICS:
+            rs = [r for r in self.scored if r.metric == m]
+            if rs:
+                out[f"{m} | ALL SOURCES"] = rs
+        return out
+
     def to_json(self) -> dict[str, object]:
         d = super().to_json()
         d["by_metric"] = self.by_metric()
