@@ -16,11 +16,11 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from gpuscale.calibrate import default_calibration  # noqa: E402
-from gpuscale.catalog import get_system  # noqa: E402
-from gpuscale.perf.comm import OPS, Fabric, estimate  # noqa: E402
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_system
+from gpuscale.perf.comm import OPS, Fabric, estimate
 
 
 def main() -> None:

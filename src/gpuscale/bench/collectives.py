@@ -49,6 +49,10 @@ from gpuscale.perf.comm import OPS
 Call = Callable[[], None]
 
 
+def _seq(*_done: object) -> None:
+    """Run calls in argument order inside one lambda (their return values are dropped)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpuscale.bench.collectives", description=__doc__)
     ap.add_argument("-b", "--minbytes", default="32M")
@@ -146,23 +150,23 @@ class _Bench:
         d, c, r, s, rv, b = self.d, self.c, self.rank, self.send, self.recv, self.buf
         op = self.op
         if op == "all_reduce":
-            return (lambda: (rv.copy_(s), d.all_reduce(rv)) and None,
-                    lambda: d.all_reduce(b[:c]) and None, rv, b[:c])
+            return (lambda: _seq(rv.copy_(s), d.all_reduce(rv)),
+                    lambda: _seq(d.all_reduce(b[:c])), rv, b[:c])
         if op == "broadcast":
-            return (lambda: (rv.copy_(s), d.broadcast(rv, src=self.root)) and None,
-                    lambda: d.broadcast(b[:c], src=self.root) and None, rv, b[:c])
+            return (lambda: _seq(rv.copy_(s), d.broadcast(rv, src=self.root)),
+                    lambda: _seq(d.broadcast(b[:c], src=self.root)), rv, b[:c])
         if op == "reduce":
-            return (lambda: (rv.copy_(s), d.reduce(rv, dst=self.root)) and None,
-                    lambda: d.reduce(b[:c], dst=self.root) and None, rv, b[:c])
+            return (lambda: _seq(rv.copy_(s), d.reduce(rv, dst=self.root)),
+                    lambda: _seq(d.reduce(b[:c], dst=self.root)), rv, b[:c])
         if op == "all_gather":
-            return (lambda: d.all_gather_into_tensor(rv, s) and None,
-                    lambda: d.all_gather_into_tensor(b, b[r * c:(r + 1) * c]) and None, rv, b)
+            return (lambda: _seq(d.all_gather_into_tensor(rv, s)),
+                    lambda: _seq(d.all_gather_into_tensor(b, b[r * c:(r + 1) * c])), rv, b)
         if op == "reduce_scatter":
             return (lambda: self._rs(rv, s), lambda: self._rs(b[r * c:(r + 1) * c], b),
                     rv, b[r * c:(r + 1) * c])
         if op == "all_to_all":
-            return (lambda: d.all_to_all_single(rv, s) and None,
-                    lambda: d.all_to_all_single(b, b.clone()) and None, rv, b)
+            return (lambda: _seq(d.all_to_all_single(rv, s)),
+                    lambda: _seq(d.all_to_all_single(b, b.clone())), rv, b)
         return (lambda: self._sendrecv(rv, s), lambda: self._sendrecv(b[:c], b[:c].clone()),
                 rv, b[:c])
 
@@ -266,7 +270,8 @@ def _sweep(a: argparse.Namespace, torch: Any, dist: Any, sizes: list[int], tbyte
         say(format_row(row))
     wrong_total = sum(max(r.oop_wrong, 0) + max(r.ip_wrong, 0) for r in rows)
     if emulated:
-        say(f"# {a.op} emulated: {backend} lacks it; all_reduce + slice (bandwidth is not the op's)")
+        say(f"# {a.op} emulated: {backend} lacks it; all_reduce + slice "
+            "(bandwidth is not the op's)")
     say(f"# Out of bounds values : {wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}")
     avg = avg_busbw(rows)
     say(f"# Avg bus bandwidth    : {avg:g} ")

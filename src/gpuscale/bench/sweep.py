@@ -107,7 +107,8 @@ def _wrong(w: int) -> str:
 
 def format_row(r: Row) -> str:
     return (f"{r.size_bytes:12d}  {r.count:12d}  {r.dtype:>8s}  {r.redop:>6s}  {r.root:6d}  "
-            f"{r.oop_time_us:7.2f}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  {_wrong(r.oop_wrong):>5s}  "
+            f"{r.oop_time_us:7.2f}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  "
+            f"{_wrong(r.oop_wrong):>5s}  "
             f"{r.ip_time_us:7.2f}  {r.ip_algbw:6.2f}  {r.ip_busbw:6.2f}  {_wrong(r.ip_wrong):>5s}")
 
 

@@ -25,7 +25,8 @@ import numpy as np
 from gpuscale.calibrate import Calibration, default_calibration
 from gpuscale.validate.collectives import scores, validate_collectives
 
-DEFAULT_RUNS = Path(__file__).resolve().parents[3].parent / "shared/validation/collective_results.csv"
+DEFAULT_RUNS = (Path(__file__).resolve().parents[3].parent
+                / "shared/validation/collective_results.csv")
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "scaleup_eff": (0.5, 1.0),

@@ -58,10 +58,13 @@ def collectives(
     check: Annotated[int, typer.Option("-c", "--check")] = 1,
     datatype: Annotated[str, typer.Option("-d", "--datatype")] = "float32",
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo")] = "auto",
-    model: Annotated[Path | None, typer.Option("--model", help="Cluster YAML to predict with.")] = None,
-    system: Annotated[str | None, typer.Option("--system", help="Catalog system to predict with.")] = None,
+    model: Annotated[Path | None,
+                     typer.Option("--model", help="Cluster YAML to predict with.")] = None,
+    system: Annotated[str | None,
+                      typer.Option("--system", help="Catalog system to predict with.")] = None,
     nodes: Annotated[int | None, typer.Option("--nodes")] = None,
-    json: Annotated[Path | None, typer.Option("--json", help="Write results (and model) as JSON.")] = None,
+    json: Annotated[Path | None,
+                    typer.Option("--json", help="Write results (and model) as JSON.")] = None,
     calibration: Annotated[Path | None, typer.Option("--calibration")] = None,
 ) -> None:
     """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
@@ -78,7 +81,8 @@ def collectives(
 
         fabric = resolve_fabric(model, system, nodes)
         if nproc > fabric.total_gpus:
-            raise InputError("--nproc", nproc, f"at most the model cluster's {fabric.total_gpus} GPUs")
+            raise InputError("--nproc", nproc,
+                             f"at most the model cluster's {fabric.total_gpus} GPUs")
     args = ["-b", minbytes, "-e", maxbytes, "-f", str(factor), "-o", op, "-n", str(iters),
             "-w", str(warmup), "-c", str(check), "-d", datatype, "--backend", backend]
     with tempfile.TemporaryDirectory() as tmp:

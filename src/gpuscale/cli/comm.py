@@ -55,7 +55,8 @@ def model_rows(op: str, gpus: int, sizes: list[int], fabric: Any, cal: Any, dtyp
 
 @app.command("estimate")
 def estimate_cmd(
-    op: Annotated[str, typer.Option("--op", "-o", help="all_reduce, all_gather, ...")] = "all_reduce",
+    op: Annotated[str, typer.Option("--op", "-o", help="all_reduce, all_gather, ...")] = (
+        "all_reduce"),
     gpus: Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the group.")] = 8,
     minbytes: Annotated[str, typer.Option("-b", "--minbytes")] = "8",
     maxbytes: Annotated[str, typer.Option("-e", "--maxbytes")] = "8G",

@@ -48,7 +48,7 @@ _ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree
           "pat": "pat"}
 
 
-class Skip(Exception):
+class SkipRowError(Exception):
     """A row gpuscale cannot model yet; the message is the reason."""
 
 
@@ -68,7 +68,7 @@ def _gpu(name: str) -> GPU:
     try:
         return get_gpu(bare)
     except InputError:
-        raise Skip(f"GPU {name!r} not in the catalog") from None
+        raise SkipRowError(f"GPU {name!r} not in the catalog") from None
 
 
 _RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GBps|GB/s)"
@@ -105,7 +105,7 @@ def row_fabric(row: dict[str, str], where: str) -> RowFabric:
     system = system_for_gpu(gpu)
     g = num(row, "gpus_per_node", where)
     if g is None:
-        raise Skip("GPUs per node not stated")
+        raise SkipRowError("GPUs per node not stated")
     gpn = int(g)
     intra = row["intra_node"]
     if "pcie only" in intra.lower() or gpu.nvlink_gb_per_s <= 0:
@@ -148,16 +148,16 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
     op = _OPS.get(row["collective"].lower().replace("-", "_"))
     try:
         if op is None:
-            raise Skip(f"collective {row['collective']!r} not modelled")
+            raise SkipRowError(f"collective {row['collective']!r} not modelled")
         nodes = num(row, "num_nodes", where)
         if nodes is None:
-            raise Skip("node count not stated")
+            raise SkipRowError("node count not stated")
         rf = row_fabric(row, where)
         n = nodes * rf.fabric.gpus_per_node
         algo_txt = row["algorithm"].lower()
         algo = _ALGOS.get(algo_txt) if algo_txt else None
         if algo_txt and algo is None:
-            raise Skip(f"algorithm {row['algorithm']!r} not modelled")
+            raise SkipRowError(f"algorithm {row['algorithm']!r} not modelled")
         size = num(row, "message_bytes", where)
         busbw = num(row, "busbw_gbps", where)
         algbw = num(row, "algbw_gbps", where)
@@ -168,28 +168,28 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
         note = ""
         if size is None:
             if busbw is None:
-                raise Skip("neither message size nor busbw stated")
+                raise SkipRowError("neither message size nor busbw stated")
             size, note = float(PLATEAU_BYTES), "size not stated: predicted at the 16 GiB plateau"
         if size >= LARGE_BYTES or note:
             metric = "busbw_GBps"
             if busbw is None:
-                raise Skip("large-message row without busbw")
+                raise SkipRowError("large-message row without busbw")
             measured = busbw
         else:
             metric = "time_us"
             if time_us is None or time_us <= 0:
                 if not busbw:
-                    raise Skip("small-message row without time or busbw")
+                    raise SkipRowError("small-message row without time or busbw")
                 if PRINT_RESOLUTION_GBPS / busbw > MAX_ROUNDING:
-                    raise Skip(f"busbw {busbw} GB/s is at the print resolution: the derived "
-                               "time is uncertain by more than +-10 %")
+                    raise SkipRowError(f"busbw {busbw} GB/s is at the print resolution: the "
+                                       "derived time is uncertain by more than +-10 %")
                 time_us = size * factor / (busbw * GB) * 1e6
                 note = "time derived from busbw"
             measured = time_us
         est = estimate(op, size, n, rf.fabric, cal, algorithm=algo)
         pred = (float(est.busbw_Bps) / GB if metric == "busbw_GBps"
                 else float(est.time_s) * 1e6)
-    except Skip as why:
+    except SkipRowError as why:
         return RowResult(rid, None, None, None, "skipped", str(why), group=src)
     except InputError as exc:
         return RowResult(rid, None, None, None, "skipped", f"unsupported: {exc}", group=src)
