@@ -64,6 +64,9 @@ class Calibration:
     """Fixed per-iteration cost (data loading, logging, launch gaps) not modelled elsewhere."""
     microbatch_overhead_s: float = 0.0
     """Fixed per-micro-batch per-stage cost (kernel launches, pipeline bookkeeping)."""
+    layer_overhead_s: float = 0.0
+    """Fixed forward cost per transformer layer and micro-batch (kernel launches and small
+    kernels between GEMMs); the backward pays twice that."""
     tp_overlap_slowdown: float = 0.05
     """Compute slow-down when TP communication overlaps GEMMs (SMs given to comm kernels)."""
     # --- memory ---

@@ -24,12 +24,13 @@ from gpuscale.validate.report import read_rows
 # constant -> (lower, upper) physical bounds
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_eff_max": (0.45, 0.95),
-    "gemm_half_dim": (16.0, 1024.0),
+    "gemm_half_dim": (16.0, 512.0),
     "attn_eff": (0.2, 0.8),
     "hbm_eff": (0.5, 0.95),
     "fp8_gemm_speedup": (1.1, 2.0),
     "dp_overlap": (0.0, 1.0),
     "microbatch_overhead_s": (0.0, 0.02),
+    "layer_overhead_s": (0.0, 0.002),
     "step_overhead_s": (0.0, 1.0),
 }
 
@@ -51,7 +52,7 @@ def _rows(path: Path) -> list[PreparedRow]:
 
 
 def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
-    from scipy.optimize import minimize
+    from scipy.optimize import least_squares
 
     rows = _rows(path)
     cal = default_calibration()
@@ -68,18 +69,15 @@ def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
                 plans.append(None)
         pairs = [(pr, pl) for pr, pl in zip(rows, plans, strict=True) if pl is not None]
 
-        def loss(x: np.ndarray) -> float:
-            xc = np.clip(x, 0.0, 1.0)
-            c = cal.replace(**dict(zip(names, lo + xc * (hi - lo), strict=True)))
-            e = [abs(np.log(predict(pr, pl, c) / pr.measured)) for pr, pl in pairs]
-            return float(np.mean(e)) + 10.0 * float(np.sum((x - xc) ** 2))
+        def residuals(x: np.ndarray) -> np.ndarray:
+            c = cal.replace(**dict(zip(names, lo + x * (hi - lo), strict=True)))
+            return np.array([np.log(predict(pr, pl, c) / pr.measured) for pr, pl in pairs])
 
         x0 = np.array([(getattr(cal, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
-        res = minimize(loss, np.clip(x0, 0, 1), method="Powell",
-                       options={"maxiter": 4000, "xtol": 1e-3, "ftol": 1e-5})
-        xc = np.clip(res.x, 0.0, 1.0)
-        cal = cal.replace(**dict(zip(names, lo + xc * (hi - lo), strict=True)))
-        err = float(res.fun)
+        res = least_squares(residuals, np.clip(x0, 1e-3, 1 - 1e-3), bounds=(0.0, 1.0),
+                            loss="soft_l1", f_scale=0.1, diff_step=1e-3, max_nfev=200)
+        cal = cal.replace(**dict(zip(names, lo + res.x * (hi - lo), strict=True)))
+        err = float(np.mean(np.abs(res.fun)))
     return cal, err
 
 

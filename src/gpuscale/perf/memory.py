@@ -73,8 +73,7 @@ class MemoryBreakdown:
 def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(dense, expert, per_layer_dense) parameters held by one GPU of the first stage.
 
-    Dense parameters are split by TP, routed experts by EP x TP (expert TP = TP, as in
-    Megatron-Core's default). The first stage also holds the input embedding; the output
+    Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first stage also holds the input embedding; the output
     layer sits on the last stage, which for memory is the same size or smaller.
     """
     m = w.model
@@ -83,7 +82,7 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     layers_stage = np.ceil(m.layers / p.pp)
     moe_frac = m.moe_layers / m.layers
     dense_per_layer = (s.attn + s.shared) / tp + s.norms + s.router + (1 - moe_frac) * s.mlp_dense / tp
-    expert_per_layer = moe_frac * m.num_experts * s.expert / (tp * p.ep)
+    expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
     emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
     dense = layers_stage * dense_per_layer + emb_stage
@@ -125,7 +124,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     m = w.model
     dense, expert, per_layer = params_per_gpu(w, p)
     d = (p.dp * p.cp).astype(np.float64)
-    d_exp = np.maximum(d / p.ep, 1.0)
+    d_exp = np.maximum(d * p.tp / p.ep, 1.0)
     cols = []
     for j in range(3):
         un = np.select([p.sharding == k for k in _BYTES], [_BYTES[k][j][0] for k in _BYTES])

@@ -2,7 +2,8 @@
 
 A :class:`Plans` holds one NumPy array per parallelism knob; index ``i`` across the
 arrays is one candidate plan. Degrees follow Megatron-LM's rank order (TP innermost, then
-CP, DP, PP outermost); EP is carved out of the DP x CP ranks, as in Megatron-Core.
+CP, DP, PP outermost); EP is carved out of the TP x DP x CP ranks with expert tensor parallelism 1, as the
+Megatron-Core MoE recipes run it (each GPU holds E / EP whole experts).
 """
 
 from __future__ import annotations
@@ -152,8 +153,8 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         (p.pp * p.vpp <= m.layers, f"pp x vpp exceeds the {m.layers} layers"),
         ((p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
          "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp"),
-        ((p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.dp * p.cp) % p.ep == 0)),
-         "ep must divide the experts and dp x cp"),
+        ((p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.tp * p.dp * p.cp) % p.ep == 0)),
+         "ep must divide the experts and tp x dp x cp"),
         ((p.ep == 1) | m.is_moe, "ep > 1 on a dense model"),
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2 ** 10, "tp too large"),

@@ -8,7 +8,8 @@ on the last stage):
   attention   flash attention at attn_eff of the BF16 peak; backward = 2.5 x forward
               (FlashAttention-2, Dao 2023), causal masking halves the work.
   memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
-              replicated over TP ranks unless sequence parallelism splits them.
+              replicated over TP ranks unless sequence parallelism splits them; plus a
+              fixed layer_overhead_s per layer (kernel launches and small kernels).
   recompute   full: the whole forward again; selective: the attention core again.
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
               values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
@@ -93,8 +94,8 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     dense_mlp_t = 2.0 * tokens * sh.mlp_dense / tp / (gemm_peak * _gemm_eff(mlp_min, cal))
     if m.is_moe:
         # tokens reaching each local expert (EP spreads experts, tokens follow them)
-        tok_e = tokens * m.top_k * p.ep / m.num_experts
-        e_min = np.minimum(np.minimum(tok_e, h), m.ffn_hidden / tp)
+        tok_e = tokens / tp * m.top_k * p.ep / m.num_experts
+        e_min = np.minimum(np.minimum(tok_e, h), float(m.ffn_hidden))
         moe_t = 2.0 * tokens * (m.top_k * sh.expert) / tp / (gemm_peak * _gemm_eff(e_min, cal))
         moe_t = moe_t + 2.0 * tokens * (sh.shared / tp + sh.router) / (
             gemm_peak * _gemm_eff(mlp_min, cal))
@@ -126,10 +127,11 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
     compute_mb = (layers_stage * (gemm_fwd * 3.0 + core_fwd * (1.0 + FLASH_BWD_FACTOR))
                   + 3.0 * logits_fwd) * overlap_slow
-    mem_mb = layers_stage * mem_fwd * 3.0 + 3.0 * logits_mem
+    mem_mb = layers_stage * (mem_fwd + cal.layer_overhead_s) * 3.0 + 3.0 * logits_mem
     recompute_mb = np.select(
         [p.recompute == 2, p.recompute == 1],
-        [layers_stage * (layer_fwd * overlap_slow + mem_fwd), layers_stage * core_fwd],
+        [layers_stage * (layer_fwd * overlap_slow + mem_fwd + cal.layer_overhead_s),
+         layers_stage * core_fwd],
         0.0,
     )
 
@@ -152,8 +154,8 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
 
     # --- expert parallel all-to-all ----------------------------------------------------
     if m.is_moe:
-        a2a_bytes = tokens * m.top_k * h * 2.0
-        ep_k = np.clip(f.domain_gpus / (tp * cp), 1.0, p.ep)
+        a2a_bytes = tokens / tp * m.top_k * h * 2.0  # sequence-parallel shards dispatch
+        ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
         a2a = collective_time_s("all_to_all", a2a_bytes, p.ep, f, cal, members_per_domain=ep_k)
         n_a2a = np.where(p.recompute == 2, 6.0, 4.0)
         ep_mb = layers_stage * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
@@ -174,7 +176,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     # --- data-parallel gradient / parameter communication ------------------------------
     dense, expert, _ = params_per_gpu(w, p)
     d = (p.dp * p.cp).astype(np.float64)
-    d_exp = np.maximum(d / p.ep, 1.0)
+    d_exp = np.maximum(d * tp / p.ep, 1.0)
     dp_k = np.clip(f.domain_gpus / tp, 1.0, d)
     grad_b = np.select([p.sharding <= 1, p.sharding == 4], [4.0, 4.0], 2.0)
 

@@ -166,6 +166,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if sp:
         fixed["sp"] = sp in ("1", "true", "True", "yes")
     rc = row.get("recompute", "").lower()
+    if not rc and re.search(r"activation checkpointing on|full (activation )?recompute",
+                            row.get("notes", ""), re.IGNORECASE):
+        rc = "full"
+        notes.append("full recompute as stated in the notes")
     if rc:
         if rc not in RECOMPUTE:
             raise Skip(f"recompute {rc!r} not modelled")
