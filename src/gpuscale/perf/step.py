@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.comm import collective_time_s
+from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.memory import params_per_gpu
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import attn_core_dims, attn_dims, layer_shapes
@@ -64,6 +64,26 @@ class StepBreakdown:
 
     def terms(self) -> dict[str, FloatArray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _collective(op: str, size: FloatArray, n: FloatArray | float, k: FloatArray | float,
+                f: Fabric, cal: Calibration) -> FloatArray:
+    """``collective_time_s`` evaluated once per distinct (size, group, placement).
+
+    Plans that differ only in switches (recompute, sharding, overlap) share their
+    collectives, so de-duplicating first makes a search several times faster.
+    """
+    size_a, n_a, k_a = np.broadcast_arrays(np.asarray(size, dtype=np.float64),
+                                           np.asarray(n, dtype=np.float64),
+                                           np.asarray(k, dtype=np.float64))
+    if size_a.size < 64:
+        return collective_time_s(op, size_a, n_a, f, cal, members_per_domain=k_a)
+    # one complex key per point: size in the real part, (group, placement) in the imaginary
+    keys = size_a.ravel() + 1j * (n_a.ravel() * 65536.0 + k_a.ravel())
+    uniq, inv = np.unique(keys, return_inverse=True)
+    n_u = np.floor(uniq.imag / 65536.0)
+    t = collective_time_s(op, uniq.real, n_u, f, cal, members_per_domain=uniq.imag - n_u * 65536.0)
+    return t[inv.ravel()].reshape(size_a.shape)
 
 
 def _gemm_eff(dim: FloatArray, cal: Calibration) -> FloatArray:
@@ -138,7 +158,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     # --- tensor-parallel communication ---------------------------------------------------
     act_bytes = tokens * h * 2.0
     tp_k = np.minimum(tp, float(f.domain_gpus))
-    tp_one = collective_time_s("all_reduce", act_bytes, tp, f, cal, members_per_domain=tp_k)
+    tp_one = _collective("all_reduce", act_bytes, tp, tp_k, f, cal)
     n_tp = np.where(p.recompute == 2, 6.0, 4.0)
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
     tp_mb = layers_stage * n_tp * tp_one * (1.0 - tp_hidden)
@@ -147,7 +167,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     # --- context parallel (ring attention K/V exchange) --------------------------------
     kv_chunk = 2.0 * p.mbs * s_loc * (kv if m.mla is None else m.mla.kv_lora_rank * 4) / tp * 2.0
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
-    cp_fwd = collective_time_s("all_gather", kv_chunk * cp, cp, f, cal, members_per_domain=cp_k)
+    cp_fwd = _collective("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
     cp_exposed = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(
         2.0 * cp_fwd - FLASH_BWD_FACTOR * core_fwd, 0.0)
     cp_mb = layers_stage * np.where(p.cp > 1, cp_exposed, 0.0)
@@ -156,7 +176,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     if m.is_moe:
         a2a_bytes = tokens / tp * m.top_k * h * 2.0  # sequence-parallel shards dispatch
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
-        a2a = collective_time_s("all_to_all", a2a_bytes, p.ep, f, cal, members_per_domain=ep_k)
+        a2a = _collective("all_to_all", a2a_bytes, p.ep, ep_k, f, cal)
         n_a2a = np.where(p.recompute == 2, 6.0, 4.0)
         ep_mb = layers_stage * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
     else:
@@ -165,8 +185,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     # --- pipeline point-to-point -----------------------------------------------------------
     p2p_bytes = np.where(p.sp, act_bytes / tp, act_bytes)
     pp_cross = (tp * cp * p.dp) < f.domain_gpus
-    p2p = collective_time_s("send_recv", p2p_bytes, 2.0, f, cal,
-                            members_per_domain=np.where(pp_cross, 2.0, 1.0))
+    p2p = _collective("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
     pp_mb = np.where(p.pp > 1, 2.0 * p.vpp * p2p, 0.0)
 
     t_mb = (compute_mb + mem_mb + recompute_mb + tp_mb + cp_mb + ep_mb + pp_mb
@@ -181,9 +200,9 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     grad_b = np.select([p.sharding <= 1, p.sharding == 4], [4.0, 4.0], 2.0)
 
     def dp_time(op: str, nbytes_per_param: FloatArray | float) -> FloatArray:
-        t_dense = collective_time_s(op, dense * nbytes_per_param, d, f, cal, members_per_domain=dp_k)
-        t_exp = collective_time_s(op, expert * nbytes_per_param, d_exp, f, cal,
-                                  members_per_domain=np.minimum(dp_k, d_exp))
+        t_dense = _collective(op, dense * nbytes_per_param, d, dp_k, f, cal)
+        t_exp = (_collective(op, expert * nbytes_per_param, d_exp, np.minimum(dp_k, d_exp), f, cal)
+                 if w.model.is_moe else np.zeros_like(d))
         return np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0)
 
     grads = np.where(p.sharding == 0, dp_time("all_reduce", grad_b),
