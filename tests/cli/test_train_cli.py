@@ -1,0 +1,160 @@
+"""`gpuscale train estimate|search|scaling` through a real process: JSON outputs, and every
+user error as exit code 2 with exactly one line on stderr naming the field and the value."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENTRY = "from gpuscale.cli import main; main()"
+VALIDATION = Path("/work/shared/validation/training_runs.csv")
+
+
+def gpuscale(*args: str) -> subprocess.CompletedProcess[str]:
+    # a narrow terminal: a message that wrapped would show up as several lines
+    env = {**os.environ, "COLUMNS": "60", "TERM": "dumb"}
+    return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+
+
+def assert_one_line_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+EST = ["train", "estimate", "--model", "gpt3-175b", "--gpu", "a100-sxm-80gb", "--gpus", "1024",
+       "--seq-len", "2048", "--global-batch", "1536"]
+
+
+def test_estimate_json_has_breakdowns_and_mfu() -> None:
+    r = gpuscale(*EST, "--tp", "8", "--pp", "8", "--vpp", "2", "--mbs", "1",
+                 "--recompute", "selective", "--dist-opt", "--tokens", "3e11", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["plan"] == {"tp": 8, "pp": 8, "dp": 16, "cp": 1, "ep": 1, "vpp": 2, "mbs": 1,
+                         "sequence_parallel": True, "recompute": "selective",
+                         "sharding": "dist-opt", "tp_comm_overlap": False}
+    assert d["microbatches"] == 1536 // 16
+    mem = d["memory_bytes"]
+    for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
+        assert mem[k] > 0
+    assert mem["total"] == pytest.approx(
+        sum(mem[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers")))
+    assert mem["capacity"] == 80e9
+    steps = d["step_time_breakdown_s"]
+    assert {"compute_s", "bubble_s", "tp_comm_s", "dp_comm_s", "optimizer_s"} <= set(steps)
+    assert d["step_time_s"] == pytest.approx(sum(steps.values()), rel=1e-9)
+    assert 0.0 < d["mfu"] < 1.0
+    # tokens/s/GPU from the step time: 1536 x 2048 / (step x 1024)
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(1536 * 2048 / (d["step_time_s"] * 1024))
+    # GPU-hours = tokens / (tokens/s/GPU) / 3600
+    assert d["gpu_hours"] == pytest.approx(300e9 / d["tokens_per_s_per_gpu"] / 3600, rel=1e-9)
+
+
+def test_search_json_returns_plans() -> None:
+    r = gpuscale("train", "search", "--model", "gpt3-175b", "--gpu", "a100-sxm-80gb",
+                 "--gpus", "1024", "--seq-len", "2048", "--global-batch", "1536", "--top", "3",
+                 "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert 1 <= len(d["plans"]) <= 3
+    assert d["evaluated"] >= d["valid"] >= d["fitting"] >= len(d["plans"])
+    steps = [p["step_time_s"] for p in d["plans"]]
+    assert steps == sorted(steps)
+    for p in d["plans"]:
+        assert p["fits"] and p["gpus_used"] <= 1024 and 0 < p["mfu"] < 1
+    assert "runner-up" in d["why_best"]
+
+
+def test_scaling_json() -> None:
+    r = gpuscale("train", "scaling", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64",
+                 "--seq-len", "4096", "--global-batch", "256", "--mode", "strong", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["mode"] == "strong"
+    pts = d["points"]
+    assert [p["gpus"] for p in pts] == [8, 16, 32, 64]
+    assert all(p["global_batch"] == 256 for p in pts)
+    assert pts[0]["efficiency"] == pytest.approx(1.0)
+    assert all(0 < p["mfu"] < 1 and p["step_s"] > 0 for p in pts)
+    # strong scaling: more GPUs never make the step slower
+    steps = [p["step_s"] for p in pts]
+    assert steps == sorted(steps, reverse=True)
+
+
+# --- bad input: exit 2, one line, the field and the value ------------------------------
+
+
+def test_unknown_gpu_suggests_closest() -> None:
+    r = gpuscale("train", "estimate", "--model", "gpt3-175b", "--gpu", "a100-sxm-80", "--gpus", "8")
+    line = assert_one_line_error(r, "gpu", "a100-sxm-80")
+    assert "did you mean" in line and "a100-sxm-80gb" in line
+
+
+def test_unknown_model_suggests_closest() -> None:
+    r = gpuscale("train", "search", "--model", "llama3-7b", "--gpu", "h100-sxm", "--gpus", "8")
+    line = assert_one_line_error(r, "model", "llama3-7b")
+    assert "did you mean" in line and "llama3-8b" in line
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        # tp x pp = 24 does not divide 1024 GPUs
+        (["--tp", "8", "--pp", "3"], ("tp*pp*cp", "24", "1024")),
+        # dp = 1024 / 8 = 128; 1536 % (128 x 5) != 0
+        (["--tp", "8", "--mbs", "5"], ("global-batch", "1536", "128 x 5")),
+        # GPT-3 has 96 heads; tp 64 divides the GPU count but not the heads
+        (["--tp", "64"], ("tp", "64", "96 attention heads")),
+    ],
+)
+def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) -> None:
+    assert_one_line_error(gpuscale(*EST, *extra), *needles)
+
+
+def test_sequence_not_divisible_by_cp() -> None:
+    r = gpuscale("train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "4097", "--global-batch", "8", "--cp", "2")
+    assert_one_line_error(r, "cp", "2", "4097")
+
+
+def test_malformed_config_json_value(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": "thirty-two",
+                               "hidden_size": 4096, "num_attention_heads": 32,
+                               "vocab_size": 32000}))
+    r = gpuscale("train", "estimate", "--model", str(cfg), "--gpu", "h100-sxm", "--gpus", "8")
+    assert_one_line_error(r, "num_hidden_layers", "thirty-two")
+
+
+def test_unparseable_config_json(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"num_hidden_layers": 32,\n')
+    r = gpuscale("train", "estimate", "--model", str(cfg), "--gpu", "h100-sxm", "--gpus", "8")
+    assert_one_line_error(r, "model", str(cfg), "JSON")
+
+
+def test_malformed_validation_row(tmp_path: Path) -> None:
+    with VALIDATION.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fields = list(reader.fieldnames or [])
+        row = next(reader)
+    row["num_gpus"] = "lots"
+    bad = tmp_path / "bad.csv"
+    with bad.open("w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=fields)
+        wr.writeheader()
+        wr.writerow(row)
+    r = gpuscale("validate", "training", "--runs", str(bad))
+    assert_one_line_error(r, "num_gpus", "lots")

@@ -1,0 +1,278 @@
+"""Training memory per GPU: Korthikanti activations, ZeRO / Megatron byte splits, invariants.
+
+Activation formulas: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, bytes per layer
+for 16-bit activations, a GPT layer with f = 4h and MHA (a = heads, t = TP degree).
+Bytes per parameter: ZeRO paper (arXiv 1910.02054) sec. 5 and Megatron-LM
+``theoretical_memory_usage.py`` (training-anchors.md sec. 3 item 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.memory import activation_bytes_per_layer, memory_breakdown
+from gpuscale.perf.plan import SHARDING, Plans, Workload
+from gpuscale.perf.transformer import param_count
+
+CAL = default_calibration()
+
+
+def workload(model: str = "megatron-22b", gpus: int = 64, seq: int = 2048, gbs: int = 512,
+             flash: bool = False, gpu: str = "a100-sxm-80gb") -> Workload:
+    g = get_gpu(gpu)
+    s = system_for_gpu(g)
+    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs,
+                    flash_attention=flash)
+
+
+# megatron-22b (Korthikanti Table 3): h = 6144, a = 64, f = 4h, MHA, not gated
+H, A = 6144, 64
+
+
+def act(w: Workload, **plan: object) -> float:
+    return float(activation_bytes_per_layer(w, Plans.of(**plan))[0])
+
+
+def test_model_is_gpt_style() -> None:
+    m = get_model("megatron-22b")
+    assert (m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.gated_mlp) == (H, A, A, 4 * H, False)
+
+
+@pytest.mark.parametrize(("s", "b"), [(2048, 1), (2048, 4), (4096, 2)])
+def test_no_parallelism_no_recompute(s: int, b: int) -> None:
+    # Table 2, "no parallelism": s b h (34 + 5 a s / h)
+    w = workload(seq=s)
+    assert act(w, mbs=b) == pytest.approx(s * b * H * (34 + 5 * A * s / H), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_parallel_without_sp(t: int) -> None:
+    # Table 2, "tensor parallel (baseline)": s b h (10 + 24/t + 5 a s / (h t))
+    s, b = 2048, 2
+    w = workload(seq=s)
+    expected = s * b * H * (10 + 24 / t + 5 * A * s / (H * t))
+    assert act(w, tp=t, mbs=b) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_tensor_and_sequence_parallel(t: int) -> None:
+    # Table 2, "tensor + sequence parallel": s b h (34 + 5 a s / h) / t
+    s, b = 2048, 1
+    w = workload(seq=s)
+    expected = s * b * H * (34 + 5 * A * s / H) / t
+    assert act(w, tp=t, sp=True, mbs=b) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_selective_recompute_without_sp(t: int) -> None:
+    # Table 2, "tensor parallel + selective recompute": s b h (10 + 24/t)
+    s, b = 2048, 1
+    w = workload(seq=s)
+    assert act(w, tp=t, recompute=1, mbs=b) == pytest.approx(s * b * H * (10 + 24 / t), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_selective_recompute_with_sp(t: int) -> None:
+    # Table 2, "tensor + sequence parallel + selective recompute": 34 s b h / t
+    s, b = 2048, 2
+    w = workload(seq=s)
+    assert act(w, tp=t, sp=True, recompute=1, mbs=b) == pytest.approx(34 * s * b * H / t, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_full_recompute_keeps_layer_input(t: int) -> None:
+    # Table 2, "full activation recomputation": 2 s b h per layer (the layer input only)
+    s, b = 2048, 3
+    w = workload(seq=s)
+    assert act(w, tp=t, recompute=2, mbs=b) == pytest.approx(2 * s * b * H, rel=1e-12)
+
+
+def test_flash_attention_drops_the_score_term() -> None:
+    # training-anchors.md sec. 3 item 5: flash attention removes the 5 a s^2 b term
+    s, b = 2048, 1
+    w = workload(seq=s, flash=True)
+    assert act(w, mbs=b) == pytest.approx(34 * s * b * H, rel=1e-12)
+
+
+def test_context_parallel_splits_the_sequence() -> None:
+    # CP gives each GPU s / cp tokens of every layer: 34 (s/cp) b h with flash attention
+    # (Megatron's context parallelism runs on flash/fused attention only)
+    s, cp, b = 8192, 4, 2
+    w = workload(seq=s, flash=True)
+    assert act(w, cp=cp, mbs=b) == pytest.approx(34 * (s / cp) * b * H, rel=1e-12)
+
+
+# --- bytes per parameter ---------------------------------------------------------------
+
+N = 16  # data-parallel ranks sharing the optimizer
+
+
+@pytest.mark.parametrize(
+    ("sharding", "per_param"),
+    [
+        # Megatron DDP: bf16 weights 2 + fp32 main grads 4 + fp32 master/m/v 12 = 18
+        ("none", (2, 4, 12)),
+        # Megatron distributed optimizer: 6 + 12/N
+        ("dist-opt", (2, 4, 12 / N)),
+        # ZeRO-1: 2 + 2 + 12/N
+        ("zero1", (2, 2, 12 / N)),
+        # ZeRO-2: 2 + (2 + 12)/N
+        ("zero2", (2, 2 / N, 12 / N)),
+        # ZeRO-3: (2 + 2 + 12)/N
+        ("zero3", (2 / N, 2 / N, 12 / N)),
+    ],
+)
+def test_bytes_per_parameter(sharding: str, per_param: tuple[float, float, float]) -> None:
+    w = workload("llama3-8b", gpus=N, gbs=N * 4, gpu="h100-sxm")
+    p = Plans.of(dp=N, sharding=SHARDING.index(sharding))
+    mem = memory_breakdown(w, p, CAL)
+    n = param_count(w.model)  # TP = PP = 1: every GPU holds every parameter (or its shard)
+    got = (float(mem.weights[0]) / n, float(mem.gradients[0]) / n, float(mem.optimizer[0]) / n)
+    assert got == pytest.approx(per_param, rel=1e-12)
+    total = (float(mem.weights[0]) + float(mem.gradients[0]) + float(mem.optimizer[0])) / n
+    assert total == pytest.approx(sum(per_param), rel=1e-12)
+
+
+def test_megatron_ddp_is_18_bytes_and_dist_opt_6_plus_12_over_n() -> None:
+    w = workload("llama3-8b", gpus=N, gbs=N * 4, gpu="h100-sxm")
+    n = param_count(w.model)
+    mem = memory_breakdown(w, Plans.of(dp=N, sharding=[0, 1]), CAL)
+    per = (mem.weights + mem.gradients + mem.optimizer) / n
+    assert per == pytest.approx([18.0, 6 + 12 / N], rel=1e-12)
+
+
+def test_sharding_group_is_dp_times_cp() -> None:
+    # Megatron shards the distributed optimizer over the DP x CP ranks
+    w = workload("llama3-8b", gpus=N, gbs=N, seq=8192, gpu="h100-sxm")
+    n = param_count(w.model)
+    mem = memory_breakdown(w, Plans.of(dp=N // 2, cp=2, sharding=SHARDING.index("zero3")), CAL)
+    assert float(mem.optimizer[0]) / n == pytest.approx(12 / N, rel=1e-12)
+
+
+def test_expert_optimizer_is_sharded_over_expert_data_parallel() -> None:
+    # training-anchors.md sec. 3 item 8: the distributed optimizer shards expert parameters
+    # over the expert-data-parallel group, (tp x dp x cp) / ep with expert TP = 1
+    # (Megatron-Core MoE), dense parameters over dp x cp.
+    tp, dp, ep = 2, 8, 4
+    w = workload("mixtral-8x7b", gpus=tp * dp, gbs=64, gpu="h100-sxm")
+    m = w.model
+    h, f, v = 4096, 14336, 32000
+    attn = h * h + 2 * h * 1024 + h * h
+    dense = 32 * (attn / tp + 2 * h + h * 8) + (2 * v * h + h) / tp  # TP splits attn, emb
+    expert = 32 * 8 * 3 * h * f / ep  # whole experts, E / EP per GPU
+    mem = memory_breakdown(w, Plans.of(tp=tp, dp=dp, ep=ep, sharding=SHARDING.index("dist-opt")),
+                           CAL)
+    assert m.num_experts == 8 and m.top_k == 2
+    assert float(mem.optimizer[0]) == pytest.approx(
+        12 * dense / dp + 12 * expert / (tp * dp / ep), rel=1e-12)
+    assert float(mem.weights[0]) == pytest.approx(2 * (dense + expert), rel=1e-12)
+
+
+def test_fp8_adds_a_one_byte_weight_copy() -> None:
+    w = workload("llama3-8b", gpus=N, gbs=N * 4, gpu="h100-sxm")
+    w8 = replace(w, precision="fp8")
+    p = Plans.of(dp=N)
+    n = param_count(w.model)
+    assert float(memory_breakdown(w8, p, CAL).weights[0]) / n == pytest.approx(3.0, rel=1e-12)
+
+
+def test_pipeline_first_stage_holds_pp_microbatches() -> None:
+    # training-anchors.md sec. 3 item 6: 1F1B keeps p micro-batches on the first stage, each
+    # with L/p layers, i.e. L layers' worth; interleaving multiplies by 1 + (p-1)/(p v)
+    w = workload(gpus=64, gbs=512)
+    pp, tp, dp = 4, 8, 2
+    per_layer = act(w, tp=tp, pp=pp, dp=dp, sp=True, recompute=1)
+    one = memory_breakdown(w, Plans.of(tp=tp, pp=pp, dp=dp, sp=True, recompute=1), CAL)
+    expected = per_layer * 48 * CAL.mem_activation_overhead  # 48/4 layers x 4 in flight
+    assert float(one.activations[0]) == pytest.approx(expected, rel=1e-12)
+    vpp = 3
+    inter = memory_breakdown(w, Plans.of(tp=tp, pp=pp, dp=dp, sp=True, recompute=1, vpp=vpp), CAL)
+    assert float(inter.activations[0]) == pytest.approx(
+        expected * (1 + (pp - 1) / (pp * vpp)), rel=1e-12)
+
+
+# --- invariants (hypothesis) -----------------------------------------------------------
+
+TPS = st.sampled_from([1, 2, 4, 8])
+SEQS = st.sampled_from([1024, 2048, 4096])
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=TPS, pp=st.sampled_from([1, 2, 4]), sharding=st.integers(0, 4),
+       dp_lo=st.sampled_from([1, 2, 4]), mult=st.sampled_from([2, 4, 8]),
+       fp8=st.booleans())
+def test_more_dp_shards_never_increase_optimizer_bytes(
+    tp: int, pp: int, sharding: int, dp_lo: int, mult: int, fp8: bool
+) -> None:
+    w = workload("llama3-8b", gpus=1024, gbs=1024, gpu="h100-sxm")
+    if fp8:
+        w = replace(w, precision="fp8")
+    lo = memory_breakdown(w, Plans.of(tp=tp, pp=pp, dp=dp_lo, sharding=sharding), CAL)
+    hi = memory_breakdown(w, Plans.of(tp=tp, pp=pp, dp=dp_lo * mult, sharding=sharding), CAL)
+    assert hi.optimizer[0] <= lo.optimizer[0]
+    assert hi.gradients[0] <= lo.gradients[0]
+    assert hi.weights[0] <= lo.weights[0]
+    if sharding > 0:  # anything sharded strictly shrinks
+        assert hi.optimizer[0] < lo.optimizer[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=TPS, sp=st.booleans(), rc=st.integers(0, 2), seq=SEQS, flash=st.booleans(),
+       pp=st.sampled_from([1, 2, 4, 8]), b=st.sampled_from([1, 2, 4]),
+       model=st.sampled_from(["megatron-22b", "llama3-8b", "mixtral-8x7b"]))
+def test_larger_microbatch_never_decreases_activations(
+    tp: int, sp: bool, rc: int, seq: int, flash: bool, pp: int, b: int, model: str
+) -> None:
+    sp = sp and tp > 1
+    w = workload(model, gpus=256, seq=seq, gbs=256, flash=flash)
+    small = Plans.of(tp=tp, sp=sp, recompute=rc, pp=pp, dp=2, mbs=b)
+    big = Plans.of(tp=tp, sp=sp, recompute=rc, pp=pp, dp=2, mbs=2 * b)
+    a_small = float(activation_bytes_per_layer(w, small)[0])
+    a_big = float(activation_bytes_per_layer(w, big)[0])
+    assert a_big == pytest.approx(2 * a_small, rel=1e-12)  # per layer: linear in b
+    m_small = float(memory_breakdown(w, small, CAL).activations[0])
+    m_big = float(memory_breakdown(w, big, CAL).activations[0])
+    assert m_big >= m_small
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=TPS, sp=st.booleans(), seq=SEQS, flash=st.booleans(), b=st.sampled_from([1, 2, 8]),
+       cp=st.sampled_from([1, 2]),
+       model=st.sampled_from(["megatron-22b", "llama3-70b", "deepseek-v3", "mixtral-8x7b"]))
+def test_full_le_selective_le_none(
+    tp: int, sp: bool, seq: int, flash: bool, b: int, cp: int, model: str
+) -> None:
+    sp = sp and tp > 1
+    w = workload(model, gpus=256, seq=seq, gbs=256, flash=flash)
+    p = Plans.of(tp=tp, sp=sp, mbs=b, cp=cp, recompute=[2, 1, 0])
+    full, sel, none = activation_bytes_per_layer(w, p)
+    assert full <= sel <= none
+    if not flash:  # without flash attention selective recompute drops the score term
+        assert sel < none
+
+
+def test_full_recompute_total_below_selective_for_deep_stages() -> None:
+    # With >= 12 layers per stage, keeping 2sbh per layer plus one layer re-materialised
+    # is far below keeping 34sbh per layer (Korthikanti Table 2 ratios)
+    w = workload(gpus=64, gbs=512)
+    p = Plans.of(tp=8, pp=4, dp=2, sp=True, recompute=[2, 1, 0])
+    a = memory_breakdown(w, p, CAL).activations
+    assert a[0] < a[1] < a[2]
+
+
+def test_fits_compares_total_with_capacity() -> None:
+    w = workload("llama3-70b", gpus=8, gbs=8, gpu="h100-sxm")
+    mem = memory_breakdown(w, Plans.of(tp=8, dp=1, sp=True, recompute=2, sharding=0), CAL)
+    total = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.buffers
+    assert np.allclose(mem.total, total)
+    # 70.6 B params x 18 B / 8 GPUs = 159 GB > 80 GB: Megatron DDP on one node cannot fit
+    assert not bool(mem.fits[0])
+    assert float(mem.headroom[0]) < 0

@@ -1,0 +1,223 @@
+"""Training step time: the breakdown sums to the step, bubble, comm at degree 1, FP8.
+
+Pipeline bubble: Narayanan et al. SC'21 (arXiv 2104.04473) sec. 2.2: the bubble is a
+fraction (p - 1)/m of the ideal time for 1F1B and (p - 1)/(v m) with v interleaved chunks,
+i.e. (p - 1)/v x the per-micro-batch stage time. TP communication: Shoeybi et al. 2019
+(Megatron-LM) -- 2 all-reduces forward and 2 backward per layer; full recomputation repeats
+the forward's 2 (Korthikanti et al. 2022 sec. 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.plan import Plans, Workload, validity
+from gpuscale.perf.step import StepBreakdown, step_breakdown
+from gpuscale.perf.training import estimate
+from gpuscale.perf.transformer import model_flops_per_token
+
+# non-zero fixed costs so the overhead term is visible in every reconstruction below
+CAL = default_calibration().replace(step_overhead_s=0.25, microbatch_overhead_s=2e-3)
+
+PER_MB = ("compute_s", "recompute_s", "memory_bound_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+          "pp_comm_s")
+
+
+def workload(model: str = "gpt3-175b", gpus: int = 1024, seq: int = 2048, gbs: int = 1536,
+             gpu: str = "a100-sxm-80gb", precision: str = "bf16") -> Workload:
+    g = get_gpu(gpu)
+    s = system_for_gpu(g)
+    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs,
+                    precision)
+
+
+def step(w: Workload, **plan: Any) -> StepBreakdown:
+    p = Plans.of(**plan)
+    ok, _ = validity(w, p)
+    assert ok.all(), "test plan must be valid"
+    return step_breakdown(w, p, CAL)
+
+
+def t_microbatch(b: StepBreakdown, m: int, i: int = 0) -> float:
+    """Per-micro-batch stage time rebuilt from the other terms (all but bubble, DP comm,
+    optimizer and the once-per-step overhead), divided by the micro-batch count m."""
+    per_mb = sum(float(getattr(b, k)[i]) for k in PER_MB)
+    per_mb += float(b.overhead_s[i]) - CAL.step_overhead_s  # m x microbatch_overhead_s
+    return per_mb / m
+
+
+@pytest.mark.parametrize(
+    ("tp", "pp", "dp", "vpp", "mbs"),
+    [(8, 8, 16, 1, 1), (8, 8, 16, 2, 1), (8, 16, 8, 3, 2), (4, 4, 64, 8, 2), (8, 12, 8, 1, 4)],
+)
+def test_bubble_is_p_minus_1_over_v_microbatch_times(tp: int, pp: int, dp: int, vpp: int,
+                                                      mbs: int) -> None:
+    w = workload()
+    b = step(w, tp=tp, pp=pp, dp=dp, vpp=vpp, mbs=mbs, sp=True, recompute=1)
+    m = w.global_batch // (dp * mbs)
+    t_mb = t_microbatch(b, m)
+    # SC'21: bubble time = (p - 1)/v x t_mb, a fraction (p - 1)/(v m) of the m x t_mb work
+    assert float(b.bubble_s[0]) == pytest.approx((pp - 1) / vpp * t_mb, rel=1e-9)
+    assert float(b.bubble_s[0]) / (m * t_mb) == pytest.approx((pp - 1) / (vpp * m), rel=1e-9)
+
+
+def test_no_bubble_without_pipeline() -> None:
+    w = workload()
+    b = step(w, tp=8, pp=1, dp=128, mbs=1, sp=True, recompute=2, sharding=1)
+    assert float(b.bubble_s[0]) == 0.0
+    assert float(b.pp_comm_s[0]) == 0.0
+
+
+def test_doubling_microbatches_halves_bubble_fraction() -> None:
+    # same per-micro-batch shape (mbs 1), twice the global batch: (p-1)/m halves
+    w1, w2 = workload(gbs=768), workload(gbs=1536)
+    plan = dict(tp=8, pp=8, dp=16, mbs=1, sp=True, recompute=1)
+    b1, b2 = step(w1, **plan), step(w2, **plan)
+    f1 = float(b1.bubble_s[0]) / (48 * t_microbatch(b1, 48))
+    f2 = float(b2.bubble_s[0]) / (96 * t_microbatch(b2, 96))
+    assert f1 == pytest.approx(7 / 48, rel=1e-9)
+    assert f2 == pytest.approx(f1 / 2, rel=1e-9)
+
+
+def test_tp_comm_zero_at_tp1() -> None:
+    w = workload("llama3-8b", gpus=8, gbs=64, seq=4096, gpu="h100-sxm")
+    no_tp = step(w, tp=1, pp=1, dp=8, mbs=1, recompute=[0, 1, 2], sharding=[0, 1, 4])
+    assert np.all(no_tp.tp_comm_s == 0.0)
+    assert np.all(no_tp.dp_comm_s > 0.0)
+    with_tp = step(w, tp=8, pp=1, dp=1, mbs=1, sp=True)
+    assert float(with_tp.tp_comm_s[0]) > 0.0
+
+
+def test_dp_comm_zero_at_dp1() -> None:
+    # one GPU per model replica, TP = 1: nothing to reduce across replicas
+    w = workload("llama3-8b", gpus=8, gbs=64, seq=4096, gpu="h100-sxm")
+    for sharding in range(5):
+        assert float(step(w, tp=1, pp=8, dp=1, mbs=1, sharding=sharding).dp_comm_s[0]) == 0.0
+
+
+@pytest.mark.parametrize("sharding", range(5))
+def test_dp_comm_zero_at_dp1_with_tensor_parallel_dense_model(sharding: int) -> None:
+    # A dense model with DP = CP = 1 has no data-parallel group at all, whatever TP is:
+    # gradient all-reduce / reduce-scatter and parameter all-gather are over 1 rank.
+    w = workload("llama3-8b", gpus=8, gbs=64, seq=4096, gpu="h100-sxm")
+    no_dp = step(w, tp=8, pp=1, dp=1, mbs=1, sp=True, sharding=sharding)
+    assert float(no_dp.dp_comm_s[0]) == 0.0
+
+
+def test_cp_joins_the_gradient_reduction_group() -> None:
+    # CP ranks hold the same weights and reduce gradients with DP (Megatron dp_cp group)
+    w = workload("llama3-8b", gpus=8, gbs=64, seq=4096, gpu="h100-sxm")
+    assert float(step(w, tp=4, pp=1, dp=1, cp=2, mbs=1, sp=True, sharding=1).dp_comm_s[0]) > 0
+
+
+def test_full_recompute_adds_the_forward_tp_all_reduces() -> None:
+    # Megatron: 4 TP all-reduces per layer (2 fwd + 2 bwd), 6 with full recompute, plus
+    # 2 for the embedding / output layer (unaffected). Ratio (6 L + 2)/(4 L + 2).
+    w = workload()
+    b = step(w, tp=8, pp=8, dp=16, mbs=1, sp=True, recompute=[0, 2])
+    layers = 96 // 8
+    assert float(b.tp_comm_s[1] / b.tp_comm_s[0]) == pytest.approx(
+        (6 * layers + 2) / (4 * layers + 2), rel=1e-9)
+
+
+def test_fp8_is_faster_than_bf16() -> None:
+    plan = dict(tp=8, pp=4, dp=8, mbs=1, sp=True, recompute=1, sharding=1)
+    bf = step(workload("llama3-70b", gpus=256, gbs=512, seq=8192, gpu="h100-sxm"), **plan)
+    f8 = step(workload("llama3-70b", gpus=256, gbs=512, seq=8192, gpu="h100-sxm",
+                       precision="fp8"), **plan)
+    assert float(f8.step_s[0]) < float(bf.step_s[0])
+    # only GEMMs speed up (attention stays at the BF16 peak): compute shrinks by at most
+    # the calibrated FP8 GEMM speed-up, and communication / memory-bound terms are equal
+    assert float(f8.compute_s[0]) < float(bf.compute_s[0])
+    assert float(f8.compute_s[0]) >= float(bf.compute_s[0]) / CAL.fp8_gemm_speedup
+    # (exposed DP comm may grow: the shorter backward hides less of it)
+    for k in ("memory_bound_s", "tp_comm_s", "optimizer_s"):
+        assert float(getattr(f8, k)[0]) == pytest.approx(float(getattr(bf, k)[0]), rel=1e-12)
+
+
+def test_estimate_rates_follow_from_step_time() -> None:
+    w = workload()
+    p = Plans.of(tp=8, pp=8, dp=16, vpp=2, mbs=1, sp=True, recompute=1, sharding=1)
+    e = estimate(w, p, CAL)
+    step_s = float(e.step_s[0])
+    # tokens/s per GPU = global batch x sequence / (step time x GPUs)
+    tps = 1536 * 2048 / (step_s * 1024)
+    assert float(e.tokens_per_s_per_gpu[0]) == pytest.approx(tps, rel=1e-12)
+    # MFU = tokens/s/GPU x model FLOPs per token (causal) / dense BF16 peak (312 TF, A100)
+    mfu = tps * model_flops_per_token(w.model, 2048, causal=True) / 312e12
+    assert float(e.mfu[0]) == pytest.approx(mfu, rel=1e-9)
+    assert 0.0 < float(e.mfu[0]) < 1.0
+    assert float(e.model_tflops_per_gpu[0]) == pytest.approx(mfu * 312, rel=1e-9)
+
+
+# --- invariants (hypothesis) -----------------------------------------------------------
+
+W175 = workload()
+
+
+@st.composite
+def plans_175b(draw: st.DrawFn) -> dict[str, Any]:
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    pp = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    dp = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    vpp = draw(st.sampled_from([1, 2, 3])) if pp > 1 else 1
+    return dict(tp=tp, pp=pp, dp=dp, vpp=vpp, mbs=draw(st.sampled_from([1, 2, 4])),
+                sp=draw(st.booleans()) and tp > 1, recompute=draw(st.integers(0, 2)),
+                sharding=draw(st.integers(0, 4)), tp_overlap=draw(st.booleans()) and tp > 1)
+
+
+def _valid(plan: dict[str, Any]) -> bool:
+    return bool(validity(W175, Plans.of(**plan))[0][0])
+
+
+@settings(max_examples=80, deadline=None)
+@given(plan=plans_175b())
+def test_step_is_sum_of_nonnegative_terms(plan: dict[str, Any]) -> None:
+    assume(_valid(plan))
+    b = step_breakdown(W175, Plans.of(**plan), CAL)
+    terms = b.terms()
+    assert all(float(v[0]) >= 0.0 for v in terms.values())
+    assert float(b.step_s[0]) == pytest.approx(sum(float(v[0]) for v in terms.values()),
+                                               rel=1e-12)
+    m = W175.global_batch // (int(plan["dp"]) * int(plan["mbs"]))
+    pp, vpp = int(plan["pp"]), int(plan["vpp"])
+    assert float(b.bubble_s[0]) == pytest.approx((pp - 1) / vpp * t_microbatch(b, m), rel=1e-9)
+    if int(plan["tp"]) == 1:
+        assert float(b.tp_comm_s[0]) == 0.0
+    if int(plan["dp"]) == 1:  # dense model: no data-parallel group at all
+        assert float(b.dp_comm_s[0]) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(plan=plans_175b())
+def test_recompute_costs_time_in_order(plan: dict[str, Any]) -> None:
+    assume(_valid(plan))
+    p = Plans.of(**{**plan, "recompute": [0, 1, 2]})
+    b = step_breakdown(W175, p, CAL)
+    none, sel, full = (float(x) for x in b.recompute_s)
+    assert none == 0.0 < sel < full
+    assert float(b.step_s[0]) < float(b.step_s[2])
+
+
+W175_H100 = workload(gpu="h100-sxm")
+
+
+@settings(max_examples=40, deadline=None)
+@given(plan=plans_175b())
+def test_fp8_never_slower_on_h100(plan: dict[str, Any]) -> None:
+    w = W175_H100
+    assume(bool(validity(w, Plans.of(**plan))[0][0]))
+    bf = step_breakdown(w, Plans.of(**plan), CAL)
+    f8 = step_breakdown(replace(w, precision="fp8"), Plans.of(**plan), CAL)
+    # never slower; a plan bound by exposed ZeRO-3 communication may gain nothing
+    assert float(f8.step_s[0]) <= float(bf.step_s[0]) * (1 + 1e-12)
+    assert float(f8.compute_s[0]) < float(bf.compute_s[0])

@@ -1,0 +1,201 @@
+"""Transformer arithmetic: published parameter counts and the Megatron FLOP conventions.
+
+Every expected value below is either a published figure (cited beside it) or the cited
+formula evaluated by hand in the test, never a value read back from gpuscale.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscale.catalog import Model, get_model
+from gpuscale.perf.transformer import (
+    active_param_count,
+    forward_flops_per_token,
+    megatron_model_flops,
+    megatron_sc21_flops,
+    model_flops_per_token,
+    param_count,
+)
+
+# --- parameter counts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "published", "rel"),
+    [
+        # Brown et al. 2020 call it "175B"; the exact count of the Table 2.1 shape with
+        # learned positions and tied embeddings (no biases) is 174.6 B.
+        ("gpt3-175b", 174.6e9, 1e-3),
+        # meta-llama/Meta-Llama-3.1-70B safetensors index: 70,553,706,496 parameters
+        ("llama3-70b", 70_553_706_496, 1e-9),
+        # meta-llama/Meta-Llama-3.1-8B: 8,030,261,248 parameters
+        ("llama3-8b", 8_030_261_248, 1e-9),
+        # DeepSeek-V3 technical report (arXiv 2412.19437) abstract: 671 B total (without MTP)
+        ("deepseek-v3", 671e9, 2e-3),
+        # mistralai/Mixtral-8x7B-v0.1: 46.7 B total (46,702,792,704 in the safetensors index)
+        ("mixtral-8x7b", 46_702_792_704, 1e-9),
+    ],
+)
+def test_param_count_matches_published(model: str, published: float, rel: float) -> None:
+    assert param_count(get_model(model)) == pytest.approx(published, rel=rel)
+
+
+def test_gpt3_175b_param_count_by_hand() -> None:
+    # 12 l h^2 (4h^2 attention + 8h^2 MLP) + 2 h per layer norms... written out in full:
+    # per layer: 4 h^2 (Q, K, V, O) + 2 * h * 4h (MLP) + 2 h (two norms)
+    # embeddings: V h (tied) + 2048 h (learned positions) + h (final norm)
+    nl, h, v, s = 96, 12288, 50257, 2048
+    expected = nl * (4 * h * h + 8 * h * h + 2 * h) + v * h + s * h + h
+    assert expected == 174_591_270_912
+    assert param_count(get_model("gpt3-175b")) == expected
+
+
+@pytest.mark.parametrize(
+    ("model", "active", "rel"),
+    [
+        # DeepSeek-V3 report: 37 B activated per token (ours 37.55 B, embeddings included)
+        ("deepseek-v3", 37e9, 0.02),
+        # Mistral AI "Mixtral of experts" (arXiv 2401.04088): 12.9 B active per token
+        ("mixtral-8x7b", 12.9e9, 0.01),
+    ],
+)
+def test_moe_active_params_match_published(model: str, active: float, rel: float) -> None:
+    assert active_param_count(get_model(model)) == pytest.approx(active, rel=rel)
+
+
+def test_active_params_equal_total_for_dense_models() -> None:
+    for key in ("gpt3-175b", "llama3-70b", "llama3-8b"):
+        m = get_model(key)
+        assert active_param_count(m) == param_count(m)
+
+
+def test_mixtral_active_params_by_hand() -> None:
+    # 32 layers: attention h*q + 2*h*k + q*h with q = 4096, k = 8 x 128 = 1024;
+    # top-2 of 8 SwiGLU experts (3 h f each, f = 14336) + router h*8 + 2 norms;
+    # untied embeddings 2 V h + final norm.
+    nl, h, f, v, k = 32, 4096, 14336, 32000, 1024
+    attn = h * h + 2 * h * k + h * h
+    per_layer_active = attn + 2 * 3 * h * f + h * 8 + 2 * h
+    per_layer_total = attn + 8 * 3 * h * f + h * 8 + 2 * h
+    m = get_model("mixtral-8x7b")
+    assert active_param_count(m) == nl * per_layer_active + 2 * v * h + h
+    assert param_count(m) == nl * per_layer_total + 2 * v * h + h
+
+
+# --- Megatron FLOP conventions (shared/validation/README.md) --------------------------
+
+# Narayanan et al. SC'21 GPT-3-style configuration: B = 1536, s = 2048, l = 96, h = 12288,
+# V = 51200 (catalog megatron-175b: MHA, f = 4h).
+B, S = 1536, 2048
+L, H, V = 96, 12288, 51200
+
+
+def _gpt() -> Model:
+    m = get_model("megatron-175b")
+    assert (m.layers, m.hidden, m.vocab, m.heads, m.kv_heads, m.ffn_hidden, m.gated_mlp) == (
+        L, H, V, 96, 96, 4 * H, False)
+    return m
+
+
+def test_sc21_flops_per_iteration() -> None:
+    # SC'21 eq. (3): F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
+    expected = 96 * B * S * L * H**2 * (1 + S / (6 * H) + V / (16 * L * H))
+    assert megatron_sc21_flops(_gpt(), B, S) == pytest.approx(expected, rel=1e-12)
+    # by hand: 96 x 1536 x 2048 x 96 x 12288^2 = 4.37750e18; the bracket is
+    # 1 + 2048/73728 + 51200/18874368 = 1.030490; product 4.5110e18 FLOPs per iteration
+    assert expected == pytest.approx(4.5110e18, rel=1e-4)
+
+
+def test_megatron_model_flops_full_attention_gpt() -> None:
+    # Megatron-LM num_floating_point_operations with g = a, q = h, f = 4h, k = 1, m = 1:
+    # 12 B s l h^2 [(1 + 1 + s/h) + 4 + V/(2 l h)] = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
+    expected = 72 * B * S * L * H**2 * (1 + S / (6 * H) + V / (12 * L * H))
+    assert megatron_model_flops(_gpt(), B, S, causal=False) == pytest.approx(expected, rel=1e-12)
+
+
+def test_megatron_model_flops_causal_gpt() -> None:
+    # causal variant (Megatron-LM since 2025, Megatron-Bridge): the s/h term halved,
+    # 12 B s l h^2 [(2 + s/(2h)) + 4 + V/(2 l h)] = 72 B s l h^2 (1 + s/(12h) + V/(12 l h))
+    expected = 72 * B * S * L * H**2 * (1 + S / (12 * H) + V / (12 * L * H))
+    assert megatron_model_flops(_gpt(), B, S, causal=True) == pytest.approx(expected, rel=1e-12)
+
+
+def test_sc21_hardware_flops_are_four_thirds_of_model_flops_without_logits() -> None:
+    # SC'21 counts a recomputed forward pass: 4 passes of the layers vs 3, so the layer
+    # terms are in ratio 96/72 = 4/3, while the logits term (V/16lh x 96 = V/12lh x 72)
+    # is the same in both.
+    m = _gpt()
+    logits = 72 * B * S * L * H**2 * V / (12 * L * H)
+    sc21 = megatron_sc21_flops(m, B, S)
+    model = megatron_model_flops(m, B, S, causal=False)
+    assert (sc21 - logits) / (model - logits) == pytest.approx(4 / 3, rel=1e-12)
+
+
+def test_megatron_model_flops_llama3_70b_gqa_swiglu() -> None:
+    # validation README: 12 B s l h^2 [(1 + g/a + s/h) q/h + (f/h) k m + V/(2 l h)]
+    # Llama 3 70B: g = 8, a = 64, q = h = 8192, f = 28672, k = 1, m = 3/2 (SwiGLU)
+    b, s, nl, h, v = 8, 8192, 80, 8192, 128256
+    bracket = (1 + 8 / 64 + s / h) * 1 + (28672 / h) * 1 * 1.5 + v / (2 * nl * h)
+    expected = 12 * b * s * nl * h**2 * bracket
+    m = get_model("llama3-70b")
+    assert megatron_model_flops(m, b, s, causal=False) == pytest.approx(expected, rel=1e-12)
+    causal = 12 * b * s * nl * h**2 * (bracket - 0.5 * s / h)
+    assert megatron_model_flops(m, b, s, causal=True) == pytest.approx(causal, rel=1e-12)
+
+
+def test_megatron_model_flops_mixtral_counts_routed_experts() -> None:
+    # k = 2 experts routed to per token, f = 14336, m = 3/2, g/a = 8/32
+    b, s, nl, h, v = 1, 4096, 32, 4096, 32000
+    bracket = (1 + 8 / 32 + s / h) + (14336 / h) * 2 * 1.5 + v / (2 * nl * h)
+    expected = 12 * b * s * nl * h**2 * bracket
+    got = megatron_model_flops(get_model("mixtral-8x7b"), b, s, causal=False)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+# --- model FLOPs per token: 6N + attention ------------------------------------------
+
+
+def _matmul_params(m: Model) -> int:
+    """Parameters that take part in a matmul per token: all but norms, the input-embedding
+    lookup (unless tied to the output layer, which is a matmul) and learned positions."""
+    n = param_count(m)
+    n -= m.layers * 2 * m.hidden + m.hidden  # norms
+    if not m.tied_embeddings:
+        n -= m.vocab * m.hidden  # the input lookup is not a matmul; the output layer is
+    if m.position == "learned":
+        n -= m.max_seq * m.hidden
+    return n
+
+
+@pytest.mark.parametrize("key", ["llama3-8b", "llama3-70b", "gpt3-175b", "megatron-22b"])
+def test_model_flops_per_token_is_6n_plus_attention(key: str) -> None:
+    # PaLM (arXiv 2204.02311) Appendix B: training FLOPs per token = 6 N + 12 l h s with
+    # N the matmul parameters (q = heads x head_dim = h for these models); causal
+    # counting halves the attention term: 6 N + 6 l h s (MaxText PR 1988).
+    m = get_model(key)
+    assert m.heads * m.head_dim == m.hidden
+    s = 4096
+    n = _matmul_params(m)
+    nl, h = m.layers, m.hidden
+    assert model_flops_per_token(m, s, causal=False) == pytest.approx(
+        6 * n + 12 * nl * h * s, rel=1e-12)
+    assert model_flops_per_token(m, s, causal=True) == pytest.approx(
+        6 * n + 6 * nl * h * s, rel=1e-12)
+
+
+def test_training_flops_are_three_forwards() -> None:
+    m = get_model("llama3-70b")
+    assert model_flops_per_token(m, 8192) == pytest.approx(
+        3 * forward_flops_per_token(m, 8192), rel=1e-12)
+
+
+def test_model_flops_agree_with_megatron_per_token() -> None:
+    # For a GPT with f = 4h and MHA, Megatron's full-attention model FLOPs per token
+    # (72 s l h^2 (...) per sequence / s) equals 6 N_matmul + 12 l h s, exactly the
+    # gpuscale definition without causal halving (the two conventions coincide).
+    m = _gpt()
+    per_token = megatron_model_flops(m, 1, S, causal=False) / S
+    assert model_flops_per_token(m, S, causal=False) == pytest.approx(per_token, rel=1e-12)
+    per_token_causal = megatron_model_flops(m, 1, S, causal=True) / S
+    assert model_flops_per_token(m, S, causal=True) == pytest.approx(per_token_causal, rel=1e-12)
