@@ -59,6 +59,8 @@ class Calibration:
     """Fraction of tensor-parallel communication hidden behind GEMMs."""
     dp_overlap: float = 0.85
     """Fraction of data-parallel gradient/parameter communication hidden behind backward."""
+    pp_overlap: float = 0.0
+    """Fraction of pipeline point-to-point transfers hidden behind the 1F1B compute."""
     # --- fixed costs ---
     step_overhead_s: float = 0.0
     """Fixed per-iteration cost (data loading, logging, launch gaps) not modelled elsewhere."""

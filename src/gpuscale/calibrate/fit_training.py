@@ -29,9 +29,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "hbm_eff": (0.5, 0.95),
     "fp8_gemm_speedup": (1.1, 2.0),
     "dp_overlap": (0.0, 1.0),
+    "pp_overlap": (0.0, 1.0),
     "microbatch_overhead_s": (0.0, 0.02),
     "layer_overhead_s": (0.0, 0.002),
-    "step_overhead_s": (0.0, 1.0),
+    "step_overhead_s": (0.0, 0.1),
 }
 
 

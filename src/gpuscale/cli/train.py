@@ -61,7 +61,10 @@ def _fixed(tp: int | None, pp: int | None, vpp: int | None, cp: int | None, ep: 
 def _tokens(tokens: str | None) -> float | None:
     if tokens is None:
         return None
-    v = parse_quantity(tokens, "number", "tokens")
+    text = tokens.strip()
+    if text[-1:] == "B" and text[-2:-1].isdigit():
+        text = text[:-1] + "G"  # "300B tokens" means billions here, not bytes
+    v = parse_quantity(text, "number", "tokens")
     if v <= 0:
         raise InputError("tokens", tokens, "a positive count, e.g. 15T or 2e12")
     return v

@@ -17,7 +17,8 @@ generalised to GQA and gated MLPs), s = sequence per GPU, b = micro-batch, t = T
   4 f (6 f when gated) (activation input and output);
   attention scores 5 a s^2 b / t without flash attention and without selective recompute;
   full recompute keeps only each layer's input, 2 s b h (/t with SP).
-GPT with f = 4h and MHA gives 34 s b h + 5 a s^2 b, the paper's figure.
+GPT with f = 4h and MHA gives 34 s b h + 5 a s^2 b, the paper's figure. With FP8 GEMMs
+(Transformer Engine) the GEMM inputs saved for backward take 1 byte instead of 2.
 The first pipeline stage holds p micro-batches in flight (x (1 + (p-1)/(p v)) interleaved).
 """
 
@@ -110,6 +111,11 @@ def activation_bytes_per_layer(
     mlp = (1 - moe_frac) * mlp_mult * f_dense + moe_frac * (mlp_mult * f_moe + 2 * m.top_k * h)
     replicated = 10.0 * s * b * h
     split = s * b * (4.0 * q + 4.0 * kv + mlp)
+    if w.precision == "fp8":
+        # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte): the QKV and
+        # fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's (2 s b f)
+        replicated = replicated - 2.0 * s * b * h
+        split = split - s * b * (q + (1 - moe_frac) * f_dense + moe_frac * f_moe)
     scores = 5.0 * m.heads * s * s * b
     no_scores = p.recompute >= 1
     if w.flash_attention:

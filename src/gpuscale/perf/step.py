@@ -36,6 +36,9 @@ FloatArray = FloatArrayT
 
 FLASH_BWD_FACTOR = 2.5
 """Backward / forward FLOPs of flash attention (FlashAttention-2, arXiv 2307.08691, sec. 3)."""
+MOE_PERMUTE_PASSES = 6.0
+"""Reads + writes of the routed tokens' hidden states per MoE layer forward: permute
+(2), unpermute (2) and the gate-weighted combine (2), as in Megatron-Core's token dispatcher."""
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read fp32 param, grad, m, v (16 B),
 write param, m, v (12 B) and the 16-bit model copy (2 B)."""
@@ -137,7 +140,10 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     h_bytes = cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
     h_bytes = np.where(p.sp, h_bytes / tp, h_bytes)
     f_bytes = gate * f_act * tokens * 2.0 / tp
-    mem_fwd = (h_bytes + f_bytes) / bw
+    # MoE token permutation before and unpermutation after the experts, and the weighted
+    # combine: each reads and writes the top-k copies of the hidden state
+    moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * h * tokens / tp * 2.0 if m.is_moe else 0.0
+    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     logit_dim = np.minimum(np.minimum(tokens, h), m.vocab / tp)
@@ -186,7 +192,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     p2p_bytes = np.where(p.sp, act_bytes / tp, act_bytes)
     pp_cross = (tp * cp * p.dp) < f.domain_gpus
     p2p = _collective("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
-    pp_mb = np.where(p.pp > 1, 2.0 * p.vpp * p2p, 0.0)
+    pp_mb = np.where(p.pp > 1, 2.0 * p.vpp * p2p * (1.0 - cal.pp_overlap), 0.0)
 
     t_mb = (compute_mb + mem_mb + recompute_mb + tp_mb + cp_mb + ep_mb + pp_mb
             + cal.microbatch_overhead_s)

@@ -74,7 +74,10 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
                       and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)])
     cps = opts("cp", [c for c in (1, 2, 4, 8, 16, 32)
                       if w.seq_len % (2 * c) == 0 and w.seq_len // c >= 4096 or c == 1])
-    pps = opts("pp", [p for p in _divisors(m.layers) if p <= n])
+    # pipeline degrees that split the layers evenly, or evenly once the embedding and the
+    # output layer count as one layer each (Megatron's account-for-embedding/loss split)
+    pps = opts("pp", sorted({p for p in _divisors(m.layers) + _divisors(m.layers + 2)
+                             if 1 <= p <= min(n, m.layers)}))
     eps = opts("ep", [e for e in _divisors(m.num_experts) if e <= n] if m.is_moe else [1])
     batch_divs = _divisors(w.global_batch)
     rows: list[tuple[int, ...]] = []
@@ -99,9 +102,9 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
                 if per_rank % mbs:
                     continue
                 mbatches = per_rank // mbs
-                vpps = opts("vpp", [v for v in _divisors(m.layers // pp) if v <= MAX_VPP
-                                    and (v == 1 or (pp > 1 and mbatches % pp == 0))]
-                            if m.layers % pp == 0 else [1])
+                stage_layers = -(-m.layers // pp)
+                vpps = opts("vpp", [v for v in _divisors(stage_layers) if v <= MAX_VPP
+                                    and (v == 1 or (pp > 1 and mbatches % pp == 0))])
                 for vpp, ep in itertools.product(vpps, eps):
                     rows.append((tp, cp, pp, vpp, ep, dp, mbs))
     if not rows:

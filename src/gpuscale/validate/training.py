@@ -160,12 +160,22 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         v = num(row, col, where)
         if v is not None:
             fixed[key] = int(v)
+    if (fixed.get("pp", 1) > 1 and "mbs" in fixed and "dp" in fixed
+            and int(gbs) == fixed["dp"] * fixed["mbs"]):
+        # one micro-batch through a pipeline would idle it (p - 1) / 1 of the time: the
+        # figure is the local batch (torchtitan's usage), so the micro-batch is searched
+        del fixed["mbs"]
+        notes.append("stated micro-batch equals the local batch with pp > 1: read as the "
+                     "local batch, micro-batch searched")
     if "pp" in fixed and "vpp" not in fixed:
         fixed["vpp"] = 1  # interleaving is opt-in: a stated layout without vpp is plain 1F1B
     sp = row.get("seq_parallel", "")
     if sp:
         fixed["sp"] = sp in ("1", "true", "True", "yes")
     rc = row.get("recompute", "").lower()
+    if not rc and conv == "megatron_sc21_hfu":
+        rc = "full"
+        notes.append("full recompute: the SC'21 FLOP convention counts a full recomputation")
     if not rc and re.search(r"activation checkpointing on|full (activation )?recompute",
                             row.get("notes", ""), re.IGNORECASE):
         rc = "full"
