@@ -44,8 +44,10 @@ def main() -> None:
         print(f"{op:15s} {a.points / best:12,.0f} evaluations/s")
         total_pts += a.points
         total_s += best
-    print(f"{'all ops':15s} {total_pts / total_s:12,.0f} evaluations/s "
-          f"({a.points:,} points per call, one core)")
+    print(
+        f"{'all ops':15s} {total_pts / total_s:12,.0f} evaluations/s "
+        f"({a.points:,} points per call, one core)"
+    )
 
 
 if __name__ == "__main__":

@@ -29,26 +29,50 @@ def main() -> None:
     cal = default_calibration()
     m, g = get_model("llama3-70b"), get_gpu("h100-sxm")
     sm = build_step_model(m, g, precision_plan(g, "fp8"), 4, 1, cal, tokens_per_seq=2048 + 256)
-    lim = EngineLimits(sm.engine.max_batch, sm.engine.max_num_tokens, sm.memory.kv_blocks,
-                       sm.memory.block_tokens)
+    lim = EngineLimits(
+        sm.engine.max_batch, sm.engine.max_num_tokens, sm.memory.kv_blocks, sm.memory.block_tokens
+    )
     n = args.requests
     t0 = time.perf_counter()
     res = simulate(sm, lim, poisson(n, 6.0, 2048, 256, seed=0), cal.inf_request_overhead_s)
     dt = time.perf_counter() - t0
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
-    print(f"poisson 6 req/s, llama3-70b fp8 TP4 H100, 2048/256: {n:,} requests in {dt:.2f} s "
-          f"= {n / dt:,.0f} requests/s (mean batch {res.mean_batch:.0f}, "
-          f"{res.iterations:,} iterations)")
+    print(
+        f"poisson 6 req/s, llama3-70b fp8 TP4 H100, 2048/256: {n:,} requests in {dt:.2f} s "
+        f"= {n / dt:,.0f} requests/s (mean batch {res.mean_batch:.0f}, "
+        f"{res.iterations:,} iterations)"
+    )
     print(f"peak RSS after the {n:,}-request run: {rss_gib:.3f} GiB")
     n_off = min(n, 200_000)
     t0 = time.perf_counter()
     res = simulate(sm, lim, offline(n_off, 2048, 256))
     dt = time.perf_counter() - t0
-    print(f"offline, same deployment: {n_off:,} requests in {dt:.2f} s = {n_off / dt:,.0f} "
-          f"requests/s ({res.output_tokens_per_s:,.0f} output tok/s simulated)")
-    cmd = [sys.executable, "-c", "from gpuscale.cli import main; main()", "infer", "size",
-           "--model", "llama3-70b", "--qps", "50", "--input-len", "2048", "--output-len", "256",
-           "--ttft-p99", "2s", "--tpot-p99", "50ms", "--gpus", "h100-sxm,h200,b200", "--json"]
+    print(
+        f"offline, same deployment: {n_off:,} requests in {dt:.2f} s = {n_off / dt:,.0f} "
+        f"requests/s ({res.output_tokens_per_s:,.0f} output tok/s simulated)"
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        "from gpuscale.cli import main; main()",
+        "infer",
+        "size",
+        "--model",
+        "llama3-70b",
+        "--qps",
+        "50",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "256",
+        "--ttft-p99",
+        "2s",
+        "--tpot-p99",
+        "50ms",
+        "--gpus",
+        "h100-sxm,h200,b200",
+        "--json",
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
     dt = time.perf_counter() - t0

@@ -14,8 +14,13 @@ from __future__ import annotations
 import os
 
 # one thread, before NumPy is imported anywhere
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-             "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+for _var in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
@@ -67,10 +72,18 @@ def run_case(key: str, repeats: int) -> dict[str, Any]:
     best = res.best
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
-        "case": key, "model": model, "gpu": gpu, "gpus": gpus, "global_batch": gbs,
-        "seq_len": seq, "wall_s": wall, "wall_min_s": min(times),
-        "evaluated": res.evaluated, "valid": len(res.estimate.plans),
-        "fitting": len(res.order), "plans_per_s": res.evaluated / wall,
+        "case": key,
+        "model": model,
+        "gpu": gpu,
+        "gpus": gpus,
+        "global_batch": gbs,
+        "seq_len": seq,
+        "wall_s": wall,
+        "wall_min_s": min(times),
+        "evaluated": res.evaluated,
+        "valid": len(res.estimate.plans),
+        "fitting": len(res.order),
+        "plans_per_s": res.evaluated / wall,
         "peak_rss_bytes": rss_kib * 1024,
         "best": res.estimate.plans.label(best),
         "best_gpus_used": int(res.estimate.plans.gpus_used()[best]),
@@ -84,17 +97,25 @@ def _print(r: dict[str, Any]) -> None:
     rss_note = ""
     if r["case"] == "c":
         rss_note = "  (goal < 1024 MiB: " + (
-            "ok)" if r["peak_rss_bytes"] < GOAL_RSS_C else "ABOVE GOAL)")
-    print(f"({r['case']}) {r['model']} on {r['gpus']:,} {r['gpu']}, global batch "
-          f"{r['global_batch']:,}, seq {r['seq_len']:,}")
-    print(f"    search wall time   {r['wall_s'] * 1e3:9.1f} ms  (median; min "
-          f"{r['wall_min_s'] * 1e3:.1f} ms)")
-    print(f"    plans evaluated    {r['evaluated']:9,d}  ({r['valid']:,} valid, "
-          f"{r['fitting']:,} fit)")
+            "ok)" if r["peak_rss_bytes"] < GOAL_RSS_C else "ABOVE GOAL)"
+        )
+    print(
+        f"({r['case']}) {r['model']} on {r['gpus']:,} {r['gpu']}, global batch "
+        f"{r['global_batch']:,}, seq {r['seq_len']:,}"
+    )
+    print(
+        f"    search wall time   {r['wall_s'] * 1e3:9.1f} ms  (median; min "
+        f"{r['wall_min_s'] * 1e3:.1f} ms)"
+    )
+    print(
+        f"    plans evaluated    {r['evaluated']:9,d}  ({r['valid']:,} valid, {r['fitting']:,} fit)"
+    )
     print(f"    plans / second     {r['plans_per_s']:9,.0f}  (goal >= {GOAL_RATE:,}: {rate_ok})")
     print(f"    peak RSS           {rss:9.1f} MiB{rss_note}")
-    print(f"    best plan          {r['best']}  ({r['best_gpus_used']:,} GPUs, "
-          f"MFU {100 * r['best_mfu']:.1f}%)")
+    print(
+        f"    best plan          {r['best']}  ({r['best_gpus_used']:,} GPUs, "
+        f"MFU {100 * r['best_mfu']:.1f}%)"
+    )
 
 
 def main() -> None:
@@ -109,9 +130,12 @@ def main() -> None:
         return
     print(f"gpuscale training-plan search, one core, {args.repeats} timed runs after a warm-up")
     for key in sorted(CASES):
-        out = subprocess.run([sys.executable, __file__, "--case", key, "--repeats",
-                              str(args.repeats), "--json"], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--case", key, "--repeats", str(args.repeats), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         if args.json:
             print(json.dumps(r))

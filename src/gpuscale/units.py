@@ -57,7 +57,9 @@ def parse_quantity(text: str | float | int, kind: str, field: str) -> float:
                 break
     m = _RE.match(s)
     if not m:
-        raise InputError(field, text, f"expected a number with an optional unit, e.g. {_example(kind)}")
+        raise InputError(
+            field, text, f"expected a number with an optional unit, e.g. {_example(kind)}"
+        )
     num = float(m.group("num"))
     prefix = m.group("prefix")
     unit = m.group("unit")

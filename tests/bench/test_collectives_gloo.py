@@ -15,23 +15,53 @@ from gpuscale.bench.sweep import avg_busbw, bandwidths, count_for, parse_size, r
 from gpuscale.errors import InputError
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not importable "
-                                 "(pip install torch==2.13.0 for the CPU build)")
+needs_torch = pytest.mark.skipif(
+    not HAS_TORCH, reason="torch is not importable (pip install torch==2.13.0 for the CPU build)"
+)
 
 Factor = Callable[[int], float]
 FACTOR: dict[str, Factor] = {
-          "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-          "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-          "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0}
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
+}
 
 
-def _run(tmp: Path, nproc: int, op: str, *extra: str) -> tuple[subprocess.CompletedProcess[str],
-                                                                   dict[str, object]]:
+def _run(
+    tmp: Path, nproc: int, op: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
     out = tmp / f"{op}-{nproc}.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(nproc),
-           "-m", "gpuscale.bench.collectives", "-b", "8", "-e", "64K",
-           "-f", "32", "-o", op, "-c", "1", "-n", "3", "-w", "1", "--json", str(out), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "gpuscale.bench.collectives",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "32",
+        "-o",
+        op,
+        "-c",
+        "1",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--json",
+        str(out),
+        *extra,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return r, json.loads(out.read_text())
@@ -55,21 +85,28 @@ def test_gloo_benchmark_is_correct_and_its_bandwidths_follow_nccl_tests(
             assert row[f"{side}_algbw"] == pytest.approx(alg, rel=1e-9)
             assert row[f"{side}_busbw"] == pytest.approx(alg * FACTOR[op](nproc), rel=1e-9)
     assert res["avg_busbw_GBps"] == pytest.approx(
-        sum(x["oop_busbw"] + x["ip_busbw"] for x in rows) / (2 * len(rows)))
+        sum(x["oop_busbw"] + x["ip_busbw"] for x in rows) / (2 * len(rows))
+    )
     assert "# Avg bus bandwidth" in r.stdout and "#wrong" in r.stdout
 
 
 @needs_torch
 def test_bad_flags_fail_before_launching_anything() -> None:
-    r = subprocess.run([sys.executable, "-m", "gpuscale.bench.collectives", "-o", "allgather"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuscale.bench.collectives", "-o", "allgather"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "-o/--op='allgather'" in r.stderr
 
 
 def test_gpuscale_imports_without_torch() -> None:
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "import gpuscale.bench.collectives, gpuscale.cli.bench, gpuscale.perf.comm\n"
-            "from gpuscale.cli import app\nprint('ok')")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import gpuscale.bench.collectives, gpuscale.cli.bench, gpuscale.perf.comm\n"
+        "from gpuscale.cli import app\nprint('ok')"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 
@@ -87,10 +124,15 @@ def test_sweep_sizes_counts_and_bandwidths_by_hand() -> None:
     assert avg_busbw([]) == 0.0
 
 
-@pytest.mark.parametrize(("b", "e", "f", "field"), [("1M", "8", 2.0, "-b/--minbytes"),
-                                                    ("8", "1M", 0.0, "-f/--stepfactor"),
-                                                    ("8", "1M", -1.0, "-f/--stepfactor"),
-                                                    ("x", "1M", 2.0, "-b/--minbytes")])
+@pytest.mark.parametrize(
+    ("b", "e", "f", "field"),
+    [
+        ("1M", "8", 2.0, "-b/--minbytes"),
+        ("8", "1M", 0.0, "-f/--stepfactor"),
+        ("8", "1M", -1.0, "-f/--stepfactor"),
+        ("x", "1M", 2.0, "-b/--minbytes"),
+    ],
+)
 def test_bad_sweep_is_an_input_error(b: str, e: str, f: float, field: str) -> None:
     with pytest.raises(InputError, match=field.replace("/", "/")):
         size_sweep(parse_size(b, "-b/--minbytes"), parse_size(e, "-e/--maxbytes"), f)
@@ -98,7 +140,22 @@ def test_bad_sweep_is_an_input_error(b: str, e: str, f: float, field: str) -> No
 
 @needs_torch
 def test_cli_bench_errors_are_one_line_exit_2() -> None:
-    r = subprocess.run([sys.executable, "-c", "from gpuscale.cli import main; main()", "bench",
-                        "collectives", "--nproc", "4", "--system", "dgx-h100", "--nodes", "0"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from gpuscale.cli import main; main()",
+            "bench",
+            "collectives",
+            "--nproc",
+            "4",
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--nodes" in r.stderr

@@ -19,8 +19,14 @@ VALIDATION = Path("/work/shared/validation/training_runs.csv")
 def gpuscale(*args: str) -> subprocess.CompletedProcess[str]:
     # a narrow terminal: a message that wrapped would show up as several lines
     env = {**os.environ, "COLUMNS": "60", "TERM": "dumb"}
-    return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True,
-                          text=True, timeout=120, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", ENTRY, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -33,24 +39,62 @@ def assert_one_line_error(r: subprocess.CompletedProcess[str], *needles: str) ->
     return lines[0]
 
 
-EST = ["train", "estimate", "--model", "gpt3-175b", "--gpu", "a100-sxm-80gb", "--gpus", "1024",
-       "--seq-len", "2048", "--global-batch", "1536"]
+EST = [
+    "train",
+    "estimate",
+    "--model",
+    "gpt3-175b",
+    "--gpu",
+    "a100-sxm-80gb",
+    "--gpus",
+    "1024",
+    "--seq-len",
+    "2048",
+    "--global-batch",
+    "1536",
+]
 
 
 def test_estimate_json_has_breakdowns_and_mfu() -> None:
-    r = gpuscale(*EST, "--tp", "8", "--pp", "8", "--vpp", "2", "--mbs", "1",
-                 "--recompute", "selective", "--dist-opt", "--tokens", "3e11", "--json")
+    r = gpuscale(
+        *EST,
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--vpp",
+        "2",
+        "--mbs",
+        "1",
+        "--recompute",
+        "selective",
+        "--dist-opt",
+        "--tokens",
+        "3e11",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["plan"] == {"tp": 8, "pp": 8, "dp": 16, "cp": 1, "ep": 1, "vpp": 2, "mbs": 1,
-                         "sequence_parallel": True, "recompute": "selective",
-                         "sharding": "dist-opt", "tp_comm_overlap": False}
+    assert d["plan"] == {
+        "tp": 8,
+        "pp": 8,
+        "dp": 16,
+        "cp": 1,
+        "ep": 1,
+        "vpp": 2,
+        "mbs": 1,
+        "sequence_parallel": True,
+        "recompute": "selective",
+        "sharding": "dist-opt",
+        "tp_comm_overlap": False,
+    }
     assert d["microbatches"] == 1536 // 16
     mem = d["memory_bytes"]
     for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
         assert mem[k] > 0
     assert mem["total"] == pytest.approx(
-        sum(mem[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers")))
+        sum(mem[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    )
     assert mem["capacity"] == 80e9
     steps = d["step_time_breakdown_s"]
     assert {"compute_s", "bubble_s", "tp_comm_s", "dp_comm_s", "optimizer_s"} <= set(steps)
@@ -63,9 +107,23 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
 
 
 def test_search_json_returns_plans() -> None:
-    r = gpuscale("train", "search", "--model", "gpt3-175b", "--gpu", "a100-sxm-80gb",
-                 "--gpus", "1024", "--seq-len", "2048", "--global-batch", "1536", "--top", "3",
-                 "--json")
+    r = gpuscale(
+        "train",
+        "search",
+        "--model",
+        "gpt3-175b",
+        "--gpu",
+        "a100-sxm-80gb",
+        "--gpus",
+        "1024",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "1536",
+        "--top",
+        "3",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert 1 <= len(d["plans"]) <= 3
@@ -78,8 +136,23 @@ def test_search_json_returns_plans() -> None:
 
 
 def test_scaling_json() -> None:
-    r = gpuscale("train", "scaling", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64",
-                 "--seq-len", "4096", "--global-batch", "256", "--mode", "strong", "--json")
+    r = gpuscale(
+        "train",
+        "scaling",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "64",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "256",
+        "--mode",
+        "strong",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["mode"] == "strong"
@@ -124,16 +197,38 @@ def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) 
 
 
 def test_sequence_not_divisible_by_cp() -> None:
-    r = gpuscale("train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
-                 "--seq-len", "4097", "--global-batch", "8", "--cp", "2")
+    r = gpuscale(
+        "train",
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--seq-len",
+        "4097",
+        "--global-batch",
+        "8",
+        "--cp",
+        "2",
+    )
     assert_one_line_error(r, "cp", "2", "4097")
 
 
 def test_malformed_config_json_value(tmp_path: Path) -> None:
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": "thirty-two",
-                               "hidden_size": 4096, "num_attention_heads": 32,
-                               "vocab_size": 32000}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": "thirty-two",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "vocab_size": 32000,
+            }
+        )
+    )
     r = gpuscale("train", "estimate", "--model", str(cfg), "--gpu", "h100-sxm", "--gpus", "8")
     assert_one_line_error(r, "num_hidden_layers", "thirty-two")
 

@@ -54,7 +54,7 @@ def test_manifest_is_a_pytorchjob_with_one_pod_per_node() -> None:
     cmd = container["command"]
     assert cmd[:3] == ["torchrun", "--nnodes=16", "--nproc-per-node=8"]
     assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d"
-    assert " ".join(cmd[cmd.index("-m") + 1:]) == BENCH
+    assert " ".join(cmd[cmd.index("-m") + 1 :]) == BENCH
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
 
 
@@ -97,19 +97,43 @@ def test_bad_nodes_and_bench_are_input_errors() -> None:
 
 def test_cli_writes_both_files(tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "launch"
-    main(["export", "launch", "--cluster", str(EXAMPLES / "hgx-h200-roce-64n-2to1.yaml"),
-          "--bench", "collectives", "--nodes", "8", "--out", str(out)])
+    main(
+        [
+            "export",
+            "launch",
+            "--cluster",
+            str(EXAMPLES / "hgx-h200-roce-64n-2to1.yaml"),
+            "--bench",
+            "collectives",
+            "--nodes",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["hgx-h200-roce-64n-2to1-collectives-8n.pytorchjob.yaml",
-                     "hgx-h200-roce-64n-2to1-collectives-8n.sbatch"]
+    assert names == [
+        "hgx-h200-roce-64n-2to1-collectives-8n.pytorchjob.yaml",
+        "hgx-h200-roce-64n-2to1-collectives-8n.sbatch",
+    ]
     assert "#SBATCH --nodes=8\n" in (out / names[1]).read_text()
 
 
 def test_cli_bad_nodes_writes_nothing(tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "launch"
     with pytest.raises(SystemExit) as exc:
-        main(["export", "launch", "--cluster", str(EXAMPLES / "dgx-h100-superpod-1su.yaml"),
-              "--nodes", "64", "--out", str(out)])
+        main(
+            [
+                "export",
+                "launch",
+                "--cluster",
+                str(EXAMPLES / "dgx-h100-superpod-1su.yaml"),
+                "--nodes",
+                "64",
+                "--out",
+                str(out),
+            ]
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --nodes=64") and "\n" not in err

@@ -42,8 +42,9 @@ GiB = 2**30
         ("send_recv", 777, 2, 777.0),
     ],
 )
-def test_bytes_per_rank_match_nccl_tests_formulas(op: str, size: int, n: int,
-                                                  expected: float) -> None:
+def test_bytes_per_rank_match_nccl_tests_formulas(
+    op: str, size: int, n: int, expected: float
+) -> None:
     assert float(bytes_per_rank(op, size, n)) == pytest.approx(expected)
 
 
@@ -129,8 +130,9 @@ def test_oversubscription_lowers_busbw_only_for_groups_that_cross_it(
 
 def test_shared_nics_slow_a_group_spread_one_gpu_per_node() -> None:
     own = Fabric(**{**H100.__dict__, "nics_per_node": 8})
-    shared = Fabric(**{**H100.__dict__, "nics_per_node": 2,
-                       "nic_bw_Bps_per_gpu": H100.nic_bw_Bps_per_gpu})
+    shared = Fabric(
+        **{**H100.__dict__, "nics_per_node": 2, "nic_bw_Bps_per_gpu": H100.nic_bw_Bps_per_gpu}
+    )
     # same node bandwidth; with 2 NICs a lone GPU per node can use a whole (4x faster) NIC
     t_own = float(collective_time_s("all_reduce", GiB, 16, own, CAL, members_per_domain=1))
     t_shared = float(collective_time_s("all_reduce", GiB, 16, shared, CAL, members_per_domain=1))
@@ -152,8 +154,12 @@ def test_unknown_collective_and_oversized_group_are_input_errors() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from gpuscale.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", "from gpuscale.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(
@@ -176,8 +182,23 @@ def test_cli_bad_input_is_one_line_exit_2(args: list[str], field: str) -> None:
 def test_cli_estimate_json_rows() -> None:
     import json
 
-    r = _cli("comm", "estimate", "--system", "dgx-h100", "--nodes", "4", "--gpus", "32",
-             "-b", "8", "-e", "1G", "-f", "32", "--json")
+    r = _cli(
+        "comm",
+        "estimate",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "4",
+        "--gpus",
+        "32",
+        "-b",
+        "8",
+        "-e",
+        "1G",
+        "-f",
+        "32",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
     assert [x["size_bytes"] for x in rows] == [8, 256, 8192, 262144, 8388608, 268435456]

@@ -126,9 +126,9 @@ def test_max_sequences_from_kv_pool_and_blocks() -> None:
     sm = build_step_model(m, gpu, precision_plan(gpu, "fp8"), 4, 1, cal, tokens_per_seq=2304)
     mem = sm.memory
     per_seq = math.ceil(2304 / mem.block_tokens) * mem.block_tokens * mem.kv_bytes_per_token
-    assert mem.kv_limited_seqs == int(mem.kv_pool_bytes // (mem.block_tokens
-                                                            * mem.kv_bytes_per_token)
-                                      ) // math.ceil(2304 / mem.block_tokens)
+    assert mem.kv_limited_seqs == int(
+        mem.kv_pool_bytes // (mem.block_tokens * mem.kv_bytes_per_token)
+    ) // math.ceil(2304 / mem.block_tokens)
     assert mem.kv_limited_seqs * per_seq <= mem.kv_pool_bytes
 
 

@@ -21,13 +21,24 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, cap.out, cap.err
 
 
-EST = ["infer", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--input-len", "512",
-       "--output-len", "64"]
+EST = [
+    "infer",
+    "estimate",
+    "--model",
+    "llama3-8b",
+    "--gpu",
+    "h100-sxm",
+    "--input-len",
+    "512",
+    "--output-len",
+    "64",
+]
 
 
 def test_estimate_json_has_breakdowns(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run([*EST, "--precision", "fp8", "--concurrency", "8", "--requests", "100",
-                        "--json"], capsys)
+    code, out, _ = run(
+        [*EST, "--precision", "fp8", "--concurrency", "8", "--requests", "100", "--json"], capsys
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["memory_per_gpu"]["max_seqs"] > 0
@@ -45,8 +56,9 @@ def test_estimate_json_has_breakdowns(capsys: pytest.CaptureFixture[str]) -> Non
         (["--qps", "1", "--offline", "10"], "load"),
     ],
 )
-def test_estimate_bad_input_is_one_line(extra: list[str], field: str,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_estimate_bad_input_is_one_line(
+    extra: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run([*EST, *extra], capsys)
     assert code == 2
     assert field in err
@@ -55,34 +67,109 @@ def test_estimate_bad_input_is_one_line(extra: list[str], field: str,
 
 
 def test_model_that_does_not_fit_even_at_largest_tp(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["infer", "size", "--model", "llama3-405b", "--qps", "1", "--input-len",
-                        "1024", "--output-len", "128", "--ttft-p99", "5s", "--tpot-p99", "200ms",
-                        "--gpus", "l40s", "--precision", "bf16"], capsys)
+    code, _, err = run(
+        [
+            "infer",
+            "size",
+            "--model",
+            "llama3-405b",
+            "--qps",
+            "1",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "128",
+            "--ttft-p99",
+            "5s",
+            "--tpot-p99",
+            "200ms",
+            "--gpus",
+            "l40s",
+            "--precision",
+            "bf16",
+        ],
+        capsys,
+    )
     assert code == 2
     assert "does not fit" in err and "GB of weights per GPU" in err
     assert "Traceback" not in err
 
 
 def test_unreachable_slo_names_the_binding_constraint(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["infer", "size", "--model", "llama3-70b", "--qps", "1", "--input-len",
-                        "8192", "--output-len", "128", "--ttft-p99", "1ms", "--tpot-p99", "1s",
-                        "--gpus", "h100-sxm"], capsys)
+    code, _, err = run(
+        [
+            "infer",
+            "size",
+            "--model",
+            "llama3-70b",
+            "--qps",
+            "1",
+            "--input-len",
+            "8192",
+            "--output-len",
+            "128",
+            "--ttft-p99",
+            "1ms",
+            "--tpot-p99",
+            "1s",
+            "--gpus",
+            "h100-sxm",
+        ],
+        capsys,
+    )
     assert code == 2
     assert "ttft-p99" in err and "x the target" in err
 
 
 def test_unreachable_tpot_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["infer", "size", "--model", "llama3-70b", "--qps", "1", "--input-len",
-                        "128", "--output-len", "128", "--ttft-p99", "10s", "--tpot-p99", "0.1ms",
-                        "--gpus", "h100-sxm"], capsys)
+    code, _, err = run(
+        [
+            "infer",
+            "size",
+            "--model",
+            "llama3-70b",
+            "--qps",
+            "1",
+            "--input-len",
+            "128",
+            "--output-len",
+            "128",
+            "--ttft-p99",
+            "10s",
+            "--tpot-p99",
+            "0.1ms",
+            "--gpus",
+            "h100-sxm",
+        ],
+        capsys,
+    )
     assert code == 2
     assert "tpot-p99" in err and "batch 1" in err
 
 
 def test_size_json_returns_cheapest_with_curve(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["infer", "size", "--model", "llama3-8b", "--qps", "5", "--input-len",
-                        "512", "--output-len", "128", "--ttft-p99", "2s", "--tpot-p99", "50ms",
-                        "--gpus", "h100-sxm,h200", "--json"], capsys)
+    code, out, _ = run(
+        [
+            "infer",
+            "size",
+            "--model",
+            "llama3-8b",
+            "--qps",
+            "5",
+            "--input-len",
+            "512",
+            "--output-len",
+            "128",
+            "--ttft-p99",
+            "2s",
+            "--tpot-p99",
+            "50ms",
+            "--gpus",
+            "h100-sxm,h200",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out)
     best = doc["best"]
@@ -92,9 +179,29 @@ def test_size_json_returns_cheapest_with_curve(capsys: pytest.CaptureFixture[str
 
 
 def test_subprocess_error_exit_code() -> None:
-    r = subprocess.run([sys.executable, "-c", "from gpuscale.cli import main; main()", "infer",
-                        "estimate", "--model", "llama3-8b", "--gpu", "a100", "--precision", "fp8",
-                        "--input-len", "10", "--output-len", "10", "--qps", "1"],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from gpuscale.cli import main; main()",
+            "infer",
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--gpu",
+            "a100",
+            "--precision",
+            "fp8",
+            "--input-len",
+            "10",
+            "--output-len",
+            "10",
+            "--qps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and "precision" in r.stderr

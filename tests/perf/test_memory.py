@@ -25,12 +25,19 @@ from gpuscale.perf.transformer import param_count
 CAL = default_calibration()
 
 
-def workload(model: str = "megatron-22b", gpus: int = 64, seq: int = 2048, gbs: int = 512,
-             flash: bool = False, gpu: str = "a100-sxm-80gb") -> Workload:
+def workload(
+    model: str = "megatron-22b",
+    gpus: int = 64,
+    seq: int = 2048,
+    gbs: int = 512,
+    flash: bool = False,
+    gpu: str = "a100-sxm-80gb",
+) -> Workload:
     g = get_gpu(gpu)
     s = system_for_gpu(g)
-    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs,
-                    flash_attention=flash)
+    return Workload(
+        get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, flash_attention=flash
+    )
 
 
 # megatron-22b (Korthikanti Table 3): h = 6144, a = 64, f = 4h, MHA, not gated
@@ -168,11 +175,13 @@ def test_expert_optimizer_is_sharded_over_expert_data_parallel() -> None:
     attn = h * h + 2 * h * 1024 + h * h
     dense = 32 * (attn / tp + 2 * h + h * 8) + (2 * v * h + h) / tp  # TP splits attn, emb
     expert = 32 * 8 * 3 * h * f / ep  # whole experts, E / EP per GPU
-    mem = memory_breakdown(w, Plans.of(tp=tp, dp=dp, ep=ep, sharding=SHARDING.index("dist-opt")),
-                           CAL)
+    mem = memory_breakdown(
+        w, Plans.of(tp=tp, dp=dp, ep=ep, sharding=SHARDING.index("dist-opt")), CAL
+    )
     assert m.num_experts == 8 and m.top_k == 2
     assert float(mem.optimizer[0]) == pytest.approx(
-        12 * dense / dp + 12 * expert / (tp * dp / ep), rel=1e-12)
+        12 * dense / dp + 12 * expert / (tp * dp / ep), rel=1e-12
+    )
     assert float(mem.weights[0]) == pytest.approx(2 * (dense + expert), rel=1e-12)
 
 
@@ -196,7 +205,8 @@ def test_pipeline_first_stage_holds_pp_microbatches() -> None:
     vpp = 3
     inter = memory_breakdown(w, Plans.of(tp=tp, pp=pp, dp=dp, sp=True, recompute=1, vpp=vpp), CAL)
     assert float(inter.activations[0]) == pytest.approx(
-        expected * (1 + (pp - 1) / (pp * vpp)), rel=1e-12)
+        expected * (1 + (pp - 1) / (pp * vpp)), rel=1e-12
+    )
 
 
 # --- invariants (hypothesis) -----------------------------------------------------------
@@ -206,9 +216,14 @@ SEQS = st.sampled_from([1024, 2048, 4096])
 
 
 @settings(max_examples=60, deadline=None)
-@given(tp=TPS, pp=st.sampled_from([1, 2, 4]), sharding=st.integers(0, 4),
-       dp_lo=st.sampled_from([1, 2, 4]), mult=st.sampled_from([2, 4, 8]),
-       fp8=st.booleans())
+@given(
+    tp=TPS,
+    pp=st.sampled_from([1, 2, 4]),
+    sharding=st.integers(0, 4),
+    dp_lo=st.sampled_from([1, 2, 4]),
+    mult=st.sampled_from([2, 4, 8]),
+    fp8=st.booleans(),
+)
 def test_more_dp_shards_never_increase_optimizer_bytes(
     tp: int, pp: int, sharding: int, dp_lo: int, mult: int, fp8: bool
 ) -> None:
@@ -225,9 +240,16 @@ def test_more_dp_shards_never_increase_optimizer_bytes(
 
 
 @settings(max_examples=60, deadline=None)
-@given(tp=TPS, sp=st.booleans(), rc=st.integers(0, 2), seq=SEQS, flash=st.booleans(),
-       pp=st.sampled_from([1, 2, 4, 8]), b=st.sampled_from([1, 2, 4]),
-       model=st.sampled_from(["megatron-22b", "llama3-8b", "mixtral-8x7b"]))
+@given(
+    tp=TPS,
+    sp=st.booleans(),
+    rc=st.integers(0, 2),
+    seq=SEQS,
+    flash=st.booleans(),
+    pp=st.sampled_from([1, 2, 4, 8]),
+    b=st.sampled_from([1, 2, 4]),
+    model=st.sampled_from(["megatron-22b", "llama3-8b", "mixtral-8x7b"]),
+)
 def test_larger_microbatch_never_decreases_activations(
     tp: int, sp: bool, rc: int, seq: int, flash: bool, pp: int, b: int, model: str
 ) -> None:
@@ -244,9 +266,15 @@ def test_larger_microbatch_never_decreases_activations(
 
 
 @settings(max_examples=60, deadline=None)
-@given(tp=TPS, sp=st.booleans(), seq=SEQS, flash=st.booleans(), b=st.sampled_from([1, 2, 8]),
-       cp=st.sampled_from([1, 2]),
-       model=st.sampled_from(["megatron-22b", "llama3-70b", "deepseek-v3", "mixtral-8x7b"]))
+@given(
+    tp=TPS,
+    sp=st.booleans(),
+    seq=SEQS,
+    flash=st.booleans(),
+    b=st.sampled_from([1, 2, 8]),
+    cp=st.sampled_from([1, 2]),
+    model=st.sampled_from(["megatron-22b", "llama3-70b", "deepseek-v3", "mixtral-8x7b"]),
+)
 def test_full_le_selective_le_none(
     tp: int, sp: bool, seq: int, flash: bool, b: int, cp: int, model: str
 ) -> None:

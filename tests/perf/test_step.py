@@ -28,16 +28,28 @@ from gpuscale.perf.transformer import model_flops_per_token
 # non-zero fixed costs so the overhead term is visible in every reconstruction below
 CAL = default_calibration().replace(step_overhead_s=0.25, microbatch_overhead_s=2e-3)
 
-PER_MB = ("compute_s", "recompute_s", "memory_bound_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
-          "pp_comm_s")
+PER_MB = (
+    "compute_s",
+    "recompute_s",
+    "memory_bound_s",
+    "tp_comm_s",
+    "cp_comm_s",
+    "ep_comm_s",
+    "pp_comm_s",
+)
 
 
-def workload(model: str = "gpt3-175b", gpus: int = 1024, seq: int = 2048, gbs: int = 1536,
-             gpu: str = "a100-sxm-80gb", precision: str = "bf16") -> Workload:
+def workload(
+    model: str = "gpt3-175b",
+    gpus: int = 1024,
+    seq: int = 2048,
+    gbs: int = 1536,
+    gpu: str = "a100-sxm-80gb",
+    precision: str = "bf16",
+) -> Workload:
     g = get_gpu(gpu)
     s = system_for_gpu(g)
-    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs,
-                    precision)
+    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, precision)
 
 
 def step(w: Workload, **plan: Any) -> StepBreakdown:
@@ -59,8 +71,9 @@ def t_microbatch(b: StepBreakdown, m: int, i: int = 0) -> float:
     ("tp", "pp", "dp", "vpp", "mbs"),
     [(8, 8, 16, 1, 1), (8, 8, 16, 2, 1), (8, 16, 8, 3, 2), (4, 4, 64, 8, 2), (8, 12, 8, 1, 4)],
 )
-def test_bubble_is_p_minus_1_over_v_microbatch_times(tp: int, pp: int, dp: int, vpp: int,
-                                                      mbs: int) -> None:
+def test_bubble_is_p_minus_1_over_v_microbatch_times(
+    tp: int, pp: int, dp: int, vpp: int, mbs: int
+) -> None:
     w = workload()
     b = step(w, tp=tp, pp=pp, dp=dp, vpp=vpp, mbs=mbs, sp=True, recompute=1)
     m = w.global_batch // (dp * mbs)
@@ -126,14 +139,16 @@ def test_full_recompute_adds_the_forward_tp_all_reduces() -> None:
     b = step(w, tp=8, pp=8, dp=16, mbs=1, sp=True, recompute=[0, 2])
     layers = 96 // 8
     assert float(b.tp_comm_s[1] / b.tp_comm_s[0]) == pytest.approx(
-        (6 * layers + 2) / (4 * layers + 2), rel=1e-9)
+        (6 * layers + 2) / (4 * layers + 2), rel=1e-9
+    )
 
 
 def test_fp8_is_faster_than_bf16() -> None:
     plan = dict(tp=8, pp=4, dp=8, mbs=1, sp=True, recompute=1, sharding=1)
     bf = step(workload("llama3-70b", gpus=256, gbs=512, seq=8192, gpu="h100-sxm"), **plan)
-    f8 = step(workload("llama3-70b", gpus=256, gbs=512, seq=8192, gpu="h100-sxm",
-                       precision="fp8"), **plan)
+    f8 = step(
+        workload("llama3-70b", gpus=256, gbs=512, seq=8192, gpu="h100-sxm", precision="fp8"), **plan
+    )
     assert float(f8.step_s[0]) < float(bf.step_s[0])
     # only GEMMs speed up (attention stays at the BF16 peak): compute shrinks by at most
     # the calibrated FP8 GEMM speed-up, and communication / memory-bound terms are equal
@@ -170,9 +185,17 @@ def plans_175b(draw: st.DrawFn) -> dict[str, Any]:
     pp = draw(st.sampled_from([1, 2, 4, 8, 16]))
     dp = draw(st.sampled_from([1, 2, 4, 8, 16]))
     vpp = draw(st.sampled_from([1, 2, 3])) if pp > 1 else 1
-    return dict(tp=tp, pp=pp, dp=dp, vpp=vpp, mbs=draw(st.sampled_from([1, 2, 4])),
-                sp=draw(st.booleans()) and tp > 1, recompute=draw(st.integers(0, 2)),
-                sharding=draw(st.integers(0, 4)), tp_overlap=draw(st.booleans()) and tp > 1)
+    return dict(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        vpp=vpp,
+        mbs=draw(st.sampled_from([1, 2, 4])),
+        sp=draw(st.booleans()) and tp > 1,
+        recompute=draw(st.integers(0, 2)),
+        sharding=draw(st.integers(0, 4)),
+        tp_overlap=draw(st.booleans()) and tp > 1,
+    )
 
 
 def _valid(plan: dict[str, Any]) -> bool:
@@ -186,8 +209,7 @@ def test_step_is_sum_of_nonnegative_terms(plan: dict[str, Any]) -> None:
     b = step_breakdown(W175, Plans.of(**plan), CAL)
     terms = b.terms()
     assert all(float(v[0]) >= 0.0 for v in terms.values())
-    assert float(b.step_s[0]) == pytest.approx(sum(float(v[0]) for v in terms.values()),
-                                               rel=1e-12)
+    assert float(b.step_s[0]) == pytest.approx(sum(float(v[0]) for v in terms.values()), rel=1e-12)
     m = W175.global_batch // (int(plan["dp"]) * int(plan["mbs"]))
     pp, vpp = int(plan["pp"]), int(plan["vpp"])
     assert float(b.bubble_s[0]) == pytest.approx((pp - 1) / vpp * t_microbatch(b, m), rel=1e-9)

@@ -94,7 +94,14 @@ L, H, V = 96, 12288, 51200
 def _gpt() -> Model:
     m = get_model("megatron-175b")
     assert (m.layers, m.hidden, m.vocab, m.heads, m.kv_heads, m.ffn_hidden, m.gated_mlp) == (
-        L, H, V, 96, 96, 4 * H, False)
+        L,
+        H,
+        V,
+        96,
+        96,
+        4 * H,
+        False,
+    )
     return m
 
 
@@ -179,15 +186,18 @@ def test_model_flops_per_token_is_6n_plus_attention(key: str) -> None:
     n = _matmul_params(m)
     nl, h = m.layers, m.hidden
     assert model_flops_per_token(m, s, causal=False) == pytest.approx(
-        6 * n + 12 * nl * h * s, rel=1e-12)
+        6 * n + 12 * nl * h * s, rel=1e-12
+    )
     assert model_flops_per_token(m, s, causal=True) == pytest.approx(
-        6 * n + 6 * nl * h * s, rel=1e-12)
+        6 * n + 6 * nl * h * s, rel=1e-12
+    )
 
 
 def test_training_flops_are_three_forwards() -> None:
     m = get_model("llama3-70b")
     assert model_flops_per_token(m, 8192) == pytest.approx(
-        3 * forward_flops_per_token(m, 8192), rel=1e-12)
+        3 * forward_flops_per_token(m, 8192), rel=1e-12
+    )
 
 
 def test_model_flops_agree_with_megatron_per_token() -> None:

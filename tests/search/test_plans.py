@@ -19,12 +19,12 @@ from gpuscale.search.plans import SearchResult, explain, search_plans
 CAL = default_calibration()
 
 
-def workload(model: str, gpu: str, gpus: int, seq: int, gbs: int,
-             precision: str = "bf16") -> Workload:
+def workload(
+    model: str, gpu: str, gpus: int, seq: int, gbs: int, precision: str = "bf16"
+) -> Workload:
     g = get_gpu(gpu)
     s = system_for_gpu(g)
-    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs,
-                    precision)
+    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, precision)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +76,13 @@ def test_best_beats_every_full_machine_plan_on_a_hand_grid() -> None:
     r = search_plans(w, CAL)
     rows = []
     for tp, pp, mbs, rc, sh, sp in itertools.product(
-            [1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 4], range(len(RECOMPUTE)), range(len(SHARDING)),
-            [False, True]):
+        [1, 2, 4, 8],
+        [1, 2, 4, 8],
+        [1, 2, 4],
+        range(len(RECOMPUTE)),
+        range(len(SHARDING)),
+        [False, True],
+    ):
         if sp and tp == 1:
             continue
         dp = 64 // (tp * pp)
@@ -85,8 +90,15 @@ def test_best_beats_every_full_machine_plan_on_a_hand_grid() -> None:
             continue
         rows.append((tp, pp, dp, mbs, rc, sh, sp))
     a = np.array(rows)
-    grid = Plans.of(tp=a[:, 0], pp=a[:, 1], dp=a[:, 2], mbs=a[:, 3], recompute=a[:, 4],
-                    sharding=a[:, 5], sp=a[:, 6].astype(bool))
+    grid = Plans.of(
+        tp=a[:, 0],
+        pp=a[:, 1],
+        dp=a[:, 2],
+        mbs=a[:, 3],
+        recompute=a[:, 4],
+        sharding=a[:, 5],
+        sp=a[:, 6].astype(bool),
+    )
     ok, _ = validity(w, grid)
     e = estimate(w, grid.take(ok), CAL)
     fastest = float(e.step_s[e.memory.fits].min())
@@ -95,8 +107,14 @@ def test_best_beats_every_full_machine_plan_on_a_hand_grid() -> None:
 
 def test_fixed_knobs_are_honoured() -> None:
     w = workload("gpt3-175b", "a100-sxm-80gb", 1024, 2048, 1536)
-    fixed = {"tp": 8, "pp": 8, "mbs": 1, "recompute": RECOMPUTE.index("selective"),
-             "sharding": SHARDING.index("dist-opt"), "sp": True}
+    fixed = {
+        "tp": 8,
+        "pp": 8,
+        "mbs": 1,
+        "recompute": RECOMPUTE.index("selective"),
+        "sharding": SHARDING.index("dist-opt"),
+        "sp": True,
+    }
     r = search_plans(w, CAL, fixed)
     p = r.estimate.plans
     assert len(p) > 0
@@ -104,7 +122,12 @@ def test_fixed_knobs_are_honoured() -> None:
     assert (p.recompute == 1).all() and (p.sharding == 1).all() and p.sp.all()
     row = p.row(r.best)
     assert (row["tp"], row["pp"], row["mbs"], row["recompute"], row["sharding"]) == (
-        8, 8, 1, "selective", "dist-opt")
+        8,
+        8,
+        1,
+        "selective",
+        "dist-opt",
+    )
 
 
 def test_fixed_dp_and_vpp_are_honoured() -> None:
@@ -143,8 +166,18 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
 
 def test_explain_with_a_single_fitting_plan() -> None:
     w = workload("gpt3-175b", "a100-sxm-80gb", 1024, 2048, 1536)
-    fixed = {"tp": 8, "pp": 8, "dp": 16, "vpp": 1, "cp": 1, "mbs": 1, "recompute": 1,
-             "sharding": 1, "sp": True, "tp_overlap": False}
+    fixed = {
+        "tp": 8,
+        "pp": 8,
+        "dp": 16,
+        "vpp": 1,
+        "cp": 1,
+        "mbs": 1,
+        "recompute": 1,
+        "sharding": 1,
+        "sp": True,
+        "tp_overlap": False,
+    }
     r = search_plans(w, CAL, fixed)
     assert len(r.order) == 1
     assert explain(r) == f"{r.estimate.plans.label(r.best)} is the only plan that fits."

@@ -67,8 +67,9 @@ def test_closed_form_k_matches_step_by_step() -> None:
 
 def _step_model() -> object:
     m, gpu = get_model("llama3-8b"), get_gpu("h100-sxm")
-    return build_step_model(m, gpu, precision_plan(gpu, "fp8"), 1, 1, Calibration(),
-                            tokens_per_seq=1024)
+    return build_step_model(
+        m, gpu, precision_plan(gpu, "fp8"), 1, 1, Calibration(), tokens_per_seq=1024
+    )
 
 
 def test_pure_decode_run_equals_sum_of_steps() -> None:
@@ -97,8 +98,9 @@ def test_pure_decode_run_equals_sum_of_steps() -> None:
     closed=st.booleans(),
     seed=st.integers(0, 10**6),
 )
-def test_conservation(n: int, max_batch: int, budget: int, chunked: bool, closed: bool,
-                      seed: int) -> None:
+def test_conservation(
+    n: int, max_batch: int, budget: int, chunked: bool, closed: bool, seed: int
+) -> None:
     rng = np.random.default_rng(seed)
     ins = rng.integers(1, 200, n)
     outs = rng.integers(1, 60, n)

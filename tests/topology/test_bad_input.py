@@ -40,10 +40,8 @@ def _spec(tmp_path: Path, **changes: Any) -> Path:
 @pytest.mark.parametrize(
     ("changes", "field", "hint"),
     [
-        ({"topology__oversubscription": {"leaf": 0.5}}, "topology.oversubscription.leaf",
-         ">= 1"),
-        ({"topology__oversubscription": {"leaf": "1:2"}}, "topology.oversubscription.leaf",
-         ">= 1"),
+        ({"topology__oversubscription": {"leaf": 0.5}}, "topology.oversubscription.leaf", ">= 1"),
+        ({"topology__oversubscription": {"leaf": "1:2"}}, "topology.oversubscription.leaf", ">= 1"),
         ({"nics_per_node": 12}, "nics_per_node", "10 PCIe slots"),
         ({"system": "dgx-h10"}, "system", "did you mean"),
         ({"fabric__kind": "ib-ndx"}, "fabric.kind", "ib-ndr"),

@@ -27,9 +27,15 @@ def test_any_buildable_tree_fits_its_ports(
 ) -> None:
     system = "dgx-a100" if fabric == "ib-hdr" else "dgx-h100"
     raw = {
-        "name": "prop", "system": system, "nodes": nodes, "fabric": {"kind": fabric},
-        "topology": {"rail_optimized": rail, "tiers": tiers,
-                     "oversubscription": {"leaf": leaf, "spine": spine if tiers == 3 else 1}},
+        "name": "prop",
+        "system": system,
+        "nodes": nodes,
+        "fabric": {"kind": fabric},
+        "topology": {
+            "rail_optimized": rail,
+            "tiers": tiers,
+            "oversubscription": {"leaf": leaf, "spine": spine if tiers == 3 else 1},
+        },
     }
     try:
         spec = parse_cluster_spec(raw)
@@ -49,8 +55,13 @@ def test_any_buildable_tree_fits_its_ports(
 
 @pytest.mark.parametrize("ratio", [1.0, 2.0, 3.0])
 def test_bisection_scales_inversely_with_leaf_ratio(ratio: float) -> None:
-    raw = {"name": "r", "system": "dgx-h100", "nodes": 128, "fabric": {"kind": "ib-ndr"},
-           "topology": {"nodes_per_su": 32, "oversubscription": ratio}}
+    raw = {
+        "name": "r",
+        "system": "dgx-h100",
+        "nodes": 128,
+        "fabric": {"kind": "ib-ndr"},
+        "topology": {"nodes_per_su": 32, "oversubscription": ratio},
+    }
     r = cluster_report(parse_cluster_spec(raw))
     # 32 downlinks per leaf, ceil(32 / ratio) whole uplinks: 32, 16, 11 -> 1, 1/2, 11/32
     assert r.bisection_ratio == pytest.approx(math.ceil(32 / ratio) / 32)

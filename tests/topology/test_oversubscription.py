@@ -52,8 +52,9 @@ def test_gb200_nvl72_domain_spans_18_trays(example: Any) -> None:
 
 
 def test_not_rail_optimized_puts_whole_nodes_on_one_leaf(variant: Any) -> None:
-    spec = variant("dgx-h100-superpod-4su", topology__rail_optimized=False,
-                   topology__nodes_per_su=None)
+    spec = variant(
+        "dgx-h100-superpod-4su", topology__rail_optimized=False, topology__nodes_per_su=None
+    )
     lay = spec.layout()
     assert lay.nodes_per_su == 4  # 32 downlinks / 8 NICs
     assert len(lay.leaves) == 32 and all(lf.rail is None for lf in lay.leaves)

@@ -81,8 +81,9 @@ def test_sixteen_su_needs_three_tiers_and_matches_b200_ra(variant: Any) -> None:
     with pytest.raises(InputError) as err:
         variant("dgx-h100-superpod-4su", system="hgx-b200", nodes=512)
     assert err.value.field == "topology.tiers"
-    r = cluster_report(variant("dgx-h100-superpod-4su", system="hgx-b200", nodes=512,
-                               topology__tiers=3))
+    r = cluster_report(
+        variant("dgx-h100-superpod-4su", system="hgx-b200", nodes=512, topology__tiers=3)
+    )
     assert _switches(r) == {"leaf": 128, "spine": 128, "core": 64}
     assert r.pods == 4
     hops = {h.scope: h.switch_hops for h in r.hops}

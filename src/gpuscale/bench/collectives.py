@@ -78,18 +78,38 @@ def _check_args(a: argparse.Namespace) -> tuple[list[int], int]:
         raise InputError("-n/--iters", a.iters, "at least 1")
     if a.warmup_iters < 0:
         raise InputError("-w/--warmup_iters", a.warmup_iters, "0 or more")
-    sizes = size_sweep(parse_size(a.minbytes, "-b/--minbytes"),
-                       parse_size(a.maxbytes, "-e/--maxbytes"), a.stepfactor)
+    sizes = size_sweep(
+        parse_size(a.minbytes, "-b/--minbytes"),
+        parse_size(a.maxbytes, "-e/--maxbytes"),
+        a.stepfactor,
+    )
     return sizes, DTYPE_BYTES[a.datatype]
 
 
 class _Bench:
     """Buffers and calls for one op and one count on this rank."""
 
-    def __init__(self, torch: Any, dist: Any, op: str, count: int, n: int, rank: int,
-                 root: int, dtype: Any, device: Any) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        dist: Any,
+        op: str,
+        count: int,
+        n: int,
+        rank: int,
+        root: int,
+        dtype: Any,
+        device: Any,
+    ) -> None:
         self.t, self.d, self.op, self.c, self.n, self.rank, self.root = (
-            torch, dist, op, count, n, rank, root)
+            torch,
+            dist,
+            op,
+            count,
+            n,
+            rank,
+            root,
+        )
         self.dtype, self.device = dtype, device
         self.emulated = False
         total = count * n if op in ("all_gather", "reduce_scatter", "all_to_all") else count
@@ -107,7 +127,7 @@ class _Bench:
         r, n, c = self.rank, self.n, self.c
         if self.op == "all_to_all":
             for j in range(n):
-                target[j * c:(j + 1) * c] = self._pattern(c) + (r * n + j)
+                target[j * c : (j + 1) * c] = self._pattern(c) + (r * n + j)
         else:
             target[: self.send_len] = self._pattern(self.send_len) + (r + 1)
 
@@ -136,12 +156,14 @@ class _Bench:
                 self.emulated = True
         tmp = inp.clone()
         self.d.all_reduce(tmp)
-        out.copy_(tmp[self.rank * self.c:(self.rank + 1) * self.c])
+        out.copy_(tmp[self.rank * self.c : (self.rank + 1) * self.c])
 
     def _sendrecv(self, out: Any, inp: Any) -> None:
         n, r = self.n, self.rank
-        ops = [self.d.P2POp(self.d.isend, inp, (r + 1) % n),
-               self.d.P2POp(self.d.irecv, out, (r - 1) % n)]
+        ops = [
+            self.d.P2POp(self.d.isend, inp, (r + 1) % n),
+            self.d.P2POp(self.d.irecv, out, (r - 1) % n),
+        ]
         for w in self.d.batch_isend_irecv(ops):
             w.wait()
 
@@ -150,32 +172,61 @@ class _Bench:
         d, c, r, s, rv, b = self.d, self.c, self.rank, self.send, self.recv, self.buf
         op = self.op
         if op == "all_reduce":
-            return (lambda: _seq(rv.copy_(s), d.all_reduce(rv)),
-                    lambda: _seq(d.all_reduce(b[:c])), rv, b[:c])
+            return (
+                lambda: _seq(rv.copy_(s), d.all_reduce(rv)),
+                lambda: _seq(d.all_reduce(b[:c])),
+                rv,
+                b[:c],
+            )
         if op == "broadcast":
-            return (lambda: _seq(rv.copy_(s), d.broadcast(rv, src=self.root)),
-                    lambda: _seq(d.broadcast(b[:c], src=self.root)), rv, b[:c])
+            return (
+                lambda: _seq(rv.copy_(s), d.broadcast(rv, src=self.root)),
+                lambda: _seq(d.broadcast(b[:c], src=self.root)),
+                rv,
+                b[:c],
+            )
         if op == "reduce":
-            return (lambda: _seq(rv.copy_(s), d.reduce(rv, dst=self.root)),
-                    lambda: _seq(d.reduce(b[:c], dst=self.root)), rv, b[:c])
+            return (
+                lambda: _seq(rv.copy_(s), d.reduce(rv, dst=self.root)),
+                lambda: _seq(d.reduce(b[:c], dst=self.root)),
+                rv,
+                b[:c],
+            )
         if op == "all_gather":
-            return (lambda: _seq(d.all_gather_into_tensor(rv, s)),
-                    lambda: _seq(d.all_gather_into_tensor(b, b[r * c:(r + 1) * c])), rv, b)
+            return (
+                lambda: _seq(d.all_gather_into_tensor(rv, s)),
+                lambda: _seq(d.all_gather_into_tensor(b, b[r * c : (r + 1) * c])),
+                rv,
+                b,
+            )
         if op == "reduce_scatter":
-            return (lambda: self._rs(rv, s), lambda: self._rs(b[r * c:(r + 1) * c], b),
-                    rv, b[r * c:(r + 1) * c])
+            return (
+                lambda: self._rs(rv, s),
+                lambda: self._rs(b[r * c : (r + 1) * c], b),
+                rv,
+                b[r * c : (r + 1) * c],
+            )
         if op == "all_to_all":
-            return (lambda: _seq(d.all_to_all_single(rv, s)),
-                    lambda: _seq(d.all_to_all_single(b, b.clone())), rv, b)
-        return (lambda: self._sendrecv(rv, s), lambda: self._sendrecv(b[:c], b[:c].clone()),
-                rv, b[:c])
+            return (
+                lambda: _seq(d.all_to_all_single(rv, s)),
+                lambda: _seq(d.all_to_all_single(b, b.clone())),
+                rv,
+                b,
+            )
+        return (
+            lambda: self._sendrecv(rv, s),
+            lambda: self._sendrecv(b[:c], b[:c].clone()),
+            rv,
+            b[:c],
+        )
 
     def prepare(self, in_place: bool) -> None:
         self.fill(self.send)
         if in_place:
             if self.op in ("all_gather",):
-                self.buf[self.rank * self.c:(self.rank + 1) * self.c] = self._pattern(self.c) + (
-                    self.rank + 1)
+                self.buf[self.rank * self.c : (self.rank + 1) * self.c] = self._pattern(self.c) + (
+                    self.rank + 1
+                )
             else:
                 self.fill(self.buf)
 
@@ -218,26 +269,41 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
-def _sweep(a: argparse.Namespace, torch: Any, dist: Any, sizes: list[int], tbytes: int,
-           backend: str, device: Any, cuda: bool) -> dict[str, Any]:
+def _sweep(
+    a: argparse.Namespace,
+    torch: Any,
+    dist: Any,
+    sizes: list[int],
+    tbytes: int,
+    backend: str,
+    device: Any,
+    cuda: bool,
+) -> dict[str, Any]:
     n, rank = dist.get_world_size(), dist.get_rank()
     if not 0 <= a.root < n:
         raise InputError("-r/--root", a.root, f"0..{n - 1}")
-    dtype = getattr(torch, a.datatype if a.datatype in ("float32", "float16", "bfloat16",
-                                                        "float64", "int32", "int64", "int8",
-                                                        "uint8") else
-                    {"float": "float32", "half": "float16", "double": "float64"}[a.datatype])
+    dtype = getattr(
+        torch,
+        a.datatype
+        if a.datatype
+        in ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
+        else {"float": "float32", "half": "float16", "double": "float64"}[a.datatype],
+    )
     redop = "sum" if a.op in REDUCING else "none"
     root = a.root if a.op in ROOTED else -1
     rows: list[Row] = []
     emulated = False
     say = print if rank == 0 else (lambda *_a, **_k: None)
-    say(f"# gpuscale.bench.collectives: op {a.op}, {n} ranks, backend {backend}, "
-        f"torch {torch.__version__}, device {device.type}")
+    say(
+        f"# gpuscale.bench.collectives: op {a.op}, {n} ranks, backend {backend}, "
+        f"torch {torch.__version__}, device {device.type}"
+    )
     say(f"# iters {a.iters} warmup {a.warmup_iters} check {a.check} dtype {a.datatype}")
     if a.op in ("all_reduce", "broadcast", "reduce"):
-        say("# out-of-place = copy to the receive buffer + in-place call (torch has no "
-            "out-of-place form); the copy is timed")
+        say(
+            "# out-of-place = copy to the receive buffer + in-place call (torch has no "
+            "out-of-place form); the copy is timed"
+        )
     if a.op in ("all_to_all", "send_recv"):
         say("# in-place = the call from a temporary copy of the buffer (timed)")
     say(HEADER)
@@ -264,22 +330,46 @@ def _sweep(a: argparse.Namespace, torch: Any, dist: Any, sizes: list[int], tbyte
         (t_o, w_o), (t_i, w_i) = res
         alg_o, bus_o = bandwidths(a.op, sz, t_o, n)
         alg_i, bus_i = bandwidths(a.op, sz, t_i, n)
-        row = Row(sz, count, NCCL_TYPE[a.datatype], redop, root, t_o * 1e6, alg_o, bus_o, w_o,
-                  t_i * 1e6, alg_i, bus_i, w_i)
+        row = Row(
+            sz,
+            count,
+            NCCL_TYPE[a.datatype],
+            redop,
+            root,
+            t_o * 1e6,
+            alg_o,
+            bus_o,
+            w_o,
+            t_i * 1e6,
+            alg_i,
+            bus_i,
+            w_i,
+        )
         rows.append(row)
         say(format_row(row))
     wrong_total = sum(max(r.oop_wrong, 0) + max(r.ip_wrong, 0) for r in rows)
     if emulated:
-        say(f"# {a.op} emulated: {backend} lacks it; all_reduce + slice "
-            "(bandwidth is not the op's)")
+        say(
+            f"# {a.op} emulated: {backend} lacks it; all_reduce + slice (bandwidth is not the op's)"
+        )
     say(f"# Out of bounds values : {wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}")
     avg = avg_busbw(rows)
     say(f"# Avg bus bandwidth    : {avg:g} ")
-    out = {"op": a.op, "ranks": n, "backend": backend, "device": device.type,
-           "dtype": a.datatype, "iters": a.iters, "warmup_iters": a.warmup_iters,
-           "check": a.check, "emulated": emulated, "torch": str(torch.__version__),
-           "rows": [asdict(r) for r in rows], "wrong_total": wrong_total,
-           "avg_busbw_GBps": avg}
+    out = {
+        "op": a.op,
+        "ranks": n,
+        "backend": backend,
+        "device": device.type,
+        "dtype": a.datatype,
+        "iters": a.iters,
+        "warmup_iters": a.warmup_iters,
+        "check": a.check,
+        "emulated": emulated,
+        "torch": str(torch.__version__),
+        "rows": [asdict(r) for r in rows],
+        "wrong_total": wrong_total,
+        "avg_busbw_GBps": avg,
+    }
     if rank == 0 and a.json is not None:
         a.json.write_text(json.dumps(out, indent=2) + "\n")
     return out

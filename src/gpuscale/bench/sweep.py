@@ -14,13 +14,32 @@ from dataclasses import dataclass
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import OPS, busbw_factor, check_op
 
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "float": 4, "float16": 2, "half": 2,
-                               "bfloat16": 2, "float64": 8, "double": 8, "int32": 4,
-                               "int64": 8, "int8": 1, "uint8": 1}
-NCCL_TYPE: dict[str, str] = {"float32": "float", "float": "float", "float16": "half",
-                             "half": "half", "bfloat16": "bfloat16", "float64": "double",
-                             "double": "double", "int32": "int32", "int64": "int64",
-                             "int8": "int8", "uint8": "uint8"}
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "double": 8,
+    "int32": 4,
+    "int64": 8,
+    "int8": 1,
+    "uint8": 1,
+}
+NCCL_TYPE: dict[str, str] = {
+    "float32": "float",
+    "float": "float",
+    "float16": "half",
+    "half": "half",
+    "bfloat16": "bfloat16",
+    "float64": "double",
+    "double": "double",
+    "int32": "int32",
+    "int64": "int64",
+    "int8": "int8",
+    "uint8": "uint8",
+}
 ROOTED = ("broadcast", "reduce")
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 PER_RANK_TOTAL = ("all_gather", "reduce_scatter", "all_to_all")
@@ -93,12 +112,14 @@ class Row:
     ip_wrong: int
 
 
-HEADER = ("#\n#                                                              out-of-place"
-          "                       in-place\n"
-          "#       size         count      type   redop    root     time   algbw   busbw"
-          " #wrong     time   algbw   busbw #wrong\n"
-          "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
-          "            (us)  (GB/s)  (GB/s)")
+HEADER = (
+    "#\n#                                                              out-of-place"
+    "                       in-place\n"
+    "#       size         count      type   redop    root     time   algbw   busbw"
+    " #wrong     time   algbw   busbw #wrong\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+    "            (us)  (GB/s)  (GB/s)"
+)
 
 
 def _wrong(w: int) -> str:
@@ -106,10 +127,12 @@ def _wrong(w: int) -> str:
 
 
 def format_row(r: Row) -> str:
-    return (f"{r.size_bytes:12d}  {r.count:12d}  {r.dtype:>8s}  {r.redop:>6s}  {r.root:6d}  "
-            f"{r.oop_time_us:7.2f}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  "
-            f"{_wrong(r.oop_wrong):>5s}  "
-            f"{r.ip_time_us:7.2f}  {r.ip_algbw:6.2f}  {r.ip_busbw:6.2f}  {_wrong(r.ip_wrong):>5s}")
+    return (
+        f"{r.size_bytes:12d}  {r.count:12d}  {r.dtype:>8s}  {r.redop:>6s}  {r.root:6d}  "
+        f"{r.oop_time_us:7.2f}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  "
+        f"{_wrong(r.oop_wrong):>5s}  "
+        f"{r.ip_time_us:7.2f}  {r.ip_algbw:6.2f}  {r.ip_busbw:6.2f}  {_wrong(r.ip_wrong):>5s}"
+    )
 
 
 def avg_busbw(rows: list[Row]) -> float:

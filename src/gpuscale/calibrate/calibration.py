@@ -80,7 +80,7 @@ class Calibration:
     decode_step_overhead_s: float = 0.0
     """Per-decode-step host/scheduler overhead of a serving engine."""
     inf_seq_overhead_s: float = 0.0
-    """Serving: host time per scheduled sequence per step (sampling, detokenisation, bookkeeping)."""
+    """Serving: host time per scheduled sequence per step (sampling, detokenising, books)."""
     inf_hbm_eff: float = 0.80
     """Serving: achieved fraction of HBM bandwidth for weight and KV-cache reads in a step."""
     inf_gemm_eff: float = 0.60
@@ -105,7 +105,9 @@ class Calibration:
         known = {f.name for f in fields(cls)}
         for k, v in data.items():
             if k not in known:
-                raise InputError(f"{origin}:{k}", v, f"unknown constant; known: {', '.join(sorted(known))}")
+                raise InputError(
+                    f"{origin}:{k}", v, f"unknown constant; known: {', '.join(sorted(known))}"
+                )
             if not isinstance(v, int | float) or v < 0:
                 raise InputError(f"{origin}:{k}", v, "a non-negative number is required")
         return cls(**{k: float(v) for k, v in data.items()})

@@ -25,8 +25,9 @@ import numpy as np
 from gpuscale.calibrate import Calibration, default_calibration
 from gpuscale.validate.collectives import scores, validate_collectives
 
-DEFAULT_RUNS = (Path(__file__).resolve().parents[3].parent
-                / "shared/validation/collective_results.csv")
+DEFAULT_RUNS = (
+    Path(__file__).resolve().parents[3].parent / "shared/validation/collective_results.csv"
+)
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "scaleup_eff": (0.5, 1.0),
@@ -52,8 +53,9 @@ def fit(runs: Path, start: Calibration, rounds: int = 6, points: int = 21) -> Ca
     for _ in range(rounds):
         for key, (lo, hi) in BOUNDS.items():
             centre = getattr(cal, key)
-            grid = np.linspace(max(lo, centre - width[key] / 2), min(hi, centre + width[key] / 2),
-                               points)
+            grid = np.linspace(
+                max(lo, centre - width[key] / 2), min(hi, centre + width[key] / 2), points
+            )
             for v in grid:
                 trial = cal.replace(**{key: float(v)})
                 val = loss(runs, trial)

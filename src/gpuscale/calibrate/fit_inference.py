@@ -67,10 +67,17 @@ def load_cases(path: Path, max_requests: int = FIT_MAX_REQUESTS) -> list[_Case]:
             continue
         if plan.mode == "offline" and plan.requests > max_requests:
             plan = dataclasses.replace(plan, requests=max_requests)
-        cases.append(_Case(plan, row["throughput_kind"].lower(), row["ttft_stat"].lower(),
-                           "itl" in row["tpot_itl_stat"].lower(),
-                           num(row, "metric_throughput_tokens_per_s", where),
-                           num(row, "ttft_ms", where), num(row, "tpot_or_itl_ms", where)))
+        cases.append(
+            _Case(
+                plan,
+                row["throughput_kind"].lower(),
+                row["ttft_stat"].lower(),
+                "itl" in row["tpot_itl_stat"].lower(),
+                num(row, "metric_throughput_tokens_per_s", where),
+                num(row, "ttft_ms", where),
+                num(row, "tpot_or_itl_ms", where),
+            )
+        )
     return cases
 
 
@@ -106,11 +113,13 @@ def objective(s: dict[str, float]) -> float:
     return math.sqrt(sum((v / TARGETS_PCT[k]) ** 2 for k, v in s.items()) / len(s))
 
 
-def fit(cases: list[_Case], start: Calibration, rounds: int = 4,
-        verbose: bool = True) -> Calibration:
+def fit(
+    cases: list[_Case], start: Calibration, rounds: int = 4, verbose: bool = True
+) -> Calibration:
     # constants at zero (no prior fit) start inside their range
-    cal = start.replace(**{k: math.sqrt(lo * hi) for k, (lo, hi) in BOUNDS.items()
-                           if getattr(start, k) <= 0.0})
+    cal = start.replace(
+        **{k: math.sqrt(lo * hi) for k, (lo, hi) in BOUNDS.items() if getattr(start, k) <= 0.0}
+    )
     best = objective(scores(cases, cal))
     step = 0.4  # log-space step
     for rnd in range(rounds):

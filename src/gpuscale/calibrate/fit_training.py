@@ -18,8 +18,15 @@ from pathlib import Path
 import numpy as np
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
-from gpuscale.validate.training import PreparedRow, Skip, choose_plan, predict, prepare
+from gpuscale.perf.plan import Plans
 from gpuscale.validate.report import read_rows
+from gpuscale.validate.training import (
+    PreparedRow,
+    UnsupportedRowError,
+    choose_plan,
+    predict,
+    prepare,
+)
 
 # constant -> (lower, upper) physical bounds
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -43,17 +50,31 @@ def _rows(path: Path) -> list[PreparedRow]:
     for lineno, row in read_rows(path, REQUIRED):
         try:
             pr = prepare(row, f"{path.name}:line {lineno}")
-        except Skip:
+        except UnsupportedRowError:
             continue
-        if pr.target == "excluded" or (pr.convention == "unspecified"
-                                       and pr.target != "tokens_per_s_per_gpu"):
+        if pr.target == "excluded" or (
+            pr.convention == "unspecified" and pr.target != "tokens_per_s_per_gpu"
+        ):
             continue
         out.append(pr)
     return out
 
 
+def _residuals(
+    x: np.ndarray,
+    base: Calibration,
+    pairs: list[tuple[PreparedRow, Plans]],
+    names: list[str],
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> np.ndarray:
+    """log(predicted / measured) per row for the constants encoded in ``x`` (0..1 each)."""
+    c = base.replace(**dict(zip(names, lo + x * (hi - lo), strict=True)))
+    return np.array([np.log(predict(pr, pl, c) / pr.measured) for pr, pl in pairs])
+
+
 def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
     rows = _rows(path)
     cal = default_calibration()
@@ -62,21 +83,23 @@ def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
     hi = np.array([BOUNDS[n][1] for n in names])
     err = float("nan")
     for _ in range(rounds):
-        plans = []
+        pairs: list[tuple[PreparedRow, Plans]] = []
         for pr in rows:
             try:
-                plans.append(choose_plan(pr, cal)[0])
-            except Skip:
-                plans.append(None)
-        pairs = [(pr, pl) for pr, pl in zip(rows, plans, strict=True) if pl is not None]
-
-        def residuals(x: np.ndarray) -> np.ndarray:
-            c = cal.replace(**dict(zip(names, lo + x * (hi - lo), strict=True)))
-            return np.array([np.log(predict(pr, pl, c) / pr.measured) for pr, pl in pairs])
-
+                pairs.append((pr, choose_plan(pr, cal)[0]))
+            except UnsupportedRowError:
+                continue
         x0 = np.array([(getattr(cal, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
-        res = least_squares(residuals, np.clip(x0, 1e-3, 1 - 1e-3), bounds=(0.0, 1.0),
-                            loss="soft_l1", f_scale=0.1, diff_step=1e-3, max_nfev=200)
+        res = least_squares(
+            _residuals,
+            np.clip(x0, 1e-3, 1 - 1e-3),
+            bounds=(0.0, 1.0),
+            loss="soft_l1",
+            f_scale=0.1,
+            diff_step=1e-3,
+            max_nfev=200,
+            args=(cal, pairs, names, lo, hi),
+        )
         cal = cal.replace(**dict(zip(names, lo + res.x * (hi - lo), strict=True)))
         err = float(np.mean(np.abs(res.fun)))
     return cal, err
@@ -85,8 +108,7 @@ def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--runs", type=Path, required=True)
-    ap.add_argument("--out", type=Path,
-                    default=Path(__file__).with_name("calibration.json"))
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("calibration.json"))
     args = ap.parse_args()
     cal, err = fit(args.runs)
     data = json.loads(args.out.read_text()) if args.out.is_file() else {}

@@ -54,8 +54,10 @@ def _load(filename: str, cls: type[E]) -> dict[str, E]:
 
 def _index(entries: dict[str, E]) -> dict[str, str]:
     idx: dict[str, str] = {}
-    for key, e in entries.items():
-        for name in (key, e.name, *e.aliases):
+    for key in entries:
+        entry: GPU | System | Model = entries[key]
+        names: list[str] = [key, entry.name, *entry.aliases]
+        for name in names:
             idx[_norm(name)] = key
     return idx
 

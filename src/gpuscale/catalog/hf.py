@@ -24,7 +24,9 @@ def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
 def load_hf_config(path: Path, field: str = "model") -> Model:
     """Map the usual config.json keys (llama, mistral, mixtral, qwen, deepseek, gpt2, opt...)."""
     if not path.is_file():
-        raise InputError(field, str(path), "no such file; give a catalog model or a config.json path")
+        raise InputError(
+            field, str(path), "no such file; give a catalog model or a config.json path"
+        )
     try:
         cfg = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -35,14 +37,26 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
     heads = _first(cfg, "num_attention_heads", "n_head")
     vocab = _first(cfg, "vocab_size")
-    for key, val in (("num_hidden_layers", layers), ("hidden_size", hidden),
-                     ("num_attention_heads", heads), ("vocab_size", vocab)):
+    for key, val in (
+        ("num_hidden_layers", layers),
+        ("hidden_size", hidden),
+        ("num_attention_heads", heads),
+        ("vocab_size", vocab),
+    ):
         if not isinstance(val, int) or val <= 0:
             raise InputError(f"{path.name}:{key}", val, "a positive integer is required")
     act = str(_first(cfg, "hidden_act", "activation_function", default="gelu")).lower()
     model_type = str(cfg.get("model_type", ""))
-    gated = act in _GATED_ACTS or model_type in ("llama", "mistral", "mixtral", "qwen2",
-                                                   "qwen3", "qwen3_moe", "deepseek_v3", "gpt_oss")
+    gated = act in _GATED_ACTS or model_type in (
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "deepseek_v3",
+        "gpt_oss",
+    )
     experts = int(_first(cfg, "num_local_experts", "n_routed_experts", "num_experts", default=1))
     ffn_dense = _first(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
     ffn_moe = _first(cfg, "moe_intermediate_size", default=ffn_dense)

@@ -47,14 +47,14 @@ class GPU(_Entry):
         return self.nvlink_gb_per_s * GB
 
     def peak_flops(self, precision: str) -> float:
-        """Dense peak FLOP/s for ``precision`` (fp8 falls back to bf16 where absent is an error)."""
+        """Dense peak FLOP/s for ``precision``; a precision the GPU lacks is an input error."""
         from gpuscale.errors import InputError
 
         if precision not in self.peak_tflops:
             raise InputError(
                 "precision", precision, f"{self.key} supports {', '.join(self.peak_tflops)}"
             )
-        return self.peak_tflops[precision] * 1e12  # type: ignore[index]
+        return self.peak_tflops[precision] * 1e12
 
 
 class System(_Entry):

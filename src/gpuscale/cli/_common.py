@@ -42,7 +42,9 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
         return
     t = Table(title=f"gpuscale validate {report.kind}", show_lines=False)
     for col in ("id", "metric", "predicted", "measured", "error %", "status / reason"):
-        t.add_column(col, justify="right" if col in ("predicted", "measured", "error %") else "left")
+        t.add_column(
+            col, justify="right" if col in ("predicted", "measured", "error %") else "left"
+        )
     for r in report.rows:
         t.add_row(
             r.id,
@@ -58,8 +60,13 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
         g.add_column(col, justify="left" if col == "source" else "right")
     for name, rows in sorted(report.by_group().items()):
         s = report.stats(rows)
-        g.add_row(name, str(len(rows)), f"{s['mape_pct']:.1f}",
-                  f"{s['median_abs_error_pct']:.1f}", f"{s['max_abs_error_pct']:.1f}")
+        g.add_row(
+            name,
+            str(len(rows)),
+            f"{s['mape_pct']:.1f}",
+            f"{s['median_abs_error_pct']:.1f}",
+            f"{s['max_abs_error_pct']:.1f}",
+        )
     out.print(g)
     s = report.stats()
     n_rep = sum(1 for r in report.rows if r.status == "reported")
@@ -68,5 +75,6 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
     worst = "n/a" if s["max_abs_error_pct"] is None else f"{s['max_abs_error_pct']:.2f} %"
     out.print(
         f"scored {len(report.scored)}, skipped {len(report.skipped)}, reported (not scored) "
-        f"{n_rep} of {len(report.rows)} rows; MAPE {mape}, median |error| {med}, worst |error| {worst}"
+        f"{n_rep} of {len(report.rows)} rows; MAPE {mape}, median |error| {med}, "
+        f"worst |error| {worst}"
     )

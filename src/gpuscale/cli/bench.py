@@ -23,8 +23,18 @@ app = typer.Typer(no_args_is_help=True)
 
 
 def launch(nproc: int, args: list[str], json_path: Path) -> int:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "-m", "gpuscale.bench.collectives", *args, "--json", str(json_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "gpuscale.bench.collectives",
+        *args,
+        "--json",
+        str(json_path),
+    ]
     return subprocess.call(cmd)
 
 
@@ -38,11 +48,16 @@ def compare(measured: dict[str, Any], fabric: Any, cal: Any) -> list[dict[str, A
     out = []
     for r in measured["rows"]:
         p = pred.get(int(r["size_bytes"]))
-        out.append({"size_bytes": r["size_bytes"], "measured_time_us": r["oop_time_us"],
-                    "predicted_time_us": None if p is None else p["time_us"],
-                    "measured_busbw_GBps": r["oop_busbw"],
-                    "predicted_busbw_GBps": None if p is None else p["busbw_GBps"],
-                    "predicted_algorithm": None if p is None else p["algorithm"]})
+        out.append(
+            {
+                "size_bytes": r["size_bytes"],
+                "measured_time_us": r["oop_time_us"],
+                "predicted_time_us": None if p is None else p["time_us"],
+                "measured_busbw_GBps": r["oop_busbw"],
+                "predicted_busbw_GBps": None if p is None else p["busbw_GBps"],
+                "predicted_algorithm": None if p is None else p["algorithm"],
+            }
+        )
     return out
 
 
@@ -58,13 +73,16 @@ def collectives(
     check: Annotated[int, typer.Option("-c", "--check")] = 1,
     datatype: Annotated[str, typer.Option("-d", "--datatype")] = "float32",
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo")] = "auto",
-    model: Annotated[Path | None,
-                     typer.Option("--model", help="Cluster YAML to predict with.")] = None,
-    system: Annotated[str | None,
-                      typer.Option("--system", help="Catalog system to predict with.")] = None,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="Cluster YAML to predict with.")
+    ] = None,
+    system: Annotated[
+        str | None, typer.Option("--system", help="Catalog system to predict with.")
+    ] = None,
     nodes: Annotated[int | None, typer.Option("--nodes")] = None,
-    json: Annotated[Path | None,
-                    typer.Option("--json", help="Write results (and model) as JSON.")] = None,
+    json: Annotated[
+        Path | None, typer.Option("--json", help="Write results (and model) as JSON.")
+    ] = None,
     calibration: Annotated[Path | None, typer.Option("--calibration")] = None,
 ) -> None:
     """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
@@ -81,10 +99,29 @@ def collectives(
 
         fabric = resolve_fabric(model, system, nodes)
         if nproc > fabric.total_gpus:
-            raise InputError("--nproc", nproc,
-                             f"at most the model cluster's {fabric.total_gpus} GPUs")
-    args = ["-b", minbytes, "-e", maxbytes, "-f", str(factor), "-o", op, "-n", str(iters),
-            "-w", str(warmup), "-c", str(check), "-d", datatype, "--backend", backend]
+            raise InputError(
+                "--nproc", nproc, f"at most the model cluster's {fabric.total_gpus} GPUs"
+            )
+    args = [
+        "-b",
+        minbytes,
+        "-e",
+        maxbytes,
+        "-f",
+        str(factor),
+        "-o",
+        op,
+        "-n",
+        str(iters),
+        "-w",
+        str(warmup),
+        "-c",
+        str(check),
+        "-d",
+        datatype,
+        "--backend",
+        backend,
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.json"
         rc = launch(nproc, args, path)
@@ -100,9 +137,11 @@ def collectives(
         for r in rows:
             pt = r["predicted_time_us"]
             pb = r["predicted_busbw_GBps"]
-            print(f"{r['size_bytes']:12d}  {r['measured_time_us']:9.2f}  "
-                  f"{'' if pt is None else f'{pt:9.2f}':>9s}  {r['measured_busbw_GBps']:11.2f}  "
-                  f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}")
+            print(
+                f"{r['size_bytes']:12d}  {r['measured_time_us']:9.2f}  "
+                f"{'' if pt is None else f'{pt:9.2f}':>9s}  {r['measured_busbw_GBps']:11.2f}  "
+                f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}"
+            )
     if json is not None:
         json.write_text(jsonlib.dumps(result, indent=2) + "\n")
     if rc != 0:

@@ -42,8 +42,11 @@ def show(spec: Spec, json: Json = False) -> None:
         ("NVLink domain", f"{r.domain_gpus} GPUs"),
         ("NICs", f"{r.nics_per_node} per node at {r.link_gbps:g} Gb/s"),
         ("fabric", f"{r.fabric} ({r.protocol}), {r.switch_model} radix {r.switch_radix}"),
-        ("topology", f"{r.tiers}-tier fat tree, "
-                     f"{'rail-optimized' if r.rail_optimized else 'not rail-optimized'}, {over}"),
+        (
+            "topology",
+            f"{r.tiers}-tier fat tree, "
+            f"{'rail-optimized' if r.rail_optimized else 'not rail-optimized'}, {over}",
+        ),
         ("scalable units", f"{r.scalable_units} x {r.nodes_per_su} nodes, {r.pods} pod(s)"),
         ("placement", f"{r.racks} racks in {r.rows} row(s), {r.power_feeds} power feeds"),
     ):
@@ -55,8 +58,14 @@ def show(spec: Spec, json: Json = False) -> None:
         b.add_column(col, justify="left" if col == "tier" else "right")
     for t in r.tiers_bom:
         if t.switches:
-            b.add_row(t.tier, str(t.switches), str(t.downlinks), str(t.uplinks),
-                      f"{t.ports_used} / {t.ports_available}", str(t.transceivers))
+            b.add_row(
+                t.tier,
+                str(t.switches),
+                str(t.downlinks),
+                str(t.uplinks),
+                f"{t.ports_used} / {t.ports_available}",
+                str(t.transceivers),
+            )
     b.add_row("total", str(r.switches_total), "", "", "", str(r.transceivers_switch_side))
     out.print(b)
     c = Table(title="links and optics")

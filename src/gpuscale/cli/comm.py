@@ -32,8 +32,15 @@ def resolve_fabric(cluster: Path | None, system: str | None, nodes: int | None) 
     return Fabric.from_system(sys_, total_gpus=nodes * sys_.gpus_per_node)
 
 
-def model_rows(op: str, gpus: int, sizes: list[int], fabric: Any, cal: Any, dtype: str,
-               members_per_domain: float | None = None) -> list[dict[str, Any]]:
+def model_rows(
+    op: str,
+    gpus: int,
+    sizes: list[int],
+    fabric: Any,
+    cal: Any,
+    dtype: str,
+    members_per_domain: float | None = None,
+) -> list[dict[str, Any]]:
     """One dict per size: nccl-tests columns plus the chosen algorithm and protocol."""
     from gpuscale.bench.sweep import DTYPE_BYTES, NCCL_TYPE, count_for, row_size
     from gpuscale.perf.comm import estimate
@@ -43,20 +50,29 @@ def model_rows(op: str, gpus: int, sizes: list[int], fabric: Any, cal: Any, dtyp
     real = np.array([row_size(op, c, gpus, tb) for c in counts], dtype=np.float64)
     est = estimate(op, real, gpus, fabric, cal, members_per_domain=members_per_domain)
     return [
-        {"size_bytes": int(real[i]), "count": counts[i], "type": NCCL_TYPE[dtype],
-         "time_us": float(est.time_s[i]) * 1e6, "algbw_GBps": float(est.algbw_Bps[i]) / 1e9,
-         "busbw_GBps": float(est.busbw_Bps[i]) / 1e9, "algorithm": str(est.algorithm[i]),
-         "protocol": str(est.protocol[i]), "latency_us": float(est.latency_s[i]) * 1e6,
-         "members_per_domain": float(est.members_per_domain[i]),
-         "domains": float(est.domains[i])}
-        for i in range(len(sizes)) if counts[i] >= 1
+        {
+            "size_bytes": int(real[i]),
+            "count": counts[i],
+            "type": NCCL_TYPE[dtype],
+            "time_us": float(est.time_s[i]) * 1e6,
+            "algbw_GBps": float(est.algbw_Bps[i]) / 1e9,
+            "busbw_GBps": float(est.busbw_Bps[i]) / 1e9,
+            "algorithm": str(est.algorithm[i]),
+            "protocol": str(est.protocol[i]),
+            "latency_us": float(est.latency_s[i]) * 1e6,
+            "members_per_domain": float(est.members_per_domain[i]),
+            "domains": float(est.domains[i]),
+        }
+        for i in range(len(sizes))
+        if counts[i] >= 1
     ]
 
 
 @app.command("estimate")
 def estimate_cmd(
     op: Annotated[str, typer.Option("--op", "-o", help="all_reduce, all_gather, ...")] = (
-        "all_reduce"),
+        "all_reduce"
+    ),
     gpus: Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the group.")] = 8,
     minbytes: Annotated[str, typer.Option("-b", "--minbytes")] = "8",
     maxbytes: Annotated[str, typer.Option("-e", "--maxbytes")] = "8G",
@@ -64,8 +80,12 @@ def estimate_cmd(
     cluster: Annotated[Path | None, typer.Option("--cluster", help="Cluster YAML.")] = None,
     system: Annotated[str | None, typer.Option("--system", help="Catalog system.")] = None,
     nodes: Annotated[int | None, typer.Option("--nodes", help="Nodes with --system.")] = None,
-    members_per_domain: Annotated[float | None, typer.Option(
-        "--members-per-domain", help="Group GPUs per NVLink domain (default: packed).")] = None,
+    members_per_domain: Annotated[
+        float | None,
+        typer.Option(
+            "--members-per-domain", help="Group GPUs per NVLink domain (default: packed)."
+        ),
+    ] = None,
     datatype: Annotated[str, typer.Option("-d", "--datatype")] = "float32",
     json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     calibration: Annotated[Path | None, typer.Option("--calibration")] = None,
@@ -79,13 +99,15 @@ def estimate_cmd(
         raise InputError("-d/--datatype", datatype, f"one of {', '.join(DTYPE_BYTES)}")
     if gpus < 1:
         raise InputError("--gpus", gpus, "a group of at least 1 GPU")
-    sizes = size_sweep(parse_size(minbytes, "-b/--minbytes"), parse_size(maxbytes, "-e/--maxbytes"),
-                       factor)
+    sizes = size_sweep(
+        parse_size(minbytes, "-b/--minbytes"), parse_size(maxbytes, "-e/--maxbytes"), factor
+    )
     fabric = resolve_fabric(cluster, system, nodes)
     if gpus > fabric.total_gpus:
         raise InputError("--gpus", gpus, f"at most the cluster's {fabric.total_gpus} GPUs")
-    rows = model_rows(op, gpus, sizes, fabric, load_calibration(calibration), datatype,
-                      members_per_domain)
+    rows = model_rows(
+        op, gpus, sizes, fabric, load_calibration(calibration), datatype, members_per_domain
+    )
     if json:
         emit_json({"op": op, "gpus": gpus, "rows": rows})
         return
@@ -93,8 +115,10 @@ def estimate_cmd(
     print("#       size         count      type     time   algbw   busbw  algorithm  proto")
     print("#        (B)    (elements)               (us)  (GB/s)  (GB/s)")
     for r in rows:
-        print(f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8s}  {r['time_us']:7.2f}  "
-                  f"{r['algbw_GBps']:6.2f}  {r['busbw_GBps']:6.2f}  {r['algorithm']:>9s}  "
-                  f"{r['protocol']:>6s}")
+        print(
+            f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8s}  {r['time_us']:7.2f}  "
+            f"{r['algbw_GBps']:6.2f}  {r['busbw_GBps']:6.2f}  {r['algorithm']:>9s}  "
+            f"{r['protocol']:>6s}"
+        )
     avg = sum(r["busbw_GBps"] for r in rows) / max(len(rows), 1)
     print(f"# Avg bus bandwidth    : {avg:g}")

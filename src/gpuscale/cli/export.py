@@ -31,5 +31,7 @@ def launch(
     files = render_launch(load_cluster_spec(cluster), bench=bench, nodes=nodes, image=image)
     for path in write_launch(files, out_dir):
         out.print(f"wrote {path}", highlight=False)
-    out.print(f"{files.nodes} nodes x {files.gpus_per_node} GPUs: {' '.join(files.command)}",
-              highlight=False)
+    out.print(
+        f"{files.nodes} nodes x {files.gpus_per_node} GPUs: {' '.join(files.command)}",
+        highlight=False,
+    )

@@ -41,16 +41,20 @@ def estimate(
     output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
-    precision: Annotated[str, typer.Option("--precision",
-                                           help="bf16, fp16, fp8, fp4 or int4 (W4A16).")] = "bf16",
+    precision: Annotated[
+        str, typer.Option("--precision", help="bf16, fp16, fp8, fp4 or int4 (W4A16).")
+    ] = "bf16",
     kv_precision: Annotated[str | None, typer.Option("--kv-precision")] = None,
-    concurrency: Annotated[int | None, typer.Option("--concurrency",
-                                                    help="Closed loop: in flight.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", help="Closed loop: in flight.")
+    ] = None,
     qps: Annotated[float | None, typer.Option("--qps", help="Poisson arrival rate.")] = None,
-    offline: Annotated[int | None, typer.Option("--offline",
-                                                help="N requests queued at t = 0.")] = None,
-    requests: Annotated[int, typer.Option("--requests",
-                                          help="Requests simulated (qps/concurrency).")] = 2000,
+    offline: Annotated[
+        int | None, typer.Option("--offline", help="N requests queued at t = 0.")
+    ] = None,
+    requests: Annotated[
+        int, typer.Option("--requests", help="Requests simulated (qps/concurrency).")
+    ] = 2000,
     engine: Engine = "trtllm",
     json: Json = False,
     calibration: Cal = None,
@@ -65,13 +69,24 @@ def estimate(
 
     modes = [x is not None for x in (concurrency, qps, offline)]
     if sum(modes) != 1:
-        raise InputError("load", "/".join(n for n, m in zip(("--concurrency", "--qps",
-                                                             "--offline"), modes, strict=True)
-                                          if m) or "none",
-                         "exactly one of --concurrency N, --qps R, --offline N")
-    for n, v in (("input-len", input_len), ("output-len", output_len), ("concurrency", concurrency),
-                 ("qps", qps), ("offline", offline), ("requests", requests), ("tp", tp),
-                 ("pp", pp)):
+        raise InputError(
+            "load",
+            "/".join(
+                n for n, m in zip(("--concurrency", "--qps", "--offline"), modes, strict=True) if m
+            )
+            or "none",
+            "exactly one of --concurrency N, --qps R, --offline N",
+        )
+    for n, v in (
+        ("input-len", input_len),
+        ("output-len", output_len),
+        ("concurrency", concurrency),
+        ("qps", qps),
+        ("offline", offline),
+        ("requests", requests),
+        ("tp", tp),
+        ("pp", pp),
+    ):
         _positive(n, v)
     cal = load_calibration(calibration)
     m, g = get_model(model), get_gpu(gpu)
@@ -80,9 +95,13 @@ def estimate(
     sm = build_step_model(m, g, pplan, tp, pp, cal, eng, tokens_per_seq=input_len + output_len)
     mem = sm.memory
     if not mem.fits:
-        raise InputError("tp", tp, f"{m.key} at {precision} needs {_gib(mem.weights_bytes)} of "
-                         f"weights per GPU at TP{tp} x PP{pp}, leaving no KV cache on {g.key} "
-                         f"({_gib(g.memory_bytes)}); raise --tp/--pp or lower --precision")
+        raise InputError(
+            "tp",
+            tp,
+            f"{m.key} at {precision} needs {_gib(mem.weights_bytes)} of "
+            f"weights per GPU at TP{tp} x PP{pp}, leaving no KV cache on {g.key} "
+            f"({_gib(g.memory_bytes)}); raise --tp/--pp or lower --precision",
+        )
     wl: Workload
     if offline is not None:
         wl = all_at_once(offline, input_len, output_len)
@@ -94,16 +113,23 @@ def estimate(
         assert concurrency is not None
         wl = closed(max(requests, concurrency), concurrency, input_len, output_len)
         mode = f"concurrency {concurrency}, {max(requests, concurrency)} requests"
-    lim = EngineLimits(eng.max_batch, eng.max_num_tokens, mem.kv_blocks, mem.block_tokens,
-                       eng.chunked_prefill)
+    lim = EngineLimits(
+        eng.max_batch, eng.max_num_tokens, mem.kv_blocks, mem.block_tokens, eng.chunked_prefill
+    )
     res = simulate(sm, lim, wl, cal.inf_request_overhead_s)
     pf = sm.breakdown(float(input_len), input_len * (input_len + 1) / 2.0, 1, 0, 0.0)
     dbatch = max(1, min(round(res.mean_batch), mem.max_seqs))
     dec = sm.breakdown(0.0, 0.0, 0, dbatch, dbatch * (input_len + output_len / 2.0))
     doc: dict[str, Any] = {
-        "model": m.key, "gpu": g.key, "tp": tp, "pp": pp, "engine": eng.name,
+        "model": m.key,
+        "gpu": g.key,
+        "tp": tp,
+        "pp": pp,
+        "engine": eng.name,
         "precision": {"weights": pplan.weights, "compute": pplan.compute, "kv": pplan.kv},
-        "input_len": input_len, "output_len": output_len, "load": mode,
+        "input_len": input_len,
+        "output_len": output_len,
+        "load": mode,
         "memory_per_gpu": mem.to_dict(),
         "prefill_step_batch1": pf.to_dict(),
         "decode_step": {"batch": dbatch, **dec.to_dict()},
@@ -113,37 +139,64 @@ def estimate(
     if json:
         emit_json(doc)
         return
-    t = Table(title=f"{m.name} on {tp * pp}x {g.name} (TP{tp} PP{pp}, {pplan.weights} weights, "
-                    f"{pplan.kv} KV, {eng.name})")
+    t = Table(
+        title=f"{m.name} on {tp * pp}x {g.name} (TP{tp} PP{pp}, {pplan.weights} weights, "
+        f"{pplan.kv} KV, {eng.name})"
+    )
     t.add_column("memory per GPU")
     t.add_column("value", justify="right")
-    for key, val in (("weights", _gib(mem.weights_bytes)),
-                     ("activation workspace + reserved", _gib(mem.workspace_bytes)),
-                     ("KV pool", _gib(mem.kv_pool_bytes)),
-                     ("KV per token", f"{mem.kv_bytes_per_token / 1024:,.1f} KiB"),
-                     ("KV blocks", f"{mem.kv_blocks:,} x {mem.block_tokens} tokens"),
-                     ("max sequences",
-                      f"{mem.max_seqs:,} (KV allows {mem.kv_limited_seqs:,})")):
+    for key, val in (
+        ("weights", _gib(mem.weights_bytes)),
+        ("activation workspace + reserved", _gib(mem.workspace_bytes)),
+        ("KV pool", _gib(mem.kv_pool_bytes)),
+        ("KV per token", f"{mem.kv_bytes_per_token / 1024:,.1f} KiB"),
+        ("KV blocks", f"{mem.kv_blocks:,} x {mem.block_tokens} tokens"),
+        ("max sequences", f"{mem.max_seqs:,} (KV allows {mem.kv_limited_seqs:,})"),
+    ):
         t.add_row(key, val)
     out.print(t)
     s = Table(title="step time breakdown")
-    for c in ("step", "GEMM", "attention", "KV read", "TP comm", "PP comm", "overhead", "total",
-              "GEMM bound"):
+    for c in (
+        "step",
+        "GEMM",
+        "attention",
+        "KV read",
+        "TP comm",
+        "PP comm",
+        "overhead",
+        "total",
+        "GEMM bound",
+    ):
         s.add_column(c, justify="right")
     for name, b in ((f"prefill {input_len} tok", pf), (f"decode batch {dbatch}", dec)):
-        s.add_row(name, _ms(b.gemm_s), _ms(b.attention_s), _ms(b.kv_read_s), _ms(b.tp_comm_s),
-                  _ms(b.pp_comm_s), _ms(b.overhead_s), _ms(b.total_s), b.bound)
+        s.add_row(
+            name,
+            _ms(b.gemm_s),
+            _ms(b.attention_s),
+            _ms(b.kv_read_s),
+            _ms(b.tp_comm_s),
+            _ms(b.pp_comm_s),
+            _ms(b.overhead_s),
+            _ms(b.total_s),
+            b.bound,
+        )
     out.print(s)
     r = Table(title=f"simulated serving: {mode}")
     for c in ("metric", "mean", "p50", "p99"):
         r.add_column(c, justify="right")
-    for name, st in (("TTFT", res.ttft_s), ("TPOT", res.tpot_s), ("ITL", res.itl_s),
-                     ("end-to-end", res.e2e_s)):
+    for name, st in (
+        ("TTFT", res.ttft_s),
+        ("TPOT", res.tpot_s),
+        ("ITL", res.itl_s),
+        ("end-to-end", res.e2e_s),
+    ):
         r.add_row(name, _ms(st.mean), _ms(st.p50), _ms(st.p99))
     out.print(r)
-    out.print(f"throughput {res.output_tokens_per_s:,.0f} output tok/s "
-              f"({doc['output_tokens_per_s_per_gpu']:,.0f} per GPU), "
-              f"{res.requests_per_s:,.2f} req/s; mean batch {res.mean_batch:,.1f}")
+    out.print(
+        f"throughput {res.output_tokens_per_s:,.0f} output tok/s "
+        f"({doc['output_tokens_per_s_per_gpu']:,.0f} per GPU), "
+        f"{res.requests_per_s:,.2f} req/s; mean batch {res.mean_batch:,.1f}"
+    )
 
 
 @app.command("size")
@@ -154,13 +207,15 @@ def size_cmd(
     output_len: Annotated[int, typer.Option("--output-len")],
     ttft_p99: Annotated[str, typer.Option("--ttft-p99", help="p99 TTFT target, e.g. 2s.")],
     tpot_p99: Annotated[str, typer.Option("--tpot-p99", help="p99 TPOT target, e.g. 50ms.")],
-    gpus: Annotated[str, typer.Option("--gpus", help="Comma-separated GPU types.")]
-        = "h100-sxm,h200,b200",
-    precision: Annotated[str, typer.Option("--precision",
-                                           help="auto (fp8 where supported) or a format.")]
-        = "auto",
-    prices: Annotated[Path | None, typer.Option("--prices",
-                                                help="YAML: GPU -> USD per GPU-hour.")] = None,
+    gpus: Annotated[
+        str, typer.Option("--gpus", help="Comma-separated GPU types.")
+    ] = "h100-sxm,h200,b200",
+    precision: Annotated[
+        str, typer.Option("--precision", help="auto (fp8 where supported) or a format.")
+    ] = "auto",
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="YAML: GPU -> USD per GPU-hour.")
+    ] = None,
     engine: Engine = "trtllm",
     json: Json = False,
     calibration: Cal = None,
@@ -171,49 +226,102 @@ def size_cmd(
     from gpuscale.perf.inference_size import Slo, load_prices, size
     from gpuscale.units import parse_quantity
 
-    slo = Slo(parse_quantity(ttft_p99, "seconds", "ttft-p99"),
-              parse_quantity(tpot_p99, "seconds", "tpot-p99"))
-    for n, v in (("qps", qps), ("input-len", input_len), ("output-len", output_len),
-                 ("ttft-p99", slo.ttft_p99_s), ("tpot-p99", slo.tpot_p99_s)):
+    slo = Slo(
+        parse_quantity(ttft_p99, "seconds", "ttft-p99"),
+        parse_quantity(tpot_p99, "seconds", "tpot-p99"),
+    )
+    for n, v in (
+        ("qps", qps),
+        ("input-len", input_len),
+        ("output-len", output_len),
+        ("ttft-p99", slo.ttft_p99_s),
+        ("tpot-p99", slo.tpot_p99_s),
+    ):
         _positive(n, v)
     cal = load_calibration(calibration)
     gl = [get_gpu(x.strip(), field="gpus") for x in gpus.split(",") if x.strip()]
     if not gl:
         raise InputError("gpus", gpus, "a comma-separated list of catalog GPUs")
     price_map = load_prices(prices)
-    res = size(get_model(model), qps, input_len, output_len, slo, gl, cal, price_map,
-               precision=precision, engine=get_engine(engine))
+    res = size(
+        get_model(model),
+        qps,
+        input_len,
+        output_len,
+        slo,
+        gl,
+        cal,
+        price_map,
+        precision=precision,
+        engine=get_engine(engine),
+    )
     b = res.best
     if json:
-        emit_json({
-            "model": model, "qps": qps, "input_len": input_len, "output_len": output_len,
-            "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s},
-            "best": b.__dict__, "considered": [c.__dict__ for c in res.considered],
-            "curve": [p.__dict__ for p in res.curve],
-        })
+        emit_json(
+            {
+                "model": model,
+                "qps": qps,
+                "input_len": input_len,
+                "output_len": output_len,
+                "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s},
+                "best": b.__dict__,
+                "considered": [c.__dict__ for c in res.considered],
+                "curve": [p.__dict__ for p in res.curve],
+            }
+        )
         return
-    cost = "" if b.usd_per_hour is None else (
-        f", {b.usd_per_hour:,.2f} USD/h, {b.usd_per_million_output_tokens:,.3f} USD per 1M "
-        f"output tokens")
-    out.print(f"[bold]best:[/] {b.gpu} {b.precision} TP{b.tp} x {b.replicas} replicas = "
-              f"{b.gpus} GPUs, utilization {b.utilization:.0%}{cost}; simulated p99 TTFT "
-              f"{_ms(b.ttft_p99_s)}, p99 TPOT {_ms(b.tpot_p99_s)}")
+    cost = (
+        ""
+        if b.usd_per_hour is None
+        else (
+            f", {b.usd_per_hour:,.2f} USD/h, {b.usd_per_million_output_tokens:,.3f} USD per 1M "
+            f"output tokens"
+        )
+    )
+    out.print(
+        f"[bold]best:[/] {b.gpu} {b.precision} TP{b.tp} x {b.replicas} replicas = "
+        f"{b.gpus} GPUs, utilization {b.utilization:.0%}{cost}; simulated p99 TTFT "
+        f"{_ms(b.ttft_p99_s)}, p99 TPOT {_ms(b.tpot_p99_s)}"
+    )
     t = Table(title="candidates checked by simulation (in order of estimated cost)")
-    for c in ("GPU", "TP", "replicas", "GPUs", "USD/h", "USD/1M out tok", "util",
-              "p99 TTFT", "p99 TPOT", "meets SLO"):
+    for c in (
+        "GPU",
+        "TP",
+        "replicas",
+        "GPUs",
+        "USD/h",
+        "USD/1M out tok",
+        "util",
+        "p99 TTFT",
+        "p99 TPOT",
+        "meets SLO",
+    ):
         t.add_column(c, justify="right")
     for cand in res.considered:
-        t.add_row(cand.gpu, str(cand.tp), str(cand.replicas), str(cand.gpus),
-                  "" if cand.usd_per_hour is None else f"{cand.usd_per_hour:,.2f}",
-                  "" if cand.usd_per_million_output_tokens is None
-                  else f"{cand.usd_per_million_output_tokens:,.3f}",
-                  f"{cand.utilization:.0%}", _ms(cand.ttft_p99_s), _ms(cand.tpot_p99_s),
-                  "yes" if cand.verified else "no")
+        t.add_row(
+            cand.gpu,
+            str(cand.tp),
+            str(cand.replicas),
+            str(cand.gpus),
+            "" if cand.usd_per_hour is None else f"{cand.usd_per_hour:,.2f}",
+            ""
+            if cand.usd_per_million_output_tokens is None
+            else f"{cand.usd_per_million_output_tokens:,.3f}",
+            f"{cand.utilization:.0%}",
+            _ms(cand.ttft_p99_s),
+            _ms(cand.tpot_p99_s),
+            "yes" if cand.verified else "no",
+        )
     out.print(t)
     k = Table(title=f"latency vs load: {b.gpu} TP{b.tp} x {b.replicas}")
     for c in ("offered req/s", "p99 TTFT", "p99 TPOT", "output tok/s", "meets SLO"):
         k.add_column(c, justify="right")
     for p in res.curve:
-        k.add_row(f"{p.qps:,.2f}", _ms(p.ttft_p99_s), _ms(p.tpot_p99_s),
-                  f"{p.output_tokens_per_s:,.0f}", "yes" if p.meets_slo else "no")
+        k.add_row(
+            f"{p.qps:,.2f}",
+            _ms(p.ttft_p99_s),
+            _ms(p.tpot_p99_s),
+            f"{p.output_tokens_per_s:,.0f}",
+            "yes" if p.meets_slo else "no",
+        )
     out.print(k)

@@ -21,31 +21,53 @@ from gpuscale.units import fmt_bytes, fmt_time, parse_quantity
 
 app = typer.Typer(no_args_is_help=True)
 
-ModelOpt = Annotated[str, typer.Option("--model", help="Catalog model (e.g. llama3-70b) or a config.json path.")]
+ModelOpt = Annotated[
+    str, typer.Option("--model", help="Catalog model (e.g. llama3-70b) or a config.json path.")
+]
 GpuOpt = Annotated[str, typer.Option("--gpu", help="Catalog GPU (e.g. h100-sxm, a100-sxm-80gb).")]
 GpusOpt = Annotated[int, typer.Option("--gpus", help="Number of GPUs.")]
 SeqOpt = Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")]
 GbsOpt = Annotated[int, typer.Option("--global-batch", help="Global batch (sequences per step).")]
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8 (FP8 GEMMs).")]
-SysOpt = Annotated[str | None, typer.Option("--system", help="Catalog system (default: the GPU's reference node).")]
+SysOpt = Annotated[
+    str | None, typer.Option("--system", help="Catalog system (default: the GPU's reference node).")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
 CalOpt = Annotated[Path | None, typer.Option("--calibration", help="Calibration JSON.")]
-TokensOpt = Annotated[str | None, typer.Option("--tokens", help="Training tokens, e.g. 15T, for time and GPU-hours.")]
+TokensOpt = Annotated[
+    str | None, typer.Option("--tokens", help="Training tokens, e.g. 15T, for time and GPU-hours.")
+]
 
 
-def _workload(model: str, gpu: str, gpus: int, seq_len: int, global_batch: int,
-              precision: str, system: str | None) -> Workload:
+def _workload(
+    model: str,
+    gpu: str,
+    gpus: int,
+    seq_len: int,
+    global_batch: int,
+    precision: str,
+    system: str | None,
+) -> Workload:
     g = get_gpu(gpu)
     s = get_system(system) if system else system_for_gpu(g)
     if s.gpu != g.key and system:
         pass  # a user may put a GPU in another chassis of the same generation
-    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq_len,
-                    global_batch, precision)
+    return Workload(
+        get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq_len, global_batch, precision
+    )
 
 
-def _fixed(tp: int | None, pp: int | None, vpp: int | None, cp: int | None, ep: int | None,
-           mbs: int | None, recompute: str | None, sharding: str | None,
-           sp: bool | None) -> dict[str, Any]:
+def _fixed(
+    tp: int | None,
+    pp: int | None,
+    vpp: int | None,
+    cp: int | None,
+    ep: int | None,
+    mbs: int | None,
+    recompute: str | None,
+    sharding: str | None,
+    sp: bool | None,
+) -> dict[str, Any]:
     fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
     if recompute is not None:
         if recompute not in RECOMPUTE:
@@ -73,43 +95,74 @@ def _tokens(tokens: str | None) -> float | None:
 def _print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float | None) -> None:
     s = e.summary(i, train_tokens)
     t = Table(title=title, show_header=False)
-    t.add_row("plan", e.plans.label(i) + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
-              f"{s['microbatches']} micro-batches)")
+    t.add_row(
+        "plan",
+        e.plans.label(i) + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
+        f"{s['microbatches']} micro-batches)",
+    )
     mem = s["memory_bytes"]
-    fit = "fits" if s["fits"] else f"DOES NOT FIT (short by {fmt_bytes(mem['total'] - mem['capacity'])})"
+    fit = (
+        "fits"
+        if s["fits"]
+        else f"DOES NOT FIT (short by {fmt_bytes(mem['total'] - mem['capacity'])})"
+    )
     t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {fmt_bytes(mem['capacity'])}: {fit}")
     for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
         t.add_row(f"  {k}", fmt_bytes(mem[k]))
     t.add_row("step time", fmt_time(s["step_time_s"]))
     for k, v in s["step_time_breakdown_s"].items():
         if v > 0:
-            t.add_row(f"  {k.removesuffix('_s').replace('_', ' ')}",
-                      f"{fmt_time(v)}  ({100 * v / s['step_time_s']:.1f}%)")
+            t.add_row(
+                f"  {k.removesuffix('_s').replace('_', ' ')}",
+                f"{fmt_time(v)}  ({100 * v / s['step_time_s']:.1f}%)",
+            )
     t.add_row("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}")
     t.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
     t.add_row("MFU", f"{100 * s['mfu']:.1f}% of {e.workload.precision} dense peak")
     if train_tokens is not None:
-        t.add_row("time to train", f"{fmt_time(s['time_to_train_s'])} "
-                  f"({s['gpu_hours']:,.0f} GPU-hours for {train_tokens:.3g} tokens)")
+        t.add_row(
+            "time to train",
+            f"{fmt_time(s['time_to_train_s'])} "
+            f"({s['gpu_hours']:,.0f} GPU-hours for {train_tokens:.3g} tokens)",
+        )
     out.print(t)
 
 
 @app.command("estimate")
 def estimate_cmd(
-    model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt, seq_len: SeqOpt = 2048,
-    global_batch: GbsOpt = 512, precision: PrecOpt = "bf16", system: SysOpt = None,
+    model: ModelOpt,
+    gpu: GpuOpt,
+    gpus: GpusOpt,
+    seq_len: SeqOpt = 2048,
+    global_batch: GbsOpt = 512,
+    precision: PrecOpt = "bf16",
+    system: SysOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline parallel degree.")] = 1,
-    vpp: Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks (interleaved 1F1B).")] = 1,
+    vpp: Annotated[
+        int, typer.Option("--vpp", help="Virtual pipeline chunks (interleaved 1F1B).")
+    ] = 1,
     cp: Annotated[int, typer.Option("--cp", help="Context parallel degree.")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="Expert parallel degree.")] = 1,
     mbs: Annotated[int, typer.Option("--mbs", help="Micro-batch size.")] = 1,
-    recompute: Annotated[str, typer.Option("--recompute", help="none, selective or full.")] = "selective",
-    zero: Annotated[str | None, typer.Option("--zero", help="none, zero1, zero2, zero3 (=FSDP).")] = None,
-    dist_opt: Annotated[bool, typer.Option("--dist-opt", help="Megatron distributed optimizer.")] = False,
-    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with TP > 1).")] = True,
-    tp_overlap: Annotated[bool, typer.Option("--tp-overlap", help="Overlap TP comm with GEMMs.")] = False,
-    tokens: TokensOpt = None, json: JsonOpt = False, calibration: CalOpt = None,
+    recompute: Annotated[
+        str, typer.Option("--recompute", help="none, selective or full.")
+    ] = "selective",
+    zero: Annotated[
+        str | None, typer.Option("--zero", help="none, zero1, zero2, zero3 (=FSDP).")
+    ] = None,
+    dist_opt: Annotated[
+        bool, typer.Option("--dist-opt", help="Megatron distributed optimizer.")
+    ] = False,
+    sp: Annotated[
+        bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with TP > 1).")
+    ] = True,
+    tp_overlap: Annotated[
+        bool, typer.Option("--tp-overlap", help="Overlap TP comm with GEMMs.")
+    ] = False,
+    tokens: TokensOpt = None,
+    json: JsonOpt = False,
+    calibration: CalOpt = None,
 ) -> None:
     """Memory, step-time breakdown, tokens/s, TFLOP/s and MFU of one plan."""
     w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system)
@@ -120,8 +173,9 @@ def estimate_cmd(
         sharding = "zero3"
     fx = _fixed(tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
     if tp * pp * cp <= 0 or gpus % (tp * pp * cp):
-        raise InputError("tp*pp*cp", tp * pp * cp,
-                         f"must divide --gpus {gpus} (tp={tp}, pp={pp}, cp={cp})")
+        raise InputError(
+            "tp*pp*cp", tp * pp * cp, f"must divide --gpus {gpus} (tp={tp}, pp={pp}, cp={cp})"
+        )
     dp = gpus // (tp * pp * cp)
     plan = Plans.of(dp=dp, tp_overlap=tp_overlap, **fx)
     check_plan(w, plan)
@@ -135,18 +189,29 @@ def estimate_cmd(
 
 @app.command("search")
 def search_cmd(
-    model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt, seq_len: SeqOpt = 2048,
-    global_batch: GbsOpt = 512, precision: PrecOpt = "bf16", system: SysOpt = None,
+    model: ModelOpt,
+    gpu: GpuOpt,
+    gpus: GpusOpt,
+    seq_len: SeqOpt = 2048,
+    global_batch: GbsOpt = 512,
+    precision: PrecOpt = "bf16",
+    system: SysOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
     pp: Annotated[int | None, typer.Option("--pp", help="Fix PP.")] = None,
     vpp: Annotated[int | None, typer.Option("--vpp", help="Fix VPP.")] = None,
     cp: Annotated[int | None, typer.Option("--cp", help="Fix CP.")] = None,
     ep: Annotated[int | None, typer.Option("--ep", help="Fix EP.")] = None,
     mbs: Annotated[int | None, typer.Option("--mbs", help="Fix micro-batch.")] = None,
-    recompute: Annotated[str | None, typer.Option("--recompute", help="Fix recompute mode.")] = None,
-    zero: Annotated[str | None, typer.Option("--zero", help="Fix sharding: none, dist-opt, zero1-3.")] = None,
+    recompute: Annotated[
+        str | None, typer.Option("--recompute", help="Fix recompute mode.")
+    ] = None,
+    zero: Annotated[
+        str | None, typer.Option("--zero", help="Fix sharding: none, dist-opt, zero1-3.")
+    ] = None,
     top: Annotated[int, typer.Option("--top", help="Plans to show.")] = 5,
-    tokens: TokensOpt = None, json: JsonOpt = False, calibration: CalOpt = None,
+    tokens: TokensOpt = None,
+    json: JsonOpt = False,
+    calibration: CalOpt = None,
 ) -> None:
     """Every valid plan, ranked by step time among those that fit; the best explained."""
     w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system)
@@ -173,21 +238,42 @@ def _report_search(res: SearchResult, top: int, as_json: bool, tt: float | None)
     idx = res.top(top)
     why = explain(res)
     if as_json:
-        emit_json({"evaluated": res.evaluated, "valid": len(e.plans),
-                   "fitting": int(len(res.order)), "why_best": why,
-                   "plans": [e.summary(i, tt) for i in idx]})
+        emit_json(
+            {
+                "evaluated": res.evaluated,
+                "valid": len(e.plans),
+                "fitting": len(res.order),
+                "why_best": why,
+                "plans": [e.summary(i, tt) for i in idx],
+            }
+        )
         return
     t = Table(title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}")
-    for col in ("#", "plan", "GPUs", "step", "tokens/s/GPU", "MFU", "memory/GPU", "largest overhead"):
+    for col in (
+        "#",
+        "plan",
+        "GPUs",
+        "step",
+        "tokens/s/GPU",
+        "MFU",
+        "memory/GPU",
+        "largest overhead",
+    ):
         t.add_column(col, justify="left" if col in ("plan", "largest overhead") else "right")
     for r, i in enumerate(idx, 1):
         terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
         worst = max(terms, key=lambda k: terms[k])
-        t.add_row(str(r), e.plans.label(i), str(int(e.plans.gpus_used()[i])),
-                  fmt_time(float(e.step_s[i])), f"{e.tokens_per_s_per_gpu[i]:,.0f}",
-                  f"{100 * e.mfu[i]:.1f}%", fmt_bytes(float(e.memory.total[i])),
-                  f"{worst.removesuffix('_s').replace('_', ' ')} "
-                  f"{100 * terms[worst] / float(e.step_s[i]):.0f}%")
+        t.add_row(
+            str(r),
+            e.plans.label(i),
+            str(int(e.plans.gpus_used()[i])),
+            fmt_time(float(e.step_s[i])),
+            f"{e.tokens_per_s_per_gpu[i]:,.0f}",
+            f"{100 * e.mfu[i]:.1f}%",
+            fmt_bytes(float(e.memory.total[i])),
+            f"{worst.removesuffix('_s').replace('_', ' ')} "
+            f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
+        )
     out.print(t)
     _print_estimate(e, idx[0], "best plan", tt)
     out.print(why)
@@ -195,12 +281,18 @@ def _report_search(res: SearchResult, top: int, as_json: bool, tt: float | None)
 
 @app.command("scaling")
 def scaling_cmd(
-    model: ModelOpt, gpu: GpuOpt,
+    model: ModelOpt,
+    gpu: GpuOpt,
     gpus: Annotated[int, typer.Option("--gpus", help="Largest GPU count (curve from 8).")],
-    seq_len: SeqOpt = 2048, global_batch: GbsOpt = 512, precision: PrecOpt = "bf16",
+    seq_len: SeqOpt = 2048,
+    global_batch: GbsOpt = 512,
+    precision: PrecOpt = "bf16",
     system: SysOpt = None,
-    mode: Annotated[str, typer.Option("--mode", help="strong (fixed batch) or weak (batch grows with GPUs).")] = "weak",
-    json: JsonOpt = False, calibration: CalOpt = None,
+    mode: Annotated[
+        str, typer.Option("--mode", help="strong (fixed batch) or weak (batch grows with GPUs).")
+    ] = "weak",
+    json: JsonOpt = False,
+    calibration: CalOpt = None,
 ) -> None:
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
     if mode not in ("strong", "weak"):
@@ -210,11 +302,29 @@ def scaling_cmd(
     if json:
         emit_json({"mode": mode, "points": [p.to_dict() for p in pts]})
         return
-    t = Table(title=f"{mode} scaling of {w.model.name} on {w.gpu.name} (efficiency vs the first point)")
-    for col in ("GPUs", "global batch", "best plan", "step", "tokens/s/GPU", "MFU", "efficiency", "growing term"):
+    t = Table(
+        title=f"{mode} scaling of {w.model.name} on {w.gpu.name} (efficiency vs the first point)"
+    )
+    for col in (
+        "GPUs",
+        "global batch",
+        "best plan",
+        "step",
+        "tokens/s/GPU",
+        "MFU",
+        "efficiency",
+        "growing term",
+    ):
         t.add_column(col, justify="left" if col in ("best plan", "growing term") else "right")
     for p in pts:
-        t.add_row(str(p.gpus), str(p.global_batch), p.plan, fmt_time(p.step_s),
-                  f"{p.tokens_per_s_per_gpu:,.0f}", f"{100 * p.mfu:.1f}%",
-                  f"{100 * p.efficiency:.1f}%", p.loss_term)
+        t.add_row(
+            str(p.gpus),
+            str(p.global_batch),
+            p.plan,
+            fmt_time(p.step_s),
+            f"{p.tokens_per_s_per_gpu:,.0f}",
+            f"{100 * p.mfu:.1f}%",
+            f"{100 * p.efficiency:.1f}%",
+            p.loss_term,
+        )
     out.print(t)

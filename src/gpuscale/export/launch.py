@@ -130,8 +130,9 @@ def render_launch(
         "gpus": n * spec.gpus_per_node,
         "multinode_nvlink": spec.nodes_per_domain > 1,
     }
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False)
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
     env.filters["sh"] = shlex.quote
     sbatch_name, manifest_name = f"{job}.sbatch", f"{job}.pytorchjob.yaml"
     files = LaunchFiles(

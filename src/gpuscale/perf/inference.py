@@ -66,8 +66,11 @@ class EngineConfig:
     """CUDA context, communication buffers and library workspaces outside the KV pool."""
 
     def __post_init__(self) -> None:
-        for f, v in (("max_batch", self.max_batch), ("max_num_tokens", self.max_num_tokens),
-                     ("block_tokens", self.block_tokens)):
+        for f, v in (
+            ("max_batch", self.max_batch),
+            ("max_num_tokens", self.max_num_tokens),
+            ("block_tokens", self.block_tokens),
+        ):
             if v < 1:
                 raise InputError(f, v, "a positive integer")
         if not 0.0 < self.mem_fraction <= 1.0:
@@ -78,8 +81,14 @@ ENGINES: dict[str, EngineConfig] = {
     "trtllm": EngineConfig(),
     # vLLM EngineArgs defaults: max_num_seqs 256, gpu_memory_utilization 0.9, block_size 16;
     # chunked prefill with max_num_batched_tokens 8192 (V1 engine)
-    "vllm": EngineConfig(name="vllm", max_batch=256, max_num_tokens=8192, mem_fraction=0.90,
-                         fraction_of_free=False, block_tokens=16),
+    "vllm": EngineConfig(
+        name="vllm",
+        max_batch=256,
+        max_num_tokens=8192,
+        mem_fraction=0.90,
+        fraction_of_free=False,
+        block_tokens=16,
+    ),
 }
 
 
@@ -105,14 +114,26 @@ class StepBreakdown:
 
     @property
     def total_s(self) -> float:
-        return (self.gemm_s + self.attention_s + self.kv_read_s + self.tp_comm_s
-                + self.pp_comm_s + self.overhead_s)
+        return (
+            self.gemm_s
+            + self.attention_s
+            + self.kv_read_s
+            + self.tp_comm_s
+            + self.pp_comm_s
+            + self.overhead_s
+        )
 
     def to_dict(self) -> dict[str, float | str]:
-        return {"gemm_s": self.gemm_s, "attention_s": self.attention_s,
-                "kv_read_s": self.kv_read_s, "tp_comm_s": self.tp_comm_s,
-                "pp_comm_s": self.pp_comm_s, "overhead_s": self.overhead_s,
-                "total_s": self.total_s, "gemm_bound": self.bound}
+        return {
+            "gemm_s": self.gemm_s,
+            "attention_s": self.attention_s,
+            "kv_read_s": self.kv_read_s,
+            "tp_comm_s": self.tp_comm_s,
+            "pp_comm_s": self.pp_comm_s,
+            "overhead_s": self.overhead_s,
+            "total_s": self.total_s,
+            "gemm_bound": self.bound,
+        }
 
 
 @dataclass(frozen=True)
@@ -153,8 +174,9 @@ class StepModel:
     extras: dict[str, float] = field(default_factory=dict)
 
     # --- the formula -------------------------------------------------------------------
-    def _stage(self, tokens: float, samples: float, attn_pairs: float,
-               ctx_tokens: float) -> tuple[float, float, float, float, str]:
+    def _stage(
+        self, tokens: float, samples: float, attn_pairs: float, ctx_tokens: float
+    ) -> tuple[float, float, float, float, str]:
         flops = self.flops_per_token * tokens + self.head_flops_per_sample * samples
         wbytes = self.fixed_weight_bytes
         if self.num_experts > 1 and tokens > 0:
@@ -167,8 +189,14 @@ class StepModel:
         comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
         return gemm, attn, kv, comm, ("compute" if t_c > t_m else "memory")
 
-    def step_time_s(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
-                    decode_seqs: int, ctx_tokens: float) -> float:
+    def step_time_s(
+        self,
+        prefill_tokens: float,
+        prefill_pairs: float,
+        prefill_seqs: int,
+        decode_seqs: int,
+        ctx_tokens: float,
+    ) -> float:
         """One iteration: ``prefill_tokens`` prompt tokens (``prefill_pairs`` causal
         query-key pairs), ``decode_seqs`` decoding sequences with ``ctx_tokens`` context.
 
@@ -176,23 +204,34 @@ class StepModel:
         pp = self.pp
         tokens = prefill_tokens + decode_seqs
         samples = prefill_seqs + decode_seqs
-        g, a, k, c, _ = self._stage(tokens / pp, samples / pp, prefill_pairs / pp,
-                                    ctx_tokens / pp)
+        g, a, k, c, _ = self._stage(tokens / pp, samples / pp, prefill_pairs / pp, ctx_tokens / pp)
         hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens / pp) if pp > 1 else 0.0
         return pp * (g + a + k + c + hop) + self.overhead_s + self.seq_overhead_s * samples
 
-    def breakdown(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
-                  decode_seqs: int, ctx_tokens: float) -> StepBreakdown:
+    def breakdown(
+        self,
+        prefill_tokens: float,
+        prefill_pairs: float,
+        prefill_seqs: int,
+        decode_seqs: int,
+        ctx_tokens: float,
+    ) -> StepBreakdown:
         pp = self.pp
         tokens = prefill_tokens + decode_seqs
         samples = prefill_seqs + decode_seqs
-        g, a, k, c, bound = self._stage(tokens / pp, samples / pp, prefill_pairs / pp,
-                                        ctx_tokens / pp)
+        g, a, k, c, bound = self._stage(
+            tokens / pp, samples / pp, prefill_pairs / pp, ctx_tokens / pp
+        )
         hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens / pp) if pp > 1 else 0.0
         return StepBreakdown(
-            gemm_s=pp * g, attention_s=pp * a, kv_read_s=pp * k, tp_comm_s=pp * c,
-            pp_comm_s=pp * hop, overhead_s=self.overhead_s + self.seq_overhead_s * samples,
-            bound=bound)
+            gemm_s=pp * g,
+            attention_s=pp * a,
+            kv_read_s=pp * k,
+            tp_comm_s=pp * c,
+            pp_comm_s=pp * hop,
+            overhead_s=self.overhead_s + self.seq_overhead_s * samples,
+            bound=bound,
+        )
 
     def decode_coeffs(self, batch: int) -> tuple[float, float]:
         """Pure-decode step time as ``a + b x ctx_tokens`` for a fixed batch (closed form)."""
@@ -202,8 +241,9 @@ class StepModel:
 
     def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
         """A whole prompt (or ``batch`` prompts) in one iteration, no decodes."""
-        return self.step_time_s(float(input_len * batch), batch * causal_pairs(0, input_len),
-                                batch, 0, 0.0)
+        return self.step_time_s(
+            float(input_len * batch), batch * causal_pairs(0, input_len), batch, 0, 0.0
+        )
 
     def decode_time_s(self, batch: int, ctx_len: float) -> float:
         """One decode step of ``batch`` sequences each with ``ctx_len`` tokens of context."""
@@ -220,8 +260,11 @@ class StepModel:
         kv = self.kv_bytes_per_ctx_token * b * np.asarray(ctx_len) / self.hbm_Bps
         comm = self.ar_alpha_s + self.ar_beta_s_per_token * b
         hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * b) if self.pp > 1 else 0.0
-        return np.asarray(self.pp * (gemm + kv + comm + hop) + self.overhead_s
-                          + self.seq_overhead_s * np.asarray(batch, dtype=np.float64))
+        return np.asarray(
+            self.pp * (gemm + kv + comm + hop)
+            + self.overhead_s
+            + self.seq_overhead_s * np.asarray(batch, dtype=np.float64)
+        )
 
 
 def _comm() -> Any:
@@ -240,9 +283,17 @@ def causal_pairs(offset: int, chunk: int) -> float:
     return chunk * offset + chunk * (chunk + 1) / 2.0
 
 
-def build_step_model(model: Model, gpu: GPU, precision: PrecisionPlan, tp: int, pp: int,
-                     cal: Calibration, engine: EngineConfig | None = None,
-                     tokens_per_seq: int = 4096, system: System | None = None) -> StepModel:
+def build_step_model(
+    model: Model,
+    gpu: GPU,
+    precision: PrecisionPlan,
+    tp: int,
+    pp: int,
+    cal: Calibration,
+    engine: EngineConfig | None = None,
+    tokens_per_seq: int = 4096,
+    system: System | None = None,
+) -> StepModel:
     """The step model and memory plan of one replica of ``tp x pp`` GPUs."""
     eng = engine or EngineConfig()
     if tp < 1 or pp < 1:
@@ -252,9 +303,20 @@ def build_step_model(model: Model, gpu: GPU, precision: PrecisionPlan, tp: int, 
     if pp > model.layers:
         raise InputError("pp", pp, f"at most {model.layers} (the layers of {model.name})")
     sysm = system or system_for_gpu(gpu)
-    mem = memory_plan(model, gpu, precision, tp, pp, tokens_per_seq, eng.mem_fraction,
-                      eng.max_num_tokens, eng.max_batch, eng.block_tokens, eng.reserved_bytes,
-                      eng.fraction_of_free)
+    mem = memory_plan(
+        model,
+        gpu,
+        precision,
+        tp,
+        pp,
+        tokens_per_seq,
+        eng.mem_fraction,
+        eng.max_num_tokens,
+        eng.max_batch,
+        eng.block_tokens,
+        eng.reserved_bytes,
+        eng.fraction_of_free,
+    )
     pc = param_counts(model)
     gp = tp * pp  # parameters of one stage are split over TP; layers over PP
     routed_active = pc.routed_experts * model.top_k / model.num_experts if model.is_moe else 0.0
@@ -264,17 +326,26 @@ def build_step_model(model: Model, gpu: GPU, precision: PrecisionPlan, tp: int, 
     # shape shrinks with TP, eff ~ d / (d + d_half) with d = hidden / TP
     halvings = {"fp8": 1.0, "fp4": 2.0}.get(precision.compute, 0.0)
     d = model.hidden / tp
-    gemm_rate = (gpu.peak_flops(precision.compute) * cal.inf_gemm_eff
-                 * cal.inf_lowp_gemm_rel ** halvings * d / (d + cal.inf_gemm_half_dim))
+    gemm_rate = (
+        gpu.peak_flops(precision.compute)
+        * cal.inf_gemm_eff
+        * cal.inf_lowp_gemm_rel**halvings
+        * d
+        / (d + cal.inf_gemm_half_dim)
+    )
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     attn_rate = gpu.peak_flops(half) * cal.inf_attn_eff
     wb = precision.weight_bytes
-    fixed_w = ((pc.attention + pc.dense_mlp + pc.shared_experts) * wb / gp
-               + pc.lm_head * 2.0 / gp)  # 16-bit LM head on the last stage, averaged over stages
+    fixed_w = (
+        pc.attention + pc.dense_mlp + pc.shared_experts
+    ) * wb / gp + pc.lm_head * 2.0 / gp  # 16-bit LM head on the last stage, averaged over stages
     routed_w = pc.routed_experts * wb / gp
     # attention: QK^T and PV, 2 FLOPs per MAC -> 4 x heads x head_dim per pair and layer
-    qk_dim = (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-              if model.mla is not None else model.head_dim)
+    qk_dim = (
+        model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+        if model.mla is not None
+        else model.head_dim
+    )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
     attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.layers / gp
     kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp)
@@ -300,16 +371,28 @@ def build_step_model(model: Model, gpu: GPU, precision: PrecisionPlan, tp: int, 
     else:
         hop_alpha = hop_beta = 0.0
     return StepModel(
-        model=model, gpu=gpu, precision=precision, tp=tp, pp=pp, engine=eng, memory=mem,
-        gemm_rate_flops=gemm_rate, attn_rate_flops=attn_rate,
+        model=model,
+        gpu=gpu,
+        precision=precision,
+        tp=tp,
+        pp=pp,
+        engine=eng,
+        memory=mem,
+        gemm_rate_flops=gemm_rate,
+        attn_rate_flops=attn_rate,
         hbm_Bps=gpu.hbm_bw_Bps * cal.inf_hbm_eff,
         flops_per_token=2.0 * body_active / gp,
         head_flops_per_sample=2.0 * pc.lm_head / tp,
-        fixed_weight_bytes=fixed_w, routed_bytes=routed_w,
-        attn_flops_per_pair=attn_pair, kv_bytes_per_ctx_token=kv_tok,
-        ar_alpha_s=ar_alpha, ar_beta_s_per_token=ar_beta,
-        pp_hop_alpha_s=hop_alpha, pp_hop_beta_s_per_token=hop_beta,
-        overhead_s=cal.decode_step_overhead_s, seq_overhead_s=cal.inf_seq_overhead_s,
+        fixed_weight_bytes=fixed_w,
+        routed_bytes=routed_w,
+        attn_flops_per_pair=attn_pair,
+        kv_bytes_per_ctx_token=kv_tok,
+        ar_alpha_s=ar_alpha,
+        ar_beta_s_per_token=ar_beta,
+        pp_hop_alpha_s=hop_alpha,
+        pp_hop_beta_s_per_token=hop_beta,
+        overhead_s=cal.decode_step_overhead_s,
+        seq_overhead_s=cal.inf_seq_overhead_s,
         moe_k_over_e=(model.top_k / model.num_experts) if model.is_moe else 0.0,
         num_experts=model.num_experts,
     )

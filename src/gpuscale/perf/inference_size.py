@@ -121,21 +121,41 @@ def _capacity(sm: StepModel, isl: int, osl: int, tpot_s: float) -> float:
     return float(x.max())
 
 
-def _simulate(sm: StepModel, qps: float, isl: int, osl: int, cal: Calibration,
-              n: int = SIM_REQUESTS) -> ServingResult:
+def _simulate(
+    sm: StepModel, qps: float, isl: int, osl: int, cal: Calibration, n: int = SIM_REQUESTS
+) -> ServingResult:
     eng = sm.engine
-    lim = EngineLimits(eng.max_batch, eng.max_num_tokens, sm.memory.kv_blocks,
-                       sm.memory.block_tokens, eng.chunked_prefill)
+    lim = EngineLimits(
+        eng.max_batch,
+        eng.max_num_tokens,
+        sm.memory.kv_blocks,
+        sm.memory.block_tokens,
+        eng.chunked_prefill,
+    )
     return simulate(sm, lim, poisson(n, qps, isl, osl, seed=1), cal.inf_request_overhead_s)
 
 
-def size(model: Model, qps: float, isl: int, osl: int, slo: Slo, gpus: list[GPU],
-         cal: Calibration, prices: dict[str, float], precision: str = "auto",
-         engine: EngineConfig | None = None, tps: tuple[int, ...] = tuple(range(1, 9)),
-         ) -> SizingResult:
+def size(
+    model: Model,
+    qps: float,
+    isl: int,
+    osl: int,
+    slo: Slo,
+    gpus: list[GPU],
+    cal: Calibration,
+    prices: dict[str, float],
+    precision: str = "auto",
+    engine: EngineConfig | None = None,
+    tps: tuple[int, ...] = tuple(range(1, 9)),
+) -> SizingResult:
     """The cheapest deployment meeting the SLO (fewest GPUs when no price is known)."""
-    for f, v in (("qps", qps), ("input-len", isl), ("output-len", osl),
-                 ("ttft-p99", slo.ttft_p99_s), ("tpot-p99", slo.tpot_p99_s)):
+    for f, v in (
+        ("qps", qps),
+        ("input-len", isl),
+        ("output-len", osl),
+        ("ttft-p99", slo.ttft_p99_s),
+        ("tpot-p99", slo.tpot_p99_s),
+    ):
         if not v > 0 or math.isinf(v):
             raise InputError(f, v, "a positive, finite value")
     eng = engine or EngineConfig()
@@ -143,8 +163,7 @@ def size(model: Model, qps: float, isl: int, osl: int, slo: Slo, gpus: list[GPU]
     best_fit: tuple[float, str] | None = None  # (weights per GPU, where) of the largest TP
     zero_load: list[tuple[float, float, str]] = []  # (ttft0, tpot1, label)
     for gpu in gpus:
-        prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" \
-            else precision
+        prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" else precision
         pplan = precision_plan(gpu, prec)
         for tp in tps:
             if model.heads % tp:
@@ -154,8 +173,11 @@ def size(model: Model, qps: float, isl: int, osl: int, slo: Slo, gpus: list[GPU]
             if not sm.memory.fits:
                 w = sm.memory.weights_bytes
                 if best_fit is None or w < best_fit[0]:
-                    best_fit = (w, f"{w / 1e9:.1f} GB of weights per GPU on {label} "
-                                   f"({gpu.memory_bytes / 1e9:.0f} GB)")
+                    best_fit = (
+                        w,
+                        f"{w / 1e9:.1f} GB of weights per GPU on {label} "
+                        f"({gpu.memory_bytes / 1e9:.0f} GB)",
+                    )
                 continue
             ttft0 = sm.prefill_time_s(isl) + cal.inf_request_overhead_s
             tpot1 = sm.decode_time_s(1, isl + osl / 2.0)
@@ -170,20 +192,30 @@ def size(model: Model, qps: float, isl: int, osl: int, slo: Slo, gpus: list[GPU]
             cost = reps * tp * (price if price is not None else 1.0)
             screened.append((cost, sm, reps, cap))
     if not zero_load:
-        raise InputError("model", model.key, "does not fit on any candidate: "
-                         + (best_fit[1] if best_fit else "no candidate configuration")
-                         + "; try more GPUs per replica, a lower precision or shorter sequences")
+        raise InputError(
+            "model",
+            model.key,
+            "does not fit on any candidate: "
+            + (best_fit[1] if best_fit else "no candidate configuration")
+            + "; try more GPUs per replica, a lower precision or shorter sequences",
+        )
     if not screened:
         t_best = min(zero_load, key=lambda z: z[0])
         p_best = min(zero_load, key=lambda z: z[1])
         if t_best[0] > slo.ttft_p99_s:
-            raise InputError("ttft-p99", f"{slo.ttft_p99_s:g}s",
-                             f"unreachable: even unloaded the fastest prefill ({t_best[2]}) "
-                             f"takes {t_best[0]:.3g}s, "
-                             f"{t_best[0] / slo.ttft_p99_s:.2f}x the target")
-        raise InputError("tpot-p99", f"{slo.tpot_p99_s:g}s",
-                         f"unreachable: even at batch 1 the fastest decode step ({p_best[2]}) "
-                         f"takes {p_best[1]:.3g}s, {p_best[1] / slo.tpot_p99_s:.2f}x the target")
+            raise InputError(
+                "ttft-p99",
+                f"{slo.ttft_p99_s:g}s",
+                f"unreachable: even unloaded the fastest prefill ({t_best[2]}) "
+                f"takes {t_best[0]:.3g}s, "
+                f"{t_best[0] / slo.ttft_p99_s:.2f}x the target",
+            )
+        raise InputError(
+            "tpot-p99",
+            f"{slo.tpot_p99_s:g}s",
+            f"unreachable: even at batch 1 the fastest decode step ({p_best[2]}) "
+            f"takes {p_best[1]:.3g}s, {p_best[1] / slo.tpot_p99_s:.2f}x the target",
+        )
     screened.sort(key=lambda s: (s[0], s[1].tp))
     considered: list[Candidate] = []
     best: Candidate | None = None
@@ -205,30 +237,55 @@ def size(model: Model, qps: float, isl: int, osl: int, slo: Slo, gpus: list[GPU]
             considered.append(cand)
     if best is None:
         worst = considered[0]
-        raise InputError("slo", f"TTFT p99 {slo.ttft_p99_s:g}s, TPOT p99 {slo.tpot_p99_s:g}s",
-                         f"not met under load: best tried {worst.gpu} TP{worst.tp} x "
-                         f"{worst.replicas} gives p99 TTFT {worst.ttft_p99_s:.3g}s, "
-                         f"TPOT {worst.tpot_p99_s:.3g}s")
+        raise InputError(
+            "slo",
+            f"TTFT p99 {slo.ttft_p99_s:g}s, TPOT p99 {slo.tpot_p99_s:g}s",
+            f"not met under load: best tried {worst.gpu} TP{worst.tp} x "
+            f"{worst.replicas} gives p99 TTFT {worst.ttft_p99_s:.3g}s, "
+            f"TPOT {worst.tpot_p99_s:.3g}s",
+        )
     sm_best = next(s[1] for s in screened if s[1].gpu.key == best.gpu and s[1].tp == best.tp)
     curve = []
     for load in CURVE_LOADS:
         q = qps / best.replicas * load
         res = _simulate(sm_best, q, isl, osl, cal, n=SIM_REQUESTS // 2)
-        curve.append(CurvePoint(q * best.replicas, res.ttft_s.p99, res.tpot_s.p99,
-                                res.output_tokens_per_s * best.replicas,
-                                res.ttft_s.p99 <= slo.ttft_p99_s
-                                and res.tpot_s.p99 <= slo.tpot_p99_s))
+        curve.append(
+            CurvePoint(
+                q * best.replicas,
+                res.ttft_s.p99,
+                res.tpot_s.p99,
+                res.output_tokens_per_s * best.replicas,
+                res.ttft_s.p99 <= slo.ttft_p99_s and res.tpot_s.p99 <= slo.tpot_p99_s,
+            )
+        )
     return SizingResult(best, considered, curve)
 
 
-def _candidate(sm: StepModel, reps: int, cap: float, qps: float, osl: int,
-               prices: dict[str, float], res: ServingResult, ok: bool) -> Candidate:
+def _candidate(
+    sm: StepModel,
+    reps: int,
+    cap: float,
+    qps: float,
+    osl: int,
+    prices: dict[str, float],
+    res: ServingResult,
+    ok: bool,
+) -> Candidate:
     price = prices.get(sm.gpu.key)
     usd_h = price * reps * sm.tp if price is not None else None
     tokens_h = qps * osl * 3600.0
     return Candidate(
-        gpu=sm.gpu.key, precision=sm.precision.name, tp=sm.tp, replicas=reps,
-        gpus=reps * sm.tp, replica_capacity_qps=cap, usd_per_hour=usd_h,
+        gpu=sm.gpu.key,
+        precision=sm.precision.name,
+        tp=sm.tp,
+        replicas=reps,
+        gpus=reps * sm.tp,
+        replica_capacity_qps=cap,
+        usd_per_hour=usd_h,
         usd_per_million_output_tokens=(usd_h / tokens_h * 1e6) if usd_h is not None else None,
-        utilization=qps / (reps * cap), ttft_p99_s=res.ttft_s.p99, tpot_p99_s=res.tpot_s.p99,
-        max_seqs=sm.memory.max_seqs, verified=ok)
+        utilization=qps / (reps * cap),
+        ttft_p99_s=res.ttft_s.p99,
+        tpot_p99_s=res.tpot_s.p99,
+        max_seqs=sm.memory.max_seqs,
+        verified=ok,
+    )

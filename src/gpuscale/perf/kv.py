@@ -56,8 +56,9 @@ class PrecisionPlan:
         return BYTES_PER_ELEMENT[self.kv]
 
 
-def precision_plan(gpu: GPU, precision: str, kv_precision: str | None = None,
-                   field: str = "precision") -> PrecisionPlan:
+def precision_plan(
+    gpu: GPU, precision: str, kv_precision: str | None = None, field: str = "precision"
+) -> PrecisionPlan:
     """Weights / compute / KV formats for ``precision`` on ``gpu``.
 
     fp8 and fp4 checkpoints also store the KV cache in FP8, as TensorRT-LLM FP8 engines do
@@ -70,8 +71,11 @@ def precision_plan(gpu: GPU, precision: str, kv_precision: str | None = None,
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     if p in ("fp8", "fp4") and p not in gpu.peak_tflops:
         ok = [x for x in SERVING_PRECISIONS if x in gpu.peak_tflops]
-        raise InputError(field, precision,
-                         f"{gpu.key} has no {p} tensor cores; it supports {', '.join(ok)}, int4")
+        raise InputError(
+            field,
+            precision,
+            f"{gpu.key} has no {p} tensor cores; it supports {', '.join(ok)}, int4",
+        )
     if p in ("bf16", "fp16") and p not in gpu.peak_tflops:
         raise InputError(field, precision, f"{gpu.key} supports {', '.join(gpu.peak_tflops)}")
     compute = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "int4": half}[p]
@@ -85,13 +89,16 @@ def precision_plan(gpu: GPU, precision: str, kv_precision: str | None = None,
 
 # --- parameter counts (own small helpers; the training model keeps its own) ---------------
 
+
 def attn_params_per_layer(m: Model) -> float:
     if m.mla is not None:
         a = m.mla
-        q = m.hidden * a.q_lora_rank + a.q_lora_rank * m.heads * (a.qk_nope_head_dim
-                                                                  + a.qk_rope_head_dim)
+        q = m.hidden * a.q_lora_rank + a.q_lora_rank * m.heads * (
+            a.qk_nope_head_dim + a.qk_rope_head_dim
+        )
         kv = m.hidden * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * m.heads * (
-            a.qk_nope_head_dim + a.v_head_dim)
+            a.qk_nope_head_dim + a.v_head_dim
+        )
         return float(q + kv + m.heads * a.v_head_dim * m.hidden)
     q_o = 2 * m.hidden * m.heads * m.head_dim
     kv = 2 * m.hidden * m.kv_heads * m.head_dim
@@ -117,8 +124,14 @@ class ParamCounts:
 
     @property
     def total(self) -> float:
-        return (self.attention + self.dense_mlp + self.shared_experts + self.routed_experts
-                + self.embedding + self.lm_head)
+        return (
+            self.attention
+            + self.dense_mlp
+            + self.shared_experts
+            + self.routed_experts
+            + self.embedding
+            + self.lm_head
+        )
 
     def active_per_token(self, m: Model) -> float:
         """Parameters one token multiplies through (routed: top_k of num_experts), no embedding."""
@@ -143,6 +156,7 @@ def param_counts(m: Model) -> ParamCounts:
 
 # --- KV cache ----------------------------------------------------------------------------
 
+
 def kv_elements_per_token_layer(m: Model, tp: int = 1) -> float:
     """KV elements one token stores in one layer on one TP rank."""
     if m.mla is not None:
@@ -158,6 +172,7 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
 
 
 # --- memory plan -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -205,20 +220,32 @@ def weight_bytes_per_gpu(m: Model, prec: PrecisionPlan, tp: int, pp: int) -> flo
     return (body * prec.weight_bytes + emb) / (tp * pp)
 
 
-def workspace_bytes(m: Model, tp: int, max_num_tokens: int, act_bytes: float,
-                    reserved_bytes: float) -> float:
+def workspace_bytes(
+    m: Model, tp: int, max_num_tokens: int, act_bytes: float, reserved_bytes: float
+) -> float:
     """Peak activation memory of one step at ``max_num_tokens`` tokens plus fixed reservations.
 
     Per token the largest live tensors are the residual stream and the MLP intermediate on
     this rank (gate and up of a gated MLP), plus logits are only kept for sampled tokens.
     """
-    per_token = (4 * m.hidden + (2 if m.gated_mlp else 1) * m.ffn_hidden * max(m.top_k, 1) / tp)
+    per_token = 4 * m.hidden + (2 if m.gated_mlp else 1) * m.ffn_hidden * max(m.top_k, 1) / tp
     return max_num_tokens * per_token * act_bytes + reserved_bytes
 
 
-def memory_plan(m: Model, gpu: GPU, prec: PrecisionPlan, tp: int, pp: int, tokens_per_seq: int,
-                mem_fraction: float, max_num_tokens: int, max_batch: int, block_tokens: int,
-                reserved_bytes: float, fraction_of_free: bool) -> MemoryPlan:
+def memory_plan(
+    m: Model,
+    gpu: GPU,
+    prec: PrecisionPlan,
+    tp: int,
+    pp: int,
+    tokens_per_seq: int,
+    mem_fraction: float,
+    max_num_tokens: int,
+    max_batch: int,
+    block_tokens: int,
+    reserved_bytes: float,
+    fraction_of_free: bool,
+) -> MemoryPlan:
     """How many sequences of ``tokens_per_seq`` tokens one replica holds.
 
     ``fraction_of_free``: TensorRT-LLM sizes its KV pool as a fraction of the memory left
@@ -239,8 +266,16 @@ def memory_plan(m: Model, gpu: GPU, prec: PrecisionPlan, tp: int, pp: int, token
     n_blocks = int(pool // (per_tok * block_tokens)) if pool > 0 else 0
     kv_seqs = n_blocks // blocks_per_seq
     return MemoryPlan(
-        gpu_memory_bytes=total, usable_bytes=usable, weights_bytes=w, workspace_bytes=ws,
-        kv_pool_bytes=max(pool, 0.0), kv_bytes_per_token=per_tok, block_tokens=block_tokens,
-        tokens_per_seq=tokens_per_seq, blocks_per_seq=blocks_per_seq, kv_blocks=n_blocks,
-        max_seqs=min(kv_seqs, max_batch), kv_limited_seqs=kv_seqs,
+        gpu_memory_bytes=total,
+        usable_bytes=usable,
+        weights_bytes=w,
+        workspace_bytes=ws,
+        kv_pool_bytes=max(pool, 0.0),
+        kv_bytes_per_token=per_tok,
+        block_tokens=block_tokens,
+        tokens_per_seq=tokens_per_seq,
+        blocks_per_seq=blocks_per_seq,
+        kv_blocks=n_blocks,
+        max_seqs=min(kv_seqs, max_batch),
+        kv_limited_seqs=kv_seqs,
     )

@@ -74,15 +74,18 @@ class MemoryBreakdown:
 def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(dense, expert, per_layer_dense) parameters held by one GPU of the first stage.
 
-    Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first stage also holds the input embedding; the output
-    layer sits on the last stage, which for memory is the same size or smaller.
+    Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first
+    stage also holds the input embedding; the output layer sits on the last stage, which
+    for memory is the same size or smaller.
     """
     m = w.model
     s = layer_shapes(m)
     tp = p.tp.astype(np.float64)
     layers_stage = np.ceil(m.layers / p.pp)
     moe_frac = m.moe_layers / m.layers
-    dense_per_layer = (s.attn + s.shared) / tp + s.norms + s.router + (1 - moe_frac) * s.mlp_dense / tp
+    dense_per_layer = (
+        (s.attn + s.shared) / tp + s.norms + s.router + (1 - moe_frac) * s.mlp_dense / tp
+    )
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
     emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
@@ -91,9 +94,7 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     return dense, expert, dense_per_layer + expert_per_layer
 
 
-def activation_bytes_per_layer(
-    w: Workload, p: Plans, seq_len: float | None = None
-) -> FloatArray:
+def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = None) -> FloatArray:
     """Activation bytes one layer stores for one micro-batch on one GPU (16-bit)."""
     m = w.model
     s = (w.seq_len if seq_len is None else seq_len) / p.cp

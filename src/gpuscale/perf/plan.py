@@ -2,8 +2,8 @@
 
 A :class:`Plans` holds one NumPy array per parallelism knob; index ``i`` across the
 arrays is one candidate plan. Degrees follow Megatron-LM's rank order (TP innermost, then
-CP, DP, PP outermost); EP is carved out of the TP x DP x CP ranks with expert tensor parallelism 1, as the
-Megatron-Core MoE recipes run it (each GPU holds E / EP whole experts).
+CP, DP, PP outermost); EP is carved out of the TP x DP x CP ranks with expert tensor
+parallelism 1, as the Megatron-Core MoE recipes run it (each GPU holds E / EP whole experts).
 """
 
 from __future__ import annotations
@@ -87,8 +87,11 @@ class Plans:
         out: dict[str, Any] = {}
         for f in fields(cls):
             v = cols.get(f.name)
-            default: Any = False if f.name in ("sp", "tp_overlap") else (
-                0 if f.name in ("recompute", "sharding") else 1)
+            default: Any = (
+                False
+                if f.name in ("sp", "tp_overlap")
+                else (0 if f.name in ("recompute", "sharding") else 1)
+            )
             arr = np.asarray(default if v is None else v)
             dtype = np.bool_ if f.name in ("sp", "tp_overlap") else np.int64
             out[f.name] = np.broadcast_to(arr.astype(dtype), (n,)).copy()
@@ -101,7 +104,8 @@ class Plans:
         return self.tp * self.pp * self.dp * self.cp
 
     def microbatches(self, w: Workload) -> IntArray:
-        return w.global_batch // np.maximum(self.dp * self.mbs, 1)
+        out: IntArray = w.global_batch // np.maximum(self.dp * self.mbs, 1)
+        return out
 
     def row(self, i: int) -> dict[str, Any]:
         return {
@@ -143,21 +147,29 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     used = p.gpus_used()
     rules: list[tuple[BoolArray, str]] = [
         (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
-        (w.global_batch % np.maximum(p.dp * p.mbs, 1) == 0,
-         "global batch not divisible by dp x micro-batch"),
+        (
+            w.global_batch % np.maximum(p.dp * p.mbs, 1) == 0,
+            "global batch not divisible by dp x micro-batch",
+        ),
         (m.heads % p.tp == 0, f"heads ({m.heads}) not divisible by tp"),
-        ((m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0) | (m.mla is not None),
-         f"kv heads ({m.kv_heads}) and tp do not divide one another"),
+        (
+            (m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0) | (m.mla is not None),
+            f"kv heads ({m.kv_heads}) and tp do not divide one another",
+        ),
         (m.ffn_hidden % p.tp == 0, f"ffn hidden ({m.ffn_hidden}) not divisible by tp"),
         (w.seq_len % p.cp == 0, f"sequence ({w.seq_len}) not divisible by cp"),
         (p.pp * p.vpp <= m.layers, f"pp x vpp exceeds the {m.layers} layers"),
-        ((p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
-         "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp"),
-        ((p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.tp * p.dp * p.cp) % p.ep == 0)),
-         "ep must divide the experts and tp x dp x cp"),
+        (
+            (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
+            "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp",
+        ),
+        (
+            (p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.tp * p.dp * p.cp) % p.ep == 0)),
+            "ep must divide the experts and tp x dp x cp",
+        ),
         ((p.ep == 1) | m.is_moe, "ep > 1 on a dense model"),
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
-        (p.tp <= max(w.fabric.domain_gpus, 1) * 2 ** 10, "tp too large"),
+        (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]
     ok = np.ones(len(p), dtype=bool)
     for mask, _ in rules:
@@ -169,21 +181,34 @@ def check_plan(w: Workload, p: Plans) -> None:
     """Raise an :class:`InputError` for the first rule a single plan breaks."""
     m = w.model
     tp, pp, cp, dp = int(p.tp[0]), int(p.pp[0]), int(p.cp[0]), int(p.dp[0])
-    for name, v in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("ep", int(p.ep[0])),
-                    ("vpp", int(p.vpp[0])), ("mbs", int(p.mbs[0]))):
+    for name, v in (
+        ("tp", tp),
+        ("pp", pp),
+        ("cp", cp),
+        ("dp", dp),
+        ("ep", int(p.ep[0])),
+        ("vpp", int(p.vpp[0])),
+        ("mbs", int(p.mbs[0])),
+    ):
         if v < 1:
             raise InputError(name, v, "a positive integer")
     if w.num_gpus % (tp * pp * cp) != 0:
-        raise InputError("tp*pp*cp", tp * pp * cp,
-                         f"must divide the {w.num_gpus} GPUs (tp={tp}, pp={pp}, cp={cp})")
+        raise InputError(
+            "tp*pp*cp",
+            tp * pp * cp,
+            f"must divide the {w.num_gpus} GPUs (tp={tp}, pp={pp}, cp={cp})",
+        )
     if m.heads % tp:
         raise InputError("tp", tp, f"must divide the {m.heads} attention heads of {m.key}")
     if w.seq_len % cp:
         raise InputError("cp", cp, f"must divide the sequence length {w.seq_len}")
     mb = int(p.mbs[0])
     if w.global_batch % (dp * mb):
-        raise InputError("global-batch", w.global_batch,
-                         f"must be divisible by dp x micro-batch = {dp} x {mb} = {dp * mb}")
+        raise InputError(
+            "global-batch",
+            w.global_batch,
+            f"must be divisible by dp x micro-batch = {dp} x {mb} = {dp * mb}",
+        )
     ok, rules = validity(w, p)
     if not ok[0]:
         for mask, why in rules:

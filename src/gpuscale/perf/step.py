@@ -63,22 +63,31 @@ class StepBreakdown:
 
     @property
     def step_s(self) -> FloatArray:
-        return np.sum([getattr(self, f.name) for f in fields(self)], axis=0)
+        total: FloatArray = np.sum([getattr(self, f.name) for f in fields(self)], axis=0)
+        return total
 
     def terms(self) -> dict[str, FloatArray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _collective(op: str, size: FloatArray, n: FloatArray | float, k: FloatArray | float,
-                f: Fabric, cal: Calibration) -> FloatArray:
+def _collective(
+    op: str,
+    size: FloatArray,
+    n: FloatArray | float,
+    k: FloatArray | float,
+    f: Fabric,
+    cal: Calibration,
+) -> FloatArray:
     """``collective_time_s`` evaluated once per distinct (size, group, placement).
 
     Plans that differ only in switches (recompute, sharding, overlap) share their
     collectives, so de-duplicating first makes a search several times faster.
     """
-    size_a, n_a, k_a = np.broadcast_arrays(np.asarray(size, dtype=np.float64),
-                                           np.asarray(n, dtype=np.float64),
-                                           np.asarray(k, dtype=np.float64))
+    size_a, n_a, k_a = np.broadcast_arrays(
+        np.asarray(size, dtype=np.float64),
+        np.asarray(n, dtype=np.float64),
+        np.asarray(k, dtype=np.float64),
+    )
     if size_a.size < 64:
         return collective_time_s(op, size_a, n_a, f, cal, members_per_domain=k_a)
     # one complex key per point: size in the real part, (group, placement) in the imaginary
@@ -121,7 +130,8 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
         e_min = np.minimum(np.minimum(tok_e, h), float(m.ffn_hidden))
         moe_t = 2.0 * tokens * (m.top_k * sh.expert) / tp / (gemm_peak * _gemm_eff(e_min, cal))
         moe_t = moe_t + 2.0 * tokens * (sh.shared / tp + sh.router) / (
-            gemm_peak * _gemm_eff(mlp_min, cal))
+            gemm_peak * _gemm_eff(mlp_min, cal)
+        )
     else:
         moe_t = np.zeros_like(tokens)
     gemm_fwd = attn_t + (1 - moe_frac) * dense_mlp_t + moe_frac * moe_t
@@ -135,7 +145,8 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     # --- memory-bound kernels -----------------------------------------------------------
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
     f_act = (1 - moe_frac) * m.dense_ffn_hidden + moe_frac * m.ffn_hidden * (
-        m.top_k + m.shared_experts)
+        m.top_k + m.shared_experts
+    )
     gate = 3.0 if m.gated_mlp else 2.0
     h_bytes = cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
     h_bytes = np.where(p.sp, h_bytes / tp, h_bytes)
@@ -151,13 +162,16 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     logits_mem = 3.0 * 4.0 * tokens * m.vocab / tp / bw
 
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
-    compute_mb = (layers_stage * (gemm_fwd * 3.0 + core_fwd * (1.0 + FLASH_BWD_FACTOR))
-                  + 3.0 * logits_fwd) * overlap_slow
+    compute_mb = (
+        layers_stage * (gemm_fwd * 3.0 + core_fwd * (1.0 + FLASH_BWD_FACTOR)) + 3.0 * logits_fwd
+    ) * overlap_slow
     mem_mb = layers_stage * (mem_fwd + cal.layer_overhead_s) * 3.0 + 3.0 * logits_mem
     recompute_mb = np.select(
         [p.recompute == 2, p.recompute == 1],
-        [layers_stage * (layer_fwd * overlap_slow + mem_fwd + cal.layer_overhead_s),
-         layers_stage * core_fwd],
+        [
+            layers_stage * (layer_fwd * overlap_slow + mem_fwd + cal.layer_overhead_s),
+            layers_stage * core_fwd,
+        ],
         0.0,
     )
 
@@ -175,14 +189,15 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
     cp_fwd = _collective("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
     cp_exposed = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(
-        2.0 * cp_fwd - FLASH_BWD_FACTOR * core_fwd, 0.0)
+        2.0 * cp_fwd - FLASH_BWD_FACTOR * core_fwd, 0.0
+    )
     cp_mb = layers_stage * np.where(p.cp > 1, cp_exposed, 0.0)
 
     # --- expert parallel all-to-all ----------------------------------------------------
     if m.is_moe:
         a2a_bytes = tokens / tp * m.top_k * h * 2.0  # sequence-parallel shards dispatch
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
-        a2a = _collective("all_to_all", a2a_bytes, p.ep, ep_k, f, cal)
+        a2a = _collective("all_to_all", a2a_bytes, p.ep.astype(np.float64), ep_k, f, cal)
         n_a2a = np.where(p.recompute == 2, 6.0, 4.0)
         ep_mb = layers_stage * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
     else:
@@ -194,8 +209,16 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     p2p = _collective("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
     pp_mb = np.where(p.pp > 1, 2.0 * p.vpp * p2p * (1.0 - cal.pp_overlap), 0.0)
 
-    t_mb = (compute_mb + mem_mb + recompute_mb + tp_mb + cp_mb + ep_mb + pp_mb
-            + cal.microbatch_overhead_s)
+    t_mb = (
+        compute_mb
+        + mem_mb
+        + recompute_mb
+        + tp_mb
+        + cp_mb
+        + ep_mb
+        + pp_mb
+        + cal.microbatch_overhead_s
+    )
     bubble = (p.pp - 1) / p.vpp * t_mb
 
     # --- data-parallel gradient / parameter communication ------------------------------
@@ -207,12 +230,16 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
 
     def dp_time(op: str, nbytes_per_param: FloatArray | float) -> FloatArray:
         t_dense = _collective(op, dense * nbytes_per_param, d, dp_k, f, cal)
-        t_exp = (_collective(op, expert * nbytes_per_param, d_exp, np.minimum(dp_k, d_exp), f, cal)
-                 if w.model.is_moe else np.zeros_like(d))
+        t_exp = (
+            _collective(op, expert * nbytes_per_param, d_exp, np.minimum(dp_k, d_exp), f, cal)
+            if w.model.is_moe
+            else np.zeros_like(d)
+        )
         return np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0)
 
-    grads = np.where(p.sharding == 0, dp_time("all_reduce", grad_b),
-                     dp_time("reduce_scatter", grad_b))
+    grads = np.where(
+        p.sharding == 0, dp_time("all_reduce", grad_b), dp_time("reduce_scatter", grad_b)
+    )
     gather = dp_time("all_gather", 2.0)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
     window = (compute_mb + mem_mb) * (2.0 / 3.0) * 1.0

@@ -68,7 +68,9 @@ def layer_shapes(m: Model) -> LayerShapes:
         router = h * m.num_experts
     else:
         expert = shared = router = 0
-    return LayerShapes(attn, _mlp(h, m.dense_ffn_hidden, m.gated_mlp), expert, shared, router, norms)
+    return LayerShapes(
+        attn, _mlp(h, m.dense_ffn_hidden, m.gated_mlp), expert, shared, router, norms
+    )
 
 
 def embedding_params(m: Model) -> int:
@@ -126,10 +128,11 @@ def model_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> float:
 
 # --- published FLOP-counting conventions (shared/validation/README.md) -------------------
 
+
 def megatron_sc21_flops(m: Model, batch: int, seq_len: int) -> float:
     """Narayanan et al. SC'21 eq. (3): 96 B s l h^2 (1 + s/6h + V/16lh), counts recompute."""
-    l, h, s, v = m.layers, m.hidden, seq_len, m.vocab
-    return 96.0 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    n_l, h, s, v = m.layers, m.hidden, seq_len, m.vocab
+    return 96.0 * batch * s * n_l * h * h * (1 + s / (6 * h) + v / (16 * n_l * h))
 
 
 def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> float:

@@ -69,15 +69,33 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
     def opts(name: str, default: list[int]) -> list[int]:
         return [int(fx[name])] if name in fx and fx[name] is not None else default
 
-    tps = opts("tp", [t for t in _divisors(m.heads) if t <= max(dom, 1) and t <= n
-                      and m.ffn_hidden % t == 0
-                      and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)])
-    cps = opts("cp", [c for c in (1, 2, 4, 8, 16, 32)
-                      if w.seq_len % (2 * c) == 0 and w.seq_len // c >= 4096 or c == 1])
+    tps = opts(
+        "tp",
+        [
+            t
+            for t in _divisors(m.heads)
+            if t <= max(dom, 1)
+            and t <= n
+            and m.ffn_hidden % t == 0
+            and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)
+        ],
+    )
+    cps = opts(
+        "cp",
+        [
+            c
+            for c in (1, 2, 4, 8, 16, 32)
+            if (w.seq_len % (2 * c) == 0 and w.seq_len // c >= 4096) or c == 1
+        ],
+    )
     # pipeline degrees that split the layers evenly, or evenly once the embedding and the
     # output layer count as one layer each (Megatron's account-for-embedding/loss split)
-    pps = opts("pp", sorted({p for p in _divisors(m.layers) + _divisors(m.layers + 2)
-                             if 1 <= p <= min(n, m.layers)}))
+    pps = opts(
+        "pp",
+        sorted(
+            {p for p in _divisors(m.layers) + _divisors(m.layers + 2) if 1 <= p <= min(n, m.layers)}
+        ),
+    )
     eps = opts("ep", [e for e in _divisors(m.num_experts) if e <= n] if m.is_moe else [1])
     batch_divs = _divisors(w.global_batch)
     rows: list[tuple[int, ...]] = []
@@ -103,8 +121,14 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
                     continue
                 mbatches = per_rank // mbs
                 stage_layers = -(-m.layers // pp)
-                vpps = opts("vpp", [v for v in _divisors(stage_layers) if v <= MAX_VPP
-                                    and (v == 1 or (pp > 1 and mbatches % pp == 0))])
+                vpps = opts(
+                    "vpp",
+                    [
+                        v
+                        for v in _divisors(stage_layers)
+                        if v <= MAX_VPP and (v == 1 or (pp > 1 and mbatches % pp == 0))
+                    ],
+                )
                 for vpp, ep in itertools.product(vpps, eps):
                     rows.append((tp, cp, pp, vpp, ep, dp, mbs))
     if not rows:
@@ -113,15 +137,28 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
     rec = opts("recompute", list(range(len(RECOMPUTE))))
     shard = opts("sharding", list(range(len(SHARDING))))
     sp_opts = [bool(fx["sp"])] if "sp" in fx and fx["sp"] is not None else [False, True]
-    ov_opts = ([bool(fx["tp_overlap"])] if "tp_overlap" in fx and fx["tp_overlap"] is not None
-               else [False, True])
+    ov_opts = (
+        [bool(fx["tp_overlap"])]
+        if "tp_overlap" in fx and fx["tp_overlap"] is not None
+        else [False, True]
+    )
     switches = np.array(list(itertools.product(rec, shard, sp_opts, ov_opts)), dtype=np.int64)
     nb, ns = base.shape[0], switches.shape[0]
     b = np.repeat(base, ns, axis=0)
     s = np.tile(switches, (nb, 1))
-    plans = Plans.of(tp=b[:, 0], cp=b[:, 1], pp=b[:, 2], vpp=b[:, 3], ep=b[:, 4], dp=b[:, 5],
-                     mbs=b[:, 6], recompute=s[:, 0], sharding=s[:, 1], sp=s[:, 2].astype(bool),
-                     tp_overlap=s[:, 3].astype(bool))
+    plans = Plans.of(
+        tp=b[:, 0],
+        cp=b[:, 1],
+        pp=b[:, 2],
+        vpp=b[:, 3],
+        ep=b[:, 4],
+        dp=b[:, 5],
+        mbs=b[:, 6],
+        recompute=s[:, 0],
+        sharding=s[:, 1],
+        sp=s[:, 2].astype(bool),
+        tp_overlap=s[:, 3].astype(bool),
+    )
     # switches that do nothing at TP = 1 are dropped (they would only duplicate plans)
     keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
     return plans.take(keep)
@@ -165,7 +202,8 @@ def search_plans(
         i = int(np.argmax(est.memory.headroom))
         short = -float(est.memory.headroom[i]) / 2**30
         raise InputError(
-            "model", w.model.key,
+            "model",
+            w.model.key,
             f"no plan fits in {w.gpu.hbm_gb:g} GB per GPU on {w.num_gpus} GPUs; the closest "
             f"({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a larger-memory GPU",
         )
@@ -179,9 +217,11 @@ def _fixed_text(fixed: dict[str, Any] | None) -> str:
 
 
 def _no_plan_reason(w: Workload) -> str:
-    return (f"no valid plan for {w.model.key} on {w.num_gpus} GPUs with global batch "
-            f"{w.global_batch} and sequence {w.seq_len}: degrees must divide heads "
-            f"({w.model.heads}), layers ({w.model.layers}), the batch and the GPU count")
+    return (
+        f"no valid plan for {w.model.key} on {w.num_gpus} GPUs with global batch "
+        f"{w.global_batch} and sequence {w.seq_len}: degrees must divide heads "
+        f"({w.model.heads}), layers ({w.model.layers}), the batch and the GPU count"
+    )
 
 
 def _concat(chunks: list[TrainingEstimate]) -> TrainingEstimate:
@@ -191,8 +231,14 @@ def _concat(chunks: list[TrainingEstimate]) -> TrainingEstimate:
     from gpuscale.perf.step import StepBreakdown
 
     def cat(objs: list[Any], cls: Any, **extra: Any) -> Any:
-        return cls(**{f.name: np.concatenate([getattr(o, f.name) for o in objs])
-                      for f in fields(cls) if f.name not in extra}, **extra)
+        return cls(
+            **{
+                f.name: np.concatenate([getattr(o, f.name) for o in objs])
+                for f in fields(cls)
+                if f.name not in extra
+            },
+            **extra,
+        )
 
     first = chunks[0]
     return TrainingEstimate(
@@ -214,8 +260,9 @@ def explain(result: SearchResult) -> str:
     if r is None:
         return f"{e.plans.label(b)} is the only plan that fits."
     gain = (e.step_s[r] - e.step_s[b]) / e.step_s[r] * 100.0
-    diffs = sorted(((k, float(v[r] - v[b])) for k, v in e.step.terms().items()),
-                   key=lambda kv: -abs(kv[1]))
+    diffs = sorted(
+        ((k, float(v[r] - v[b])) for k, v in e.step.terms().items()), key=lambda kv: -abs(kv[1])
+    )
     parts = []
     for k, d in diffs[:3]:
         if abs(d) < 1e-4 * float(e.step_s[b]):
@@ -223,6 +270,8 @@ def explain(result: SearchResult) -> str:
         word = "saves" if d > 0 else "costs"
         parts.append(f"{word} {abs(d) * 1e3:.1f} ms of {k.removesuffix('_s').replace('_', ' ')}")
     mem = (e.memory.total[b] - e.memory.total[r]) / 2**30
-    return (f"{e.plans.label(b)} is {gain:.1f}% faster per step than the runner-up "
-            f"{e.plans.label(r)}: it {', '.join(parts) or 'differs only marginally'}; "
-            f"it uses {mem:+.1f} GiB of memory per GPU relative to it.")
+    return (
+        f"{e.plans.label(b)} is {gain:.1f}% faster per step than the runner-up "
+        f"{e.plans.label(r)}: it {', '.join(parts) or 'differs only marginally'}; "
+        f"it uses {mem:+.1f} GiB of memory per GPU relative to it."
+    )

@@ -63,7 +63,20 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
             base_tps, base_shares = tps, shares
         grow = {k: shares[k] - base_shares.get(k, 0.0) for k in shares if k != "compute"}
         loss = max(grow, key=lambda k: grow[k])
-        loss_txt = f"{loss.replace('_', ' ')} +{100 * grow[loss]:.1f} pts" if grow[loss] > 0.005 else "-"
-        pts.append(ScalingPoint(n, gbs, e.plans.label(i), step, tps, float(e.mfu[i]),
-                                tps / base_tps, loss_txt, shares))
+        loss_txt = (
+            f"{loss.replace('_', ' ')} +{100 * grow[loss]:.1f} pts" if grow[loss] > 0.005 else "-"
+        )
+        pts.append(
+            ScalingPoint(
+                n,
+                gbs,
+                e.plans.label(i),
+                step,
+                tps,
+                float(e.mfu[i]),
+                tps / base_tps,
+                loss_txt,
+                shares,
+            )
+        )
     return pts

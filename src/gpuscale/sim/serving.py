@@ -41,8 +41,14 @@ IntArray = NDArray[np.int64]
 class StepTimer(Protocol):
     """What the simulator needs of a performance model (see :class:`perf.inference.StepModel`)."""
 
-    def step_time_s(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
-                    decode_seqs: int, ctx_tokens: float) -> float: ...
+    def step_time_s(
+        self,
+        prefill_tokens: float,
+        prefill_pairs: float,
+        prefill_seqs: int,
+        decode_seqs: int,
+        ctx_tokens: float,
+    ) -> float: ...
 
     def decode_coeffs(self, batch: int) -> tuple[float, float]: ...
 
@@ -53,8 +59,14 @@ class FixedStep:
 
     step_s: float
 
-    def step_time_s(self, prefill_tokens: float, prefill_pairs: float, prefill_seqs: int,
-                    decode_seqs: int, ctx_tokens: float) -> float:
+    def step_time_s(
+        self,
+        prefill_tokens: float,
+        prefill_pairs: float,
+        prefill_seqs: int,
+        decode_seqs: int,
+        ctx_tokens: float,
+    ) -> float:
         return self.step_s
 
     def decode_coeffs(self, batch: int) -> tuple[float, float]:
@@ -83,8 +95,9 @@ def _lengths(n: int, length: int | IntArray, field: str) -> IntArray:
     return arr
 
 
-def poisson(n: int, qps: float, input_len: int | IntArray, output_len: int | IntArray,
-            seed: int = 0) -> Workload:
+def poisson(
+    n: int, qps: float, input_len: int | IntArray, output_len: int | IntArray, seed: int = 0
+) -> Workload:
     """``n`` requests arriving as a Poisson process of rate ``qps``."""
     if n < 1:
         raise InputError("requests", n, "a positive integer")
@@ -99,12 +112,14 @@ def offline(n: int, input_len: int | IntArray, output_len: int | IntArray) -> Wo
     """``n`` requests all queued at t = 0 (max-throughput benchmark)."""
     if n < 1:
         raise InputError("offline", n, "a positive number of requests")
-    return Workload(np.zeros(n), _lengths(n, input_len, "input-len"),
-                    _lengths(n, output_len, "output-len"))
+    return Workload(
+        np.zeros(n), _lengths(n, input_len, "input-len"), _lengths(n, output_len, "output-len")
+    )
 
 
-def concurrency(n: int, users: int, input_len: int | IntArray,
-                output_len: int | IntArray) -> Workload:
+def concurrency(
+    n: int, users: int, input_len: int | IntArray, output_len: int | IntArray
+) -> Workload:
     """Closed loop: ``users`` requests in flight; each completion sends the next one."""
     if users < 1:
         raise InputError("concurrency", users, "a positive integer")
@@ -112,8 +127,12 @@ def concurrency(n: int, users: int, input_len: int | IntArray,
         raise InputError("requests", n, "a positive integer")
     arr = np.full(n, np.inf)
     arr[: min(users, n)] = 0.0
-    return Workload(arr, _lengths(n, input_len, "input-len"),
-                    _lengths(n, output_len, "output-len"), closed_loop=True)
+    return Workload(
+        arr,
+        _lengths(n, input_len, "input-len"),
+        _lengths(n, output_len, "output-len"),
+        closed_loop=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -168,12 +187,16 @@ class ServingResult:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "requests": self.requests, "duration_s": self.duration_s,
-            "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(),
-            "itl_s": self.itl_s.to_dict(), "e2e_s": self.e2e_s.to_dict(),
+            "requests": self.requests,
+            "duration_s": self.duration_s,
+            "ttft_s": self.ttft_s.to_dict(),
+            "tpot_s": self.tpot_s.to_dict(),
+            "itl_s": self.itl_s.to_dict(),
+            "e2e_s": self.e2e_s.to_dict(),
             "output_tokens_per_s": self.output_tokens_per_s,
             "input_tokens_per_s": self.input_tokens_per_s,
-            "requests_per_s": self.requests_per_s, "mean_batch": self.mean_batch,
+            "requests_per_s": self.requests_per_s,
+            "mean_batch": self.mean_batch,
             "iterations": self.iterations,
             "prompt_tokens_processed": self.prompt_tokens_processed,
             "tokens_generated": self.tokens_generated,
@@ -189,8 +212,12 @@ class EngineLimits:
     chunked_prefill: bool = True
 
     def __post_init__(self) -> None:
-        for f, v in (("max_batch", self.max_batch), ("max_num_tokens", self.max_num_tokens),
-                     ("kv_blocks", self.kv_blocks), ("block_tokens", self.block_tokens)):
+        for f, v in (
+            ("max_batch", self.max_batch),
+            ("max_num_tokens", self.max_num_tokens),
+            ("kv_blocks", self.kv_blocks),
+            ("block_tokens", self.block_tokens),
+        ):
             if v < 1:
                 raise InputError(f, v, "a positive integer")
 
@@ -208,8 +235,9 @@ class _Trace:
     tokens_generated: int
 
 
-def simulate(step: StepTimer, limits: EngineLimits, wl: Workload,
-             request_overhead_s: float = 0.0) -> ServingResult:
+def simulate(
+    step: StepTimer, limits: EngineLimits, wl: Workload, request_overhead_s: float = 0.0
+) -> ServingResult:
     """Run the engine over the workload until every request has finished.
 
     ``request_overhead_s``: time between a client sending a request and the engine queueing
@@ -226,13 +254,21 @@ def simulate(step: StepTimer, limits: EngineLimits, wl: Workload,
     end = float(tr.done_s.max()) if wl.n else 0.0
     dur = max(end - start, 1e-12)
     return ServingResult(
-        requests=wl.n, duration_s=dur, ttft_s=_stat(ttft), tpot_s=_stat(tpot),
-        itl_s=_weighted_stat(np.frombuffer(tr.itl_v, dtype=np.float64),
-                             np.frombuffer(tr.itl_w, dtype=np.float64)),
-        e2e_s=_stat(e2e), output_tokens_per_s=float(out.sum()) / dur,
-        input_tokens_per_s=float(wl.input_len.sum()) / dur, requests_per_s=wl.n / dur,
-        mean_batch=tr.batch_time / dur, iterations=tr.iterations,
-        prompt_tokens_processed=tr.tokens_prefilled, tokens_generated=tr.tokens_generated,
+        requests=wl.n,
+        duration_s=dur,
+        ttft_s=_stat(ttft),
+        tpot_s=_stat(tpot),
+        itl_s=_weighted_stat(
+            np.frombuffer(tr.itl_v, dtype=np.float64), np.frombuffer(tr.itl_w, dtype=np.float64)
+        ),
+        e2e_s=_stat(e2e),
+        output_tokens_per_s=float(out.sum()) / dur,
+        input_tokens_per_s=float(wl.input_len.sum()) / dur,
+        requests_per_s=wl.n / dur,
+        mean_batch=tr.batch_time / dur,
+        iterations=tr.iterations,
+        prompt_tokens_processed=tr.tokens_prefilled,
+        tokens_generated=tr.tokens_generated,
     )
 
 
@@ -248,8 +284,7 @@ def _k_until(a: float, b: float, c: float, batch: int, horizon: float) -> int:
     return max(1, math.ceil(k - 1e-9))
 
 
-def _run(step: StepTimer, lim: EngineLimits, wl: Workload,
-         ovh: float) -> _Trace:
+def _run(step: StepTimer, lim: EngineLimits, wl: Workload, ovh: float) -> _Trace:
     n = wl.n
     arr = (wl.arrival_s + ovh).tolist()
     ins = wl.input_len.tolist()
@@ -258,8 +293,11 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload,
     need = [-(-(i + o) // bt) for i, o in zip(ins, outs, strict=True)]
     if n and max(need) > lim.kv_blocks:
         j = int(np.argmax(need))
-        raise InputError("input-len + output-len", ins[j] + outs[j],
-                         f"at most {lim.kv_blocks * bt} tokens fit in the KV cache of a replica")
+        raise InputError(
+            "input-len + output-len",
+            ins[j] + outs[j],
+            f"at most {lim.kv_blocks * bt} tokens fit in the KV cache of a replica",
+        )
     closed = wl.closed_loop
     released = sum(1 for x in arr if x != math.inf) if closed else n
     first = [0.0] * n
@@ -271,14 +309,14 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload,
     max_batch, budget_max, chunked = lim.max_batch, lim.max_num_tokens, lim.chunked_prefill
     free = lim.kv_blocks
     t = 0.0
-    i_arr = 0        # requests [0, i_arr) have arrived
-    head = 0         # requests [0, head) have been admitted
+    i_arr = 0  # requests [0, i_arr) have arrived
+    head = 0  # requests [0, head) have been admitted
     heap: list[tuple[int, int]] = []  # (iteration of the last token, request)
-    nd = 0           # decoding sequences
-    ctx = 0.0        # their context tokens
+    nd = 0  # decoding sequences
+    ctx = 0.0  # their context tokens
     pre: deque[list[int]] = deque()  # admitted, prompt unfinished: [request, tokens done]
-    it = 0           # iterations run
-    dit = 0          # iterations that gave every decoding sequence a token
+    it = 0  # iterations run
+    dit = 0  # iterations that gave every decoding sequence a token
     finished = 0
     batch_time = 0.0
     n_pre_tok = 0
@@ -316,8 +354,9 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload,
                 entry[1] = done_tok + c
                 if entry[1] >= ins[r]:
                     completed.append(r)
-            dt = step_fn(float(p_tok), pairs, n_pre, 0 if not chunked else nd,
-                         ctx if chunked else 0.0)
+            dt = step_fn(
+                float(p_tok), pairs, n_pre, 0 if not chunked else nd, ctx if chunked else 0.0
+            )
             t += dt
             it += 1
             n_pre_tok += p_tok
@@ -382,6 +421,14 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload,
                 released += 1
         if nd == 0:
             ctx = 0.0
-    return _Trace(np.asarray(arr, dtype=np.float64), np.asarray(first), np.asarray(done),
-                  itl_v, itl_w, it, batch_time,
-                  n_pre_tok, n_gen)
+    return _Trace(
+        np.asarray(arr, dtype=np.float64),
+        np.asarray(first),
+        np.asarray(done),
+        itl_v,
+        itl_w,
+        it,
+        batch_time,
+        n_pre_tok,
+        n_gen,
+    )

@@ -43,16 +43,19 @@ def _add_nodes(g: Any, spec: ClusterSpec) -> None:
     for n in range(spec.nodes):
         rack = n // pl.nodes_per_rack
         domain = n // npd
-        g.add_node(f"node/{n}", kind="node", rack=rack, row=rack // pl.racks_per_row,
-                   domain=domain)
+        g.add_node(f"node/{n}", kind="node", rack=rack, row=rack // pl.racks_per_row, domain=domain)
         scaleup = f"nvswitch/d{domain}" if spec.domain_gpus > 1 else f"host/n{n}"
         g.add_node(scaleup, kind="nvswitch" if spec.domain_gpus > 1 else "pcie_host")
         for i in range(gpn):
             gid = gpu_id(n, i)
             g.add_node(gid, kind="gpu", node=n, domain=domain)
             g.add_edge(gid, f"node/{n}", kind="in_node")
-            g.add_edge(gid, scaleup, kind="nvlink" if spec.domain_gpus > 1 else "pcie",
-                       bw_Bps=spec.system.scaleup_bw_Bps)
+            g.add_edge(
+                gid,
+                scaleup,
+                kind="nvlink" if spec.domain_gpus > 1 else "pcie",
+                bw_Bps=spec.system.scaleup_bw_Bps,
+            )
         for r in range(rails):
             g.add_node(nic_id(n, r), kind="nic", node=n, rail=r)
         # GPU i uses NIC floor(i*rails/gpn); every NIC hangs off GPU floor(r*gpn/rails)
@@ -66,8 +69,7 @@ def _add_fabric(g: Any, spec: ClusterSpec, lay: Layout) -> None:
     bw = spec.link_bw_Bps
     model = spec.switch.key
     for lf in lay.leaves:
-        g.add_node(f"leaf/{lf.index}", kind="leaf", su=lf.su, rail=lf.rail, pod=lf.pod,
-                   model=model)
+        g.add_node(f"leaf/{lf.index}", kind="leaf", su=lf.su, rail=lf.rail, pod=lf.pod, model=model)
         for n in lf.nodes:
             rails = [lf.rail] if lf.rail is not None else range(spec.nics_per_node)
             for r in rails:
@@ -82,8 +84,13 @@ def _add_fabric(g: Any, spec: ClusterSpec, lay: Layout) -> None:
         turn = 0
         for lf in (x for x in lay.leaves if x.pod == pod):
             for _ in range(lf.up):
-                _add_link(g, f"leaf/{lf.index}", f"spine/{pod_spines[turn % len(pod_spines)]}",
-                          "leaf-spine", bw)
+                _add_link(
+                    g,
+                    f"leaf/{lf.index}",
+                    f"spine/{pod_spines[turn % len(pod_spines)]}",
+                    "leaf-spine",
+                    bw,
+                )
                 turn += 1
     turn = 0
     for sp in lay.spines:

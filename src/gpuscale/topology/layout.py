@@ -86,14 +86,19 @@ def plan_layout(spec: ClusterSpec) -> Layout:
     else:
         per_leaf = d // rails
         if per_leaf == 0:
-            raise InputError("nics_per_node", rails,
-                             f"at most {d} when all NICs of a node share one {k}-port leaf; "
-                             "or set topology.rail_optimized: true")
+            raise InputError(
+                "nics_per_node",
+                rails,
+                f"at most {d} when all NICs of a node share one {k}-port leaf; "
+                "or set topology.rail_optimized: true",
+            )
         per_su = spec.nodes_per_su_requested or per_leaf
         if per_su > per_leaf:
-            raise InputError("topology.nodes_per_su", per_su,
-                             f"at most {per_leaf} nodes ({rails} NICs each) under one "
-                             f"{k}-port leaf at {o1:g}:1")
+            raise InputError(
+                "topology.nodes_per_su",
+                per_su,
+                f"at most {per_leaf} nodes ({rails} NICs each) under one {k}-port leaf at {o1:g}:1",
+            )
     per_su = min(per_su, spec.nodes)
     sus = tuple(tuple(range(s, min(s + per_su, spec.nodes))) for s in range(0, spec.nodes, per_su))
 
@@ -106,7 +111,7 @@ def plan_layout(spec: ClusterSpec) -> Layout:
             for rail in range(rails):
                 start = 0
                 for size in parts:
-                    nodes = su_nodes[start:start + size]
+                    nodes = su_nodes[start : start + size]
                     start += size
                     mine.append(LeafPlan(idx, su_id, rail, 0, nodes, size, math.ceil(size / o1)))
                     idx += 1
@@ -120,20 +125,26 @@ def plan_layout(spec: ClusterSpec) -> Layout:
     leaves_per_su = max(len(x) for x in leaves_by_su)
     if spec.tiers == 2:
         if n_leaves > k:
-            raise InputError("topology.tiers", 2,
-                             f"3 ({n_leaves} leaves exceed the {k} that a 2-tier tree of "
-                             f"{k}-port switches can join)")
+            raise InputError(
+                "topology.tiers",
+                2,
+                f"3 ({n_leaves} leaves exceed the {k} that a 2-tier tree of "
+                f"{k}-port switches can join)",
+            )
         sus_per_pod = len(sus)
         spine_down_max = k
     else:
         spine_down_max = down_ports(k, o2)
         sus_per_pod = max(1, spine_down_max // leaves_per_su)
-    pods = tuple(tuple(range(p, min(p + sus_per_pod, len(sus))))
-                 for p in range(0, len(sus), sus_per_pod))
+    pods = tuple(
+        tuple(range(p, min(p + sus_per_pod, len(sus)))) for p in range(0, len(sus), sus_per_pod)
+    )
     if spec.tiers == 3 and len(pods) > k:
-        raise InputError("nodes", spec.nodes,
-                         f"at most {k} pods of {sus_per_pod} SUs in a 3-tier tree of "
-                         f"{k}-port switches")
+        raise InputError(
+            "nodes",
+            spec.nodes,
+            f"at most {k} pods of {sus_per_pod} SUs in a 3-tier tree of {k}-port switches",
+        )
 
     leaves: list[LeafPlan] = []
     spines: list[SpinePlan] = []

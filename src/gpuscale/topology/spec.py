@@ -122,14 +122,16 @@ def _input_error(exc: ValidationError, raw: dict[str, Any]) -> InputError:
         parent = ".".join(loc[:-1])
         model = _SECTIONS.get(parent, ClusterIn)
         required = [k for k, f in model.model_fields.items() if f.is_required()]
-        return InputError(field, None,
-                          f"required in {parent or 'the cluster spec'}: {', '.join(required)}")
+        return InputError(
+            field, None, f"required in {parent or 'the cluster spec'}: {', '.join(required)}"
+        )
     if e["type"] == "extra_forbidden":
         model = _SECTIONS.get(".".join(loc[:-1]), ClusterIn)
         near = closest(loc[-1], model.model_fields, n=1)
         hint = f"did you mean {near[0]}? " if near else ""
-        return InputError(field, value,
-                          f"unknown key; {hint}valid keys: {', '.join(model.model_fields)}")
+        return InputError(
+            field, value, f"unknown key; {hint}valid keys: {', '.join(model.model_fields)}"
+        )
     return InputError(field, value, _VALID.get(field, e["msg"]))
 
 
@@ -263,47 +265,65 @@ def parse_cluster_spec(raw: dict[str, Any]) -> ClusterSpec:
     topo = cin.topology
     if topo.radix is not None:
         if topo.radix > radix:
-            raise InputError("topology.radix", topo.radix,
-                             f"at most {radix} ({switch.key} ports at {fabric.port_gbps:g} Gb/s)")
+            raise InputError(
+                "topology.radix",
+                topo.radix,
+                f"at most {radix} ({switch.key} ports at {fabric.port_gbps:g} Gb/s)",
+            )
         radix = topo.radix
     notes: list[str] = []
 
     nics = system.nics_per_node if cin.nics_per_node is None else cin.nics_per_node
     if nics > system.pcie_slots:
-        raise InputError("nics_per_node", nics,
-                         f"1..{system.pcie_slots} ({system.key} has {system.pcie_slots} "
-                         "PCIe slots)")
+        raise InputError(
+            "nics_per_node",
+            nics,
+            f"1..{system.pcie_slots} ({system.key} has {system.pcie_slots} PCIe slots)",
+        )
     if nics < 1:
-        raise InputError("nics_per_node", nics,
-                         f"{system.key} has no scale-out NIC; set 1..{system.pcie_slots}")
+        raise InputError(
+            "nics_per_node", nics, f"{system.key} has no scale-out NIC; set 1..{system.pcie_slots}"
+        )
     nic_gbps = system.nic_gbps if cin.nic_gbps is None else cin.nic_gbps
     if nic_gbps < fabric.port_gbps:
-        raise InputError("nic_gbps", nic_gbps,
-                         f">= {fabric.port_gbps:g} for {fabric.key}; or pick a fabric at "
-                         f"{nic_gbps:g} Gb/s")
+        raise InputError(
+            "nic_gbps",
+            nic_gbps,
+            f">= {fabric.port_gbps:g} for {fabric.key}; or pick a fabric at {nic_gbps:g} Gb/s",
+        )
     if nic_gbps > fabric.port_gbps:
-        notes.append(f"NICs ({nic_gbps:g} Gb/s) run at the {fabric.key} port rate "
-                     f"({fabric.port_gbps:g} Gb/s)")
+        notes.append(
+            f"NICs ({nic_gbps:g} Gb/s) run at the {fabric.key} port rate "
+            f"({fabric.port_gbps:g} Gb/s)"
+        )
 
     npd = max(1, system.nvlink_domain_gpus // system.gpus_per_node)
     if cin.nodes % npd:
-        raise InputError("nodes", cin.nodes,
-                         f"a multiple of {npd} ({system.key}: {npd} nodes of "
-                         f"{system.gpus_per_node} GPUs form one "
-                         f"{system.nvlink_domain_gpus}-GPU NVLink domain), "
-                         f"e.g. {math.ceil(cin.nodes / npd) * npd}")
+        raise InputError(
+            "nodes",
+            cin.nodes,
+            f"a multiple of {npd} ({system.key}: {npd} nodes of "
+            f"{system.gpus_per_node} GPUs form one "
+            f"{system.nvlink_domain_gpus}-GPU NVLink domain), "
+            f"e.g. {math.ceil(cin.nodes / npd) * npd}",
+        )
     if topo.tiers == 2 and topo.oversubscription.spine != 1.0:
-        raise InputError("topology.oversubscription.spine", topo.oversubscription.spine,
-                         "1 in a 2-tier fat tree (spines have no uplinks); use tiers: 3")
+        raise InputError(
+            "topology.oversubscription.spine",
+            topo.oversubscription.spine,
+            "1 in a 2-tier fat tree (spines have no uplinks); use tiers: 3",
+        )
 
     pl = cin.placement
     per_rack = pl.nodes_per_rack
     if per_rack is None:
         per_rack = npd if npd > 1 else DEFAULT_NODES_PER_RACK
     elif npd > 1 and per_rack != npd:
-        raise InputError("placement.nodes_per_rack", per_rack,
-                         f"{npd}: one {system.nvlink_domain_gpus}-GPU NVLink rack holds "
-                         f"{npd} nodes")
+        raise InputError(
+            "placement.nodes_per_rack",
+            per_rack,
+            f"{npd}: one {system.nvlink_domain_gpus}-GPU NVLink rack holds {npd} nodes",
+        )
 
     spec = ClusterSpec(
         name=cin.name,

@@ -23,9 +23,22 @@ from gpuscale.perf.comm.nccl import nvls_efficiency
 from gpuscale.units import GB
 from gpuscale.validate.report import RowResult, ValidationReport, num, read_rows, signed_error_pct
 
-REQUIRED = ("id", "source", "system", "gpu", "num_nodes", "gpus_per_node", "intra_node",
-            "inter_node", "collective", "algorithm", "message_bytes", "algbw_gbps",
-            "busbw_gbps", "time_us")
+REQUIRED = (
+    "id",
+    "source",
+    "system",
+    "gpu",
+    "num_nodes",
+    "gpus_per_node",
+    "intra_node",
+    "inter_node",
+    "collective",
+    "algorithm",
+    "message_bytes",
+    "algbw_gbps",
+    "busbw_gbps",
+    "time_us",
+)
 LARGE_BYTES = 64 * 2**20
 """Messages at or above this are scored on busbw; below it on time."""
 PLATEAU_BYTES = 16 * 2**30
@@ -39,13 +52,21 @@ FRAMEWORK_HARNESS = re.compile(r"all_reduce_bench|torch\.distributed", re.IGNORE
 """Notes naming a framework-level harness: its small-message times are reported, not scored
 (comm-anchors.md section 8: all_reduce_bench.py rows are not nccl-tests)."""
 
-_OPS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
-        "allgather": "all_gather", "reduce_scatter": "reduce_scatter",
-        "reducescatter": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
-        "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send_recv",
-        "send_recv": "send_recv"}
-_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree",
-          "pat": "pat"}
+_OPS = {
+    "all_reduce": "all_reduce",
+    "allreduce": "all_reduce",
+    "all_gather": "all_gather",
+    "allgather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "send_recv",
+    "send_recv": "send_recv",
+}
+_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
 
 
 class SkipRowError(Exception):
@@ -76,8 +97,9 @@ _RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GBps|GB/s)"
 
 def _bps(value: str, unit: str) -> float:
     v = float(value)
-    return {"Tb/s": v * 1e12 / 8, "Tbps": v * 1e12 / 8, "GBps": v * 1e9,
-            "GB/s": v * 1e9}.get(unit, v * 1e9 / 8)
+    return {"Tb/s": v * 1e12 / 8, "Tbps": v * 1e12 / 8, "GBps": v * 1e9, "GB/s": v * 1e9}.get(
+        unit, v * 1e9 / 8
+    )
 
 
 def parse_nics(text: str) -> tuple[float, int] | None:
@@ -181,32 +203,48 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
                 if not busbw:
                     raise SkipRowError("small-message row without time or busbw")
                 if PRINT_RESOLUTION_GBPS / busbw > MAX_ROUNDING:
-                    raise SkipRowError(f"busbw {busbw} GB/s is at the print resolution: the "
-                                       "derived time is uncertain by more than +-10 %")
+                    raise SkipRowError(
+                        f"busbw {busbw} GB/s is at the print resolution: the "
+                        "derived time is uncertain by more than +-10 %"
+                    )
                 time_us = size * factor / (busbw * GB) * 1e6
                 note = "time derived from busbw"
             measured = time_us
         est = estimate(op, size, n, rf.fabric, cal, algorithm=algo)
-        pred = (float(est.busbw_Bps) / GB if metric == "busbw_GBps"
-                else float(est.time_s) * 1e6)
+        pred = float(est.busbw_Bps) / GB if metric == "busbw_GBps" else float(est.time_s) * 1e6
     except SkipRowError as why:
         return RowResult(rid, None, None, None, "skipped", str(why), group=src)
     except InputError as exc:
         return RowResult(rid, None, None, None, "skipped", f"unsupported: {exc}", group=src)
     detail: dict[str, object] = {
-        "op": op, "ranks": int(n), "size_bytes": size,
-        "algorithm": str(est.algorithm), "protocol": str(est.protocol),
-        "nics_from": rf.nics_from, "transport": rf.fabric.transport,
+        "op": op,
+        "ranks": int(n),
+        "size_bytes": size,
+        "algorithm": str(est.algorithm),
+        "protocol": str(est.protocol),
+        "nics_from": rf.nics_from,
+        "transport": rf.fabric.transport,
     }
     if note:
         detail["note"] = note
     status, reason = "scored", ""
     if metric == "time_us" and FRAMEWORK_HARNESS.search(row.get("notes", "")):
         status = "reported"
-        reason = ("timed through torch.distributed, not nccl-tests: the small-message time "
-                  "includes Python dispatch and synchronisation the NCCL model does not cover")
-    return RowResult(rid, pred, measured, signed_error_pct(pred, measured), status, reason,
-                     group=f"{metric} | {src}", metric=metric, detail=detail)
+        reason = (
+            "timed through torch.distributed, not nccl-tests: the small-message time "
+            "includes Python dispatch and synchronisation the NCCL model does not cover"
+        )
+    return RowResult(
+        rid,
+        pred,
+        measured,
+        signed_error_pct(pred, measured),
+        status,
+        reason,
+        group=f"{metric} | {src}",
+        metric=metric,
+        detail=detail,
+    )
 
 
 def validate_collectives(path: Path, cal: Calibration) -> ValidationReport:

@@ -35,10 +35,27 @@ from gpuscale.sim.serving import (
 )
 from gpuscale.validate.report import RowResult, ValidationReport, num, read_rows, signed_error_pct
 
-REQUIRED = ("id", "source", "engine", "model", "precision", "gpu", "num_gpus", "tp", "pp",
-            "input_len", "output_len", "batch_or_concurrency", "request_rate",
-            "metric_throughput_tokens_per_s", "ttft_ms", "tpot_or_itl_ms", "throughput_kind",
-            "ttft_stat", "tpot_itl_stat")
+REQUIRED = (
+    "id",
+    "source",
+    "engine",
+    "model",
+    "precision",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "input_len",
+    "output_len",
+    "batch_or_concurrency",
+    "request_rate",
+    "metric_throughput_tokens_per_s",
+    "ttft_ms",
+    "tpot_or_itl_ms",
+    "throughput_kind",
+    "ttft_stat",
+    "tpot_itl_stat",
+)
 
 OFFLINE_REQUESTS_MAX = 30000
 """trtllm-bench throughput runs queue 30,000 requests (perf-overview.md); rows that state a
@@ -94,7 +111,8 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
     notes = row.get("notes", "").lower()
     if "attention-dp" in notes or "attention dp" in notes:
         raise UnsupportedRowError(
-            "expert-parallel / attention-data-parallel MoE serving not modelled")
+            "expert-parallel / attention-data-parallel MoE serving not modelled"
+        )
     tp = _int(row["tp"])
     if tp is None:
         raise UnsupportedRowError("tensor-parallel degree not stated")
@@ -113,56 +131,94 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
     m_static = re.match(r"static batch (\d+)", batch)
     m_count = re.search(r"(\d[\d,]*) requests", notes)
     replicas = max(n_gpus // (tp * pp), 1)
-    base = dict(model=model.key, gpu=gpu.key, precision=prec, tp=tp, pp=pp,
-                replicas=replicas, input_len=isl, output_len=osl)
+    base = dict(
+        model=model.key,
+        gpu=gpu.key,
+        precision=prec,
+        tp=tp,
+        pp=pp,
+        replicas=replicas,
+        input_len=isl,
+        output_len=osl,
+    )
     if m_static:
         b = int(m_static.group(1))
-        static = EngineConfig(name=eng.name + "-static", max_batch=b,
-                              max_num_tokens=max(b * isl, eng.max_num_tokens),
-                              chunked_prefill=False, mem_fraction=eng.mem_fraction,
-                              fraction_of_free=eng.fraction_of_free,
-                              block_tokens=eng.block_tokens, reserved_bytes=eng.reserved_bytes)
+        static = EngineConfig(
+            name=eng.name + "-static",
+            max_batch=b,
+            max_num_tokens=max(b * isl, eng.max_num_tokens),
+            chunked_prefill=False,
+            mem_fraction=eng.mem_fraction,
+            fraction_of_free=eng.fraction_of_free,
+            block_tokens=eng.block_tokens,
+            reserved_bytes=eng.reserved_bytes,
+        )
         return RowPlan(engine=static, mode="static", requests=b, **base)  # type: ignore[arg-type]
-    if rate.startswith("inf (offline)") or rate == "offline" or (
-            rate == "" and "max" in batch and row["metric_throughput_tokens_per_s"]):
+    if (
+        rate.startswith("inf (offline)")
+        or rate == "offline"
+        or (rate == "" and "max" in batch and row["metric_throughput_tokens_per_s"])
+    ):
         e = eng
         m_tok = re.search(r"max num tokens (\d+)", batch)
         m_b = re.search(r"max batch (\d+)", batch)
         if m_tok or m_b:
-            e = EngineConfig(name=eng.name, max_batch=int(m_b.group(1)) if m_b else eng.max_batch,
-                             max_num_tokens=int(m_tok.group(1)) if m_tok else eng.max_num_tokens,
-                             mem_fraction=eng.mem_fraction, fraction_of_free=eng.fraction_of_free,
-                             block_tokens=eng.block_tokens, reserved_bytes=eng.reserved_bytes)
+            e = EngineConfig(
+                name=eng.name,
+                max_batch=int(m_b.group(1)) if m_b else eng.max_batch,
+                max_num_tokens=int(m_tok.group(1)) if m_tok else eng.max_num_tokens,
+                mem_fraction=eng.mem_fraction,
+                fraction_of_free=eng.fraction_of_free,
+                block_tokens=eng.block_tokens,
+                reserved_bytes=eng.reserved_bytes,
+            )
         n = int(m_count.group(1).replace(",", "")) if m_count else OFFLINE_REQUESTS_MAX
-        return RowPlan(engine=e, mode="offline", requests=min(n, OFFLINE_REQUESTS_MAX),
-                       **base)  # type: ignore[arg-type]
+        return RowPlan(engine=e, mode="offline", requests=min(n, OFFLINE_REQUESTS_MAX), **base)  # type: ignore[arg-type]
     if rate == "inf":
         n = int(m_count.group(1).replace(",", "")) if m_count else ONLINE_REQUESTS
-        return RowPlan(engine=eng, mode="saturate", requests=n,
-                       **base)  # type: ignore[arg-type]
+        return RowPlan(engine=eng, mode="saturate", requests=n, **base)  # type: ignore[arg-type]
     m_rate = re.match(r"([\d.]+)", rate)
     if m_rate:
-        return RowPlan(engine=eng, mode="poisson", requests=ONLINE_REQUESTS,
-                       rate=float(m_rate.group(1)) / replicas, **base)  # type: ignore[arg-type]
+        return RowPlan(
+            engine=eng,
+            mode="poisson",
+            requests=ONLINE_REQUESTS,
+            rate=float(m_rate.group(1)) / replicas,
+            **base,  # type: ignore[arg-type]
+        )
     m_one = re.match(r"(\d+)\b", batch)
     if m_one and rate == "":
-        return RowPlan(engine=eng, mode="closed", requests=max(4, 4 * int(m_one.group(1))),
-                       rate=float(m_one.group(1)), **base)  # type: ignore[arg-type]
-    raise UnsupportedRowError(f"load not understood (request_rate={row['request_rate']!r}, "
-               f"batch_or_concurrency={row['batch_or_concurrency']!r})")
+        return RowPlan(
+            engine=eng,
+            mode="closed",
+            requests=max(4, 4 * int(m_one.group(1))),
+            rate=float(m_one.group(1)),
+            **base,  # type: ignore[arg-type]
+        )
+    raise UnsupportedRowError(
+        f"load not understood (request_rate={row['request_rate']!r}, "
+        f"batch_or_concurrency={row['batch_or_concurrency']!r})"
+    )
 
 
 def run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
     model, gpu = get_model(p.model), get_gpu(p.gpu)
     prec = precision_plan(gpu, p.precision)
-    sm = build_step_model(model, gpu, prec, p.tp, p.pp, cal, p.engine,
-                          tokens_per_seq=p.input_len + p.output_len)
+    sm = build_step_model(
+        model, gpu, prec, p.tp, p.pp, cal, p.engine, tokens_per_seq=p.input_len + p.output_len
+    )
     if not sm.memory.fits:
         raise UnsupportedRowError(
             f"does not fit: {sm.memory.weights_bytes / 1e9:.1f} GB of weights per GPU leave "
-            f"no KV cache on {gpu.key}")
-    lim = EngineLimits(p.engine.max_batch, p.engine.max_num_tokens, sm.memory.kv_blocks,
-                       sm.memory.block_tokens, p.engine.chunked_prefill)
+            f"no KV cache on {gpu.key}"
+        )
+    lim = EngineLimits(
+        p.engine.max_batch,
+        p.engine.max_num_tokens,
+        sm.memory.kv_blocks,
+        sm.memory.block_tokens,
+        p.engine.chunked_prefill,
+    )
     wl: Workload
     if p.mode in ("offline", "static", "saturate"):
         wl = offline(p.requests, p.input_len, p.output_len)
@@ -175,8 +231,13 @@ def run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
 
 def _pick(stat: Stat, which: str) -> float | None:
     w = which.lower()
-    if w in ("mean", "itl_mean", "tpot_mean") or w.startswith("prefill latency") or \
-            w.startswith("decode latency") or w.startswith("reported") or w.startswith("single"):
+    if (
+        w in ("mean", "itl_mean", "tpot_mean")
+        or w.startswith("prefill latency")
+        or w.startswith("decode latency")
+        or w.startswith("reported")
+        or w.startswith("single")
+    ):
         return stat.mean
     if "median" in w or "p50" in w:
         return stat.p50
@@ -203,16 +264,30 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
     measured_ttft = num(row, "ttft_ms", where)
     measured_itl = num(row, "tpot_or_itl_ms", where)
     if measured_tp is None and measured_ttft is None and measured_itl is None:
-        return [RowResult(rid, None, None, None, "skipped",
-                          "no measured throughput, TTFT or TPOT/ITL in the row", group=src)]
+        return [
+            RowResult(
+                rid,
+                None,
+                None,
+                None,
+                "skipped",
+                "no measured throughput, TTFT or TPOT/ITL in the row",
+                group=src,
+            )
+        ]
     try:
         plan = plan_row(row, where)
         res = run_plan(plan, cal)
     except UnsupportedRowError as exc:
         return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
     out: list[RowResult] = []
-    detail: dict[str, object] = {"mode": plan.mode, "tp": plan.tp, "pp": plan.pp,
-                                 "engine": plan.engine.name, "mean_batch": res.mean_batch}
+    detail: dict[str, object] = {
+        "mode": plan.mode,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "engine": plan.engine.name,
+        "mean_batch": res.mean_batch,
+    }
     if measured_tp is not None:
         kind = row["throughput_kind"].lower()
         total = res.output_tokens_per_s * plan.replicas
@@ -225,32 +300,83 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
         else:
             pred = None
         if pred is None:
-            out.append(RowResult(f"{rid}", None, measured_tp, None, "skipped",
-                                 f"throughput_kind {row['throughput_kind']!r} not modelled",
-                                 group=f"throughput | {src}", metric="throughput"))
+            out.append(
+                RowResult(
+                    f"{rid}",
+                    None,
+                    measured_tp,
+                    None,
+                    "skipped",
+                    f"throughput_kind {row['throughput_kind']!r} not modelled",
+                    group=f"throughput | {src}",
+                    metric="throughput",
+                )
+            )
         elif plan.mode in ("offline", "static", "saturate"):
-            out.append(RowResult(rid, pred, measured_tp, signed_error_pct(pred, measured_tp),
-                                 "scored", group=f"throughput | {src}", metric="throughput",
-                                 detail=detail))
+            out.append(
+                RowResult(
+                    rid,
+                    pred,
+                    measured_tp,
+                    signed_error_pct(pred, measured_tp),
+                    "scored",
+                    group=f"throughput | {src}",
+                    metric="throughput",
+                    detail=detail,
+                )
+            )
         else:
-            out.append(RowResult(rid, pred, measured_tp, signed_error_pct(pred, measured_tp),
-                                 "reported", "online throughput follows the offered rate",
-                                 group=f"throughput | {src}", metric="throughput_online"))
+            out.append(
+                RowResult(
+                    rid,
+                    pred,
+                    measured_tp,
+                    signed_error_pct(pred, measured_tp),
+                    "reported",
+                    "online throughput follows the offered rate",
+                    group=f"throughput | {src}",
+                    metric="throughput_online",
+                )
+            )
     for measured, stat, which, metric in (
-            (measured_ttft, res.ttft_s, row["ttft_stat"], "ttft"),
-            (measured_itl, res.itl_s if "itl" in row["tpot_itl_stat"].lower() else res.tpot_s,
-             row["tpot_itl_stat"], "tpot_itl")):
+        (measured_ttft, res.ttft_s, row["ttft_stat"], "ttft"),
+        (
+            measured_itl,
+            res.itl_s if "itl" in row["tpot_itl_stat"].lower() else res.tpot_s,
+            row["tpot_itl_stat"],
+            "tpot_itl",
+        ),
+    ):
         if measured is None:
             continue
         pick = _pick(stat, which or "mean")
         if pick is None or math.isnan(pick):
-            out.append(RowResult(rid, None, measured, None, "skipped",
-                                 f"statistic {which!r} not modelled", group=f"{metric} | {src}",
-                                 metric=metric))
+            out.append(
+                RowResult(
+                    rid,
+                    None,
+                    measured,
+                    None,
+                    "skipped",
+                    f"statistic {which!r} not modelled",
+                    group=f"{metric} | {src}",
+                    metric=metric,
+                )
+            )
             continue
         pred_ms = pick * 1e3
-        out.append(RowResult(rid, pred_ms, measured, signed_error_pct(pred_ms, measured),
-                             "scored", group=f"{metric} | {src}", metric=metric, detail=detail))
+        out.append(
+            RowResult(
+                rid,
+                pred_ms,
+                measured,
+                signed_error_pct(pred_ms, measured),
+                "scored",
+                group=f"{metric} | {src}",
+                metric=metric,
+                detail=detail,
+            )
+        )
     return out
 
 

@@ -46,8 +46,13 @@ class ValidationReport:
         return [r for r in self.rows if r.status == "skipped"]
 
     def stats(self, rows: list[RowResult] | None = None) -> dict[str, float | None]:
-        errs = np.array([abs(r.error_pct) for r in (self.scored if rows is None else rows)
-                         if r.error_pct is not None])
+        errs = np.array(
+            [
+                abs(r.error_pct)
+                for r in (self.scored if rows is None else rows)
+                if r.error_pct is not None
+            ]
+        )
         if errs.size == 0:
             return {"mape_pct": None, "median_abs_error_pct": None, "max_abs_error_pct": None}
         return {
@@ -58,9 +63,22 @@ class ValidationReport:
 
     def to_json(self) -> dict[str, object]:
         rows = [
-            {k: v for k, v in asdict(r).items() if k in ("id", "predicted", "measured",
-                                                         "error_pct", "status", "reason",
-                                                         "metric", "group", "detail")}
+            {
+                k: v
+                for k, v in asdict(r).items()
+                if k
+                in (
+                    "id",
+                    "predicted",
+                    "measured",
+                    "error_pct",
+                    "status",
+                    "reason",
+                    "metric",
+                    "group",
+                    "detail",
+                )
+            }
             for r in self.rows
         ]
         return {
@@ -105,8 +123,11 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
             raise InputError("--runs", str(path), f"missing column(s) {', '.join(missing)}")
         for lineno, row in enumerate(reader, start=2):
             if None in row:  # more cells than header columns
-                raise InputError(f"{path.name}:line {lineno}", row.get("id", ""),
-                                 f"row has more cells than the {len(header)} header columns")
+                raise InputError(
+                    f"{path.name}:line {lineno}",
+                    row.get("id", ""),
+                    f"row has more cells than the {len(header)} header columns",
+                )
             yield lineno, {k: (v or "").strip() for k, v in row.items()}
 
 

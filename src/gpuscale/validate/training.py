@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model, get_gpu, get_model, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
+from gpuscale.perf.plan import RECOMPUTE, Plans, Workload
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import (
     megatron_model_flops,
@@ -34,17 +36,43 @@ from gpuscale.validate.report import (
     signed_error_pct,
 )
 
-REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch_seqs",
-            "target", "flop_convention")
+REQUIRED = (
+    "id",
+    "source",
+    "model",
+    "gpu",
+    "num_gpus",
+    "seq_len",
+    "global_batch_seqs",
+    "target",
+    "flop_convention",
+)
 TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "excluded")
-CONVENTIONS = ("", "megatron_sc21_hfu", "megatron_model_full_attn", "megatron_model_causal",
-               "unspecified")
-_SHARD = {"": None, "none": 0, "dist-opt": 1, "distributed": 1, "dist_opt": 1, "zero1": 2,
-          "zero-1": 2, "zero2": 3, "zero-2": 3, "zero3": 4, "zero-3": 4, "fsdp": 4}
+CONVENTIONS = (
+    "",
+    "megatron_sc21_hfu",
+    "megatron_model_full_attn",
+    "megatron_model_causal",
+    "unspecified",
+)
+_SHARD = {
+    "": None,
+    "none": 0,
+    "dist-opt": 1,
+    "distributed": 1,
+    "dist_opt": 1,
+    "zero1": 2,
+    "zero-1": 2,
+    "zero2": 3,
+    "zero-2": 3,
+    "zero3": 4,
+    "zero-3": 4,
+    "fsdp": 4,
+}
 _GPT_VOCAB = 51200  # GPT-2 BPE (50,257) padded as Megatron does, when a row omits vocab
 
 
-class Skip(Exception):
+class UnsupportedRowError(Exception):
     """A row gpuscale cannot model yet; the message is the reason."""
 
 
@@ -69,17 +97,26 @@ def source_group(source: str) -> str:
 
 def _model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     notes: list[str] = []
-    shape = {k: num(row, c, where) for k, c in (("layers", "layers"), ("hidden", "hidden"),
-                                                 ("ffn_hidden", "ffn_hidden"),
-                                                 ("heads", "heads"), ("kv_heads", "kv_heads"),
-                                                 ("vocab", "vocab"))}
+    shape = {
+        k: num(row, c, where)
+        for k, c in (
+            ("layers", "layers"),
+            ("hidden", "hidden"),
+            ("ffn_hidden", "ffn_hidden"),
+            ("heads", "heads"),
+            ("kv_heads", "kv_heads"),
+            ("vocab", "vocab"),
+        )
+    }
     try:
         base: Model | None = get_model(row["model"])
     except InputError:
         base = None
     if base is None:
         if shape["layers"] is None or shape["hidden"] is None:
-            raise Skip(f"model {row['model']!r} is not in the catalog and the row gives no shape")
+            raise UnsupportedRowError(
+                f"model {row['model']!r} is not in the catalog and the row gives no shape"
+            )
         h = int(shape["hidden"])
         heads = int(shape["heads"]) if shape["heads"] else max(h // 128, 1)
         if not shape["heads"]:
@@ -87,9 +124,15 @@ def _model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         if not shape["vocab"]:
             notes.append(f"vocab not stated: {_GPT_VOCAB} assumed")
         body: dict[str, Any] = {
-            "name": row["model"], "source": "validation row", "layers": int(shape["layers"]),
-            "hidden": h, "heads": heads, "vocab": int(shape["vocab"] or _GPT_VOCAB),
-            "position": "learned", "tied_embeddings": True, "max_seq": 2048,
+            "name": row["model"],
+            "source": "validation row",
+            "layers": int(shape["layers"]),
+            "hidden": h,
+            "heads": heads,
+            "vocab": int(shape["vocab"] or _GPT_VOCAB),
+            "position": "learned",
+            "tied_embeddings": True,
+            "max_seq": 2048,
         }
         if shape["ffn_hidden"]:
             body["ffn_hidden"] = int(shape["ffn_hidden"])
@@ -98,17 +141,22 @@ def _model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         return Model.model_validate({**body, "key": row["model"]}), notes
     upd: dict[str, Any] = {}
     for k in ("layers", "hidden", "heads", "vocab"):
-        if shape[k]:
-            upd[k] = int(shape[k])
-    if shape["kv_heads"] and base.mla is None:
-        upd["kv_heads"] = int(shape["kv_heads"])
+        v = shape[k]
+        if v:
+            upd[k] = int(v)
+    kv = shape["kv_heads"]
+    if kv and base.mla is None:
+        upd["kv_heads"] = int(kv)
     if shape["ffn_hidden"]:
         upd["dense_ffn_hidden" if base.is_moe else "ffn_hidden"] = int(shape["ffn_hidden"])
     if upd:
         data = base.model_dump()
         if "hidden" in upd or "heads" in upd:
-            data["head_dim"] = 0 if base.mla is None and base.head_dim * base.heads == base.hidden \
+            data["head_dim"] = (
+                0
+                if base.mla is None and base.head_dim * base.heads == base.hidden
                 else base.head_dim
+            )
         data.update(upd)
         return Model.model_validate(data), notes
     return base, notes
@@ -120,23 +168,28 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         raise InputError(f"{where}:target", target, f"one of {', '.join(TARGETS)}")
     conv = row["flop_convention"]
     if conv not in CONVENTIONS:
-        raise InputError(f"{where}:flop_convention", conv, f"one of {', '.join(c for c in CONVENTIONS if c)}")
-    measured_col = {"tokens_per_s_per_gpu": "measured_tokens_per_s_per_gpu",
-                    "tflops_per_gpu": "measured_tflops_per_gpu", "mfu": "measured_mfu",
-                    "excluded": "measured_tokens_per_s_per_gpu"}[target]
+        raise InputError(
+            f"{where}:flop_convention", conv, f"one of {', '.join(c for c in CONVENTIONS if c)}"
+        )
+    measured_col = {
+        "tokens_per_s_per_gpu": "measured_tokens_per_s_per_gpu",
+        "tflops_per_gpu": "measured_tflops_per_gpu",
+        "mfu": "measured_mfu",
+        "excluded": "measured_tokens_per_s_per_gpu",
+    }[target]
     measured = num(row, measured_col, where)
     if measured is None:
-        raise Skip(f"no {measured_col} value")
+        raise UnsupportedRowError(f"no {measured_col} value")
     try:
         gpu = get_gpu(row["gpu"])
     except InputError:
-        raise Skip(f"GPU {row['gpu']!r} not in the catalog") from None
+        raise UnsupportedRowError(f"GPU {row['gpu']!r} not in the catalog") from None
     model, notes = _model_for(row, where)
     n_gpus = num(row, "num_gpus", where)
     seq = num(row, "seq_len", where)
     gbs = num(row, "global_batch_seqs", where)
     if n_gpus is None or seq is None or gbs is None:
-        raise Skip("GPU count, sequence length or global batch not stated")
+        raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
     prec_raw = row.get("precision", "").lower()
     if not prec_raw:
         precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
@@ -148,25 +201,46 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     elif "bf16" in prec_raw:
         precision = "bf16"
     else:
-        raise Skip(f"precision {prec_raw!r} not modelled")
+        raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
     if precision not in gpu.peak_tflops:
-        raise Skip(f"{gpu.key} has no {precision} peak in the catalog")
+        raise UnsupportedRowError(f"{gpu.key} has no {precision} peak in the catalog")
     system = system_for_gpu(gpu)
-    w = Workload(model, gpu, system, Fabric.from_system(system, int(n_gpus)), int(n_gpus),
-                 int(seq), int(gbs), precision)
+    w = Workload(
+        model,
+        gpu,
+        system,
+        Fabric.from_system(system, int(n_gpus)),
+        int(n_gpus),
+        int(seq),
+        int(gbs),
+        precision,
+    )
     fixed: dict[str, Any] = {}
-    for col, key in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"),
-                     ("vpp", "vpp"), ("micro_batch", "mbs")):
+    for col, key in (
+        ("tp", "tp"),
+        ("pp", "pp"),
+        ("dp", "dp"),
+        ("cp", "cp"),
+        ("ep", "ep"),
+        ("vpp", "vpp"),
+        ("micro_batch", "mbs"),
+    ):
         v = num(row, col, where)
         if v is not None:
             fixed[key] = int(v)
-    if (fixed.get("pp", 1) > 1 and "mbs" in fixed and "dp" in fixed
-            and int(gbs) == fixed["dp"] * fixed["mbs"]):
+    if (
+        fixed.get("pp", 1) > 1
+        and "mbs" in fixed
+        and "dp" in fixed
+        and int(gbs) == fixed["dp"] * fixed["mbs"]
+    ):
         # one micro-batch through a pipeline would idle it (p - 1) / 1 of the time: the
         # figure is the local batch (torchtitan's usage), so the micro-batch is searched
         del fixed["mbs"]
-        notes.append("stated micro-batch equals the local batch with pp > 1: read as the "
-                     "local batch, micro-batch searched")
+        notes.append(
+            "stated micro-batch equals the local batch with pp > 1: read as the "
+            "local batch, micro-batch searched"
+        )
     if "pp" in fixed and "vpp" not in fixed:
         fixed["vpp"] = 1  # interleaving is opt-in: a stated layout without vpp is plain 1F1B
     sp = row.get("seq_parallel", "")
@@ -176,24 +250,28 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if not rc and conv == "megatron_sc21_hfu":
         rc = "full"
         notes.append("full recompute: the SC'21 FLOP convention counts a full recomputation")
-    if not rc and re.search(r"activation checkpointing on|full (activation )?recompute",
-                            row.get("notes", ""), re.IGNORECASE):
+    if not rc and re.search(
+        r"activation checkpointing on|full (activation )?recompute",
+        row.get("notes", ""),
+        re.IGNORECASE,
+    ):
         rc = "full"
         notes.append("full recompute as stated in the notes")
     if rc:
         if rc not in RECOMPUTE:
-            raise Skip(f"recompute {rc!r} not modelled")
+            raise UnsupportedRowError(f"recompute {rc!r} not modelled")
         fixed["recompute"] = RECOMPUTE.index(rc)
     z = row.get("dist_optimizer_or_zero", "").lower()
     if z not in _SHARD:
-        raise Skip(f"optimizer sharding {z!r} not modelled")
+        raise UnsupportedRowError(f"optimizer sharding {z!r} not modelled")
     if _SHARD[z] is not None:
         fixed["sharding"] = _SHARD[z]
     free = [k for k in ("tp", "pp", "dp", "mbs") if k not in fixed]
     if free:
         notes.append(f"not stated, chosen by gpuscale's plan search: {', '.join(free)}")
-    return PreparedRow(row["id"], source_group(row["source"]), w, fixed, target, conv,
-                       measured, tuple(notes))
+    return PreparedRow(
+        row["id"], source_group(row["source"]), w, fixed, target, conv, measured, tuple(notes)
+    )
 
 
 def choose_plan(pr: PreparedRow, cal: Calibration) -> tuple[Plans, str]:
@@ -202,9 +280,9 @@ def choose_plan(pr: PreparedRow, cal: Calibration) -> tuple[Plans, str]:
     try:
         res = search_plans(w, cal, fx, require_fit=False, exact_gpus=True)
     except InputError as exc:
-        raise Skip(f"stated plan is not valid here: {exc.valid}") from None
+        raise UnsupportedRowError(f"stated plan is not valid here: {exc.valid}") from None
     i = res.best
-    plans = res.estimate.plans.take([i])
+    plans = res.estimate.plans.take(np.array([i]))
     note = "" if res.estimate.memory.fits[i] else "predicted memory exceeds capacity"
     return plans, note
 
@@ -219,8 +297,9 @@ def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
     if pr.convention == "megatron_sc21_hfu":
         flops = megatron_sc21_flops(w.model, w.global_batch, w.seq_len)
     elif pr.convention in ("megatron_model_full_attn", "megatron_model_causal"):
-        flops = megatron_model_flops(w.model, w.global_batch, w.seq_len,
-                                     causal=pr.convention == "megatron_model_causal")
+        flops = megatron_model_flops(
+            w.model, w.global_batch, w.seq_len, causal=pr.convention == "megatron_model_causal"
+        )
     else:
         flops = model_flops_per_token(w.model, w.seq_len) * w.tokens_per_step
     tflops = flops / step / used / 1e12
@@ -238,10 +317,19 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
             pr = prepare(row, where)
             plans, note = choose_plan(pr, cal)
             pred = predict(pr, plans, cal)
-        except Skip as why:
-            rows.append(RowResult(rid, None, num(row, "measured_tokens_per_s_per_gpu", where),
-                                  None, "skipped", str(why), source_group(row["source"]),
-                                  row["target"]))
+        except UnsupportedRowError as why:
+            rows.append(
+                RowResult(
+                    rid,
+                    None,
+                    num(row, "measured_tokens_per_s_per_gpu", where),
+                    None,
+                    "skipped",
+                    str(why),
+                    source_group(row["source"]),
+                    row["target"],
+                )
+            )
             continue
         reason = "; ".join([*pr.notes, note] if note else pr.notes)
         status = "scored"
@@ -250,7 +338,17 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
         elif pr.convention == "unspecified" and pr.target != "tokens_per_s_per_gpu":
             status = "reported"
             reason = "FLOP convention unspecified: gpuscale's model FLOPs used, not scored"
-        rows.append(RowResult(rid, pred, pr.measured, signed_error_pct(pred, pr.measured),
-                              status, reason, pr.group, pr.target,
-                              {"plan": plans.label(0)}))
+        rows.append(
+            RowResult(
+                rid,
+                pred,
+                pr.measured,
+                signed_error_pct(pred, pr.measured),
+                status,
+                reason,
+                pr.group,
+                pr.target,
+                {"plan": plans.label(0)},
+            )
+        )
     return ValidationReport("training", rows)

@@ -56,8 +56,9 @@ def _log2(x: FloatArray) -> FloatArray:
     return np.log2(np.maximum(x, 1.0))
 
 
-def _ring_lat(lat: _Lat, pl: Placement, p: int, nsteps: FloatArray,
-              ninter: FloatArray) -> FloatArray:
+def _ring_lat(
+    lat: _Lat, pl: Placement, p: int, nsteps: FloatArray, ninter: FloatArray
+) -> FloatArray:
     multi = pl.m > 1.0
     over = nccl.NET_OVERHEAD_S * (3.0 if p == SIMPLE else 1.0)
     intra = lat.intra("ring", p) + np.where(multi, over, 0.0)
@@ -84,10 +85,17 @@ def all_reduce(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> lis
     inter_t = 2.0 * (m - 1.0) / m * s / (k * pl.net_Bps)
     for p in (LL, LL128, SIMPLE):
         pf = nccl.PROTO_BW_FACTOR[p]
-        out.append(("ring", p, _ring_lat(lat, pl, p, 2.0 * (n - 1.0), 2.0 * (m - 1.0)),
-                    ring_bytes / (pf * ring_bw)))
+        out.append(
+            (
+                "ring",
+                p,
+                _ring_lat(lat, pl, p, 2.0 * (n - 1.0), 2.0 * (m - 1.0)),
+                ring_bytes / (pf * ring_bw),
+            )
+        )
         tree_lat = nccl.BASE_LATENCY_S["tree"][p] + 2.0 * (
-            (k - 1.0) * lat.intra("tree", p) + _log2(m) * lat.inter("tree", p))
+            (k - 1.0) * lat.intra("tree", p) + _log2(m) * lat.inter("tree", p)
+        )
         chain_t = 2.0 * s / pl.up_Bps
         tree_t = _combine(chain_t, inter_t, cal.hier_overlap) / nccl.TREE_BW_FACTOR
         out.append(("tree", p, tree_lat, tree_t / pf))
@@ -97,10 +105,19 @@ def all_reduce(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> lis
         single = m <= 1.0
         nvls_lat = lat.intra("nvls", SIMPLE) + np.zeros_like(n)
         out.append(("nvls", SIMPLE, np.where(single & (k > 1.0), nvls_lat, np.inf), intra_t))
-        tree_lat = (nccl.BASE_LATENCY_S["nvls_tree"][SIMPLE] + lat.intra("nvls_tree", SIMPLE)
-                    + 2.0 * _log2(m) * lat.inter("nvls_tree", SIMPLE))
-        out.append(("nvls_tree", SIMPLE, np.where(~single & (k > 1.0), tree_lat, np.inf),
-                    _combine(intra_t, inter_t, cal.hier_overlap)))
+        tree_lat = (
+            nccl.BASE_LATENCY_S["nvls_tree"][SIMPLE]
+            + lat.intra("nvls_tree", SIMPLE)
+            + 2.0 * _log2(m) * lat.inter("nvls_tree", SIMPLE)
+        )
+        out.append(
+            (
+                "nvls_tree",
+                SIMPLE,
+                np.where(~single & (k > 1.0), tree_lat, np.inf),
+                _combine(intra_t, inter_t, cal.hier_overlap),
+            )
+        )
     return out
 
 
@@ -112,16 +129,24 @@ def gather_scatter(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) ->
     out: list[Candidate] = []
     for p in (LL, LL128, SIMPLE):
         pf = nccl.PROTO_BW_FACTOR[p]
-        out.append(("ring", p, _ring_lat(lat, pl, p, n - 1.0, m - 1.0),
-                    per_rank / (pf * _ring_bw(pl))))
+        out.append(
+            ("ring", p, _ring_lat(lat, pl, p, n - 1.0, m - 1.0), per_rank / (pf * _ring_bw(pl)))
+        )
     if f.nvls and f.domain_gpus > 1:
         nvls_lat = np.where((m <= 1.0) & (k > 1.0), lat.intra("nvls", SIMPLE), np.inf)
         out.append(("nvls", SIMPLE, nvls_lat, per_rank / (pl.up_Bps * f.nvls_efficiency)))
     pat_ok = (k <= 1.0) & (m > 1.0)
-    pat_lat = (nccl.BASE_LATENCY_S["pat"][SIMPLE] + _log2(m) * lat.inter("pat", SIMPLE) / 3.5
-               + 2.8e-6 * n)
-    out.append(("pat", SIMPLE, np.where(pat_ok, pat_lat, np.inf),
-                per_rank / (nccl.PAT_BW_FACTOR * pl.net_Bps)))
+    pat_lat = (
+        nccl.BASE_LATENCY_S["pat"][SIMPLE] + _log2(m) * lat.inter("pat", SIMPLE) / 3.5 + 2.8e-6 * n
+    )
+    out.append(
+        (
+            "pat",
+            SIMPLE,
+            np.where(pat_ok, pat_lat, np.inf),
+            per_rank / (nccl.PAT_BW_FACTOR * pl.net_Bps),
+        )
+    )
     return out
 
 
@@ -137,7 +162,8 @@ def rooted(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Ca
 
 def _p2p_lat(lat: _Lat, pl: Placement, p: int) -> FloatArray:
     return nccl.BASE_LATENCY_S["p2p"][p] + np.where(
-        pl.m > 1.0, lat.inter("p2p", p), lat.intra("p2p", p))
+        pl.m > 1.0, lat.inter("p2p", p), lat.intra("p2p", p)
+    )
 
 
 def all_to_all(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
@@ -152,8 +178,9 @@ def all_to_all(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> lis
 def send_recv(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
     lat = _Lat(f, cal)
     bw = np.where(pl.m > 1.0, pl.net_one_nic_Bps, pl.up_Bps)
-    return [("p2p", p, _p2p_lat(lat, pl, p), s / (nccl.PROTO_BW_FACTOR[p] * bw))
-            for p in (LL, SIMPLE)]
+    return [
+        ("p2p", p, _p2p_lat(lat, pl, p), s / (nccl.PROTO_BW_FACTOR[p] * bw)) for p in (LL, SIMPLE)
+    ]
 
 
 CANDIDATES = {

@@ -88,8 +88,9 @@ class Placement:
     """Per-member bandwidth when a rank cannot stripe over several NICs (all-to-all, p2p)."""
 
 
-def place(fabric: Fabric, cal: Calibration, n: ArrayLike,
-          members_per_domain: ArrayLike | None) -> Placement:
+def place(
+    fabric: Fabric, cal: Calibration, n: ArrayLike, members_per_domain: ArrayLike | None
+) -> Placement:
     """Group geometry: balanced over domains by default (two racks of 64 for 128 ranks)."""
     nn = np.asarray(n, dtype=np.float64)
     dom = float(fabric.scaleup_domain_gpus)
@@ -117,5 +118,4 @@ def place(fabric: Fabric, cal: Calibration, n: ArrayLike,
     cross = np.where(leaves > 1.0, (leaves - 1.0) / leaves, 0.0)
     slow = 1.0 + cross * (max(fabric.oversubscription, 1.0) - 1.0)
     up = np.full_like(nn, fabric.scaleup_bw_Bps * cal.scaleup_eff)
-    return Placement(n=nn, k=k, m=m, up_Bps=up, net_Bps=net / slow,
-                     net_one_nic_Bps=one_nic / slow)
+    return Placement(n=nn, k=k, m=m, up_Bps=up, net_Bps=net / slow, net_one_nic_Bps=one_nic / slow)

@@ -103,13 +103,16 @@ def estimate(
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise InputError("algorithm", algorithm, f"one of {', '.join(ALGORITHMS)}")
     if members_per_domain is None:
-        size, nn = np.broadcast_arrays(np.asarray(size_bytes, dtype=np.float64),
-                                       np.asarray(n, dtype=np.float64))
+        size, nn = np.broadcast_arrays(
+            np.asarray(size_bytes, dtype=np.float64), np.asarray(n, dtype=np.float64)
+        )
         kk: FloatArray | None = None
     else:
-        size, nn, kk = np.broadcast_arrays(np.asarray(size_bytes, dtype=np.float64),
-                                           np.asarray(n, dtype=np.float64),
-                                           np.asarray(members_per_domain, dtype=np.float64))
+        size, nn, kk = np.broadcast_arrays(
+            np.asarray(size_bytes, dtype=np.float64),
+            np.asarray(n, dtype=np.float64),
+            np.asarray(members_per_domain, dtype=np.float64),
+        )
     if np.any(nn < 1.0):
         raise InputError("n", float(nn.min()), "a group of at least 1 GPU")
     if np.any(nn > fabric.total_gpus):
@@ -132,7 +135,8 @@ def estimate(
         raise InputError("algorithm", algorithm, f"not available to {op} for every group here")
     # paid once by every algorithm that crosses the network, so it does not change the choice
     lat_s = np.take_along_axis(lat, best[None], axis=0)[0] + np.where(
-        pl.m > 1.0, cal.scaleout_call_latency_s, 0.0)
+        pl.m > 1.0, cal.scaleout_call_latency_s, 0.0
+    )
     pick = lat_s + np.take_along_axis(bw, best[None], axis=0)[0]
     bw_s = np.take_along_axis(bw, best[None], axis=0)[0]
     single = nn <= 1.0

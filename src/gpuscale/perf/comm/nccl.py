@@ -61,8 +61,11 @@ HW_LATENCY_S: dict[str, dict[str, tuple[float, float, float]]] = {
     path: {a: (v[0] * US, v[1] * US, v[2] * US) for a, v in table.items()}
     for path, table in (("nvlink", _NVLINK), ("pci", _PCI), ("net", _NET))
 }
-REFERENCE_HOP = {"nvlink": HW_LATENCY_S["nvlink"]["ring"][0], "pci": HW_LATENCY_S["pci"]["ring"][0],
-                 "net": HW_LATENCY_S["net"]["ring"][0]}
+REFERENCE_HOP = {
+    "nvlink": HW_LATENCY_S["nvlink"]["ring"][0],
+    "pci": HW_LATENCY_S["pci"]["ring"][0],
+    "net": HW_LATENCY_S["net"]["ring"][0],
+}
 """The entry a fitted hop latency replaces (ring/LL); the others keep NCCL's ratios to it."""
 
 NET_OVERHEAD_S = 1.0 * US
