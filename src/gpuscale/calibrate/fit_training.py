@@ -34,6 +34,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_half_dim": (16.0, 512.0),
     "attn_eff": (0.2, 0.8),
     "hbm_eff": (0.5, 0.95),
+    "elementwise_bytes_per_token_layer": (8.0, 40.0),
     "fp8_gemm_speedup": (1.1, 2.0),
     "dp_overlap": (0.0, 1.0),
     "pp_overlap": (0.0, 1.0),

@@ -33,6 +33,19 @@ class GPU(_Entry):
     nvlink_gb_per_s: float = 0.0
     pcie_gen: int = 4
     tdp_w: float
+    power_cap_w: float | None = None
+    """Board power limit when a deployment runs the part below its rated TDP."""
+
+    @property
+    def clock_fraction(self) -> float:
+        """Sustained tensor-core clock under the power cap relative to rated TDP.
+
+        Dynamic power scales as f V^2 and voltage tracks frequency along the DVFS curve,
+        so P ~ f^3 and f ~ (cap / TDP)^(1/3) (a first-order CMOS scaling argument).
+        """
+        if self.power_cap_w is None or self.power_cap_w >= self.tdp_w:
+            return 1.0
+        return float((self.power_cap_w / self.tdp_w) ** (1.0 / 3.0))
 
     @property
     def memory_bytes(self) -> float:

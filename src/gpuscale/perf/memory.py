@@ -139,7 +139,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         cols.append(dense * (un + sh / d) + expert * (un + sh / d_exp))
     weights, grads, opt = cols
     if w.precision == "fp8":
-        weights = weights + (dense + expert) * 1.0
+        # the 1-byte FP8 weight copy is sharded like the 16-bit weights under ZeRO-3/FSDP
+        z3 = p.sharding == 4
+        weights = weights + np.where(z3, dense / d + expert / d_exp, dense + expert)
     # activations in flight on the first stage
     layers_stage = np.ceil(m.layers / p.pp)
     mb = p.microbatches(w).astype(np.float64)

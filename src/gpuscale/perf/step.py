@@ -116,6 +116,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     mb = p.microbatches(w).astype(np.float64)
 
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
+    peak16 *= w.gpu.clock_fraction  # a power-capped part sustains a lower clock
     gemm_peak = peak16 * (cal.fp8_gemm_speedup if w.precision == "fp8" else 1.0)
 
     # --- GEMMs, forward, one layer, one micro-batch (per GPU) -------------------------
