@@ -68,6 +68,13 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
             f"{s['max_abs_error_pct']:.1f}",
         )
     out.print(g)
+    for metric, rows in sorted(report.by_metric().items()):
+        ms = report.stats(rows)
+        out.print(
+            f"{metric}: {len(rows)} scored rows, MAPE {ms['mape_pct']:.2f} %, "
+            f"median |error| {ms['median_abs_error_pct']:.2f} %, "
+            f"worst |error| {ms['max_abs_error_pct']:.2f} %"
+        )
     s = report.stats()
     n_rep = sum(1 for r in report.rows if r.status == "reported")
     mape = "n/a" if s["mape_pct"] is None else f"{s['mape_pct']:.2f} %"

@@ -381,28 +381,11 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
 
 
 class InferenceReport(ValidationReport):
-    """The validation report plus one score per metric (throughput, TTFT, TPOT/ITL)."""
-
-    def by_metric(self) -> dict[str, dict[str, float | int | None]]:
-        out: dict[str, dict[str, float | int | None]] = {}
-        for m in SCORED_METRICS:
-            rs = [r for r in self.scored if r.metric == m]
-            out[m] = {"n": len(rs), **self.stats(rs)}
-        return out
-
-    def by_group(self) -> dict[str, list[RowResult]]:
-        """Scored rows by metric and source, plus each metric over all sources (the three
-        headline scores appear in the CLI's by-source table)."""
-        out = super().by_group()
-        for m in SCORED_METRICS:
-            rs = [r for r in self.scored if r.metric == m]
-            if rs:
-                out[f"{m} | ALL SOURCES"] = rs
-        return out
+    """The validation report; a CSV row yields one result per metric it measures, so the
+    JSON also counts distinct CSV rows (total and skipped)."""
 
     def to_json(self) -> dict[str, object]:
         d = super().to_json()
-        d["by_metric"] = self.by_metric()
         d["skipped_rows"] = len({r.id for r in self.rows if r.status == "skipped"})
         d["rows_total"] = len({r.id for r in self.rows})
         return d

@@ -88,8 +88,18 @@ class ValidationReport:
             "skipped": len(self.skipped),
             "reported": sum(1 for r in self.rows if r.status == "reported"),
             **self.stats(),
+            "by_metric": {
+                m: {"n": len(rs), **self.stats(rs)} for m, rs in self.by_metric().items()
+            },
             "by_group": {g: {"n": len(rs), **self.stats(rs)} for g, rs in self.by_group().items()},
         }
+
+    def by_metric(self) -> dict[str, list[RowResult]]:
+        """Scored rows per compared figure (each kind's accuracy targets are per metric)."""
+        out: dict[str, list[RowResult]] = {}
+        for r in self.scored:
+            out.setdefault(r.metric, []).append(r)
+        return out
 
     def by_group(self) -> dict[str, list[RowResult]]:
         out: dict[str, list[RowResult]] = {}
