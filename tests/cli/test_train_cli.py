@@ -149,14 +149,14 @@ def test_scaling_json() -> None:
         "4096",
         "--global-batch",
         "256",
-        "--mode",
-        "strong",
         "--json",
     )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["mode"] == "strong"
-    pts = d["points"]
+    assert set(d) == {"strong", "weak"}
+    # weak scaling: the batch grows in proportion to the GPU count, up to the given one
+    assert [p["global_batch"] for p in d["weak"]] == [32, 64, 128, 256]
+    pts = d["strong"]
     assert [p["gpus"] for p in pts] == [8, 16, 32, 64]
     assert all(p["global_batch"] == 256 for p in pts)
     assert pts[0]["efficiency"] == pytest.approx(1.0)

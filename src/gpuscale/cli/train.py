@@ -289,42 +289,39 @@ def scaling_cmd(
     precision: PrecOpt = "bf16",
     system: SysOpt = None,
     mode: Annotated[
-        str, typer.Option("--mode", help="strong (fixed batch) or weak (batch grows with GPUs).")
-    ] = "weak",
+        str,
+        typer.Option("--mode", help="strong (fixed batch), weak (batch grows with GPUs) or both."),
+    ] = "both",
     json: JsonOpt = False,
     calibration: CalOpt = None,
 ) -> None:
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
-    if mode not in ("strong", "weak"):
-        raise InputError("mode", mode, "strong or weak")
+    if mode not in ("strong", "weak", "both"):
+        raise InputError("mode", mode, "strong, weak or both")
     w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system)
-    pts = scaling_curve(w, load_calibration(calibration), mode)
+    cal = load_calibration(calibration)
+    modes = ("strong", "weak") if mode == "both" else (mode,)
+    curves = {m: scaling_curve(w, cal, m) for m in modes}
     if json:
-        emit_json({"mode": mode, "points": [p.to_dict() for p in pts]})
+        emit_json({m: [p.to_dict() for p in pts] for m, pts in curves.items()})
         return
-    t = Table(
-        title=f"{mode} scaling of {w.model.name} on {w.gpu.name} (efficiency vs the first point)"
-    )
-    for col in (
-        "GPUs",
-        "global batch",
-        "best plan",
-        "step",
-        "tokens/s/GPU",
-        "MFU",
-        "efficiency",
-        "growing term",
-    ):
-        t.add_column(col, justify="left" if col in ("best plan", "growing term") else "right")
-    for p in pts:
-        t.add_row(
-            str(p.gpus),
-            str(p.global_batch),
-            p.plan,
-            fmt_time(p.step_s),
-            f"{p.tokens_per_s_per_gpu:,.0f}",
-            f"{100 * p.mfu:.1f}%",
-            f"{100 * p.efficiency:.1f}%",
-            p.loss_term,
+    for m, pts in curves.items():
+        t = Table(
+            title=f"{m} scaling of {w.model.name} on {w.gpu.name} "
+            "(efficiency: tokens/s per GPU vs the first point)"
         )
-    out.print(t)
+        cols = ("GPUs", "batch", "best plan", "step", "tok/s/GPU", "MFU", "eff.", "growing term")
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("best plan", "growing term") else "right")
+        for p in pts:
+            t.add_row(
+                str(p.gpus),
+                str(p.global_batch),
+                p.plan,
+                fmt_time(p.step_s),
+                f"{p.tokens_per_s_per_gpu:,.0f}",
+                f"{100 * p.mfu:.1f}%",
+                f"{100 * p.efficiency:.1f}%",
+                p.loss_term,
+            )
+        out.print(t)
