@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, Model, System, system_for_gpu
 from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.kv import (
     MemoryPlan,
     PrecisionPlan,
@@ -267,15 +267,18 @@ class StepModel:
         )
 
 
-def _comm() -> Any:
-    """The collective cost model (``gpuscale.perf.comm``; its implementation module while
-    that package is being reorganised)."""
-    import importlib
+def _alpha_beta(
+    op: str, n: int, bytes_per_token: float, fabric: Fabric, cal: Calibration
+) -> tuple[float, float]:
+    """Linearise one collective in the number of tokens it carries: time = a + b x tokens.
 
-    mod = importlib.import_module("gpuscale.perf.comm")
-    if hasattr(mod, "collective_time_s"):
-        return mod
-    return importlib.import_module("gpuscale.perf.comm.model")
+    The collective model is evaluated at 1 and 1,025 tokens; serving steps then cost their
+    communication in closed form for any batch.
+    """
+    one = float(collective_time_s(op, bytes_per_token, n, fabric, cal))
+    big = float(collective_time_s(op, bytes_per_token * 1025, n, fabric, cal))
+    beta = (big - one) / 1024.0
+    return one - beta, beta
 
 
 def causal_pairs(offset: int, chunk: int) -> float:
@@ -350,24 +353,17 @@ def build_step_model(
     attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.layers / gp
     kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp)
     # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
-    comm = _comm()
-    Fabric, collective_time_s = comm.Fabric, comm.collective_time_s
     fabric = Fabric.from_system(sysm)
     layers_stage = math.ceil(model.layers / pp)
     n_ar = 2 * layers_stage
     if tp > 1:
-        one = float(collective_time_s("all_reduce", model.hidden * 2.0, tp, fabric, cal))
-        big = float(collective_time_s("all_reduce", model.hidden * 2.0 * 1025, tp, fabric, cal))
-        beta = (big - one) / 1024.0
-        ar_alpha, ar_beta = n_ar * (one - beta), n_ar * beta
+        alpha, beta = _alpha_beta("all_reduce", tp, model.hidden * 2.0, fabric, cal)
+        ar_alpha, ar_beta = n_ar * alpha, n_ar * beta
     else:
         ar_alpha = ar_beta = 0.0
     if pp > 1:
         # stage boundary: send/recv of the activations; inside a node when PP x TP fits it
-        one = float(collective_time_s("send_recv", model.hidden * 2.0, 2, fabric, cal))
-        big = float(collective_time_s("send_recv", model.hidden * 2.0 * 1025, 2, fabric, cal))
-        hop_beta = (big - one) / 1024.0
-        hop_alpha = one - hop_beta
+        hop_alpha, hop_beta = _alpha_beta("send_recv", 2, model.hidden * 2.0, fabric, cal)
     else:
         hop_alpha = hop_beta = 0.0
     return StepModel(
