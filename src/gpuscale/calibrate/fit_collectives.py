@@ -10,7 +10,7 @@ NCCL's ring/LL entry; the rest of NCCL's latency table keeps its ratios) and
 ``hier_overlap`` (pipelining of the two phases of a hierarchical all-reduce). The loss is
 busbw MAPE on large-message rows plus time MAPE on small-message rows, minimised by a
 bounded coordinate search (deterministic, no SciPy). ``--write`` read-modify-writes
-``calibration.json``: only these keys change, other engineers' keys are kept.
+``calibration.json``: only these keys change, the other models' keys are kept.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
+from gpuscale.perf.transformer import layer_shapes
 
 # bytes per element of a stored tensor; 4-bit formats carry their block scales:
 # NVFP4 one FP8 scale per 16 values, INT4 (AWQ/GPTQ) one FP16 scale per group of 128
@@ -87,26 +88,7 @@ def precision_plan(
     return PrecisionPlan(name=p, weights=p, compute=compute, kv=kv)
 
 
-# --- parameter counts (own small helpers; the training model keeps its own) ---------------
-
-
-def attn_params_per_layer(m: Model) -> float:
-    if m.mla is not None:
-        a = m.mla
-        q = m.hidden * a.q_lora_rank + a.q_lora_rank * m.heads * (
-            a.qk_nope_head_dim + a.qk_rope_head_dim
-        )
-        kv = m.hidden * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * m.heads * (
-            a.qk_nope_head_dim + a.v_head_dim
-        )
-        return float(q + kv + m.heads * a.v_head_dim * m.hidden)
-    q_o = 2 * m.hidden * m.heads * m.head_dim
-    kv = 2 * m.hidden * m.kv_heads * m.head_dim
-    return float(q_o + kv)
-
-
-def mlp_params(m: Model, ffn: int) -> float:
-    return float((3 if m.gated_mlp else 2) * m.hidden * ffn)
+# --- parameter counts by role (shapes from perf.transformer) -----------------------------
 
 
 @dataclass(frozen=True)
@@ -140,18 +122,17 @@ class ParamCounts:
 
 
 def param_counts(m: Model) -> ParamCounts:
-    attn = attn_params_per_layer(m) * m.layers
-    if m.is_moe:
-        dense = mlp_params(m, m.dense_ffn_hidden) * m.first_dense_layers
-        expert = mlp_params(m, m.ffn_hidden)
-        shared = expert * m.shared_experts * m.moe_layers
-        routed = (expert * m.num_experts + m.hidden * m.num_experts) * m.moe_layers
-    else:
-        dense = mlp_params(m, m.ffn_hidden) * m.layers
-        shared = routed = 0.0
+    sh = layer_shapes(m)
+    dense_layers = m.layers - m.moe_layers
     emb = float(m.vocab * m.hidden)
-    head = 0.0 if m.tied_embeddings else emb
-    return ParamCounts(attn, dense, shared, routed, emb, head)
+    return ParamCounts(
+        attention=float(sh.attn * m.layers),
+        dense_mlp=float(sh.mlp_dense * dense_layers),
+        shared_experts=float(sh.shared * m.moe_layers),
+        routed_experts=float((sh.expert * m.num_experts + sh.router) * m.moe_layers),
+        embedding=emb,
+        lm_head=0.0 if m.tied_embeddings else emb,
+    )
 
 
 # --- KV cache ----------------------------------------------------------------------------
