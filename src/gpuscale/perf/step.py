@@ -229,14 +229,19 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     dp_k = np.clip(f.domain_gpus / tp, 1.0, d)
     grad_b = np.select([p.sharding <= 1, p.sharding == 4], [4.0, 4.0], 2.0)
 
-    def dp_time(op: str, nbytes_per_param: FloatArray | float) -> FloatArray:
-        t_dense = _collective(op, dense * nbytes_per_param, d, dp_k, f, cal)
+    def dp_time(
+        op: str, nbytes_per_param: FloatArray | float, pieces: FloatArray | float = 1.0
+    ) -> FloatArray:
+        """DP collective over the stage's parameters, issued as ``pieces`` equal calls."""
+        t_dense = _collective(op, dense * nbytes_per_param / pieces, d, dp_k, f, cal)
         t_exp = (
-            _collective(op, expert * nbytes_per_param, d_exp, np.minimum(dp_k, d_exp), f, cal)
+            _collective(
+                op, expert * nbytes_per_param / pieces, d_exp, np.minimum(dp_k, d_exp), f, cal
+            )
             if w.model.is_moe
             else np.zeros_like(d)
         )
-        return np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0)
+        return pieces * (np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0))
 
     grads = np.where(
         p.sharding == 0, dp_time("all_reduce", grad_b), dp_time("reduce_scatter", grad_b)
@@ -246,8 +251,11 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     window = (compute_mb + mem_mb) * (2.0 / 3.0) * 1.0
     per_step = grads + np.where(p.sharding >= 1, gather, 0.0)
     exposed_step = np.maximum(per_step * (1.0 - cal.dp_overlap), per_step - window)
-    # ZeRO-3/FSDP: gather weights in forward and backward and reduce-scatter every micro-batch
-    per_mb_z3 = grads + 2.0 * gather
+    # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
+    # its gradients, layer by layer, every micro-batch (one collective per layer each)
+    per_mb_z3 = dp_time("reduce_scatter", grad_b, layers_stage) + 2.0 * dp_time(
+        "all_gather", 2.0, layers_stage
+    )
     exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.dp_overlap), per_mb_z3 - compute_mb)
     dp_comm = np.where(p.sharding == 4, exposed_z3, exposed_step)
 

@@ -188,6 +188,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     n_gpus = num(row, "num_gpus", where)
     seq = num(row, "seq_len", where)
     gbs = num(row, "global_batch_seqs", where)
+    dp_stated, mbs_stated = num(row, "dp", where), num(row, "micro_batch", where)
+    if gbs is None and dp_stated is not None and mbs_stated is not None:
+        gbs = dp_stated * mbs_stated
+        notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
     prec_raw = row.get("precision", "").lower()
