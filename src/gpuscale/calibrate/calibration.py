@@ -25,6 +25,9 @@ class Calibration:
     # --- compute (training and prefill GEMMs) ---
     gemm_eff_max: float = 0.80
     """Achieved fraction of dense peak FLOP/s on large, well-shaped GEMMs."""
+    gemm_tile: float = 128.0
+    """Edge of the output tile one SM computes; a GEMM runs in ceil(tiles / SMs) waves and the
+    last, partial wave leaves SMs idle (wave quantisation)."""
     gemm_half_dim: float = 256.0
     """GEMM dimension at which efficiency falls to half of the large-shape value: a small
     per-GPU shape after tensor parallelism (e.g. h/t or ffn/t) runs slower, eff ~ d/(d+d_half)."""

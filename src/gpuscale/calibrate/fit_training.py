@@ -32,6 +32,7 @@ from gpuscale.validate.training import (
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_eff_max": (0.45, 0.95),
     "gemm_half_dim": (16.0, 512.0),
+    "gemm_tile": (64.0, 256.0),
     "attn_eff": (0.2, 0.8),
     "hbm_eff": (0.5, 0.95),
     "elementwise_bytes_per_token_layer": (8.0, 40.0),

@@ -33,6 +33,8 @@ class GPU(_Entry):
     nvlink_gb_per_s: float = 0.0
     pcie_gen: int = 4
     tdp_w: float
+    sms: int = Field(default=0, ge=0)
+    """Streaming multiprocessors (compute units): the tiles of a GEMM are spread over them."""
     power_cap_w: float | None = None
     """Board power limit when a deployment runs the part below its rated TDP."""
 

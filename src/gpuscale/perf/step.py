@@ -98,8 +98,30 @@ def _collective(
     return t[inv.ravel()].reshape(size_a.shape)
 
 
-def _gemm_eff(dim: FloatArray, cal: Calibration) -> FloatArray:
-    return cal.gemm_eff_max * dim / (dim + cal.gemm_half_dim)
+def _gemm_s(
+    m_rows: FloatArray | float,
+    n_cols: FloatArray | float,
+    k_red: FloatArray | float,
+    count: FloatArray | float,
+    peak: float,
+    sms: int,
+    cal: Calibration,
+) -> FloatArray:
+    """Seconds for ``count`` GEMMs of (M x K) @ (K x N), run as one grouped launch.
+
+    Efficiency = gemm_eff_max x wave quantisation of the output tiles over the SMs
+    x K / (K + gemm_half_dim) (a short reduction cannot hide the tile's load latency).
+    """
+    m_a = np.asarray(m_rows, dtype=np.float64)
+    n_a = np.asarray(n_cols, dtype=np.float64)
+    k_a = np.asarray(k_red, dtype=np.float64)
+    flops = 2.0 * m_a * n_a * k_a * count
+    eff = cal.gemm_eff_max * k_a / (k_a + cal.gemm_half_dim)
+    if sms > 0:
+        tiles = np.ceil(m_a / cal.gemm_tile) * np.ceil(n_a / cal.gemm_tile) * count
+        eff = eff * tiles / (np.ceil(tiles / sms) * sms)
+    out: FloatArray = flops / (peak * eff)
+    return out
 
 
 def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
@@ -112,7 +134,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     h = float(m.hidden)
     q, kv = attn_dims(m)
     moe_frac = m.moe_layers / m.layers
-    layers_stage = np.ceil(m.layers / (p.pp * p.vpp)) * p.vpp
+    layers_stage: FloatArray = (np.ceil(m.layers / (p.pp * p.vpp)) * p.vpp).astype(np.float64)
     mb = p.microbatches(w).astype(np.float64)
 
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
@@ -120,19 +142,33 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     gemm_peak = peak16 * (cal.fp8_gemm_speedup if w.precision == "fp8" else 1.0)
 
     # --- GEMMs, forward, one layer, one micro-batch (per GPU) -------------------------
-    ffn_loc = m.dense_ffn_hidden / tp
-    attn_min = np.minimum(np.minimum(tokens, h), np.maximum(q / tp, 1.0))
-    mlp_min = np.minimum(np.minimum(tokens, h), ffn_loc)
-    attn_t = 2.0 * tokens * sh.attn / tp / (gemm_peak * _gemm_eff(attn_min, cal))
-    dense_mlp_t = 2.0 * tokens * sh.mlp_dense / tp / (gemm_peak * _gemm_eff(mlp_min, cal))
+    sms = w.gpu.sms
+    gate = 2.0 if m.gated_mlp else 1.0
+
+    def gemm(
+        m_rows: FloatArray,
+        n_cols: FloatArray | float,
+        k_red: FloatArray | float,
+        count: FloatArray | float = 1.0,
+    ) -> FloatArray:
+        return _gemm_s(m_rows, n_cols, k_red, count, gemm_peak, sms, cal)
+
+    # attention projections: QKV (or MLA's), then the output projection; the per-GPU
+    # widths shrink with TP. MLA's low-rank projections are costed as one QKV-shaped GEMM.
+    qkv_n = (sh.attn / h - float(q)) / tp
+    attn_t = gemm(tokens, qkv_n, h) + gemm(tokens, h, q / tp)
+    f_d = float(m.dense_ffn_hidden)
+    dense_mlp_t = gemm(tokens, gate * f_d / tp, h) + gemm(tokens, h, f_d / tp)
     if m.is_moe:
-        # tokens reaching each local expert (EP spreads experts, tokens follow them)
+        # grouped GEMM over the E / EP local experts; tokens follow their experts
+        f_e = float(m.ffn_hidden)
+        local = m.num_experts / p.ep
         tok_e = tokens / tp * m.top_k * p.ep / m.num_experts
-        e_min = np.minimum(np.minimum(tok_e, h), float(m.ffn_hidden))
-        moe_t = 2.0 * tokens * (m.top_k * sh.expert) / tp / (gemm_peak * _gemm_eff(e_min, cal))
-        moe_t = moe_t + 2.0 * tokens * (sh.shared / tp + sh.router) / (
-            gemm_peak * _gemm_eff(mlp_min, cal)
-        )
+        moe_t = gemm(tok_e, gate * f_e, h, local) + gemm(tok_e, h, f_e, local)
+        if m.shared_experts:
+            f_s = f_e * m.shared_experts
+            moe_t = moe_t + gemm(tokens, gate * f_s / tp, h) + gemm(tokens, h, f_s / tp)
+        moe_t = moe_t + gemm(tokens, float(m.num_experts), h)  # router
     else:
         moe_t = np.zeros_like(tokens)
     gemm_fwd = attn_t + (1 - moe_frac) * dense_mlp_t + moe_frac * moe_t
@@ -148,18 +184,17 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
     f_act = (1 - moe_frac) * m.dense_ffn_hidden + moe_frac * m.ffn_hidden * (
         m.top_k + m.shared_experts
     )
-    gate = 3.0 if m.gated_mlp else 2.0
+    gate_rw = 3.0 if m.gated_mlp else 2.0
     h_bytes = cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
     h_bytes = np.where(p.sp, h_bytes / tp, h_bytes)
-    f_bytes = gate * f_act * tokens * 2.0 / tp
+    f_bytes = gate_rw * f_act * tokens * 2.0 / tp
     # MoE token permutation before and unpermutation after the experts, and the weighted
     # combine: each reads and writes the top-k copies of the hidden state
     moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * h * tokens / tp * 2.0 if m.is_moe else 0.0
     mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
-    logit_dim = np.minimum(np.minimum(tokens, h), m.vocab / tp)
-    logits_fwd = 2.0 * tokens * h * m.vocab / tp / (gemm_peak * _gemm_eff(logit_dim, cal))
+    logits_fwd = gemm(tokens, m.vocab / tp, h)
     logits_mem = 3.0 * 4.0 * tokens * m.vocab / tp / bw
 
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
