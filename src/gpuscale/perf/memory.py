@@ -56,6 +56,8 @@ class MemoryBreakdown:
     buffers: FloatArray
     """Communication buffers, unsharded ZeRO-3 layers, CUDA/NCCL workspaces."""
     capacity: float
+    recompute_fraction: FloatArray
+    """Fraction of layers whose activations are recomputed (1 for full, 0 for none)."""
 
     @property
     def total(self) -> FloatArray:
@@ -124,7 +126,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     act = np.where(p.sp, (replicated + split) / t, replicated + split / t)
     act = act + np.where(no_scores, 0.0, scores / t)
     full = np.where(p.sp, 2.0 * s * b * h / t, 2.0 * s * b * h)
-    return np.where(p.recompute == 2, full, act)
+    return np.where(p.recompute >= 2, full, act)
 
 
 def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown:
@@ -147,20 +149,35 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     mb = p.microbatches(w).astype(np.float64)
     in_flight = np.minimum(mb, p.pp.astype(np.float64))
     interleave = np.where(p.vpp > 1, 1.0 + (p.pp - 1) / (p.pp * p.vpp), 1.0)
+    cols_p = _cols(p)
+    held = layers_stage * in_flight * interleave
     per_layer_act = activation_bytes_per_layer(w, p)
-    first = per_layer_act * layers_stage * in_flight * interleave
-    # full recompute re-materialises one layer's activations at a time
-    one_layer = activation_bytes_per_layer(w, Plans.of(**{**_cols(p), "recompute": 0}))
-    first = first + np.where(p.recompute == 2, one_layer, 0.0)
+    none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))
+    full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))
     # output layer and loss (fp32 logits) when the last stage is also the first
     s_loc = w.seq_len / p.cp
-    logits = 4.0 * s_loc * p.mbs * m.vocab / p.tp
-    acts = (first + np.where(p.pp == 1, logits, 0.0)) * cal.mem_activation_overhead
+    logits = np.where(p.pp == 1, 4.0 * s_loc * p.mbs * m.vocab / p.tp, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit weights (and its gradients) while computing it,
     # with one more prefetched: 2 layers x (2 + 2) bytes per parameter
     zero3 = np.where(p.sharding == 4, 2.0 * per_layer * 4.0, 0.0)
     buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
-    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.gpu.memory_bytes)
+    ovh = cal.mem_activation_overhead
+    # partial recompute: the fraction r of layers recomputed that just fills the memory left
+    # (a recomputed layer keeps its input; one layer is re-materialised at a time)
+    room = w.gpu.memory_bytes - (weights + grads + opt + buffers) - (logits + none_layer) * ovh
+    span = (none_layer - full_layer) * held * ovh
+    need = none_layer * held * ovh - room
+    r_partial = np.clip(need / np.maximum(span, 1.0), 0.0, 1.0)
+    frac = np.select([p.recompute == 2, p.recompute == 3], [1.0, r_partial], 0.0)
+    first = np.where(
+        p.recompute == 3,
+        held * (none_layer * (1.0 - frac) + full_layer * frac),
+        per_layer_act * held,
+    )
+    # a recomputed layer is re-materialised whole, one at a time
+    first = first + np.where(frac > 0, none_layer, 0.0)
+    acts = (first + logits) * ovh
+    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.gpu.memory_bytes, frac)
 
 
 def _cols(p: Plans) -> dict[str, np.ndarray]:

@@ -22,8 +22,10 @@ IntArray = NDArray[np.int64]
 FloatArrayT = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-RECOMPUTE = ("none", "selective", "full")
-"""Activation recomputation: none, selective (core attention, Korthikanti et al.), full."""
+RECOMPUTE = ("none", "selective", "full", "partial")
+"""Activation recomputation: none, selective (core attention, Korthikanti et al.), full
+(every layer), partial (full recomputation of just enough layers to fit in memory, as
+Megatron's ``--recompute-method block --recompute-num-layers N``)."""
 SHARDING = ("none", "dist-opt", "zero1", "zero2", "zero3")
 """Optimizer/gradient/parameter sharding over data parallel: Megatron DDP, Megatron's
 distributed optimizer, DeepSpeed ZeRO stages 1-3 (ZeRO-3 = FSDP full sharding)."""

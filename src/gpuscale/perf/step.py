@@ -10,7 +10,8 @@ on the last stage):
   memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
               replicated over TP ranks unless sequence parallelism splits them; plus a
               fixed layer_overhead_s per layer (kernel launches and small kernels).
-  recompute   full: the whole forward again; selective: the attention core again.
+  recompute   full: the whole forward again; partial: that for the fraction of layers that
+              must be recomputed to fit; selective: the attention core again.
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
               values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
   CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute.
@@ -28,7 +29,7 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm import Fabric, collective_time_s
-from gpuscale.perf.memory import params_per_gpu
+from gpuscale.perf.memory import memory_breakdown, params_per_gpu
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import attn_core_dims, attn_dims, layer_shapes
 
@@ -124,7 +125,11 @@ def _gemm_s(
     return out
 
 
-def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
+def step_breakdown(
+    w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
+) -> StepBreakdown:
+    """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
+    here when not given)."""
     m, f = w.model, w.fabric
     sh = layer_shapes(m)
     tp = p.tp.astype(np.float64)
@@ -202,20 +207,22 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
         layers_stage * (gemm_fwd * 3.0 + core_fwd * (1.0 + FLASH_BWD_FACTOR)) + 3.0 * logits_fwd
     ) * overlap_slow
     mem_mb = layers_stage * (mem_fwd + cal.layer_overhead_s) * 3.0 + 3.0 * logits_mem
-    recompute_mb = np.select(
-        [p.recompute == 2, p.recompute == 1],
-        [
-            layers_stage * (layer_fwd * overlap_slow + mem_fwd + cal.layer_overhead_s),
-            layers_stage * core_fwd,
-        ],
-        0.0,
-    )
+    # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
+    if recompute_fraction is not None:
+        full_frac = recompute_fraction
+    elif (p.recompute == 3).any():
+        full_frac = memory_breakdown(w, p, cal).recompute_fraction
+    else:
+        full_frac = np.where(p.recompute == 2, 1.0, 0.0)
+    recompute_mb = full_frac * layers_stage * (
+        layer_fwd * overlap_slow + mem_fwd + cal.layer_overhead_s
+    ) + np.where(p.recompute == 1, layers_stage * core_fwd, 0.0)
 
     # --- tensor-parallel communication ---------------------------------------------------
     act_bytes = tokens * h * 2.0
     tp_k = np.minimum(tp, float(f.domain_gpus))
     tp_one = _collective("all_reduce", act_bytes, tp, tp_k, f, cal)
-    n_tp = np.where(p.recompute == 2, 6.0, 4.0)
+    n_tp = 4.0 + 2.0 * full_frac
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
     tp_mb = layers_stage * n_tp * tp_one * (1.0 - tp_hidden)
     tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
@@ -234,7 +241,7 @@ def step_breakdown(w: Workload, p: Plans, cal: Calibration) -> StepBreakdown:
         a2a_bytes = tokens / tp * m.top_k * h * 2.0  # sequence-parallel shards dispatch
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
         a2a = _collective("all_to_all", a2a_bytes, p.ep.astype(np.float64), ep_k, f, cal)
-        n_a2a = np.where(p.recompute == 2, 6.0, 4.0)
+        n_a2a = 4.0 + 2.0 * full_frac
         ep_mb = layers_stage * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
     else:
         ep_mb = np.zeros_like(tokens)

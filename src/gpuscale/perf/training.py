@@ -70,7 +70,7 @@ class TrainingEstimate:
 
 def estimate(w: Workload, plans: Plans, cal: Calibration) -> TrainingEstimate:
     mem = memory_breakdown(w, plans, cal)
-    step = step_breakdown(w, plans, cal)
+    step = step_breakdown(w, plans, cal, mem.recompute_fraction)
     step_s = step.step_s
     used = plans.gpus_used().astype(np.float64)
     tps = w.tokens_per_step / (step_s * used)
