@@ -271,15 +271,17 @@ def step_breakdown(
     dp_k = np.clip(f.domain_gpus / tp, 1.0, d)
     grad_b = np.select([p.sharding <= 1, p.sharding == 4], [4.0, 4.0], 2.0)
 
+    # expert parallelism takes the innermost ranks (expert TP = 1), so an expert-DP group
+    # has only domain / EP members in each scale-up domain
+    k_exp = np.clip(f.domain_gpus / p.ep, 1.0, d_exp)
+
     def dp_time(
         op: str, nbytes_per_param: FloatArray | float, pieces: FloatArray | float = 1.0
     ) -> FloatArray:
         """DP collective over the stage's parameters, issued as ``pieces`` equal calls."""
         t_dense = _collective(op, dense * nbytes_per_param / pieces, d, dp_k, f, cal)
         t_exp = (
-            _collective(
-                op, expert * nbytes_per_param / pieces, d_exp, np.minimum(dp_k, d_exp), f, cal
-            )
+            _collective(op, expert * nbytes_per_param / pieces, d_exp, k_exp, f, cal)
             if w.model.is_moe
             else np.zeros_like(d)
         )

@@ -69,6 +69,9 @@ _SHARD = {
     "zero-3": 4,
     "fsdp": 4,
 }
+HFU_RATIO_FULL_RECOMPUTE = 1.2
+"""Hardware-over-model FLOPs ratio above which a run is taken to recompute fully (full
+recomputation adds one forward, 4/3 of the model FLOPs)."""
 _GPT_VOCAB = 51200  # GPT-2 BPE (50,257) padded as Megatron does, when a row omits vocab
 
 
@@ -254,6 +257,15 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if not rc and conv == "megatron_sc21_hfu":
         rc = "full"
         notes.append("full recompute: the SC'21 FLOP convention counts a full recomputation")
+    tf_meas = num(row, "measured_tflops_per_gpu", where)
+    tok_meas = num(row, "measured_tokens_per_s_per_gpu", where)
+    if not rc and tf_meas and tok_meas:
+        # the row's own two figures: TFLOP/s above the model-FLOPs rate by a third means the
+        # source counted a recomputed forward pass (HFU), i.e. the run recomputed fully
+        ratio = tf_meas * 1e12 / (tok_meas * model_flops_per_token(model, int(seq), causal=False))
+        if ratio > HFU_RATIO_FULL_RECOMPUTE:
+            rc = "full"
+            notes.append(f"full recompute: reported TFLOP/s are {ratio:.2f}x the model-FLOPs rate")
     if not rc and re.search(
         r"activation checkpointing on|full (activation )?recompute",
         row.get("notes", ""),
