@@ -194,7 +194,14 @@ def search_plans(
         chunks.append(estimate(w, plans.take(idx), cal))
         if progress is not None:
             progress(min(start + step, len(plans)), len(plans))
-    est = chunks[0] if len(chunks) == 1 else _concat(chunks)
+    est = chunks[0] if len(chunks) == 1 else _combine(chunks, np.concatenate)
+    # partial recompute that recomputes no layer, or every layer, repeats the none / full plan
+    frac = est.memory.recompute_fraction
+    repeat = (est.plans.recompute == 3) & ((frac <= 0.0) | (frac >= 1.0))
+    if repeat.any():
+        keep = np.flatnonzero(~repeat)
+        est = _combine([est], lambda arrs: arrs[0][keep])
+        plans = est.plans
     fits = est.memory.fits
     if not fits.any() and not require_fit:
         fits = np.ones(len(plans), dtype=bool)
@@ -224,32 +231,34 @@ def _no_plan_reason(w: Workload) -> str:
     )
 
 
-def _concat(chunks: list[TrainingEstimate]) -> TrainingEstimate:
+def _combine(
+    chunks: list[TrainingEstimate], arrays: Callable[[list[np.ndarray]], np.ndarray]
+) -> TrainingEstimate:
+    """One estimate whose every per-plan array is ``arrays`` of the chunks' arrays
+    (``np.concatenate`` to join chunks; an index to keep a subset)."""
     from dataclasses import fields
 
     from gpuscale.perf.memory import MemoryBreakdown
     from gpuscale.perf.step import StepBreakdown
 
-    def cat(objs: list[Any], cls: Any, **extra: Any) -> Any:
-        return cls(
-            **{
-                f.name: np.concatenate([getattr(o, f.name) for o in objs])
-                for f in fields(cls)
-                if f.name not in extra
-            },
-            **extra,
-        )
+    def rebuild(objs: list[Any], cls: Any, **extra: Any) -> Any:
+        cols = {
+            f.name: arrays([getattr(o, f.name) for o in objs])
+            for f in fields(cls)
+            if f.name not in extra
+        }
+        return cls(**cols, **extra)
 
     first = chunks[0]
     return TrainingEstimate(
         workload=first.workload,
-        plans=cat([c.plans for c in chunks], Plans),
-        memory=cat([c.memory for c in chunks], MemoryBreakdown, capacity=first.memory.capacity),
-        step=cat([c.step for c in chunks], StepBreakdown),
-        step_s=np.concatenate([c.step_s for c in chunks]),
-        tokens_per_s_per_gpu=np.concatenate([c.tokens_per_s_per_gpu for c in chunks]),
-        model_tflops_per_gpu=np.concatenate([c.model_tflops_per_gpu for c in chunks]),
-        mfu=np.concatenate([c.mfu for c in chunks]),
+        plans=rebuild([c.plans for c in chunks], Plans),
+        memory=rebuild([c.memory for c in chunks], MemoryBreakdown, capacity=first.memory.capacity),
+        step=rebuild([c.step for c in chunks], StepBreakdown),
+        step_s=arrays([c.step_s for c in chunks]),
+        tokens_per_s_per_gpu=arrays([c.tokens_per_s_per_gpu for c in chunks]),
+        model_tflops_per_gpu=arrays([c.model_tflops_per_gpu for c in chunks]),
+        mfu=arrays([c.mfu for c in chunks]),
     )
 
 
