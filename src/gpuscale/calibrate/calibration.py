@@ -69,6 +69,9 @@ class Calibration:
     """Fixed per-iteration cost (data loading, logging, launch gaps) not modelled elsewhere."""
     microbatch_overhead_s: float = 0.0
     """Fixed per-micro-batch per-stage cost (kernel launches, pipeline bookkeeping)."""
+    moe_layer_overhead_s: float = 0.0
+    """Extra fixed forward cost per MoE layer and micro-batch: router, token permutation
+    kernels and the device-to-host sync of per-expert token counts in dropless routing."""
     layer_overhead_s: float = 0.0
     """Fixed forward cost per transformer layer and micro-batch (kernel launches and small
     kernels between GEMMs); the backward pays twice that."""

@@ -41,6 +41,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "pp_overlap": (0.0, 1.0),
     "microbatch_overhead_s": (0.0, 0.02),
     "layer_overhead_s": (0.0, 0.002),
+    "moe_layer_overhead_s": (0.0, 0.005),
     "step_overhead_s": (0.0, 0.1),
 }
 

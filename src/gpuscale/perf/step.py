@@ -196,7 +196,7 @@ def step_breakdown(
     # MoE token permutation before and unpermutation after the experts, and the weighted
     # combine: each reads and writes the top-k copies of the hidden state
     moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * h * tokens / tp * 2.0 if m.is_moe else 0.0
-    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw
+    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw + moe_frac * cal.moe_layer_overhead_s
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     logits_fwd = gemm(tokens, m.vocab / tp, h)
