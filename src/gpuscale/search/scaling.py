@@ -1,13 +1,14 @@
 """Scaling curves: the best plan at each GPU count from 8 to N, and where efficiency goes.
 
 Strong scaling keeps the global batch; weak scaling grows it with the GPU count (the batch
-given is the one at the largest count, scaled down proportionally, at least one sequence
-per data-parallel rank). Efficiency is tokens/s per GPU relative to the first point; the
+given is the one at the largest count; smaller counts get it scaled down proportionally and
+rounded to a power of two). Efficiency is tokens/s per GPU relative to the first point; the
 "growing term" is the step-time term whose share grew most since that point.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 from gpuscale.calibrate import Calibration
@@ -47,8 +48,10 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
     base_shares: dict[str, float] = {}
     for n in gpu_counts(w.num_gpus):
         gbs = w.global_batch
-        if mode == "weak":
-            gbs = max(1, round(w.global_batch * n / w.num_gpus))
+        if mode == "weak" and n < w.num_gpus:
+            # proportional to the GPUs, rounded to a power of two so that it factors into
+            # data-parallel degrees and micro-batches as a real run's batch would
+            gbs = 2 ** max(0, round(math.log2(w.global_batch * n / w.num_gpus)))
         wn = replace(w, num_gpus=n, global_batch=gbs, fabric=replace(w.fabric, total_gpus=n))
         try:
             res = search_plans(wn, cal)
