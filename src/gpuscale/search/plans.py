@@ -74,7 +74,7 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         [
             t
             for t in _divisors(m.heads)
-            if t <= max(dom, 1)
+            if t <= max(dom, w.fabric.gpus_per_node)
             and t <= n
             and m.ffn_hidden % t == 0
             and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)
