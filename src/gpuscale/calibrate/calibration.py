@@ -29,8 +29,8 @@ class Calibration:
     """Edge of the output tile one SM computes; a GEMM runs in ceil(tiles / SMs) waves and the
     last, partial wave leaves SMs idle (wave quantisation)."""
     gemm_half_dim: float = 256.0
-    """GEMM dimension at which efficiency falls to half of the large-shape value: a small
-    per-GPU shape after tensor parallelism (e.g. h/t or ffn/t) runs slower, eff ~ d/(d+d_half)."""
+    """Reduction depth K at which a GEMM's efficiency halves, eff ~ K / (K + K_half): a short
+    reduction (e.g. q/t or ffn/t after tensor parallelism) cannot hide each tile's loads."""
     fp8_gemm_speedup: float = 1.5
     """Achieved FP8-over-BF16 GEMM speed-up (peak ratio is 2; scaling/casting eat the rest)."""
     attn_eff: float = 0.55
