@@ -17,6 +17,7 @@ from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, check_plan
 from gpuscale.perf.training import TrainingEstimate, estimate
 from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.search.scaling import scaling_curve
+from gpuscale.spec import load_training_job
 from gpuscale.units import fmt_bytes, fmt_time, parse_quantity
 
 app = typer.Typer(no_args_is_help=True)
@@ -189,12 +190,20 @@ def estimate_cmd(
 
 @app.command("search")
 def search_cmd(
-    model: ModelOpt,
-    gpu: GpuOpt,
-    gpus: GpusOpt,
-    seq_len: SeqOpt = 2048,
-    global_batch: GbsOpt = 512,
-    precision: PrecOpt = "bf16",
+    workload: Annotated[
+        Path | None,
+        typer.Option("--workload", help="Training job YAML (examples/workloads/); flags override."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Catalog model or config.json.")
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU.")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="Number of GPUs.")] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="Sequence length.")] = None,
+    global_batch: Annotated[
+        int | None, typer.Option("--global-batch", help="Sequences per step.")
+    ] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="bf16, fp16, fp8.")] = None,
     system: SysOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
     pp: Annotated[int | None, typer.Option("--pp", help="Fix PP.")] = None,
@@ -214,7 +223,28 @@ def search_cmd(
     calibration: CalOpt = None,
 ) -> None:
     """Every valid plan, ranked by step time among those that fit; the best explained."""
-    w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system)
+    job = load_training_job(workload) if workload is not None else None
+
+    def pick(flag: Any, key: str, default: Any = None) -> Any:
+        if flag is not None:
+            return flag
+        if job is not None and getattr(job, key) is not None:
+            return getattr(job, key)
+        if default is None:
+            raise InputError(key.replace("_", "-"), None, "required (a flag or --workload)")
+        return default
+
+    w = _workload(
+        pick(model, "model"),
+        pick(gpu, "gpu"),
+        pick(gpus, "gpus"),
+        pick(seq_len, "seq_len", 2048),
+        pick(global_batch, "global_batch", 512),
+        pick(precision, "precision", "bf16"),
+        system if system is not None else (job.system if job else None),
+    )
+    if tokens is None and job is not None:
+        tokens = job.tokens
     if top < 1:
         raise InputError("top", top, "a positive integer")
     fx = _fixed(tp, pp, vpp, cp, ep, mbs, recompute, "zero3" if zero == "fsdp" else zero, None)

@@ -1,0 +1,60 @@
+"""A training job described in YAML: what ``gpuscale train`` needs besides the plan.
+
+name: llama3-70b pre-training
+model: llama3-70b          # catalog key or a config.json path
+gpu: h100-sxm
+gpus: 1024
+seq_len: 8192
+global_batch: 1024          # sequences per step
+precision: bf16             # bf16 | fp16 | fp8
+tokens: 15T                 # optional: time and GPU-hours to train
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpuscale.errors import InputError
+
+
+class TrainingJob(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = ""
+    model: str
+    gpu: str
+    gpus: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    global_batch: int = Field(gt=0)
+    precision: str = "bf16"
+    system: str | None = None
+    tokens: str | None = None
+
+
+def load_training_job(path: Path) -> TrainingJob:
+    """Read and validate a job file; every problem is an :class:`InputError` naming the key."""
+    if not path.is_file():
+        raise InputError("workload", str(path), "a path to an existing workload YAML file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        msg = f"not valid YAML ({exc})".replace("\n", " ")
+        raise InputError("workload", str(path), msg) from None
+    if not isinstance(data, dict):
+        raise InputError("workload", str(path), "a YAML mapping of key: value")
+    if "tokens" in data and data["tokens"] is not None:
+        data["tokens"] = str(data["tokens"])
+    try:
+        return TrainingJob.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "workload"
+        if err["type"] == "missing":
+            raise InputError(f"{path.name}:{loc}", "(missing)", "a required key") from None
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(TrainingJob.model_fields)
+            valid = f"unknown key; known: {known}"
+            raise InputError(f"{path.name}:{loc}", err.get("input"), valid) from None
+        raise InputError(f"{path.name}:{loc}", err.get("input"), err["msg"]) from None

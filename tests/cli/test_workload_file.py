@@ -1,0 +1,59 @@
+"""`gpuscale train search --workload FILE`: the bundled example, flags over the file, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "llama3-70b-h100-1k.yaml"
+
+
+def gpuscale(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from gpuscale.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+
+
+def test_bundled_workload_searches_with_the_file_values() -> None:
+    r = gpuscale("train", "search", "--workload", str(EXAMPLE), "--top", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    best = d["plans"][0]
+    assert (best["model"], best["gpu"], best["gpus"]) == ("llama3-70b", "h100-sxm", 1024)
+    assert (best["seq_len"], best["global_batch"]) == (8192, 1024)
+    assert best["train_tokens"] == 15e12  # "tokens: 15T" from the file
+    assert best["fits"] and best["gpu_hours"] > 0
+
+
+def test_flags_override_the_file() -> None:
+    r = gpuscale("train", "search", "--workload", str(EXAMPLE), "--gpus", "512", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["plans"][0]["gpus"] == 512
+
+
+def test_bad_workload_files_are_one_line_errors(tmp_path: Path) -> None:
+    cases = {
+        "gpus: -4": ("gpus", "-4"),
+        "gpux: 1": ("gpux", "unknown key"),
+    }
+    base = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 8\n"
+    for extra, (field, text) in cases.items():
+        f = tmp_path / "job.yaml"
+        body = base.replace("gpus: 8\n", "") + extra + "\n" if "gpus" in extra else base + extra
+        f.write_text(body)
+        r = gpuscale("train", "search", "--workload", str(f))
+        assert r.returncode == 2
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and field in lines[0] and text in lines[0], r.stderr
+        assert "Traceback" not in r.stderr
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("model: llama3-70b\n")
+    r = gpuscale("train", "search", "--workload", str(missing))
+    assert r.returncode == 2 and "gpu" in r.stderr and "(missing)" in r.stderr
