@@ -50,9 +50,8 @@ def _workload(
     system: str | None,
 ) -> Workload:
     g = get_gpu(gpu)
+    # an explicit --system may house a GPU other than its reference one (same generation)
     s = get_system(system) if system else system_for_gpu(g)
-    if s.gpu != g.key and system:
-        pass  # a user may put a GPU in another chassis of the same generation
     return Workload(
         get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq_len, global_batch, precision
     )
