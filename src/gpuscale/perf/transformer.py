@@ -80,22 +80,22 @@ def embedding_params(m: Model) -> int:
     return emb + m.hidden  # final norm
 
 
-def param_count(m: Model) -> int:
-    """Total parameters (all experts)."""
+def _params(m: Model, experts_per_moe_layer: int) -> int:
     s = layer_shapes(m)
     dense_layers = m.layers - m.moe_layers
-    moe = s.attn + s.norms + m.num_experts * s.expert + s.shared + s.router
+    moe = s.attn + s.norms + experts_per_moe_layer * s.expert + s.shared + s.router
     dense = s.attn + s.norms + s.mlp_dense
     return dense_layers * dense + m.moe_layers * moe + embedding_params(m)
+
+
+def param_count(m: Model) -> int:
+    """Total parameters (all experts)."""
+    return _params(m, m.num_experts)
 
 
 def active_param_count(m: Model) -> int:
     """Parameters touched per token (top-k routed experts)."""
-    s = layer_shapes(m)
-    dense_layers = m.layers - m.moe_layers
-    moe = s.attn + s.norms + m.top_k * s.expert + s.shared + s.router
-    dense = s.attn + s.norms + s.mlp_dense
-    return dense_layers * dense + m.moe_layers * moe + embedding_params(m)
+    return _params(m, m.top_k)
 
 
 def attn_core_dims(m: Model) -> tuple[int, int]:
