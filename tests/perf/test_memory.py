@@ -35,9 +35,9 @@ def workload(
 ) -> Workload:
     g = get_gpu(gpu)
     s = system_for_gpu(g)
-    return Workload(
-        get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, flash_attention=flash
-    )
+    attention = "fused" if flash else "unfused"
+    fabric = Fabric.from_system(s, gpus)
+    return Workload(get_model(model), g, s, fabric, gpus, seq, gbs, attention=attention)
 
 
 # megatron-22b (Korthikanti Table 3): h = 6144, a = 64, f = 4h, MHA, not gated

@@ -243,3 +243,46 @@ def test_fp8_never_slower_on_h100(plan: dict[str, Any]) -> None:
     # never slower; a plan bound by exposed ZeRO-3 communication may gain nothing
     assert float(f8.step_s[0]) <= float(bf.step_s[0]) * (1 + 1e-12)
     assert float(f8.compute_s[0]) < float(bf.compute_s[0])
+
+
+def _core(attention: str, gpu: str, seq: int = 4096) -> tuple[float, float]:
+    from gpuscale.perf.step import _attention_core_s
+
+    g = get_gpu(gpu)
+    s = system_for_gpu(g)
+    fabric = Fabric.from_system(s, 8)
+    w = Workload(get_model("gpt3-175b"), g, s, fabric, 8, seq, 8, "bf16", attention)
+    one = np.array([1.0])
+    fwd, bwd = _attention_core_s(w, one, one * seq, one * 8, g.peak_flops("bf16"), 1e12, CAL)
+    return float(fwd[0]), float(bwd[0])
+
+
+def test_flash2_is_slower_than_fused_only_where_hopper_kernels_exist() -> None:
+    fa3, _ = _core("fused", "h100-sxm")
+    fa2, fa2_bwd = _core("flash2", "h100-sxm")
+    assert fa2 == pytest.approx(fa3 / CAL.attn_flash2_rel)
+    assert fa2_bwd == pytest.approx(2.5 * fa2)
+    assert _core("flash2", "a100-sxm-80gb") == _core("fused", "a100-sxm-80gb")
+    # causal flash attention, forward: 2 x s^2 x (96 x 128 x 2) / 8 FLOPs / 2 at attn_eff
+    flops = 2.0 * 4096**2 * (96 * 128 * 2) / 8 / 2
+    peak = get_gpu("h100-sxm").peak_flops("bf16")
+    assert fa3 == pytest.approx(flops / (peak * CAL.attn_eff), rel=1e-9)
+
+
+def test_unfused_attention_pays_the_score_matrix_in_hbm_traffic() -> None:
+    from gpuscale.perf.step import UNFUSED_BWD_BYTES, UNFUSED_FWD_BYTES, _gemm_s
+
+    fwd, bwd = _core("unfused", "a100-sxm-80gb")
+    g = get_gpu("a100-sxm-80gb")
+    heads = 96 / 8
+    peak = g.peak_flops("bf16")
+    # QK^T: (s x d) @ (d x s); PV: (s x s) @ (s x d), one GEMM per head
+    bmm = _gemm_s(4096.0, 4096.0, 128.0, heads, peak, g.sms, CAL) + _gemm_s(
+        4096.0, 128.0, 4096.0, heads, peak, g.sms, CAL
+    )
+    scores = heads * 4096.0**2  # full s x s per head: the causal half is masked, not skipped
+    assert fwd == pytest.approx(float(bmm) + 13.0 * scores / 1e12)
+    assert bwd == pytest.approx(2 * float(bmm) + 19.0 * scores / 1e12)
+    assert (UNFUSED_FWD_BYTES, UNFUSED_BWD_BYTES) == (13.0, 19.0)
+    # at s = 4096 the score traffic alone outweighs the fused kernel's whole forward
+    assert 13.0 * scores / 1e12 > _core("fused", "a100-sxm-80gb")[0]

@@ -34,7 +34,11 @@ class Calibration:
     fp8_gemm_speedup: float = 1.5
     """Achieved FP8-over-BF16 GEMM speed-up (peak ratio is 2; scaling/casting eat the rest)."""
     attn_eff: float = 0.55
-    """Flash-attention achieved fraction of peak FLOP/s (forward and backward)."""
+    """Fused attention (the GPU's fastest kernel): achieved fraction of 16-bit peak FLOP/s."""
+    attn_flash2_rel: float = 0.47
+    """FlashAttention-2 on Hopper and newer, relative to the fused kernel: FA2 reaches about
+    35 % of H100's peak where FlashAttention-3 reaches 75 % (Shah et al. 2024, arXiv
+    2407.08608, sec. 1), 35 / 75 = 0.47. On Ampere and older FA2 is the fused kernel (1.0)."""
     hbm_eff: float = 0.80
     """Achieved fraction of HBM bandwidth for memory-bound kernels (norms, activations, decode)."""
     elementwise_bytes_per_token_layer: float = 34.0

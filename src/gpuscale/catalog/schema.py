@@ -24,8 +24,14 @@ class _Entry(BaseModel):
     source: str
 
 
+Arch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+
+
 class GPU(_Entry):
     vendor: str
+    arch: Arch
+    """Micro-architecture: which kernels exist for it (e.g. Hopper's asynchronous
+    warpgroup MMA that FlashAttention-3 and cuDNN's fused attention use and FA2 does not)."""
     form_factor: str
     peak_tflops: dict[Precision, float]
     hbm_gb: float

@@ -30,6 +30,14 @@ GpusOpt = Annotated[int, typer.Option("--gpus", help="Number of GPUs.")]
 SeqOpt = Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")]
 GbsOpt = Annotated[int, typer.Option("--global-batch", help="Global batch (sequences per step).")]
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8 (FP8 GEMMs).")]
+AttnOpt = Annotated[
+    str,
+    typer.Option(
+        "--attention",
+        help="Attention kernel: fused (cuDNN/FA3-class, default), flash2 (PyTorch SDPA) "
+        "or unfused (Megatron's original softmax path).",
+    ),
+]
 SysOpt = Annotated[
     str | None, typer.Option("--system", help="Catalog system (default: the GPU's reference node).")
 ]
@@ -48,12 +56,21 @@ def _workload(
     global_batch: int,
     precision: str,
     system: str | None,
+    attention: str = "fused",
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one (same generation)
     s = get_system(system) if system else system_for_gpu(g)
     return Workload(
-        get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq_len, global_batch, precision
+        get_model(model),
+        g,
+        s,
+        Fabric.from_system(s, gpus),
+        gpus,
+        seq_len,
+        global_batch,
+        precision,
+        attention,
     )
 
 
@@ -136,6 +153,7 @@ def estimate_cmd(
     seq_len: SeqOpt = 2048,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
+    attention: AttnOpt = "fused",
     system: SysOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline parallel degree.")] = 1,
@@ -165,7 +183,7 @@ def estimate_cmd(
     calibration: CalOpt = None,
 ) -> None:
     """Memory, step-time breakdown, tokens/s, TFLOP/s and MFU of one plan."""
-    w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system)
+    w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system, attention)
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
     sharding = "dist-opt" if dist_opt else (zero or "none")
@@ -203,6 +221,9 @@ def search_cmd(
         int | None, typer.Option("--global-batch", help="Sequences per step.")
     ] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="bf16, fp16, fp8.")] = None,
+    attention: Annotated[
+        str | None, typer.Option("--attention", help="fused, flash2 or unfused.")
+    ] = None,
     system: SysOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
     pp: Annotated[int | None, typer.Option("--pp", help="Fix PP.")] = None,
@@ -241,6 +262,7 @@ def search_cmd(
         pick(global_batch, "global_batch", 512),
         pick(precision, "precision", "bf16"),
         system if system is not None else (job.system if job else None),
+        pick(attention, "attention", "fused"),
     )
     if tokens is None and job is not None:
         tokens = job.tokens
@@ -316,6 +338,7 @@ def scaling_cmd(
     seq_len: SeqOpt = 2048,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
+    attention: AttnOpt = "fused",
     system: SysOpt = None,
     mode: Annotated[
         str,
@@ -327,7 +350,7 @@ def scaling_cmd(
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
-    w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system)
+    w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system, attention)
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)
     curves = {m: scaling_curve(w, cal, m) for m in modes}

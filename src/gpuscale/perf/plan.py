@@ -30,6 +30,13 @@ SHARDING = ("none", "dist-opt", "zero1", "zero2", "zero3")
 """Optimizer/gradient/parameter sharding over data parallel: Megatron DDP, Megatron's
 distributed optimizer, DeepSpeed ZeRO stages 1-3 (ZeRO-3 = FSDP full sharding)."""
 TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
+ATTENTION = ("fused", "flash2", "unfused")
+"""Attention kernels: ``fused`` is the fastest fused kernel for the GPU (cuDNN fused
+attention as Transformer Engine runs it, FlashAttention-3 on Hopper and Blackwell,
+FlashAttention-2 on Ampere); ``flash2`` is FlashAttention-2 (PyTorch SDPA's flash backend),
+which does not use Hopper's asynchronous tensor-core instructions; ``unfused`` is Megatron's
+original path: QK^T and PV as batched GEMMs over the whole s x s score matrix, with scaled
+masked softmax and dropout as separate memory-bound kernels (and the scores kept for backward)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,8 @@ class Workload:
     global_batch: int
     """Sequences per iteration."""
     precision: str = "bf16"
-    flash_attention: bool = True
+    attention: str = "fused"
+    """One of :data:`ATTENTION`."""
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq_len", "global_batch"):
@@ -55,6 +63,13 @@ class Workload:
         if self.precision not in TRAIN_PRECISIONS:
             raise InputError("precision", self.precision, f"one of {', '.join(TRAIN_PRECISIONS)}")
         check_precision(self.gpu, self.precision)
+        if self.attention not in ATTENTION:
+            raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
+
+    @property
+    def flash_attention(self) -> bool:
+        """Whether the attention kernel is fused (never materialises the score matrix)."""
+        return self.attention != "unfused"
 
     @property
     def tokens_per_step(self) -> int:

@@ -5,8 +5,10 @@ on the last stage):
   GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
               smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16.
-  attention   flash attention at attn_eff of the BF16 peak; backward = 2.5 x forward
-              (FlashAttention-2, Dao 2023), causal masking halves the work.
+  attention   fused (flash) kernels at attn_eff of the 16-bit peak (FlashAttention-2 on
+              Hopper and newer at attn_flash2_rel of that); backward = 2.5 x forward
+              (Dao 2023), causal masking halves the work. Unfused (Megatron's original
+              path): batched GEMMs over the full s x s scores + softmax/dropout bytes.
   memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
               replicated over TP ranks unless sequence parallelism splits them; plus a
               fixed layer_overhead_s per layer (kernel launches and small kernels).
@@ -40,6 +42,14 @@ FLASH_BWD_FACTOR = 2.5
 MOE_PERMUTE_PASSES = 6.0
 """Reads + writes of the routed tokens' hidden states per MoE layer forward: permute
 (2), unpermute (2) and the gate-weighted combine (2), as in Megatron-Core's token dispatcher."""
+UNFUSED_FWD_BYTES = 13.0
+"""HBM bytes per attention-score element, forward, of Megatron's unfused path (16-bit
+scores): QK^T writes 2, scaled masked softmax reads 2 and writes 2, dropout reads 2 and
+writes 2 plus a 1-byte mask, PV reads 2."""
+UNFUSED_BWD_BYTES = 19.0
+"""The same, backward: dP written 2; dropout backward reads 2 + mask 1, writes 2; softmax
+backward reads the probabilities 2 and the gradient 2, writes 2; dQ and dK read dS 2 each,
+dV reads the probabilities 2."""
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read fp32 param, grad, m, v (16 B),
 write param, m, v (12 B) and the 16-bit model copy (2 B)."""
@@ -125,6 +135,38 @@ def _gemm_s(
     return out
 
 
+def _attention_core_s(
+    w: Workload,
+    mbs: FloatArray,
+    s_loc: FloatArray,
+    tp: FloatArray,
+    peak16: float,
+    bw: float,
+    cal: Calibration,
+) -> tuple[FloatArray, FloatArray]:
+    """Forward and backward seconds of the attention core (softmax(QK^T) V), one layer,
+    one micro-batch, per GPU, for the workload's attention kernel."""
+    m = w.model
+    qk_w, v_w = attn_core_dims(m)
+    if w.attention == "unfused":
+        heads = mbs * m.heads / tp  # (sequence, head) pairs per GPU, one batched GEMM each
+        s_kv = float(w.seq_len)
+        bmm = _gemm_s(s_loc, s_kv, qk_w / m.heads, heads, peak16, w.gpu.sms, cal) + _gemm_s(
+            s_loc, v_w / m.heads, s_kv, heads, peak16, w.gpu.sms, cal
+        )
+        scores = heads * s_loc * s_kv
+        fwd = bmm + UNFUSED_FWD_BYTES * scores / bw
+        bwd = 2.0 * bmm + UNFUSED_BWD_BYTES * scores / bw
+        return fwd, bwd
+    eff = cal.attn_eff
+    if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
+        eff *= cal.attn_flash2_rel
+    causal = 0.5  # flash kernels skip the masked upper triangle
+    flops = 2.0 * mbs * s_loc * w.seq_len * (qk_w + v_w) / tp * causal
+    fwd = flops / (peak16 * eff)
+    return fwd, FLASH_BWD_FACTOR * fwd
+
+
 def step_breakdown(
     w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
 ) -> StepBreakdown:
@@ -145,6 +187,7 @@ def step_breakdown(
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
     peak16 *= w.gpu.clock_fraction  # a power-capped part sustains a lower clock
     gemm_peak = peak16 * (cal.fp8_gemm_speedup if w.precision == "fp8" else 1.0)
+    bw_hbm = w.gpu.hbm_bw_Bps * cal.hbm_eff
 
     # --- GEMMs, forward, one layer, one micro-batch (per GPU) -------------------------
     sms = w.gpu.sms
@@ -178,14 +221,12 @@ def step_breakdown(
         moe_t = np.zeros_like(tokens)
     gemm_fwd = attn_t + (1 - moe_frac) * dense_mlp_t + moe_frac * moe_t
 
-    qk_w, v_w = attn_core_dims(m)
-    causal = 0.5
-    core_flops = 2.0 * p.mbs * s_loc * w.seq_len * (qk_w + v_w) / tp * causal
-    core_fwd = core_flops / (peak16 * cal.attn_eff)
+    mbs_f = p.mbs.astype(np.float64)
+    core_fwd, core_bwd = _attention_core_s(w, mbs_f, s_loc, tp, peak16, bw_hbm, cal)
     layer_fwd = gemm_fwd + core_fwd
 
     # --- memory-bound kernels -----------------------------------------------------------
-    bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
+    bw = bw_hbm
     f_act = (1 - moe_frac) * m.dense_ffn_hidden + moe_frac * m.ffn_hidden * (
         m.top_k + m.shared_experts
     )
@@ -204,7 +245,7 @@ def step_breakdown(
 
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
     compute_mb = (
-        layers_stage * (gemm_fwd * 3.0 + core_fwd * (1.0 + FLASH_BWD_FACTOR)) + 3.0 * logits_fwd
+        layers_stage * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * logits_fwd
     ) * overlap_slow
     mem_mb = layers_stage * (mem_fwd + cal.layer_overhead_s) * 3.0 + 3.0 * logits_mem
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
@@ -231,9 +272,7 @@ def step_breakdown(
     kv_chunk = 2.0 * p.mbs * s_loc * (kv if m.mla is None else m.mla.kv_lora_rank * 4) / tp * 2.0
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
     cp_fwd = _collective("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
-    cp_exposed = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(
-        2.0 * cp_fwd - FLASH_BWD_FACTOR * core_fwd, 0.0
-    )
+    cp_exposed = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(2.0 * cp_fwd - core_bwd, 0.0)
     cp_mb = layers_stage * np.where(p.cp > 1, cp_exposed, 0.0)
 
     # --- expert parallel all-to-all ----------------------------------------------------

@@ -7,6 +7,7 @@ gpus: 1024
 seq_len: 8192
 global_batch: 1024          # sequences per step
 precision: bf16             # bf16 | fp16 | fp8
+attention: fused            # optional: fused | flash2 | unfused
 tokens: 15T                 # optional: time and GPU-hours to train
 """
 
@@ -29,6 +30,7 @@ class TrainingJob(BaseModel):
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0)
     precision: str = "bf16"
+    attention: str | None = None
     system: str | None = None
     tokens: str | None = None
 

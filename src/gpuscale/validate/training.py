@@ -165,6 +165,26 @@ def _model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     return base, notes
 
 
+def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
+    """The attention kernel a run used, from its stack as the row names it, and why.
+
+    torchtitan calls PyTorch's SDPA, whose flash backend is FlashAttention-2. Megatron-LM
+    and Megatron-DeepSpeed on Volta/Ampere ran the unfused path (batched GEMMs + fused
+    softmax kernel) unless flash attention is named: that is the path Korthikanti et al.'s
+    5as/h activation term describes. Everything else gets the GPU's fastest fused kernel.
+    """
+    text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
+    if "torchtitan" in text or "sdpa" in text:
+        return "flash2", "attention: PyTorch SDPA (FlashAttention-2 kernels)"
+    if (
+        arch in ("volta", "ampere")
+        and re.search(r"megatron|deepspeed", text)
+        and ("flash" not in text)
+    ):
+        return "unfused", "attention: Megatron's unfused softmax path (no flash attention named)"
+    return "fused", ""
+
+
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target = row["target"]
     if target not in TARGETS:
@@ -211,6 +231,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
     if precision not in gpu.peak_tflops:
         raise UnsupportedRowError(f"{gpu.key} has no {precision} peak in the catalog")
+    attention, why = attention_kernel(row, gpu.arch)
+    if why:
+        notes.append(why)
     system = system_for_gpu(gpu)
     w = Workload(
         model,
@@ -221,6 +244,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         int(seq),
         int(gbs),
         precision,
+        attention,
     )
     fixed: dict[str, Any] = {}
     for col, key in (
