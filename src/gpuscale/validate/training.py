@@ -165,6 +165,24 @@ def _model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     return base, notes
 
 
+def _nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
+    """NICs per node when the row states its scale-out network, in NICs of the reference
+    system's speed: 'N x ... M Gbps' links per node, 'M Gb/s per GPU', or a simulator
+    config's per-node 'inter_node_bandwidth=X' (Gb/s) in the notes."""
+    text = row.get("inter_node", "")
+    per_node = None
+    m = re.search(r"(\d+)\s*x\s*[^,;]*?(\d+(?:\.\d+)?)\s*Gb(?:p|/)s", text, re.IGNORECASE)
+    if m:
+        per_node = float(m.group(1)) * float(m.group(2))
+    else:
+        m = re.search(r"inter_node_bandwidth\s*=\s*(\d+(?:\.\d+)?)", row.get("notes", ""))
+        if m:
+            per_node = float(m.group(1))
+    if per_node is None or nic_gbps <= 0:
+        return None
+    return max(1, round(per_node / nic_gbps))
+
+
 def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     """The attention kernel a run used, from its stack as the row names it, and why.
 
@@ -235,6 +253,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if why:
         notes.append(why)
     system = system_for_gpu(gpu)
+    nics = _nics_per_node(row, system.nic_gbps)
+    if nics is not None and nics != system.nics_per_node:
+        system = system.model_copy(update={"nics_per_node": nics})
+        notes.append(f"scale-out: {nics} x {system.nic_gbps:g} Gb/s NICs per node, as the row states")
     w = Workload(
         model,
         gpu,
@@ -277,6 +299,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     sp = row.get("seq_parallel", "")
     if sp:
         fixed["sp"] = sp in ("1", "true", "True", "yes")
+    elif attention == "unfused":
+        fixed["sp"] = False
+        notes.append("sequence parallelism not stated: off, as in Megatron's unfused-attention era")
     rc = row.get("recompute", "").lower()
     if not rc and conv == "megatron_sc21_hfu":
         rc = "full"
