@@ -256,7 +256,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     nics = _nics_per_node(row, system.nic_gbps)
     if nics is not None and nics != system.nics_per_node:
         system = system.model_copy(update={"nics_per_node": nics})
-        notes.append(f"scale-out: {nics} x {system.nic_gbps:g} Gb/s NICs per node, as the row states")
+        nic = f"{system.nic_gbps:g} Gb/s"
+        notes.append(f"scale-out: {nics} x {nic} NICs per node, as the row states")
     w = Workload(
         model,
         gpu,
