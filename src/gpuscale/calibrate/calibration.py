@@ -68,6 +68,10 @@ class Calibration:
     """Fraction of data-parallel gradient/parameter communication hidden behind backward."""
     pp_overlap: float = 0.0
     """Fraction of pipeline point-to-point transfers hidden behind the 1F1B compute."""
+    ep_overlap: float = 0.0
+    """Fraction of the expert-parallel all-to-alls hidden behind another micro-batch's
+    compute (Megatron-Core's MoE A2A overlap, DeepSeek-V3's DualPipe), never more than
+    that compute."""
     # --- fixed costs ---
     step_overhead_s: float = 0.0
     """Fixed per-iteration cost (data loading, logging, launch gaps) not modelled elsewhere."""

@@ -40,6 +40,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "fp8_gemm_speedup": (1.1, 2.0),
     "dp_overlap": (0.0, 1.0),
     "pp_overlap": (0.0, 1.0),
+    "ep_overlap": (0.0, 1.0),
     "microbatch_overhead_s": (0.0, 0.02),
     "layer_overhead_s": (0.0, 0.002),
     "moe_layer_overhead_s": (0.0, 0.005),

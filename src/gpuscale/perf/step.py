@@ -17,7 +17,8 @@ on the last stage):
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
               values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
   CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute.
-  EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine).
+  EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine);
+              ep_overlap of them hidden behind other micro-batches' compute.
   PP comm     one activation send forward and one gradient send backward per chunk.
 The iteration is m x (per-micro-batch stage time) + bubble (p - 1)/v x that time
 + exposed data-parallel communication + optimizer step + fixed overhead.
@@ -281,7 +282,8 @@ def step_breakdown(
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
         a2a = _collective("all_to_all", a2a_bytes, p.ep.astype(np.float64), ep_k, f, cal)
         n_a2a = 4.0 + 2.0 * full_frac
-        ep_mb = layers_stage * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
+        ep_all = layers_stage * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
+        ep_mb = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - compute_mb)
     else:
         ep_mb = np.zeros_like(tokens)
 
