@@ -65,7 +65,11 @@ class Calibration:
     tp_overlap: float = 0.0
     """Fraction of tensor-parallel communication hidden behind GEMMs."""
     dp_overlap: float = 0.85
-    """Fraction of data-parallel gradient/parameter communication hidden behind backward."""
+    """Fraction of the bucketed data-parallel gradient reduce (and the distributed
+    optimizer's parameter all-gather) hidden behind backward (forward)."""
+    zero3_overlap: float = 0.85
+    """Fraction of ZeRO-3/FSDP's per-layer parameter all-gathers and gradient
+    reduce-scatters hidden behind the neighbouring layers' compute (prefetching)."""
     pp_overlap: float = 0.0
     """Fraction of pipeline point-to-point transfers hidden behind the 1F1B compute."""
     ep_overlap: float = 0.0
@@ -80,6 +84,10 @@ class Calibration:
     moe_layer_overhead_s: float = 0.0
     """Extra fixed forward cost per MoE layer and micro-batch: router, token permutation
     kernels and the device-to-host sync of per-expert token counts in dropless routing."""
+    moe_expert_overhead_s: float = 0.0
+    """Extra fixed forward cost per local expert per MoE layer and micro-batch: the expert
+    GEMMs of a grouped linear layer are launched one per expert (and quantised one per
+    expert in FP8), so each local expert adds launch and tail latency."""
     layer_overhead_s: float = 0.0
     """Fixed forward cost per transformer layer and micro-batch (kernel launches and small
     kernels between GEMMs); the backward pays twice that."""

@@ -39,11 +39,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "elementwise_bytes_per_token_layer": (8.0, 40.0),
     "fp8_gemm_speedup": (1.1, 2.0),
     "dp_overlap": (0.0, 1.0),
+    "zero3_overlap": (0.0, 1.0),
     "pp_overlap": (0.0, 1.0),
     "ep_overlap": (0.0, 1.0),
     "microbatch_overhead_s": (0.0, 0.02),
     "layer_overhead_s": (0.0, 0.002),
     "moe_layer_overhead_s": (0.0, 0.005),
+    "moe_expert_overhead_s": (0.0, 0.0005),
     "step_overhead_s": (0.0, 0.1),
 }
 

@@ -238,7 +238,8 @@ def step_breakdown(
     # MoE token permutation before and unpermutation after the experts, and the weighted
     # combine: each reads and writes the top-k copies of the hidden state
     moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * h * tokens / tp * 2.0 if m.is_moe else 0.0
-    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw + moe_frac * cal.moe_layer_overhead_s
+    moe_fixed = cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s
+    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw + (moe_frac * moe_fixed if m.is_moe else 0.0)
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     logits_fwd = gemm(tokens, m.vocab / tp, h)
@@ -341,7 +342,7 @@ def step_breakdown(
     per_mb_z3 = dp_time("reduce_scatter", grad_b, layers_stage) + 2.0 * dp_time(
         "all_gather", 2.0, layers_stage
     )
-    exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.dp_overlap), per_mb_z3 - compute_mb)
+    exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.zero3_overlap), per_mb_z3 - compute_mb)
     dp_comm = np.where(p.sharding == 4, exposed_z3, exposed_step)
 
     # --- optimizer ---------------------------------------------------------------------------
