@@ -286,3 +286,27 @@ def test_unfused_attention_pays_the_score_matrix_in_hbm_traffic() -> None:
     assert (UNFUSED_FWD_BYTES, UNFUSED_BWD_BYTES) == (13.0, 19.0)
     # at s = 4096 the score traffic alone outweighs the fused kernel's whole forward
     assert 13.0 * scores / 1e12 > _core("fused", "a100-sxm-80gb")[0]
+
+
+def test_each_local_expert_adds_its_fixed_cost_forward_and_backward() -> None:
+    w = workload("qwen3-30b-a3b", gpus=8, seq=4096, gbs=64, gpu="h100-sxm")
+    plan = {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "mbs": 1, "recompute": 0}
+    p = Plans.of(**plan)
+    base = step_breakdown(w, p, CAL.replace(moe_expert_overhead_s=0.0))
+    more = step_breakdown(w, p, CAL.replace(moe_expert_overhead_s=1e-4))
+    # 48 MoE layers x 128 / 8 local experts x 1e-4 s, x3 (forward + backward), 8 micro-batches
+    want = 48 * 16 * 1e-4 * 3 * 8
+    got = float(more.memory_bound_s[0] - base.memory_bound_s[0])
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_expert_all_to_all_overlap_never_hides_more_than_the_compute() -> None:
+    w = workload("qwen3-30b-a3b", gpus=64, seq=4096, gbs=256, gpu="h100-sxm")
+    p = Plans.of(tp=1, pp=1, dp=64, ep=32, mbs=1, recompute=0)  # EP over 4 nodes
+    exposed = step_breakdown(w, p, CAL.replace(ep_overlap=0.0))
+    hidden = step_breakdown(w, p, CAL.replace(ep_overlap=1.0))
+    half = step_breakdown(w, p, CAL.replace(ep_overlap=0.5))
+    a2a, compute = float(exposed.ep_comm_s[0]), float(exposed.compute_s[0])
+    assert a2a > 0
+    assert float(hidden.ep_comm_s[0]) == pytest.approx(max(a2a - compute, 0.0))
+    assert float(half.ep_comm_s[0]) == pytest.approx(max(a2a / 2, a2a - compute))
