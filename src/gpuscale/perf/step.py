@@ -188,7 +188,7 @@ def step_breakdown(
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
     peak16 *= w.gpu.clock_fraction  # a power-capped part sustains a lower clock
     gemm_peak = peak16 * (cal.fp8_gemm_speedup if w.precision == "fp8" else 1.0)
-    bw_hbm = w.gpu.hbm_bw_Bps * cal.hbm_eff
+    bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
 
     # --- GEMMs, forward, one layer, one micro-batch (per GPU) -------------------------
     sms = w.gpu.sms
@@ -223,11 +223,10 @@ def step_breakdown(
     gemm_fwd = attn_t + (1 - moe_frac) * dense_mlp_t + moe_frac * moe_t
 
     mbs_f = p.mbs.astype(np.float64)
-    core_fwd, core_bwd = _attention_core_s(w, mbs_f, s_loc, tp, peak16, bw_hbm, cal)
+    core_fwd, core_bwd = _attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
     layer_fwd = gemm_fwd + core_fwd
 
     # --- memory-bound kernels -----------------------------------------------------------
-    bw = bw_hbm
     f_act = (1 - moe_frac) * m.dense_ffn_hidden + moe_frac * m.ffn_hidden * (
         m.top_k + m.shared_experts
     )
@@ -239,7 +238,7 @@ def step_breakdown(
     # combine: each reads and writes the top-k copies of the hidden state
     moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * h * tokens / tp * 2.0 if m.is_moe else 0.0
     moe_fixed = cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s
-    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw + (moe_frac * moe_fixed if m.is_moe else 0.0)
+    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw + moe_frac * moe_fixed
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     logits_fwd = gemm(tokens, m.vocab / tp, h)

@@ -166,9 +166,10 @@ def _model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
 
 
 def _nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
-    """NICs per node when the row states its scale-out network, in NICs of the reference
-    system's speed: 'N x ... M Gbps' links per node, 'M Gb/s per GPU', or a simulator
-    config's per-node 'inter_node_bandwidth=X' (Gb/s) in the notes."""
+    """NICs per node when the row states its per-node scale-out network, in NICs of the
+    reference system's speed: 'N x ... M Gbps' links per node, or a simulator config's
+    per-node 'inter_node_bandwidth=X' (Gb/s) in the notes. A per-GPU figure ('400 Gb/s per
+    GPU') states no node total and leaves the reference node as it is."""
     text = row.get("inter_node", "")
     per_node = None
     m = re.search(r"(\d+)\s*x\s*[^,;]*?(\d+(?:\.\d+)?)\s*Gb(?:p|/)s", text, re.IGNORECASE)
