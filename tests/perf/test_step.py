@@ -310,3 +310,25 @@ def test_expert_all_to_all_overlap_never_hides_more_than_the_compute() -> None:
     assert a2a > 0
     assert float(hidden.ep_comm_s[0]) == pytest.approx(max(a2a - compute, 0.0))
     assert float(half.ep_comm_s[0]) == pytest.approx(max(a2a / 2, a2a - compute))
+
+
+def test_per_param_zero3_gathers_run_at_the_implementation_rate() -> None:
+    # DeepSpeed ZeRO-3 of GPT-3 175B over 1,536 A100s, full recompute, one micro-batch: the
+    # weights (2 bytes each) move four times at the implementation's rate - gathered for the
+    # forward, the recomputed forward and the backward, and the gradients reduce-scattered
+    w = replace(workload(gpus=1536), zero3_gathers="per-param")
+    p = Plans.of(tp=1, pp=1, dp=1536, mbs=1, recompute=2, sharding=4)
+    cal = CAL.replace(zero3_param_gather_Bps=1e9, zero3_overlap=0.0)
+    got = float(step_breakdown(w, p, cal).dp_comm_s[0])
+    params = 174.6e9  # every weight of the stage, embedding included
+    assert got == pytest.approx(4 * params * 2 / 1e9, rel=5e-3)
+    # the coalesced (FSDP) gathers of the same plan ride NCCL's ring, far faster
+    fsdp = float(step_breakdown(replace(w, zero3_gathers="coalesced"), p, cal).dp_comm_s[0])
+    assert fsdp < got / 10
+
+
+def test_unknown_zero3_gathers_is_refused() -> None:
+    from gpuscale.errors import InputError
+
+    with pytest.raises(InputError, match="zero3-gathers"):
+        replace(workload(), zero3_gathers="bucketed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale.validate.training import _nics_per_node, attention_kernel
+from gpuscale.validate.training import _nics_per_node, attention_kernel, zero3_gathers
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,19 @@ def test_stated_scale_out_becomes_nics_per_node(
     inter_node: str, notes: str, nics: int | None
 ) -> None:
     assert _nics_per_node({"inter_node": inter_node, "notes": notes}, 200.0) == nics
+
+
+@pytest.mark.parametrize(
+    ("source", "notes", "zero", "gathers"),
+    [
+        ("Narayanan et al. SC'21", "ZeRO-3 (DeepSpeed)", "zero3", "per-param"),
+        ("torchtitan benchmarks", "FSDP + CP", "fsdp", "coalesced"),
+        ("Megatron-Bridge performance summary", "NeMo container", "zero3", "coalesced"),
+        ("Smith et al. 'Using DeepSpeed and Megatron'", "", "zero1", "coalesced"),
+    ],
+)
+def test_zero3_gathers_follow_the_stack(source: str, notes: str, zero: str, gathers: str) -> None:
+    row = {"source": source, "notes": notes, "dist_optimizer_or_zero": zero}
+    got, why = zero3_gathers(row)
+    assert got == gathers
+    assert (why == "") == (gathers == "coalesced")

@@ -70,6 +70,12 @@ class Calibration:
     zero3_overlap: float = 0.85
     """Fraction of ZeRO-3/FSDP's per-layer parameter all-gathers and gradient
     reduce-scatters hidden behind the neighbouring layers' compute (prefetching)."""
+    zero3_param_gather_Bps: float = 24e9
+    """Per-GPU rate (bytes/s) at which per-parameter ZeRO-3 gathers and reduce-scatters move
+    a GPU's weights, bound by the implementation (a Python hook, an allocation, a flatten
+    copy and a collective launch per tensor), not by the links: DeepSpeed 0.3.16 gathered a
+    5B-parameter model's 10 GB on 8 NVLink A100s in ~420 ms, ~24 GB/s (DeepSpeed issue
+    #1174)."""
     pp_overlap: float = 0.0
     """Fraction of pipeline point-to-point transfers hidden behind the 1F1B compute."""
     ep_overlap: float = 0.0

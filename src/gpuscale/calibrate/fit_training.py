@@ -40,6 +40,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "fp8_gemm_speedup": (1.1, 2.0),
     "dp_overlap": (0.0, 1.0),
     "zero3_overlap": (0.0, 1.0),
+    "zero3_param_gather_Bps": (5e9, 100e9),
     "pp_overlap": (0.0, 1.0),
     "ep_overlap": (0.0, 1.0),
     "microbatch_overhead_s": (0.0, 0.02),

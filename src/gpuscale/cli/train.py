@@ -38,6 +38,14 @@ AttnOpt = Annotated[
         "or unfused (Megatron's original softmax path).",
     ),
 ]
+GathersOpt = Annotated[
+    str,
+    typer.Option(
+        "--zero3-gathers",
+        help="ZeRO-3 parameter gathers: coalesced (one per layer: FSDP, Megatron-FSDP, "
+        "default) or per-param (one per tensor from module hooks: DeepSpeed ZeRO-3).",
+    ),
+]
 SysOpt = Annotated[
     str | None, typer.Option("--system", help="Catalog system (default: the GPU's reference node).")
 ]
@@ -57,6 +65,7 @@ def _workload(
     precision: str,
     system: str | None,
     attention: str = "fused",
+    zero3_gathers: str = "coalesced",
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one (same generation)
@@ -71,6 +80,7 @@ def _workload(
         global_batch,
         precision,
         attention,
+        zero3_gathers,
     )
 
 
@@ -154,6 +164,7 @@ def estimate_cmd(
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
     attention: AttnOpt = "fused",
+    zero3_gathers: GathersOpt = "coalesced",
     system: SysOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline parallel degree.")] = 1,
@@ -183,7 +194,9 @@ def estimate_cmd(
     calibration: CalOpt = None,
 ) -> None:
     """Memory, step-time breakdown, tokens/s, TFLOP/s and MFU of one plan."""
-    w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system, attention)
+    w = _workload(
+        model, gpu, gpus, seq_len, global_batch, precision, system, attention, zero3_gathers
+    )
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
     sharding = "dist-opt" if dist_opt else (zero or "none")
@@ -224,6 +237,9 @@ def search_cmd(
     attention: Annotated[
         str | None, typer.Option("--attention", help="fused, flash2 or unfused.")
     ] = None,
+    zero3_gathers: Annotated[
+        str | None, typer.Option("--zero3-gathers", help="coalesced or per-param.")
+    ] = None,
     system: SysOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
     pp: Annotated[int | None, typer.Option("--pp", help="Fix PP.")] = None,
@@ -263,6 +279,7 @@ def search_cmd(
         pick(precision, "precision", "bf16"),
         system if system is not None else (job.system if job else None),
         pick(attention, "attention", "fused"),
+        pick(zero3_gathers, "zero3_gathers", "coalesced"),
     )
     if tokens is None and job is not None:
         tokens = job.tokens
@@ -339,6 +356,7 @@ def scaling_cmd(
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
     attention: AttnOpt = "fused",
+    zero3_gathers: GathersOpt = "coalesced",
     system: SysOpt = None,
     mode: Annotated[
         str,
@@ -350,7 +368,9 @@ def scaling_cmd(
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
-    w = _workload(model, gpu, gpus, seq_len, global_batch, precision, system, attention)
+    w = _workload(
+        model, gpu, gpus, seq_len, global_batch, precision, system, attention, zero3_gathers
+    )
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)
     curves = {m: scaling_curve(w, cal, m) for m in modes}

@@ -37,6 +37,12 @@ FlashAttention-2 on Ampere); ``flash2`` is FlashAttention-2 (PyTorch SDPA's flas
 which does not use Hopper's asynchronous tensor-core instructions; ``unfused`` is Megatron's
 original path: QK^T and PV as batched GEMMs over the whole s x s score matrix, with scaled
 masked softmax and dropout as separate memory-bound kernels (and the scores kept for backward)."""
+ZERO3_GATHERS = ("coalesced", "per-param")
+"""How ZeRO-3/FSDP gathers parameters: ``coalesced`` is one collective per layer over a flat
+buffer (PyTorch FSDP, Megatron-FSDP, DeepSpeed with bucketed prefetch); ``per-param`` is one
+collective per parameter tensor, driven from Python module hooks, as DeepSpeed's ZeRO-3 did
+in 2021: its gathers run at an implementation-bound rate per GPU (``zero3_param_gather_Bps``)
+however fast the links are, and activation recomputation gathers the weights a third time."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,8 @@ class Workload:
     precision: str = "bf16"
     attention: str = "fused"
     """One of :data:`ATTENTION`."""
+    zero3_gathers: str = "coalesced"
+    """One of :data:`ZERO3_GATHERS` (matters only to ZeRO-3 plans)."""
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq_len", "global_batch"):
@@ -65,6 +73,10 @@ class Workload:
         check_precision(self.gpu, self.precision)
         if self.attention not in ATTENTION:
             raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
+        if self.zero3_gathers not in ZERO3_GATHERS:
+            raise InputError(
+                "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"
+            )
 
     @property
     def flash_attention(self) -> bool:

@@ -338,9 +338,15 @@ def step_breakdown(
     exposed_step = np.maximum(per_step * (1.0 - cal.dp_overlap), per_step - window)
     # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
     # its gradients, layer by layer, every micro-batch (one collective per layer each)
-    per_mb_z3 = dp_time("reduce_scatter", grad_b, layers_stage) + 2.0 * dp_time(
-        "all_gather", 2.0, layers_stage
-    )
+    rs_z3 = dp_time("reduce_scatter", grad_b, layers_stage)
+    ag_z3 = dp_time("all_gather", 2.0, layers_stage)
+    if w.zero3_gathers == "per-param":
+        # per-tensor gathers from module hooks: the implementation's rate bounds each pass
+        # over the stage's 16-bit weights, and recomputation gathers them once more
+        impl = (dense + expert) * 2.0 / cal.zero3_param_gather_Bps
+        per_mb_z3 = np.maximum(rs_z3, impl) + (2.0 + full_frac) * np.maximum(ag_z3, impl)
+    else:
+        per_mb_z3 = rs_z3 + 2.0 * ag_z3
     exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.zero3_overlap), per_mb_z3 - compute_mb)
     dp_comm = np.where(p.sharding == 4, exposed_z3, exposed_step)
 

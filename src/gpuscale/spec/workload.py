@@ -8,6 +8,7 @@ seq_len: 8192
 global_batch: 1024          # sequences per step
 precision: bf16             # bf16 | fp16 | fp8
 attention: fused            # optional: fused | flash2 | unfused
+zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 tokens: 15T                 # optional: time and GPU-hours to train
 """
 
@@ -31,6 +32,7 @@ class TrainingJob(BaseModel):
     global_batch: int = Field(gt=0)
     precision: str = "bf16"
     attention: str | None = None
+    zero3_gathers: str | None = None
     system: str | None = None
     tokens: str | None = None
 

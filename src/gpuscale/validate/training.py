@@ -204,6 +204,19 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     return "fused", ""
 
 
+def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
+    """How a ZeRO-3 run gathered its weights, from the stack the row names, and why.
+
+    DeepSpeed's ZeRO-3 gathers from per-module hooks, one collective per parameter tensor
+    (DeepSpeed issues #1174, #5047); FSDP and Megatron-FSDP gather a layer's flat buffer.
+    """
+    text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
+    z = row.get("dist_optimizer_or_zero", "").lower()
+    if z == "zero3" and "deepspeed" in text:
+        return "per-param", "ZeRO-3: DeepSpeed's per-parameter gathers from module hooks"
+    return "coalesced", ""
+
+
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target = row["target"]
     if target not in TARGETS:
@@ -253,6 +266,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     attention, why = attention_kernel(row, gpu.arch)
     if why:
         notes.append(why)
+    gathers, why = zero3_gathers(row)
+    if why:
+        notes.append(why)
     system = system_for_gpu(gpu)
     nics = _nics_per_node(row, system.nic_gbps)
     if nics is not None and nics != system.nics_per_node:
@@ -269,6 +285,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         int(gbs),
         precision,
         attention,
+        gathers,
     )
     fixed: dict[str, Any] = {}
     for col, key in (
