@@ -21,7 +21,7 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Plans, Workload, validity
-from gpuscale.perf.step import StepBreakdown, step_breakdown
+from gpuscale.perf.step import StepBreakdown, _attention_core_s, step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import model_flops_per_token
 
@@ -246,7 +246,6 @@ def test_fp8_never_slower_on_h100(plan: dict[str, Any]) -> None:
 
 
 def _core(attention: str, gpu: str, seq: int = 4096) -> tuple[float, float]:
-    from gpuscale.perf.step import _attention_core_s
 
     g = get_gpu(gpu)
     s = system_for_gpu(g)
@@ -332,3 +331,36 @@ def test_unknown_zero3_gathers_is_refused() -> None:
 
     with pytest.raises(InputError, match="zero3-gathers"):
         replace(workload(), zero3_gathers="bucketed")
+
+
+def test_fused_attention_slows_with_a_short_head_dimension() -> None:
+    # GPT-OSS 120B: 64 heads of 64, causal, on one H100 at s = 4096
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("gpt-oss-120b"), g, s, Fabric.from_system(s, 8), 8, 4096, 8)
+    one = np.array([1.0])
+    peak = g.peak_flops("bf16")
+    fwd, bwd = _attention_core_s(w, one, one * 4096, one, peak, 1e12, CAL)
+    k = CAL.gemm_half_dim
+    eff = CAL.attn_eff * (64 / (64 + k)) / (128 / (128 + k))
+    flops = 2.0 * 4096**2 * (4096 + 4096) / 2  # QK^T and PV over 64 x 64 widths, causal half
+    assert float(fwd[0]) == pytest.approx(flops / (peak * eff), rel=1e-9)
+    assert float(bwd[0]) == pytest.approx(2.5 * float(fwd[0]))
+    assert eff < CAL.attn_eff
+
+
+def test_eager_elementwise_adds_the_counted_bytes() -> None:
+    from gpuscale.perf.step import EAGER_GLU_BYTES, EAGER_NORM_BYTES, EAGER_ROPE_BYTES
+
+    w = workload("llama3-8b", gpus=8, seq=8192, gbs=8, gpu="h100-sxm")
+    p = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=0, sharding=4)
+    fused = step_breakdown(w, p, CAL)
+    eager = step_breakdown(replace(w, elementwise="eager"), p, CAL)
+    # per token per layer, forward: two norms over h = 4096, RoPE over q + k = 4096 + 1024,
+    # silu(a) * b over the 14336-wide FFN; backward pays twice the forward; 32 layers
+    per_token = 2 * 32.0 * 4096 + 16.0 * (4096 + 1024) + 4.0 * 14336
+    assert (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, EAGER_GLU_BYTES) == (32.0, 16.0, 4.0)
+    bw = get_gpu("h100-sxm").hbm_bw_Bps * CAL.hbm_eff
+    want = 32 * 3 * per_token * 8192 / bw
+    got = float(eager.memory_bound_s[0] - fused.memory_bound_s[0])
+    assert got == pytest.approx(want, rel=1e-9)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale.validate.training import _nics_per_node, attention_kernel, zero3_gathers
+from gpuscale.validate.training import (
+    _nics_per_node,
+    attention_kernel,
+    elementwise_kernels,
+    zero3_gathers,
+)
 
 
 @pytest.mark.parametrize(
@@ -57,3 +62,17 @@ def test_zero3_gathers_follow_the_stack(source: str, notes: str, zero: str, gath
     got, why = zero3_gathers(row)
     assert got == gathers
     assert (why == "") == (gathers == "coalesced")
+
+
+@pytest.mark.parametrize(
+    ("source", "notes", "mode"),
+    [
+        ("torchtitan benchmarks", "fsdp; peak_mem_gib=82.4", "eager"),
+        ("torchtitan benchmarks", "FSDP + CP + torch.compile + Float8", "fused"),
+        ("Megatron-Bridge performance summary", "NeMo container", "fused"),
+    ],
+)
+def test_elementwise_kernels_follow_the_stack(source: str, notes: str, mode: str) -> None:
+    got, why = elementwise_kernels({"source": source, "notes": notes})
+    assert got == mode
+    assert (why == "") == (mode == "fused")

@@ -46,6 +46,14 @@ GathersOpt = Annotated[
         "default) or per-param (one per tensor from module hooks: DeepSpeed ZeRO-3).",
     ),
 ]
+ElemOpt = Annotated[
+    str,
+    typer.Option(
+        "--elementwise",
+        help="Norms, RoPE, activations: fused (TE/Apex or torch.compile kernels, default) "
+        "or eager (one PyTorch kernel per op).",
+    ),
+]
 SysOpt = Annotated[
     str | None, typer.Option("--system", help="Catalog system (default: the GPU's reference node).")
 ]
@@ -66,6 +74,7 @@ def _workload(
     system: str | None,
     attention: str = "fused",
     zero3_gathers: str = "coalesced",
+    elementwise: str = "fused",
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one (same generation)
@@ -81,6 +90,7 @@ def _workload(
         precision,
         attention,
         zero3_gathers,
+        elementwise,
     )
 
 
@@ -165,6 +175,7 @@ def estimate_cmd(
     precision: PrecOpt = "bf16",
     attention: AttnOpt = "fused",
     zero3_gathers: GathersOpt = "coalesced",
+    elementwise: ElemOpt = "fused",
     system: SysOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline parallel degree.")] = 1,
@@ -195,7 +206,16 @@ def estimate_cmd(
 ) -> None:
     """Memory, step-time breakdown, tokens/s, TFLOP/s and MFU of one plan."""
     w = _workload(
-        model, gpu, gpus, seq_len, global_batch, precision, system, attention, zero3_gathers
+        model,
+        gpu,
+        gpus,
+        seq_len,
+        global_batch,
+        precision,
+        system,
+        attention,
+        zero3_gathers,
+        elementwise,
     )
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
@@ -240,6 +260,9 @@ def search_cmd(
     zero3_gathers: Annotated[
         str | None, typer.Option("--zero3-gathers", help="coalesced or per-param.")
     ] = None,
+    elementwise: Annotated[
+        str | None, typer.Option("--elementwise", help="fused or eager.")
+    ] = None,
     system: SysOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
     pp: Annotated[int | None, typer.Option("--pp", help="Fix PP.")] = None,
@@ -280,6 +303,7 @@ def search_cmd(
         system if system is not None else (job.system if job else None),
         pick(attention, "attention", "fused"),
         pick(zero3_gathers, "zero3_gathers", "coalesced"),
+        pick(elementwise, "elementwise", "fused"),
     )
     if tokens is None and job is not None:
         tokens = job.tokens
@@ -357,6 +381,7 @@ def scaling_cmd(
     precision: PrecOpt = "bf16",
     attention: AttnOpt = "fused",
     zero3_gathers: GathersOpt = "coalesced",
+    elementwise: ElemOpt = "fused",
     system: SysOpt = None,
     mode: Annotated[
         str,
@@ -369,7 +394,16 @@ def scaling_cmd(
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
     w = _workload(
-        model, gpu, gpus, seq_len, global_batch, precision, system, attention, zero3_gathers
+        model,
+        gpu,
+        gpus,
+        seq_len,
+        global_batch,
+        precision,
+        system,
+        attention,
+        zero3_gathers,
+        elementwise,
     )
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)

@@ -44,6 +44,12 @@ collective per parameter tensor, driven from Python module hooks, as DeepSpeed's
 in 2021: its gathers run at an implementation-bound rate per GPU (``zero3_param_gather_Bps``)
 however fast the links are, and activation recomputation gathers the weights a third time."""
 
+ELEMENTWISE = ("fused", "eager")
+"""How the memory-bound ops run: ``fused`` kernels (Transformer Engine / Apex RMSNorm,
+SwiGLU and RoPE, or torch.compile's generated ones), or ``eager`` PyTorch, where each op of
+a norm, rotary embedding or gated activation is its own kernel that reads and writes the
+whole tensor, often upcast to fp32 (see ``EAGER_*`` in :mod:`gpuscale.perf.step`)."""
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -62,6 +68,8 @@ class Workload:
     """One of :data:`ATTENTION`."""
     zero3_gathers: str = "coalesced"
     """One of :data:`ZERO3_GATHERS` (matters only to ZeRO-3 plans)."""
+    elementwise: str = "fused"
+    """One of :data:`ELEMENTWISE`."""
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq_len", "global_batch"):
@@ -73,6 +81,8 @@ class Workload:
         check_precision(self.gpu, self.precision)
         if self.attention not in ATTENTION:
             raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
+        if self.elementwise not in ELEMENTWISE:
+            raise InputError("elementwise", self.elementwise, f"one of {', '.join(ELEMENTWISE)}")
         if self.zero3_gathers not in ZERO3_GATHERS:
             raise InputError(
                 "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"

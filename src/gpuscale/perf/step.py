@@ -51,6 +51,17 @@ UNFUSED_BWD_BYTES = 19.0
 """The same, backward: dP written 2; dropout backward reads 2 + mask 1, writes 2; softmax
 backward reads the probabilities 2 and the gradient 2, writes 2; dQ and dK read dS 2 each,
 dV reads the probabilities 2."""
+EAGER_NORM_BYTES = 32.0
+"""Extra HBM bytes per element of one RMSNorm run op by op in eager PyTorch, over a fused
+kernel (read 2, write 2): upcast to fp32 (read 2, write 4), square (4 + 4), mean (read 4),
+scale by rsqrt (4 + 4), cast back (4 + 2), multiply by the weight (2 + 2): 36 - 4 bytes."""
+EAGER_ROPE_BYTES = 16.0
+"""The same per query/key element of rotary embedding as complex multiplication in fp32
+(torchtitan's ``apply_rotary_emb``): upcast (2 + 4), complex multiply (4 + 4), cast back
+(4 + 2) = 20 bytes against a fused kernel's 4."""
+EAGER_GLU_BYTES = 4.0
+"""The same per FFN element of a gated activation, silu(a) * b as two kernels: silu
+(2 + 2), multiply (4 + 2) = 10 bytes against a fused kernel's 6."""
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read fp32 param, grad, m, v (16 B),
 write param, m, v (12 B) and the 16-bit model copy (2 B)."""
@@ -159,7 +170,10 @@ def _attention_core_s(
         fwd = bmm + UNFUSED_FWD_BYTES * scores / bw
         bwd = 2.0 * bmm + UNFUSED_BWD_BYTES * scores / bw
         return fwd, bwd
-    eff = cal.attn_eff
+    # the kernel's QK^T reduces over the head dimension: a short one starves the tensor
+    # cores as in a GEMM (K / (K + K_half)); attn_eff is the efficiency at head dim 128
+    d = qk_w / m.heads
+    eff = cal.attn_eff * (d / (d + cal.gemm_half_dim)) / (128.0 / (128.0 + cal.gemm_half_dim))
     if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
         eff *= cal.attn_flash2_rel
     causal = 0.5  # flash kernels skip the masked upper triangle
@@ -232,8 +246,14 @@ def step_breakdown(
     )
     gate_rw = 3.0 if m.gated_mlp else 2.0
     h_bytes = cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
+    if w.elementwise == "eager":  # two norms per layer, op by op
+        h_bytes = h_bytes + 2.0 * EAGER_NORM_BYTES * h * tokens
     h_bytes = np.where(p.sp, h_bytes / tp, h_bytes)
     f_bytes = gate_rw * f_act * tokens * 2.0 / tp
+    if w.elementwise == "eager":
+        rope = EAGER_ROPE_BYTES * (q + kv) if m.position == "rope" else 0.0
+        glu = EAGER_GLU_BYTES * f_act if m.gated_mlp else 0.0
+        f_bytes = f_bytes + (rope + glu) * tokens / tp
     # MoE token permutation before and unpermutation after the experts, and the weighted
     # combine: each reads and writes the top-k copies of the hidden state
     moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * h * tokens / tp * 2.0 if m.is_moe else 0.0

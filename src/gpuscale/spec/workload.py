@@ -9,6 +9,7 @@ global_batch: 1024          # sequences per step
 precision: bf16             # bf16 | fp16 | fp8
 attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
+elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
 tokens: 15T                 # optional: time and GPU-hours to train
 """
 
@@ -33,6 +34,7 @@ class TrainingJob(BaseModel):
     precision: str = "bf16"
     attention: str | None = None
     zero3_gathers: str | None = None
+    elementwise: str | None = None
     system: str | None = None
     tokens: str | None = None
 

@@ -204,6 +204,18 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     return "fused", ""
 
 
+def elementwise_kernels(row: dict[str, str]) -> tuple[str, str]:
+    """Whether a run's norms, RoPE and activations ran fused or op by op, and why.
+
+    torchtitan is plain PyTorch: without torch.compile its RMSNorm, rotary embedding and
+    SwiGLU run eagerly, one kernel per op. Megatron-based stacks use fused kernels.
+    """
+    text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
+    if "torchtitan" in text and "compile" not in text:
+        return "eager", "elementwise: eager PyTorch ops (torchtitan without torch.compile)"
+    return "fused", ""
+
+
 def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
     """How a ZeRO-3 run gathered its weights, from the stack the row names, and why.
 
@@ -269,6 +281,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     gathers, why = zero3_gathers(row)
     if why:
         notes.append(why)
+    elementwise, why = elementwise_kernels(row)
+    if why:
+        notes.append(why)
     system = system_for_gpu(gpu)
     nics = _nics_per_node(row, system.nic_gbps)
     if nics is not None and nics != system.nics_per_node:
@@ -286,6 +301,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         precision,
         attention,
         gathers,
+        elementwise,
     )
     fixed: dict[str, Any] = {}
     for col, key in (
