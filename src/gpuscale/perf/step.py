@@ -5,13 +5,16 @@ on the last stage):
   GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
               smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16.
-  attention   fused (flash) kernels at attn_eff of the 16-bit peak (FlashAttention-2 on
-              Hopper and newer at attn_flash2_rel of that); backward = 2.5 x forward
-              (Dao 2023), causal masking halves the work. Unfused (Megatron's original
-              path): batched GEMMs over the full s x s scores + softmax/dropout bytes.
+  attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
+              scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
+              (FlashAttention-2 on Hopper and newer at attn_flash2_rel of that);
+              backward = 2.5 x forward (Dao 2023), causal masking halves the work.
+              Unfused (Megatron's original path): batched GEMMs over the full s x s
+              scores + softmax/dropout bytes.
   memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
               replicated over TP ranks unless sequence parallelism splits them; plus a
-              fixed layer_overhead_s per layer (kernel launches and small kernels).
+              fixed layer_overhead_s per layer (kernel launches and small kernels); eager
+              PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move.
   recompute   full: the whole forward again; partial: that for the fraction of layers that
               must be recomputed to fit; selective: the attention core again.
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
@@ -20,6 +23,10 @@ on the last stage):
   EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine);
               ep_overlap of them hidden behind other micro-batches' compute.
   PP comm     one activation send forward and one gradient send backward per chunk.
+  DP comm     gradient reduce(-scatter) and parameter all-gather once per step, exposed
+              beyond dp_overlap; ZeRO-3/FSDP gathers per layer every micro-batch, exposed beyond
+              zero3_overlap, and per-parameter gathers (DeepSpeed) no faster than
+              zero3_param_gather_Bps.
 The iteration is m x (per-micro-batch stage time) + bubble (p - 1)/v x that time
 + exposed data-parallel communication + optimizer step + fixed overhead.
 """
