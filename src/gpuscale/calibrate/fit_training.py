@@ -81,7 +81,7 @@ def _residuals(
     return np.array([np.log(predict(pr, pl, c) / pr.measured) for pr, pl in pairs])
 
 
-def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
+def fit(path: Path, rounds: int = 2, loss_scale: float = 0.1) -> tuple[Calibration, float]:
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
     rows = _rows(path)
@@ -103,7 +103,7 @@ def fit(path: Path, rounds: int = 2) -> tuple[Calibration, float]:
             np.clip(x0, 1e-3, 1 - 1e-3),
             bounds=(0.0, 1.0),
             loss="soft_l1",
-            f_scale=0.1,
+            f_scale=loss_scale,
             diff_step=1e-3,
             max_nfev=200,
             args=(cal, pairs, names, lo, hi),
@@ -117,8 +117,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--runs", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("calibration.json"))
+    ap.add_argument(
+        "--loss-scale",
+        type=float,
+        default=0.1,
+        help="log-error beyond which a row's pull grows linearly (soft-L1), not quadratically",
+    )
     args = ap.parse_args()
-    cal, err = fit(args.runs)
+    cal, err = fit(args.runs, loss_scale=args.loss_scale)
     data = json.loads(args.out.read_text()) if args.out.is_file() else {}
     for n in BOUNDS:
         data[n] = round(float(getattr(cal, n)), 6)

@@ -135,7 +135,7 @@ def _print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float
     t.add_row(
         "plan",
         e.plans.label(i) + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
-        f"{s['microbatches']} micro-batches)",
+        f"{s['microbatches']} micro-batch{'' if s['microbatches'] == 1 else 'es'})",
     )
     mem = s["memory_bytes"]
     fit = (
