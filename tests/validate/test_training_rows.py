@@ -8,6 +8,7 @@ from gpuscale.validate.training import (
     _nics_per_node,
     attention_kernel,
     elementwise_kernels,
+    prepare,
     zero3_gathers,
 )
 
@@ -76,3 +77,75 @@ def test_elementwise_kernels_follow_the_stack(source: str, notes: str, mode: str
     got, why = elementwise_kernels({"source": source, "notes": notes})
     assert got == mode
     assert (why == "") == (mode == "fused")
+
+
+COLUMNS = [
+    "id",
+    "source",
+    "model",
+    "params_b",
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "heads",
+    "kv_heads",
+    "vocab",
+    "seq_len",
+    "global_batch_seqs",
+    "micro_batch",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "seq_parallel",
+    "recompute",
+    "dist_optimizer_or_zero",
+    "precision",
+    "intra_node_link",
+    "inter_node",
+    "measured_tflops_per_gpu",
+    "measured_mfu",
+    "measured_step_time_s",
+    "measured_tokens_per_s_per_gpu",
+    "target",
+    "flop_convention",
+    "notes",
+]
+
+
+def _row(**cells: str) -> dict[str, str]:
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(
+        id="r",
+        model="llama3-70b",
+        gpu="H100-SXM5-80GB",
+        num_gpus="64",
+        seq_len="8192",
+        global_batch_seqs="128",
+        precision="bf16",
+        measured_tokens_per_s_per_gpu="1000",
+        target="tokens_per_s_per_gpu",
+    )
+    row.update(cells)
+    return row
+
+
+@pytest.mark.parametrize(
+    ("source", "zero", "sharding"),
+    [
+        # Megatron's distributed optimizer with bf16 gradients: ZeRO-1 memory and traffic
+        ("Megatron-Bridge performance summary", "", 2),
+        ("NeMo performance summary", "", 2),
+        ("Megatron-Bridge performance summary", "fsdp", 4),  # a stated mode wins
+        ("some paper", "", None),  # otherwise searched
+    ],
+)
+def test_megatron_recipes_fix_the_distributed_optimizer(
+    source: str, zero: str, sharding: int | None
+) -> None:
+    pr = prepare(_row(source=source, dist_optimizer_or_zero=zero), "test")
+    assert pr.fixed.get("sharding") == sharding

@@ -366,6 +366,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         raise UnsupportedRowError(f"optimizer sharding {z!r} not modelled")
     if _SHARD[z] is not None:
         fixed["sharding"] = _SHARD[z]
+    elif re.search(r"megatron-bridge|nemo", row["source"].lower()):
+        # the performance recipes run Megatron's distributed optimizer with gradients reduced
+        # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
+        fixed["sharding"] = _SHARD["zero1"]
+        notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
     free = [k for k in ("tp", "pp", "dp", "mbs") if k not in fixed]
     if free:
         notes.append(f"not stated, chosen by gpuscale's plan search: {', '.join(free)}")
