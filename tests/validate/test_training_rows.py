@@ -53,6 +53,7 @@ def test_stated_scale_out_becomes_nics_per_node(
     ("source", "notes", "zero", "gathers"),
     [
         ("Narayanan et al. SC'21", "ZeRO-3 (DeepSpeed)", "zero3", "per-param"),
+        ("a DeepSpeed run", "", "zero-3", "per-param"),
         ("torchtitan benchmarks", "FSDP + CP", "fsdp", "coalesced"),
         ("Megatron-Bridge performance summary", "NeMo container", "zero3", "coalesced"),
         ("Smith et al. 'Using DeepSpeed and Megatron'", "", "zero1", "coalesced"),

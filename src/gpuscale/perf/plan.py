@@ -40,9 +40,10 @@ masked softmax and dropout as separate memory-bound kernels (and the scores kept
 ZERO3_GATHERS = ("coalesced", "per-param")
 """How ZeRO-3/FSDP gathers parameters: ``coalesced`` is one collective per layer over a flat
 buffer (PyTorch FSDP, Megatron-FSDP, DeepSpeed with bucketed prefetch); ``per-param`` is one
-collective per parameter tensor, driven from Python module hooks, as DeepSpeed's ZeRO-3 did
-in 2021: its gathers run at an implementation-bound rate per GPU (``zero3_param_gather_Bps``)
-however fast the links are, and activation recomputation gathers the weights a third time."""
+collective per parameter tensor, driven from Python module hooks, as DeepSpeed's ZeRO-3 does
+(DeepSpeed issues #1174, #5047): its gathers run at an implementation-bound rate per GPU
+(``zero3_param_gather_Bps``) however fast the links are, and activation recomputation
+gathers the weights a third time."""
 
 ELEMENTWISE = ("fused", "eager")
 """How the memory-bound ops run: ``fused`` kernels (Transformer Engine / Apex RMSNorm,

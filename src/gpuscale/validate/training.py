@@ -20,7 +20,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model, get_gpu, get_model, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import RECOMPUTE, Plans, Workload
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import (
     megatron_model_flops,
@@ -184,6 +184,11 @@ def _nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
     return max(1, round(per_node / nic_gbps))
 
 
+def _stack_text(row: dict[str, str]) -> str:
+    """Where a row names its software stack: the source and the notes, lower-cased."""
+    return f"{row.get('source', '')} {row.get('notes', '')}".lower()
+
+
 def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     """The attention kernel a run used, from its stack as the row names it, and why.
 
@@ -192,7 +197,7 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     softmax kernel) unless flash attention is named: that is the path Korthikanti et al.'s
     5as/h activation term describes. Everything else gets the GPU's fastest fused kernel.
     """
-    text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
+    text = _stack_text(row)
     if "torchtitan" in text or "sdpa" in text:
         return "flash2", "attention: PyTorch SDPA (FlashAttention-2 kernels)"
     if (
@@ -210,7 +215,7 @@ def elementwise_kernels(row: dict[str, str]) -> tuple[str, str]:
     torchtitan is plain PyTorch: without torch.compile its RMSNorm, rotary embedding and
     SwiGLU run eagerly, one kernel per op. Megatron-based stacks use fused kernels.
     """
-    text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
+    text = _stack_text(row)
     if "torchtitan" in text and "compile" not in text:
         return "eager", "elementwise: eager PyTorch ops (torchtitan without torch.compile)"
     return "fused", ""
@@ -222,9 +227,9 @@ def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
     DeepSpeed's ZeRO-3 gathers from per-module hooks, one collective per parameter tensor
     (DeepSpeed issues #1174, #5047); FSDP and Megatron-FSDP gather a layer's flat buffer.
     """
-    text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
+    text = _stack_text(row)
     z = row.get("dist_optimizer_or_zero", "").lower()
-    if z == "zero3" and "deepspeed" in text:
+    if _SHARD.get(z) == SHARDING.index("zero3") and "deepspeed" in text:
         return "per-param", "ZeRO-3: DeepSpeed's per-parameter gathers from module hooks"
     return "coalesced", ""
 
