@@ -150,3 +150,22 @@ def test_megatron_recipes_fix_the_distributed_optimizer(
 ) -> None:
     pr = prepare(_row(source=source, dist_optimizer_or_zero=zero), "test")
     assert pr.fixed.get("sharding") == sharding
+
+
+@pytest.mark.parametrize(
+    ("cells", "tp", "pp"),
+    [
+        # Llama 3 70B (64 heads) on 8-GPU nodes: 512 GPUs at DP32 leave 16 for TP x PP
+        ({"dp": "32", "num_gpus": "512"}, 8, 2),
+        ({"dp": "32", "num_gpus": "128"}, 4, 1),  # model parallel smaller than a node
+        ({"dp": "8", "cp": "2", "num_gpus": "512"}, 8, 4),  # CP takes its share first
+        ({"dp": "32", "num_gpus": "512", "tp": "2"}, 2, None),  # a stated degree wins
+        ({"num_gpus": "512"}, None, None),  # nothing stated: all searched
+    ],
+)
+def test_unsplit_model_parallelism_fills_the_node_with_tp(
+    cells: dict[str, str], tp: int | None, pp: int | None
+) -> None:
+    pr = prepare(_row(source="some paper", **cells), "test")
+    assert pr.fixed.get("tp") == tp
+    assert pr.fixed.get("pp") == pp

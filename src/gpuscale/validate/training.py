@@ -234,6 +234,23 @@ def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
     return "coalesced", ""
 
 
+def _megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | None:
+    """TP and PP for a stated model-parallel size: TP fills the node, PP the rest.
+
+    Narayanan et al. (SC'21, takeaway 1): tensor parallelism up to the GPUs of a server, then
+    pipeline parallelism across servers. None when the size does not come out whole.
+    """
+    others = fixed["dp"] * fixed.get("cp", 1)
+    if w.num_gpus % others:
+        return None
+    mp = w.num_gpus // others
+    heads = w.model.heads
+    tp = max(
+        t for t in range(1, min(mp, w.system.gpus_per_node) + 1) if mp % t == 0 and heads % t == 0
+    )
+    return tp, mp // tp
+
+
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target = row["target"]
     if target not in TARGETS:
@@ -321,6 +338,14 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         v = num(row, col, where)
         if v is not None:
             fixed[key] = int(v)
+    if "dp" in fixed and "tp" not in fixed and "pp" not in fixed:
+        split = _megatron_split(w, fixed)
+        if split is not None:
+            fixed["tp"], fixed["pp"] = split
+            notes.append(
+                f"TP/PP split not stated: TP{split[0]} PP{split[1]}, tensor parallel up to the "
+                "node and pipeline across nodes (Narayanan et al. SC'21, takeaway 1)"
+            )
     if (
         fixed.get("pp", 1) > 1
         and "mbs" in fixed
