@@ -169,3 +169,25 @@ def test_unsplit_model_parallelism_fills_the_node_with_tp(
     pr = prepare(_row(source="some paper", **cells), "test")
     assert pr.fixed.get("tp") == tp
     assert pr.fixed.get("pp") == pp
+
+
+@pytest.mark.parametrize(
+    ("source", "cells", "vpp", "mbs"),
+    [
+        # torchtitan: 2 stages per rank when interleaved, one micro-batch per stage
+        ("torchtitan benchmarks", {"notes": "schedule interleaved-1f1b"}, 2, 2),
+        ("torchtitan benchmarks", {"notes": "schedule 1f1b", "vpp": "1"}, 1, 4),
+        # elsewhere: 1F1B unless interleaving is named; the local batch's split searched
+        ("some paper", {"notes": "interleaved schedule"}, None, None),
+        ("some paper", {"notes": ""}, 1, None),
+        ("some paper", {"notes": "", "micro_batch": "2"}, 1, 2),  # a real micro-batch
+    ],
+)
+def test_pipeline_schedule_defaults(
+    source: str, cells: dict[str, str], vpp: int | None, mbs: int | None
+) -> None:
+    # 512 GPUs as TP8 PP8 DP8, 256 sequences: a local batch of 32
+    base = {"num_gpus": "512", "global_batch_seqs": "256", "tp": "8", "pp": "8", "dp": "8"}
+    pr = prepare(_row(source=source, **{"micro_batch": "32", **base, **cells}), "test")
+    assert pr.fixed.get("vpp") == vpp
+    assert pr.fixed.get("mbs") == mbs

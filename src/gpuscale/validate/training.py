@@ -251,6 +251,45 @@ def _megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | Non
     return tp, mp // tp
 
 
+def _pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> list[str]:
+    """Virtual stages and micro-batch of a stated pipeline layout; returns the rules used.
+
+    Interleaving is opt-in: a layout without VPP runs 1F1B unless the row names an
+    interleaved schedule. torchtitan's defaults fill what its rows leave out: two stages per
+    rank for a looped schedule (``generate_split_points``) and one micro-batch per stage
+    (``build_pipeline_schedule``); elsewhere the search chooses.
+    """
+    notes: list[str] = []
+    if fixed.get("pp", 1) <= 1:
+        return notes
+    titan = "torchtitan" in _stack_text(row)
+    if "vpp" not in fixed:
+        if "interleav" not in f"{row['id']} {_stack_text(row)}":
+            fixed["vpp"] = 1
+        elif titan:
+            fixed["vpp"] = 2
+            notes.append("interleaved schedule, stages not stated: torchtitan's 2 per rank")
+        else:
+            notes.append("interleaved schedule named, virtual stages not: VPP searched")
+    if "mbs" in fixed and "dp" in fixed and gbs == fixed["dp"] * fixed["mbs"]:
+        # one micro-batch through a pipeline would idle it (p - 1) / 1 of the time: the
+        # figure is the local batch (torchtitan's usage)
+        local = fixed.pop("mbs")
+        stages = fixed["pp"] * fixed.get("vpp", 1)
+        if titan and "vpp" in fixed and local % stages == 0:
+            fixed["mbs"] = local // stages
+            notes.append(
+                f"stated micro-batch is the local batch: {stages} micro-batches of "
+                f"{fixed['mbs']}, torchtitan's one per pipeline stage"
+            )
+        else:
+            notes.append(
+                "stated micro-batch equals the local batch with pp > 1: read as the "
+                "local batch, micro-batch searched"
+            )
+    return notes
+
+
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target = row["target"]
     if target not in TARGETS:
@@ -346,21 +385,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
                 f"TP/PP split not stated: TP{split[0]} PP{split[1]}, tensor parallel up to the "
                 "node and pipeline across nodes (Narayanan et al. SC'21, takeaway 1)"
             )
-    if (
-        fixed.get("pp", 1) > 1
-        and "mbs" in fixed
-        and "dp" in fixed
-        and int(gbs) == fixed["dp"] * fixed["mbs"]
-    ):
-        # one micro-batch through a pipeline would idle it (p - 1) / 1 of the time: the
-        # figure is the local batch (torchtitan's usage), so the micro-batch is searched
-        del fixed["mbs"]
-        notes.append(
-            "stated micro-batch equals the local batch with pp > 1: read as the "
-            "local batch, micro-batch searched"
-        )
-    if "pp" in fixed and "vpp" not in fixed:
-        fixed["vpp"] = 1  # interleaving is opt-in: a stated layout without vpp is plain 1F1B
+    notes.extend(_pipeline_schedule(row, fixed, int(gbs)))
     sp = row.get("seq_parallel", "")
     if sp:
         fixed["sp"] = sp in ("1", "true", "True", "yes")
