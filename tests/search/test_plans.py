@@ -203,3 +203,14 @@ def test_unsatisfiable_fixed_knobs_are_an_input_error() -> None:
         search_plans(w, CAL, {"tp": 5})  # 5 does not divide the 96 heads
     assert exc.value.field == "plan"
     assert "tp=5" in str(exc.value)
+
+
+def test_tp_groups_stay_inside_the_scale_up_domain() -> None:
+    # OPT-175B has 96 heads: TP 3 and 6 divide them but not an 8-GPU node; on an NVL72
+    # rack they divide the 72-GPU NVLink domain
+    w = workload("opt-175b", "a100-sxm-80gb", 64, 2048, 64)
+    tps = set(search_plans(w, CAL, require_fit=False).estimate.plans.tp.tolist())
+    assert tps == {1, 2, 4, 8}
+    w = workload("opt-175b", "gb200", 72, 2048, 72)
+    tps = set(search_plans(w, CAL, require_fit=False).estimate.plans.tp.tolist())
+    assert {3, 6, 12, 24} <= tps

@@ -191,3 +191,23 @@ def test_pipeline_schedule_defaults(
     pr = prepare(_row(source=source, **{"micro_batch": "32", **base, **cells}), "test")
     assert pr.fixed.get("vpp") == vpp
     assert pr.fixed.get("mbs") == mbs
+
+
+@pytest.mark.parametrize(
+    ("notes", "gbs"),
+    [
+        ("'around 380 tokens/sec/GPU'; batch 4M tokens. Parallelism not stated", 512),
+        ("global batch size of 16M tokens", 2048),
+        ("batch 2.5M tokens", 320),  # 2.5 x 2^20 / 8192 = 320
+        ("micro batch 4", None),  # not a global batch in tokens: the row is skipped
+    ],
+)
+def test_global_batch_in_tokens_from_the_notes(notes: str, gbs: int | None) -> None:
+    from gpuscale.validate.training import UnsupportedRowError
+
+    row = _row(source="some paper", global_batch_seqs="", notes=notes)
+    if gbs is None:
+        with pytest.raises(UnsupportedRowError):
+            prepare(row, "test")
+    else:
+        assert prepare(row, "test").workload.global_batch == gbs

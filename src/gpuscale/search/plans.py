@@ -74,7 +74,8 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         [
             t
             for t in _divisors(m.heads)
-            if t <= max(dom, w.fabric.gpus_per_node)
+            # a TP group lies inside one scale-up domain: its size divides the domain's
+            if max(dom, w.fabric.gpus_per_node) % t == 0
             and t <= n
             and m.ffn_hidden % t == 0
             and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)

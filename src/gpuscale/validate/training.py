@@ -251,6 +251,24 @@ def _megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | Non
     return tp, mp // tp
 
 
+_BATCH_TOKENS = re.compile(
+    r"batch(?: size)?(?: of)?:? (\d+(?:\.\d+)?) ?([KMB])(?: tokens)?\b", re.IGNORECASE
+)
+
+
+def _batch_tokens_in_notes(notes: str) -> float | None:
+    """A global batch written in tokens in the notes ("batch 4M tokens"), or None.
+
+    K and M are binary, as in the papers that quote them: LLaMA's "4M tokens" are 2,048
+    sequences of 2,048 and Llama 3's "16M" are 2,048 of 8,192.
+    """
+    hit = _BATCH_TOKENS.search(notes)
+    if hit is None:
+        return None
+    scale = {"k": 2**10, "m": 2**20, "b": 2**30}[hit.group(2).lower()]
+    return round(float(hit.group(1)) * scale)
+
+
 def _pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> list[str]:
     """Virtual stages and micro-batch of a stated pipeline layout; returns the rules used.
 
@@ -320,6 +338,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if gbs is None and dp_stated is not None and mbs_stated is not None:
         gbs = dp_stated * mbs_stated
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
+    if gbs is None and seq is not None:
+        batch_tokens = _batch_tokens_in_notes(row.get("notes", ""))
+        if batch_tokens is not None and batch_tokens >= seq:
+            gbs = float(round(batch_tokens / seq))
+            notes.append(f"global batch from the notes: {gbs:.0f} sequences of {seq:g} tokens")
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
     prec_raw = row.get("precision", "").lower()
