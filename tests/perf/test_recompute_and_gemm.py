@@ -45,6 +45,19 @@ def test_partial_recompute_fills_memory_between_none_and_full() -> None:
     assert float(rc[1]) == pytest.approx(frac * float(rc[2]), rel=1e-9)
 
 
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200", "b200", "gb200", "gb300", "mi300x"])
+@pytest.mark.parametrize("mbs", [1, 2, 4])
+def test_a_partial_plan_always_fits(gpu: str, mbs: int) -> None:
+    # the fraction is solved so the total equals the capacity: rounding must not reject it
+    g = get_gpu(gpu)
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, 64), 64, 8192, 256, "fp8")
+    e = estimate(w, Plans.of(recompute=[3], tp=1, pp=1, dp=64, mbs=mbs, sharding=4), CAL)
+    if 0.0 < float(e.memory.recompute_fraction[0]) < 1.0:
+        assert bool(e.memory.fits[0])
+        assert float(e.memory.total[0]) == pytest.approx(g.memory_bytes, rel=1e-9)
+
+
 def test_wave_quantisation_of_a_gemm() -> None:
     cal = CAL.replace(gemm_tile=128.0, gemm_eff_max=1.0, gemm_half_dim=0.0)
     peak, sms = 1e15, 108
