@@ -2,12 +2,14 @@
 
 Adding a GPU, a system or a model is a data change in ``catalog/data/*.yaml``. Lookups
 accept the catalog key (lower-case with dashes: ``a100-sxm-80gb``, ``llama3-70b``) or any
-alias (the names used in published results, e.g. ``A100-SXM4-80GB``), case-insensitively.
+alias (the names used in published results, e.g. ``A100-SXM4-80GB``), case-insensitively;
+a GPU also by a description that names exactly one part ("NVIDIA H100 80GB HBM3").
 A model can also be a local Hugging Face ``config.json`` path (see :mod:`.hf`).
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -100,7 +102,47 @@ def _lookup(name: str, entries: dict[str, E], index: dict[str, str], field: str)
 
 
 def get_gpu(name: str, field: str = "gpu") -> GPU:
-    return _lookup(name, gpus(), _gpu_index(), field)
+    """A catalog GPU by key or alias, else by description (see :func:`_gpu_by_description`)."""
+    try:
+        return _lookup(name, gpus(), _gpu_index(), field)
+    except InputError:
+        key = _gpu_by_description(name)
+        if key is None:
+            raise
+        return gpus()[key]
+
+
+_FORMS = {"pcie": "pcie", "nvl": "nvl"}
+
+
+def _gpu_by_description(name: str) -> str | None:
+    """The one catalog GPU a free-text name describes, or None when it is not exactly one.
+
+    Published tables write the same part many ways ("NVIDIA H100 80GB HBM3", "H100 SXM5",
+    "A100-SXM4-80GB (DGX A100)"). The name must contain a family token (the first part of a
+    catalog key: h100, a100, mi300x, ...); a form factor (PCIe, NVL; SXM otherwise) and a
+    memory size ("80GB", "80 GB") narrow it; what is left must be a single entry or the
+    family's own alias (``H100`` is the SXM5 80 GB part).
+    """
+    tokens = [t for t in re.split(r"[^a-z0-9]+", name.lower()) if t]
+    families = {k.split("-")[0] for k in gpus()} - {"rtx"}  # a product line, not a part
+    family = next((t for t in tokens if t in families), None)
+    if family is None:
+        return None
+    cands = [k for k in gpus() if k.split("-")[0] == family]
+    sizes = [int(m.group(1)) for m in re.finditer(r"(\d+) ?gb\b", name.lower())]
+    if sizes:
+        gap = {k: abs(gpus()[k].hbm_gb - sizes[0]) for k in cands}
+        cands = [k for k in cands if gap[k] <= 0.1 * sizes[0] and gap[k] == min(gap.values())]
+    form = next((_FORMS[t] for t in tokens if t in _FORMS), None)
+    if form is not None:
+        cands = [k for k in cands if form in k]
+    else:  # SXM/OAM unless the name says PCIe or NVL
+        cands = [k for k in cands if not any(f in k for f in _FORMS.values())] or cands
+    if len(cands) == 1:
+        return cands[0]
+    default = _gpu_index().get(family)
+    return default if default in cands else None
 
 
 def get_system(name: str, field: str = "system") -> System:

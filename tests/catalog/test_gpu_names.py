@@ -1,0 +1,39 @@
+"""GPU names as published tables write them resolve to one catalog entry, or to none."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscale.catalog import get_gpu
+from gpuscale.errors import InputError
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("a100-sxm-80gb", "a100-sxm-80gb"),  # key
+        ("A100-SXM4-40GB", "a100-sxm-40gb"),  # alias
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # nvidia-smi's name
+        ("H100 SXM5", "h100-sxm"),
+        ("DGX H100", "h100-sxm"),
+        ("H100 PCIe", "h100-pcie"),
+        ("H100 94GB", "h100-nvl"),  # the memory picks the part
+        ("NVIDIA A100 (40GB)", "a100-sxm-40gb"),  # SXM unless PCIe is named
+        ("A100 80GB PCIe", "a100-pcie-80gb"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("Tesla V100", "v100-sxm2-32gb"),
+        ("GB200 NVL72", "gb200"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("H20 96GB", "h20"),  # h20 is its own family, not a prefix of h200
+    ],
+)
+def test_published_names_resolve(name: str, key: str) -> None:
+    assert get_gpu(name).key == key
+
+
+@pytest.mark.parametrize("name", ["H100 64GB", "V100 16GB", "A800", "TPU v4", "RTX 4090"])
+def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
+    with pytest.raises(InputError) as exc:
+        get_gpu(name)
+    assert exc.value.field == "gpu"
+    assert "did you mean" in exc.value.valid or "known" in exc.value.valid
