@@ -37,3 +37,19 @@ def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
         get_gpu(name)
     assert exc.value.field == "gpu"
     assert "did you mean" in exc.value.valid or "known" in exc.value.valid
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("LLaMA-2 70B", "llama2-70b"),
+        ("Llama2_13B", "llama2-13b"),
+        ("Meta-Llama-3.1-8B", "llama3-8b"),
+        ("DeepSeek V3", "deepseek-v3"),
+        ("GPT-3 2.7B", "gpt3-2.7b"),  # the dot stays: 2.7B is not 27B
+    ],
+)
+def test_model_spellings_resolve(name: str, key: str) -> None:
+    from gpuscale.catalog import get_model
+
+    assert get_model(name).key == key

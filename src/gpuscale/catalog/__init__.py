@@ -54,13 +54,28 @@ def _load(filename: str, cls: type[E]) -> dict[str, E]:
     return out
 
 
+def _compact(name: str) -> str:
+    """A spelling-free form of a name: "LLaMA-2 70B", "Llama2_70b" and "llama2-70b" meet.
+
+    Only case, spaces, dashes and underscores go (dots stay: "2.7b" is not "27b"), with a
+    leading maker's name ("Meta-Llama-3.1-8B", "NVIDIA ...").
+    """
+    compact = re.sub(r"[\s_\-]+", "", name.lower())
+    return re.sub(r"^(meta|nvidia|amd|mistralai)(?=.)", "", compact)
+
+
 def _index(entries: dict[str, E]) -> dict[str, str]:
     idx: dict[str, str] = {}
+    compact: dict[str, set[str]] = {}
     for key in entries:
         entry: GPU | System | Model = entries[key]
         names: list[str] = [key, entry.name, *entry.aliases]
         for name in names:
             idx[_norm(name)] = key
+            compact.setdefault(_compact(name), set()).add(key)
+    for c, keys in compact.items():  # a compact form two entries share names neither
+        if len(keys) == 1:
+            idx.setdefault(c, keys.pop())
     return idx
 
 
@@ -95,7 +110,7 @@ def _model_index() -> dict[str, str]:
 
 
 def _lookup(name: str, entries: dict[str, E], index: dict[str, str], field: str) -> E:
-    key = index.get(_norm(name))
+    key = index.get(_norm(name)) or index.get(_compact(name))
     if key is None:
         raise unknown(field, name, entries)
     return entries[key]
