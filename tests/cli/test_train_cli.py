@@ -170,7 +170,8 @@ def test_scaling_json() -> None:
 
 
 def test_unknown_gpu_suggests_closest() -> None:
-    r = gpuscale("train", "estimate", "--model", "gpt3-175b", "--gpu", "a100-sxm-8gb", "--gpus", "8")
+    args = ("--model", "gpt3-175b", "--gpu", "a100-sxm-8gb", "--gpus", "8")
+    r = gpuscale("train", "estimate", *args)
     line = assert_one_line_error(r, "gpu", "a100-sxm-8gb")
     assert "did you mean" in line and "a100-sxm-80gb" in line
 

@@ -47,7 +47,8 @@ def test_every_ranked_plan_is_valid_and_fits(gpt3: tuple[Workload, SearchResult]
     ok, _ = validity(w, e.plans)
     assert ok[r.order].all()
     assert e.memory.fits[r.order].all()
-    assert (e.memory.total[r.order] <= w.gpu.memory_bytes).all()
+    # a partial-recompute plan fills memory exactly, to rounding
+    assert (e.memory.total[r.order] <= w.gpu.memory_bytes * (1 + 1e-9)).all()
     used = e.plans.gpus_used()[r.order]
     assert (used <= w.num_gpus).all() and (used >= 1).all()
     # global batch = dp x mbs x micro-batches, exactly
