@@ -85,11 +85,18 @@ def _residuals(
     return np.array([np.log(predict(pr, pl, c) / pr.measured) for pr, pl in pairs])
 
 
-def fit(path: Path, rounds: int = 2, loss_scale: float = LOSS_SCALE) -> tuple[Calibration, float]:
+def fit(
+    path: Path,
+    rounds: int = 2,
+    loss_scale: float = LOSS_SCALE,
+    start: Calibration | None = None,
+) -> tuple[Calibration, float]:
+    """Fitted constants and the mean |log error| they leave; ``start`` is where the search
+    begins (the shipped calibration unless given)."""
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
     rows = _rows(path)
-    cal = default_calibration()
+    cal = start if start is not None else default_calibration()
     names = list(BOUNDS)
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
