@@ -58,7 +58,7 @@ def _fold(
     train: list[dict[str, str]],
     test: list[dict[str, str]],
     rounds: int,
-) -> tuple[str, int, float, float]:
+) -> tuple[str, int, float, float, list[tuple[str, float]]]:
     with tempfile.TemporaryDirectory() as tmp:
         train_csv, test_csv = Path(tmp, "train.csv"), Path(tmp, "test.csv")
         _write(train_csv, header, train)
@@ -68,7 +68,11 @@ def _fold(
         report = validate_training(test_csv, cal)
     stats = report.stats()
     mape, worst = stats["mape_pct"], stats["max_abs_error_pct"]
-    return name, len(report.scored), mape or float("nan"), worst or float("nan")
+    errors = sorted(
+        ((r.id, r.error_pct) for r in report.scored if r.error_pct is not None),
+        key=lambda e: -abs(e[1]),
+    )
+    return name, len(report.scored), mape or float("nan"), worst or float("nan"), errors
 
 
 def main() -> None:
@@ -77,6 +81,7 @@ def main() -> None:
     ap.add_argument("--min-rows", type=int, default=10, help="smaller sources are pooled")
     ap.add_argument("--jobs", type=int, default=1, help="folds refitted in parallel")
     ap.add_argument("--rounds", type=int, default=2, help="fit rounds (plans re-chosen between)")
+    ap.add_argument("--show", type=int, default=0, help="print each fold's N worst rows")
     args = ap.parse_args()
     with args.runs.open(newline="") as f:
         reader = csv.DictReader(f)
@@ -102,11 +107,13 @@ def main() -> None:
             res = fut.result()
             results.append(res)
             console.print(f"  held out {res[0]}: {res[1]} rows, MAPE {res[2]:.1f} %")
+            for rid, err in res[4][: args.show]:
+                console.print(f"      {rid}: {err:+.1f} %")
     table = Table(title="Held-out error by source (calibration fitted without that source)")
     for col in ("held-out source", "rows scored", "MAPE %", "worst abs. error %"):
         table.add_column(col, justify="left" if col.startswith("held") else "right")
     n_all = sum(r[1] for r in results)
-    for name, n, mape, worst in sorted(results, key=lambda r: -r[1]):
+    for name, n, mape, worst, _ in sorted(results, key=lambda r: -r[1]):
         table.add_row(name, str(n), f"{mape:.1f}", f"{worst:.1f}")
     pooled = sum(r[1] * r[2] for r in results) / max(n_all, 1)
     table.add_row("all, each row held out", str(n_all), f"{pooled:.1f}", "")

@@ -85,6 +85,13 @@ def _residuals(
     return np.array([np.log(predict(pr, pl, c) / pr.measured) for pr, pl in pairs])
 
 
+def _informed(name: str, cal: Calibration, pairs: list[tuple[PreparedRow, Plans]]) -> bool:
+    """Whether any row's prediction moves when the constant moves across its bounds."""
+    lo, hi = BOUNDS[name]
+    a, b = cal.replace(**{name: lo}), cal.replace(**{name: hi})
+    return any(predict(pr, pl, a) != predict(pr, pl, b) for pr, pl in pairs)
+
+
 def fit(
     path: Path,
     rounds: int = 2,
@@ -97,9 +104,6 @@ def fit(
 
     rows = _rows(path)
     cal = start if start is not None else default_calibration()
-    names = list(BOUNDS)
-    lo = np.array([BOUNDS[n][0] for n in names])
-    hi = np.array([BOUNDS[n][1] for n in names])
     err = float("nan")
     for _ in range(rounds):
         pairs: list[tuple[PreparedRow, Plans]] = []
@@ -108,6 +112,11 @@ def fit(
                 pairs.append((pr, choose_plan(pr, cal)[0]))
             except UnsupportedRowError:
                 continue
+        # a constant no row depends on (e.g. the DeepSpeed ZeRO-3 rate without a DeepSpeed
+        # ZeRO-3 row) keeps its value: a flat direction gives the optimiser no information
+        names = [n for n in BOUNDS if _informed(n, cal, pairs)]
+        lo = np.array([BOUNDS[n][0] for n in names])
+        hi = np.array([BOUNDS[n][1] for n in names])
         x0 = np.array([(getattr(cal, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
         res = least_squares(
             _residuals,
