@@ -211,3 +211,10 @@ def test_global_batch_in_tokens_from_the_notes(notes: str, gbs: int | None) -> N
             prepare(row, "test")
     else:
         assert prepare(row, "test").workload.global_batch == gbs
+
+
+def test_unsplit_model_parallelism_on_an_nvl72_rack() -> None:
+    # 128 heads, 72-GPU NVLink domain: TP8 is the largest degree dividing heads and domain
+    row = _row(source="some paper", model="llama3-405b", gpu="GB200", num_gpus="576", dp="4")
+    pr = prepare(row, "test")
+    assert (pr.fixed["tp"], pr.fixed["pp"]) == (8, 18)

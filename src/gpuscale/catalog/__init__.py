@@ -127,7 +127,7 @@ def get_gpu(name: str, field: str = "gpu") -> GPU:
         return gpus()[key]
 
 
-_FORMS = {"pcie": "pcie", "nvl": "nvl"}
+_FORMS = ("pcie", "nvl")
 
 
 def _gpu_by_description(name: str) -> str | None:
@@ -149,11 +149,11 @@ def _gpu_by_description(name: str) -> str | None:
     if sizes:
         gap = {k: abs(gpus()[k].hbm_gb - sizes[0]) for k in cands}
         cands = [k for k in cands if gap[k] <= 0.1 * sizes[0] and gap[k] == min(gap.values())]
-    form = next((_FORMS[t] for t in tokens if t in _FORMS), None)
+    form = next((t for t in tokens if t in _FORMS), None)
     if form is not None:
         cands = [k for k in cands if form in k]
     else:  # SXM/OAM unless the name says PCIe or NVL
-        cands = [k for k in cands if not any(f in k for f in _FORMS.values())] or cands
+        cands = [k for k in cands if not any(f in k for f in _FORMS)] or cands
     if len(cands) == 1:
         return cands[0]
     default = _gpu_index().get(family)

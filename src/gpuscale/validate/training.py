@@ -237,16 +237,19 @@ def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
 def _megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | None:
     """TP and PP for a stated model-parallel size: TP fills the node, PP the rest.
 
-    Narayanan et al. (SC'21, takeaway 1): tensor parallelism up to the GPUs of a server, then
-    pipeline parallelism across servers. None when the size does not come out whole.
+    Narayanan et al. (SC'21, takeaway 1): tensor parallelism up to the GPUs of a server's
+    NVLink domain, then pipeline parallelism across servers. None when the size does not
+    come out whole.
     """
     others = fixed["dp"] * fixed.get("cp", 1)
     if w.num_gpus % others:
         return None
     mp = w.num_gpus // others
-    heads = w.model.heads
+    domain = max(w.fabric.domain_gpus, w.system.gpus_per_node)
     tp = max(
-        t for t in range(1, min(mp, w.system.gpus_per_node) + 1) if mp % t == 0 and heads % t == 0
+        t
+        for t in range(1, min(mp, domain) + 1)
+        if mp % t == 0 and w.model.heads % t == 0 and domain % t == 0
     )
     return tp, mp // tp
 
