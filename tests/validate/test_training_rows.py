@@ -218,3 +218,43 @@ def test_unsplit_model_parallelism_on_an_nvl72_rack() -> None:
     row = _row(source="some paper", model="llama3-405b", gpu="GB200", num_gpus="576", dp="4")
     pr = prepare(row, "test")
     assert (pr.fixed["tp"], pr.fixed["pp"]) == (8, 18)
+
+
+@pytest.mark.parametrize(
+    ("cell", "sharding"),
+    [
+        ("", None),
+        ("ZeRO-1", 2),
+        ("ZeRO stage 3", 4),
+        ("FSDP (full shard)", 4),
+        ("distributed optimizer", 1),
+        ("DDP", 0),
+    ],
+)
+def test_sharding_spellings(cell: str, sharding: int | None) -> None:
+    pr = prepare(_row(source="some paper", dist_optimizer_or_zero=cell), "test")
+    assert pr.fixed.get("sharding") == sharding
+
+
+@pytest.mark.parametrize(
+    ("cell", "mode"),
+    [
+        ("selective (core attention)", 1),
+        ("Full (uniform)", 2),
+        ("activation checkpointing", 2),
+        ("no", 0),
+        ("block", 3),
+    ],
+)
+def test_recompute_spellings(cell: str, mode: int) -> None:
+    assert prepare(_row(source="some paper", recompute=cell), "test").fixed["recompute"] == mode
+
+
+@pytest.mark.parametrize(
+    ("col", "cell"), [("recompute", "sometimes"), ("dist_optimizer_or_zero", "HSDP")]
+)
+def test_unknown_spellings_skip_the_row_with_the_cell(col: str, cell: str) -> None:
+    from gpuscale.validate.training import UnsupportedRowError
+
+    with pytest.raises(UnsupportedRowError, match=cell):
+        prepare(_row(source="some paper", **{col: cell}), "test")

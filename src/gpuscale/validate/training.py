@@ -55,20 +55,45 @@ CONVENTIONS = (
     "megatron_model_causal",
     "unspecified",
 )
-_SHARD = {
-    "": None,
-    "none": 0,
-    "dist-opt": 1,
-    "distributed": 1,
-    "dist_opt": 1,
-    "zero1": 2,
-    "zero-1": 2,
-    "zero2": 3,
-    "zero-2": 3,
-    "zero3": 4,
-    "zero-3": 4,
-    "fsdp": 4,
-}
+_SHARD_SPELLINGS = (
+    # (pattern, SHARDING index), first match wins; a cell is read lower-cased
+    (r"fsdp|zero[\s_-]*(stage[\s_-]*)?3|stage[\s_-]*3", 4),
+    (r"zero[\s_-]*(stage[\s_-]*)?2|stage[\s_-]*2", 3),
+    (r"zero[\s_-]*(stage[\s_-]*)?1|stage[\s_-]*1", 2),
+    (r"dist|distributed", 1),
+    (r"^(none|no|ddp|off|false|0|zero[\s_-]*0)$", 0),
+)
+
+
+def _sharding(cell: str) -> int | None:
+    """The SHARDING index a row's sharding cell names; None when empty.
+
+    Accepts the spellings published tables use ("ZeRO-1", "ZeRO stage 3", "FSDP (full
+    shard)", "distributed optimizer", "DDP"); anything else is a row gpuscale cannot read.
+    """
+    text = cell.strip().lower()
+    if not text:
+        return None
+    for pattern, index in _SHARD_SPELLINGS:
+        if re.search(pattern, text):
+            return index
+    raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
+
+
+def _recompute(cell: str) -> str:
+    """The RECOMPUTE mode a row's recompute cell names ("" when empty)."""
+    text = cell.strip().lower()
+    if not text:
+        return ""
+    for mode, pattern in (
+        ("selective", r"selective|core attention"),
+        ("partial", r"partial|block"),
+        ("none", r"^(none|no|off|false|0|disabled)$"),
+        ("full", r"full|uniform|^(yes|on|true|1|enabled)$|checkpoint"),
+    ):
+        if re.search(pattern, text):
+            return mode
+    raise UnsupportedRowError(f"recompute {cell!r} not modelled")
 HFU_RATIO_FULL_RECOMPUTE = 1.2
 """Hardware-over-model FLOPs ratio above which a run is taken to recompute fully (full
 recomputation adds one forward, 4/3 of the model FLOPs)."""
@@ -228,8 +253,11 @@ def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
     (DeepSpeed issues #1174, #5047); FSDP and Megatron-FSDP gather a layer's flat buffer.
     """
     text = _stack_text(row)
-    z = row.get("dist_optimizer_or_zero", "").lower()
-    if _SHARD.get(z) == SHARDING.index("zero3") and "deepspeed" in text:
+    try:
+        zero3 = _sharding(row.get("dist_optimizer_or_zero", "")) == SHARDING.index("zero3")
+    except UnsupportedRowError:
+        zero3 = False
+    if zero3 and "deepspeed" in text:
         return "per-param", "ZeRO-3: DeepSpeed's per-parameter gathers from module hooks"
     return "coalesced", ""
 
@@ -418,7 +446,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     elif attention == "unfused":
         fixed["sp"] = False
         notes.append("sequence parallelism not stated: off, as in Megatron's unfused-attention era")
-    rc = row.get("recompute", "").lower()
+    rc = _recompute(row.get("recompute", ""))
     if not rc and conv == "megatron_sc21_hfu":
         rc = "full"
         notes.append("full recompute: the SC'21 FLOP convention counts a full recomputation")
@@ -439,18 +467,14 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         rc = "full"
         notes.append("full recompute as stated in the notes")
     if rc:
-        if rc not in RECOMPUTE:
-            raise UnsupportedRowError(f"recompute {rc!r} not modelled")
         fixed["recompute"] = RECOMPUTE.index(rc)
-    z = row.get("dist_optimizer_or_zero", "").lower()
-    if z not in _SHARD:
-        raise UnsupportedRowError(f"optimizer sharding {z!r} not modelled")
-    if _SHARD[z] is not None:
-        fixed["sharding"] = _SHARD[z]
+    sharding = _sharding(row.get("dist_optimizer_or_zero", ""))
+    if sharding is not None:
+        fixed["sharding"] = sharding
     elif re.search(r"megatron-bridge|nemo", row["source"].lower()):
         # the performance recipes run Megatron's distributed optimizer with gradients reduced
         # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
-        fixed["sharding"] = _SHARD["zero1"]
+        fixed["sharding"] = SHARDING.index("zero1")
         notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
     free = [k for k in ("tp", "pp", "dp", "mbs") if k not in fixed]
     if free:
