@@ -166,6 +166,21 @@ def test_scaling_json() -> None:
     assert steps == sorted(steps, reverse=True)
 
 
+def test_scaling_point_where_nothing_fits_has_no_figures() -> None:
+    # Llama 3 70B does not fit on 8 H100s: that point carries the reason, not zeros, and
+    # efficiency is measured from the first point that fits
+    args = ("--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "32", "--seq-len", "8192")
+    r = gpuscale("train", "scaling", *args, "--global-batch", "64", "--mode", "strong", "--json")
+    assert r.returncode == 0, r.stderr
+    pts = json.loads(r.stdout)["strong"]
+    assert pts[0]["gpus"] == 8 and pts[0]["plan"].startswith("none: ")
+    assert pts[0]["step_s"] is None and pts[0]["efficiency"] is None
+    assert pts[1]["efficiency"] == pytest.approx(1.0)
+    r = gpuscale("train", "scaling", *args, "--global-batch", "64", "--mode", "strong")
+    row8 = next(line for line in r.stdout.splitlines() if line.startswith("│    8 "))
+    assert "0.0%" not in row8 and "0 us" not in row8
+
+
 # --- bad input: exit 2, one line, the field and the value ------------------------------
 
 

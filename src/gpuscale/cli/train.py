@@ -414,20 +414,23 @@ def scaling_cmd(
     for m, pts in curves.items():
         t = Table(
             title=f"{m} scaling of {w.model.name} on {w.gpu.name} "
-            "(efficiency: tokens/s per GPU vs the first point)"
+            "(efficiency: tokens/s per GPU vs the first point that fits)"
         )
         cols = ("GPUs", "batch", "best plan", "step", "tok/s/GPU", "MFU", "eff.", "growing term")
         for col in cols:
             t.add_column(col, justify="left" if col in ("best plan", "growing term") else "right")
         for p in pts:
+            if p.step_s is None:  # nothing fits at this count: the reason, no figures
+                t.add_row(str(p.gpus), str(p.global_batch), p.plan, "-", "-", "-", "-", "")
+                continue
             t.add_row(
                 str(p.gpus),
                 str(p.global_batch),
                 p.plan,
                 fmt_time(p.step_s),
                 f"{p.tokens_per_s_per_gpu:,.0f}",
-                f"{100 * p.mfu:.1f}%",
-                f"{100 * p.efficiency:.1f}%",
+                f"{100 * (p.mfu or 0.0):.1f}%",
+                f"{100 * (p.efficiency or 0.0):.1f}%",
                 p.loss_term,
             )
         out.print(t)

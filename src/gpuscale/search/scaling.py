@@ -2,8 +2,9 @@
 
 Strong scaling keeps the global batch; weak scaling grows it with the GPU count (the batch
 given is the one at the largest count; smaller counts get it scaled down proportionally and
-rounded to a power of two). Efficiency is tokens/s per GPU relative to the first point; the
-"growing term" is the step-time term whose share grew most since that point.
+rounded to a power of two). Efficiency is tokens/s per GPU relative to the first point
+where a plan fits; the "growing term" is the step-time term whose share grew most since
+that point. A count where nothing fits has no figures (None), only the reason.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ class ScalingPoint:
     gpus: int
     global_batch: int
     plan: str
-    step_s: float
-    tokens_per_s_per_gpu: float
-    mfu: float
-    efficiency: float
+    step_s: float | None
+    tokens_per_s_per_gpu: float | None
+    mfu: float | None
+    efficiency: float | None
     loss_term: str
     shares: dict[str, float]
 
@@ -56,7 +57,7 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
         try:
             res = search_plans(wn, cal)
         except InputError as exc:
-            pts.append(ScalingPoint(n, gbs, f"none: {exc.valid[:60]}", 0.0, 0.0, 0.0, 0.0, "", {}))
+            pts.append(ScalingPoint(n, gbs, f"none: {exc.valid}", None, None, None, None, "", {}))
             continue
         e, i = res.estimate, res.best
         step = float(e.step_s[i])
