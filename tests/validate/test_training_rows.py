@@ -258,3 +258,23 @@ def test_unknown_spellings_skip_the_row_with_the_cell(col: str, cell: str) -> No
 
     with pytest.raises(UnsupportedRowError, match=cell):
         prepare(_row(source="some paper", **{col: cell}), "test")
+
+
+@pytest.mark.parametrize(
+    ("cells", "seq", "gbs"),
+    [
+        ({"seq_len": "", "notes": "sequence length 8K; global batch 1,536"}, 8192, 1536),
+        (
+            {"seq_len": "", "notes": "context length: 4096, global batch size of 512 sequences"},
+            4096,
+            512,
+        ),
+        ({"notes": "global batch 2M tokens"}, 8192, 256),  # tokens over the row's sequence
+        # a stated batch wins over dp x micro-batch (which assumes no accumulation)
+        ({"notes": "global batch 256", "dp": "64", "micro_batch": "1"}, 8192, 256),
+        ({"notes": "", "dp": "64", "micro_batch": "1"}, 8192, 64),
+    ],
+)
+def test_sequence_and_batch_from_the_notes(cells: dict[str, str], seq: int, gbs: int) -> None:
+    pr = prepare(_row(source="some paper", global_batch_seqs="", **cells), "test")
+    assert (pr.workload.seq_len, pr.workload.global_batch) == (seq, gbs)

@@ -94,6 +94,8 @@ def _recompute(cell: str) -> str:
         if re.search(pattern, text):
             return mode
     raise UnsupportedRowError(f"recompute {cell!r} not modelled")
+
+
 HFU_RATIO_FULL_RECOMPUTE = 1.2
 """Hardware-over-model FLOPs ratio above which a run is taken to recompute fully (full
 recomputation adds one forward, 4/3 of the model FLOPs)."""
@@ -282,6 +284,15 @@ def _megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | Non
     return tp, mp // tp
 
 
+_SEQ_IN_NOTES = re.compile(
+    r"\b(?:sequence length|seq(?:uence)?[ _-]?len(?:gth)?|context length)(?: of)?[:= ]+"
+    r"(\d[\d,]*)(?: ?(K)\b|\b)",
+    re.IGNORECASE,
+)
+_BATCH_SEQS_IN_NOTES = re.compile(
+    r"\bglobal batch(?: size)?(?: of)?[:= ]+(\d[\d,]*)\b(?! ?[KMB]\b)(?! ?tokens)",
+    re.IGNORECASE,
+)
 _BATCH_TOKENS = re.compile(
     r"batch(?: size)?(?: of)?:? (\d+(?:\.\d+)?) ?([KMB])(?: tokens)?\b", re.IGNORECASE
 )
@@ -364,16 +375,23 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     model, notes = _model_for(row, where)
     n_gpus = num(row, "num_gpus", where)
     seq = num(row, "seq_len", where)
+    text = row.get("notes", "")
+    if seq is None and (hit := _SEQ_IN_NOTES.search(text)):
+        seq = float(hit.group(1).replace(",", "")) * (1024 if hit.group(2) else 1)
+        notes.append(f"sequence length from the notes: {seq:g}")
     gbs = num(row, "global_batch_seqs", where)
+    if gbs is None and (hit := _BATCH_SEQS_IN_NOTES.search(text)):
+        gbs = float(hit.group(1).replace(",", ""))
+        notes.append(f"global batch from the notes: {gbs:g} sequences")
+    if gbs is None and seq is not None:
+        batch_tokens = _batch_tokens_in_notes(text)
+        if batch_tokens is not None and batch_tokens >= seq:
+            gbs = float(round(batch_tokens / seq))
+            notes.append(f"global batch from the notes: {gbs:.0f} sequences of {seq:g} tokens")
     dp_stated, mbs_stated = num(row, "dp", where), num(row, "micro_batch", where)
     if gbs is None and dp_stated is not None and mbs_stated is not None:
         gbs = dp_stated * mbs_stated
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
-    if gbs is None and seq is not None:
-        batch_tokens = _batch_tokens_in_notes(row.get("notes", ""))
-        if batch_tokens is not None and batch_tokens >= seq:
-            gbs = float(round(batch_tokens / seq))
-            notes.append(f"global batch from the notes: {gbs:.0f} sequences of {seq:g} tokens")
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
     prec_raw = row.get("precision", "").lower()
