@@ -215,3 +215,14 @@ def test_tp_groups_stay_inside_the_scale_up_domain() -> None:
     w = workload("opt-175b", "gb200", 72, 2048, 72)
     tps = set(search_plans(w, CAL, require_fit=False).estimate.plans.tp.tolist())
     assert {3, 6, 12, 24} <= tps
+
+
+def test_fixed_partial_recompute_that_needs_no_recompute_still_ranks() -> None:
+    # Llama 3 8B on 64 H100s fits without recomputation: partial recomputes no layer, the
+    # same plan as none; with the mode fixed to partial it must still be ranked, not dropped
+    w = workload("llama3-8b", "h100-sxm", 64, 2048, 64)
+    r = search_plans(w, CAL, {"recompute": RECOMPUTE.index("partial")})
+    assert len(r.order) > 0
+    e = r.estimate
+    assert (e.plans.recompute[r.order] == RECOMPUTE.index("partial")).all()
+    assert float(e.memory.recompute_fraction[r.best]) == 0.0

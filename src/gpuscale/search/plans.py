@@ -197,9 +197,10 @@ def search_plans(
             progress(min(start + step, len(plans)), len(plans))
     est = chunks[0] if len(chunks) == 1 else _combine(chunks, np.concatenate)
     # partial recompute that recomputes no layer, or every layer, repeats the none / full plan
+    # (which the search also holds unless the caller fixed the recompute mode)
     frac = est.memory.recompute_fraction
     repeat = (est.plans.recompute == 3) & ((frac <= 0.0) | (frac >= 1.0))
-    if repeat.any():
+    if repeat.any() and (fixed or {}).get("recompute") is None:
         keep = np.flatnonzero(~repeat)
         est = _combine([est], lambda arrs: arrs[0][keep])
         plans = est.plans
