@@ -206,6 +206,8 @@ def test_unknown_model_suggests_closest() -> None:
         (["--tp", "8", "--mbs", "5"], ("global-batch", "1536", "128 x 5")),
         # GPT-3 has 96 heads; tp 64 divides the GPU count but not the heads
         (["--tp", "64"], ("tp", "64", "96 attention heads")),
+        # expert parallelism on a dense model says so, not that ep must divide the experts
+        (["--tp", "8", "--ep", "4"], ("plan", "EP4", "ep > 1 on a dense model")),
     ],
 )
 def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) -> None:

@@ -203,11 +203,11 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
             "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp",
         ),
+        ((p.ep == 1) | m.is_moe, "ep > 1 on a dense model"),
         (
             (p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.tp * p.dp * p.cp) % p.ep == 0)),
             "ep must divide the experts and tp x dp x cp",
         ),
-        ((p.ep == 1) | m.is_moe, "ep > 1 on a dense model"),
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]
