@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale.validate.training import (
-    _nics_per_node,
+from gpuscale.validate.training import prepare
+from gpuscale.validate.training_rows import (
     attention_kernel,
     elementwise_kernels,
-    prepare,
+    nics_per_node,
     zero3_gathers,
 )
 
@@ -43,10 +43,10 @@ def test_attention_kernel_follows_the_stack(
         ("", "", None),
     ],
 )
-def test_stated_scale_out_becomes_nics_per_node(
+def test_stated_scale_out_becomesnics_per_node(
     inter_node: str, notes: str, nics: int | None
 ) -> None:
-    assert _nics_per_node({"inter_node": inter_node, "notes": notes}, 200.0) == nics
+    assert nics_per_node({"inter_node": inter_node, "notes": notes}, 200.0) == nics
 
 
 @pytest.mark.parametrize(
