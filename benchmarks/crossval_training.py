@@ -92,17 +92,12 @@ def main() -> None:
     console.print(f"{len(folds)} folds; each refits the calibration on the other sources")
     results = []
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        futures = [
-            pool.submit(
-                _fold,
-                name,
-                header,
-                [r for i, r in enumerate(rows) if i not in set(idx)],
-                [rows[i] for i in idx],
-                args.rounds,
-            )
-            for name, idx in folds.items()
-        ]
+        futures = []
+        for name, idx in folds.items():
+            held = set(idx)
+            train = [r for i, r in enumerate(rows) if i not in held]
+            test = [rows[i] for i in idx]
+            futures.append(pool.submit(_fold, name, header, train, test, args.rounds))
         for fut in as_completed(futures):
             res = fut.result()
             results.append(res)

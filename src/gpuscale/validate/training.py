@@ -36,11 +36,8 @@ from gpuscale.validate.report import (
     signed_error_pct,
 )
 from gpuscale.validate.training_rows import (
-    BATCH_SEQS_IN_NOTES,
-    SEQ_IN_NOTES,
     UnsupportedRowError,
     attention_kernel,
-    batch_tokens_in_notes,
     elementwise_kernels,
     megatron_split,
     model_for,
@@ -48,6 +45,7 @@ from gpuscale.validate.training_rows import (
     pipeline_schedule,
     read_recompute,
     read_sharding,
+    sizes_from_notes,
     zero3_gathers,
 )
 
@@ -129,20 +127,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         raise UnsupportedRowError(f"GPU {row['gpu']!r} not in the catalog") from None
     model, notes = model_for(row, where)
     n_gpus = num(row, "num_gpus", where)
-    seq = num(row, "seq_len", where)
-    text = row.get("notes", "")
-    if seq is None and (hit := SEQ_IN_NOTES.search(text)):
-        seq = float(hit.group(1).replace(",", "")) * (1024 if hit.group(2) else 1)
-        notes.append(f"sequence length from the notes: {seq:g}")
-    gbs = num(row, "global_batch_seqs", where)
-    if gbs is None and (hit := BATCH_SEQS_IN_NOTES.search(text)):
-        gbs = float(hit.group(1).replace(",", ""))
-        notes.append(f"global batch from the notes: {gbs:g} sequences")
-    if gbs is None and seq is not None:
-        batch_tokens = batch_tokens_in_notes(text)
-        if batch_tokens is not None and batch_tokens >= seq:
-            gbs = float(round(batch_tokens / seq))
-            notes.append(f"global batch from the notes: {gbs:.0f} sequences of {seq:g} tokens")
+    seq, gbs, from_notes = sizes_from_notes(
+        row.get("notes", ""), num(row, "seq_len", where), num(row, "global_batch_seqs", where)
+    )
+    notes.extend(from_notes)
     dp_stated, mbs_stated = num(row, "dp", where), num(row, "micro_batch", where)
     if gbs is None and dp_stated is not None and mbs_stated is not None:
         gbs = dp_stated * mbs_stated

@@ -226,31 +226,44 @@ def megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | None
     return tp, mp // tp
 
 
-SEQ_IN_NOTES = re.compile(
+_SEQ_IN_NOTES = re.compile(
     r"\b(?:sequence length|seq(?:uence)?[ _-]?len(?:gth)?|context length)(?: of)?[:= ]+"
     r"(\d[\d,]*)(?: ?(K)\b|\b)",
     re.IGNORECASE,
 )
-BATCH_SEQS_IN_NOTES = re.compile(
+_BATCH_SEQS_IN_NOTES = re.compile(
     r"\bglobal batch(?: size)?(?: of)?[:= ]+(\d[\d,]*)\b(?! ?[KMB]\b)(?! ?tokens)",
     re.IGNORECASE,
 )
-BATCH_TOKENS = re.compile(
+_BATCH_TOKENS_IN_NOTES = re.compile(
     r"batch(?: size)?(?: of)?:? (\d+(?:\.\d+)?) ?([KMB])(?: tokens)?\b", re.IGNORECASE
 )
 
 
-def batch_tokens_in_notes(notes: str) -> float | None:
-    """A global batch written in tokens in the notes ("batch 4M tokens"), or None.
+def sizes_from_notes(
+    text: str, seq: float | None, gbs: float | None
+) -> tuple[float | None, float | None, list[str]]:
+    """Sequence length and global batch (sequences) the notes state where the cells are
+    blank, and the rules used.
 
-    K and M are binary, as in the papers that quote them: LLaMA's "4M tokens" are 2,048
-    sequences of 2,048 and Llama 3's "16M" are 2,048 of 8,192.
+    "sequence length 8K", "global batch 1,536", "batch 4M tokens": K and M are binary, as in
+    the papers that quote them (LLaMA's "4M tokens" are 2,048 sequences of 2,048, Llama 3's
+    "16M" 2,048 of 8,192); a batch in tokens is divided by the sequence length.
     """
-    hit = BATCH_TOKENS.search(notes)
-    if hit is None:
-        return None
-    scale = {"k": 2**10, "m": 2**20, "b": 2**30}[hit.group(2).lower()]
-    return round(float(hit.group(1)) * scale)
+    notes: list[str] = []
+    if seq is None and (hit := _SEQ_IN_NOTES.search(text)):
+        seq = float(hit.group(1).replace(",", "")) * (1024 if hit.group(2) else 1)
+        notes.append(f"sequence length from the notes: {seq:g}")
+    if gbs is None and (hit := _BATCH_SEQS_IN_NOTES.search(text)):
+        gbs = float(hit.group(1).replace(",", ""))
+        notes.append(f"global batch from the notes: {gbs:g} sequences")
+    if gbs is None and seq is not None and (hit := _BATCH_TOKENS_IN_NOTES.search(text)):
+        scale = {"k": 2**10, "m": 2**20, "b": 2**30}[hit.group(2).lower()]
+        batch_tokens = round(float(hit.group(1)) * scale)
+        if batch_tokens >= seq:
+            gbs = float(round(batch_tokens / seq))
+            notes.append(f"global batch from the notes: {gbs:.0f} sequences of {seq:g} tokens")
+    return seq, gbs, notes
 
 
 def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> list[str]:
