@@ -349,6 +349,23 @@ def test_fused_attention_slows_with_a_short_head_dimension() -> None:
     assert eff < CAL.attn_eff
 
 
+def test_ampere_flash_attention_loses_less_on_a_short_head() -> None:
+    # FlashAttention-2 on A100: head dimension 64 at d / (d + 22) of 128's rate, 0.87x,
+    # not the GEMM reduction's 0.64x that Hopper kernels follow
+    from gpuscale.perf.step import AMPERE_ATTN_HALF_DIM
+
+    g = get_gpu("a100-sxm-80gb")
+    s = system_for_gpu(g)
+    w = Workload(get_model("gpt-oss-120b"), g, s, Fabric.from_system(s, 8), 8, 4096, 8)
+    one = np.array([1.0])
+    peak = g.peak_flops("bf16")
+    fwd, _ = _attention_core_s(w, one, one * 4096, one, peak, 1e12, CAL)
+    flops = 2.0 * 4096**2 * (4096 + 4096) / 2
+    ratio = (64 / (64 + AMPERE_ATTN_HALF_DIM)) / (128 / (128 + AMPERE_ATTN_HALF_DIM))
+    assert ratio == pytest.approx(0.87, abs=0.01)
+    assert float(fwd[0]) == pytest.approx(flops / (peak * CAL.attn_eff * ratio), rel=1e-9)
+
+
 def test_eager_elementwise_adds_the_counted_bytes() -> None:
     from gpuscale.perf.step import EAGER_GLU_BYTES, EAGER_NORM_BYTES, EAGER_ROPE_BYTES
 

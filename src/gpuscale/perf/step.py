@@ -154,6 +154,15 @@ def _gemm_s(
     return out
 
 
+# Head-dimension half point of flash attention on Volta/Ampere (FlashAttention-2's kernels):
+# there head dimension 64 runs at about 0.85-0.9x the TFLOP/s of head dimension 128 (Dao
+# 2023, FlashAttention-2, A100 forward + backward benchmarks): d / (d + 22) gives 0.87.
+# Hopper and Blackwell kernels (FlashAttention-3, cuDNN) lose more on short heads, about
+# 0.7x at 64 (Shah et al. 2024, FlashAttention-3, H100 benchmarks), as a GEMM's
+# reduction does: they use gemm_half_dim (0.64x at 64).
+AMPERE_ATTN_HALF_DIM = 22.0
+
+
 def _attention_core_s(
     w: Workload,
     mbs: FloatArray,
@@ -180,7 +189,9 @@ def _attention_core_s(
     # the kernel's QK^T reduces over the head dimension: a short one starves the tensor
     # cores as in a GEMM (K / (K + K_half)); attn_eff is the efficiency at head dim 128
     d = qk_w / m.heads
-    eff = cal.attn_eff * (d / (d + cal.gemm_half_dim)) / (128.0 / (128.0 + cal.gemm_half_dim))
+    old_arch = w.gpu.arch in ("volta", "ampere")
+    hd_half = AMPERE_ATTN_HALF_DIM if old_arch else cal.gemm_half_dim
+    eff = cal.attn_eff * (d / (d + hd_half)) / (128.0 / (128.0 + hd_half))
     if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
         eff *= cal.attn_flash2_rel
     causal = 0.5  # flash kernels skip the masked upper triangle

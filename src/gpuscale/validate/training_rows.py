@@ -158,13 +158,25 @@ def stack_text(row: dict[str, str]) -> str:
     return f"{row.get('source', '')} {row.get('notes', '')}".lower()
 
 
+# Stacks whose flash attention is the flash-attn package's FlashAttention-2 (or a Triton
+# port of it), which does not use Hopper's asynchronous tensor-core instructions (Shah et
+# al. 2024, FlashAttention-3 Sec. 1): MosaicML llm-foundry/Composer (attn_impl flash or
+# triton), GPT-NeoX, Hugging Face Transformers/Accelerate, Nanotron, or a row naming FA2.
+FLASH2_STACKS = (
+    r"llm-foundry|mosaicml|composer|gpt-neox|hugging ?face|nanotron"
+    r"|flash-?attention-?2|\bfa2\b|flash[_-]attn"
+)
+
+
 def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     """The attention kernel a run used, from its stack as the row names it, and why.
 
     torchtitan calls PyTorch's SDPA, whose flash backend is FlashAttention-2. Megatron-LM
     and Megatron-DeepSpeed on Volta/Ampere ran the unfused path (batched GEMMs + fused
     softmax kernel) unless flash attention is named: that is the path Korthikanti et al.'s
-    5as/h activation term describes. Everything else gets the GPU's fastest fused kernel.
+    5as/h activation term describes. Stacks built on the flash-attn package (FLASH2_STACKS)
+    run FlashAttention-2; a row naming FlashAttention-3 or cuDNN, or naming no stack, gets
+    the GPU's fastest fused kernel.
     """
     text = stack_text(row)
     if "torchtitan" in text or "sdpa" in text:
@@ -175,6 +187,10 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
         and ("flash" not in text)
     ):
         return "unfused", "attention: Megatron's unfused softmax path (no flash attention named)"
+    if re.search(r"flash-?attention-?3|\bfa3\b|cudnn", text):
+        return "fused", "attention: FlashAttention-3 / cuDNN fused kernels, as the row names"
+    if re.search(FLASH2_STACKS, text):
+        return "flash2", "attention: FlashAttention-2-class kernels (flash-attn or Triton)"
     return "fused", ""
 
 
