@@ -25,6 +25,8 @@ from gpuscale.errors import InputError
         ("GB200 NVL72", "gb200"),
         ("AMD Instinct MI300X", "mi300x"),
         ("H20 96GB", "h20"),  # h20 is its own family, not a prefix of h200
+        ("B300 (DGX-B300)", "b300"),  # HGX Blackwell Ultra, not the GB300 superchip
+        ("GB300 (DGX-GB300)", "gb300"),
     ],
 )
 def test_published_names_resolve(name: str, key: str) -> None:

@@ -381,3 +381,13 @@ def test_eager_elementwise_adds_the_counted_bytes() -> None:
     want = 32 * 3 * per_token * 8192 / bw
     got = float(eager.memory_bound_s[0] - fused.memory_bound_s[0])
     assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_embedding_and_loss_may_take_pipeline_chunks_of_their_own() -> None:
+    # Llama 3.1 405B: 126 layers on PP16 x VPP8 = 128 chunks, as Megatron-Bridge runs it with
+    # account_for_embedding/loss_in_pipeline_split; 144 chunks are too many
+    w = workload("llama3.1-405b", 256, 8192, 1536, "gb200")
+    ok, _ = validity(w, Plans.of(tp=[4, 4, 4], pp=[16, 16, 8], dp=[4, 4, 8], vpp=[8, 9, 16]))
+    assert ok.tolist() == [True, False, True]
+    b = step(w, tp=4, pp=16, dp=4, vpp=8)
+    assert float(b.step_s[0]) > 0

@@ -287,3 +287,13 @@ def test_unknown_spellings_skip_the_row_with_the_cell(col: str, cell: str) -> No
 def test_sequence_and_batch_from_the_notes(cells: dict[str, str], seq: int, gbs: int) -> None:
     pr = prepare(_row(source="some paper", global_batch_seqs="", **cells), "test")
     assert (pr.workload.seq_len, pr.workload.global_batch) == (seq, gbs)
+
+
+def test_a_bracketed_run_variant_keeps_the_catalog_model() -> None:
+    from gpuscale.validate.training_rows import model_for
+
+    model, notes = model_for({"model": "DeepSeekV3 (tokendrop)"}, "row 1")
+    assert model.key == "deepseek-v3"
+    assert any("tokendrop" in n for n in notes)
+    model, notes = model_for({"model": "Qwen3_30B_a3B"}, "row 2")
+    assert model.key.startswith("qwen3-30b") and notes == []

@@ -198,7 +198,12 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         ),
         (m.ffn_hidden % p.tp == 0, f"ffn hidden ({m.ffn_hidden}) not divisible by tp"),
         (w.seq_len % p.cp == 0, f"sequence ({w.seq_len}) not divisible by cp"),
-        (p.pp * p.vpp <= m.layers, f"pp x vpp exceeds the {m.layers} layers"),
+        # the embedding and the loss may each take a pipeline chunk of their own (Megatron's
+        # account_for_embedding/loss_in_pipeline_split: 126 layers + 2 on PP16 x VPP8)
+        (
+            p.pp * p.vpp <= m.layers + np.where(p.pp > 1, 2, 0),
+            f"pp x vpp exceeds the {m.layers} layers (+ embedding and loss chunks)",
+        ),
         (
             (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
             "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp",

@@ -67,6 +67,26 @@ def read_recompute(cell: str) -> str:
     raise UnsupportedRowError(f"recompute {cell!r} not modelled")
 
 
+def _catalog_model(name: str, notes: list[str]) -> Model | None:
+    """The catalog model a row names, also when a run variant is added in brackets
+    ("DeepSeekV3 (tokendrop)", "Qwen3_30B_a3B (dropless)"): the variant changes how tokens
+    are routed, not the model's shape, and is kept in the row's reason."""
+    try:
+        return get_model(name)
+    except InputError:
+        pass
+    bare = re.sub(r"\s*\(([^)]*)\)\s*$", "", name)
+    if bare == name or not bare:
+        return None
+    try:
+        model = get_model(bare)
+    except InputError:
+        return None
+    variant = name[len(bare) :].strip(" ()")
+    notes.append(f"model {bare!r} in its {variant!r} variant: same shape, variant not modelled")
+    return model
+
+
 def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     notes: list[str] = []
     shape = {
@@ -80,10 +100,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             ("vocab", "vocab"),
         )
     }
-    try:
-        base: Model | None = get_model(row["model"])
-    except InputError:
-        base = None
+    base = _catalog_model(row["model"], notes)
     if base is None:
         if shape["layers"] is None or shape["hidden"] is None:
             raise UnsupportedRowError(
