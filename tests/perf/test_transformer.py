@@ -33,6 +33,8 @@ from gpuscale.perf.transformer import (
         ("llama3-8b", 8_030_261_248, 1e-9),
         # DeepSeek-V3 technical report (arXiv 2412.19437) abstract: 671 B total (without MTP)
         ("deepseek-v3", 671e9, 2e-3),
+        # Kimi K2 technical report (arXiv 2507.20534): 1.04 T total; ours 1.026 T
+        ("kimi-k2", 1.04e12, 0.02),
         # mistralai/Mixtral-8x7B-v0.1: 46.7 B total (46,702,792,704 in the safetensors index)
         ("mixtral-8x7b", 46_702_792_704, 1e-9),
     ],
@@ -56,6 +58,8 @@ def test_gpt3_175b_param_count_by_hand() -> None:
     [
         # DeepSeek-V3 report: 37 B activated per token (ours 37.55 B, embeddings included)
         ("deepseek-v3", 37e9, 0.02),
+        # Kimi K2 technical report: 32.6 B activated per token (ours 32.86 B)
+        ("kimi-k2", 32.6e9, 0.02),
         # Mistral AI "Mixtral of experts" (arXiv 2401.04088): 12.9 B active per token
         ("mixtral-8x7b", 12.9e9, 0.01),
     ],
