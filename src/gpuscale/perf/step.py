@@ -5,9 +5,11 @@ on the last stage):
   GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
               smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16.
-  attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
-              scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
-              (FlashAttention-2 on Hopper and newer at attn_flash2_rel of that);
+  attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128
+              and long sequences, scaled by d / (d + gemm_half_dim) for head dimension d as
+              a GEMM's reduction (d + 22 on Ampere's FlashAttention-2) and by
+              s / (s + attn_seq_half) for s tokens per GPU (FlashAttention-2 on Hopper and
+              newer at attn_flash2_rel of that);
               backward = 2.5 x forward (Dao 2023), causal masking halves the work.
               Unfused (Megatron's original path): batched GEMMs over the full s x s
               scores + softmax/dropout bytes.
@@ -194,9 +196,11 @@ def _attention_core_s(
     eff = cal.attn_eff * (d / (d + hd_half)) / (128.0 / (128.0 + hd_half))
     if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
         eff *= cal.attn_flash2_rel
+    # short sequences give each launch few tiles (and half-wasted causal diagonal tiles)
+    ramp = s_loc / (s_loc + cal.attn_seq_half)
     causal = 0.5  # flash kernels skip the masked upper triangle
     flops = 2.0 * mbs * s_loc * w.seq_len * (qk_w + v_w) / tp * causal
-    fwd = flops / (peak16 * eff)
+    fwd = flops / (peak16 * eff * ramp)
     return fwd, FLASH_BWD_FACTOR * fwd
 
 
