@@ -262,12 +262,10 @@ def test_flash2_is_slower_than_fused_only_where_hopper_kernels_exist() -> None:
     assert fa2 == pytest.approx(fa3 / CAL.attn_flash2_rel)
     assert fa2_bwd == pytest.approx(2.5 * fa2)
     assert _core("flash2", "a100-sxm-80gb") == _core("fused", "a100-sxm-80gb")
-    # causal flash attention, forward: 2 x s^2 x (96 x 128 x 2) / 8 FLOPs / 2 at attn_eff,
-    # times the sequence ramp s / (s + attn_seq_half)
+    # causal flash attention, forward: 2 x s^2 x (96 x 128 x 2) / 8 FLOPs / 2 at attn_eff
     flops = 2.0 * 4096**2 * (96 * 128 * 2) / 8 / 2
     peak = get_gpu("h100-sxm").peak_flops("bf16")
-    ramp = 4096 / (4096 + CAL.attn_seq_half)
-    assert fa3 == pytest.approx(flops / (peak * CAL.attn_eff * ramp), rel=1e-9)
+    assert fa3 == pytest.approx(flops / (peak * CAL.attn_eff), rel=1e-9)
 
 
 def test_unfused_attention_pays_the_score_matrix_in_hbm_traffic() -> None:
@@ -344,7 +342,7 @@ def test_fused_attention_slows_with_a_short_head_dimension() -> None:
     peak = g.peak_flops("bf16")
     fwd, bwd = _attention_core_s(w, one, one * 4096, one, peak, 1e12, CAL)
     k = CAL.gemm_half_dim
-    eff = CAL.attn_eff * (64 / (64 + k)) / (128 / (128 + k)) * 4096 / (4096 + CAL.attn_seq_half)
+    eff = CAL.attn_eff * (64 / (64 + k)) / (128 / (128 + k))
     flops = 2.0 * 4096**2 * (4096 + 4096) / 2  # QK^T and PV over 64 x 64 widths, causal half
     assert float(fwd[0]) == pytest.approx(flops / (peak * eff), rel=1e-9)
     assert float(bwd[0]) == pytest.approx(2.5 * float(fwd[0]))
@@ -365,23 +363,7 @@ def test_ampere_flash_attention_loses_less_on_a_short_head() -> None:
     flops = 2.0 * 4096**2 * (4096 + 4096) / 2
     ratio = (64 / (64 + AMPERE_ATTN_HALF_DIM)) / (128 / (128 + AMPERE_ATTN_HALF_DIM))
     assert ratio == pytest.approx(0.87, abs=0.01)
-    ramp = 4096 / (4096 + CAL.attn_seq_half)
-    assert float(fwd[0]) == pytest.approx(flops / (peak * CAL.attn_eff * ratio * ramp), rel=1e-9)
-
-
-def test_flash_attention_efficiency_rises_with_the_sequence() -> None:
-    # time per FLOP falls as s / (s + attn_seq_half): at s = attn_seq_half the kernel runs
-    # at half its long-sequence efficiency
-    cal = CAL.replace(attn_seq_half=2048.0)
-    g = get_gpu("h100-sxm")
-    sysm = system_for_gpu(g)
-    one = np.array([1.0])
-    per_flop = []
-    for seq in (2048, 8192):
-        w = Workload(get_model("llama3-8b"), g, sysm, Fabric.from_system(sysm, 8), 8, seq, 8)
-        fwd, _ = _attention_core_s(w, one, one * seq, one, g.peak_flops("bf16"), 1e12, cal)
-        per_flop.append(float(fwd[0]) / seq**2)
-    assert per_flop[0] / per_flop[1] == pytest.approx((8192 / 10240) / (2048 / 4096))
+    assert float(fwd[0]) == pytest.approx(flops / (peak * CAL.attn_eff * ratio), rel=1e-9)
 
 
 def test_eager_elementwise_adds_the_counted_bytes() -> None:

@@ -39,11 +39,6 @@ class Calibration:
     """FlashAttention-2 on Hopper and newer, relative to the fused kernel: FA2 reaches about
     35 % of H100's peak where FlashAttention-3 reaches 75 % (Shah et al. 2024, arXiv
     2407.08608, sec. 1), 35 / 75 = 0.47. On Ampere and older FA2 is the fused kernel (1.0)."""
-    attn_seq_half: float = 0.0
-    """Sequence length (tokens per GPU) at which a flash-attention kernel reaches half its
-    long-sequence efficiency: short sequences give each launch few query and key tiles, and
-    the causal diagonal tiles are half wasted (FlashAttention-2 benchmarks rise from
-    sequence 512 to 16k). Efficiency x s / (s + attn_seq_half)."""
     hbm_eff: float = 0.80
     """Achieved fraction of HBM bandwidth for memory-bound kernels (norms, activations, decode)."""
     elementwise_bytes_per_token_layer: float = 34.0

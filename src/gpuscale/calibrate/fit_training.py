@@ -36,7 +36,6 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_tile": (64.0, 256.0),
     "attn_eff": (0.2, 0.8),
     "attn_flash2_rel": (0.3, 1.0),
-    "attn_seq_half": (0.0, 4096.0),
     "hbm_eff": (0.5, 0.95),
     "elementwise_bytes_per_token_layer": (8.0, 40.0),
     "fp8_gemm_speedup": (1.1, 2.0),

@@ -5,11 +5,10 @@ on the last stage):
   GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
               smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16.
-  attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128
-              and long sequences, scaled by d / (d + gemm_half_dim) for head dimension d as
-              a GEMM's reduction (d + 22 on Ampere's FlashAttention-2) and by
-              s / (s + attn_seq_half) for s tokens per GPU (FlashAttention-2 on Hopper and
-              newer at attn_flash2_rel of that);
+  attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
+              scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
+              (d + 22 on Ampere's FlashAttention-2; FlashAttention-2 on Hopper and newer at
+              attn_flash2_rel of the fused kernels);
               backward = 2.5 x forward (Dao 2023), causal masking halves the work.
               Unfused (Megatron's original path): batched GEMMs over the full s x s
               scores + softmax/dropout bytes.
@@ -189,18 +188,16 @@ def _attention_core_s(
         bwd = 2.0 * bmm + UNFUSED_BWD_BYTES * scores / bw
         return fwd, bwd
     # the kernel's QK^T reduces over the head dimension: a short one starves the tensor
-    # cores as in a GEMM (K / (K + K_half)); attn_eff is the efficiency at head dim 128
+    # cores (K / (K + K_half)); attn_eff is the efficiency at head dimension 128
     d = qk_w / m.heads
     old_arch = w.gpu.arch in ("volta", "ampere")
     hd_half = AMPERE_ATTN_HALF_DIM if old_arch else cal.gemm_half_dim
     eff = cal.attn_eff * (d / (d + hd_half)) / (128.0 / (128.0 + hd_half))
     if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
         eff *= cal.attn_flash2_rel
-    # short sequences give each launch few tiles (and half-wasted causal diagonal tiles)
-    ramp = s_loc / (s_loc + cal.attn_seq_half)
     causal = 0.5  # flash kernels skip the masked upper triangle
     flops = 2.0 * mbs * s_loc * w.seq_len * (qk_w + v_w) / tp * causal
-    fwd = flops / (peak16 * eff * ramp)
+    fwd = flops / (peak16 * eff)
     return fwd, FLASH_BWD_FACTOR * fwd
 
 
