@@ -297,3 +297,26 @@ def test_a_bracketed_run_variant_keeps_the_catalog_model() -> None:
     assert any("tokendrop" in n for n in notes)
     model, notes = model_for({"model": "Qwen3_30B_a3B"}, "row 2")
     assert model.key.startswith("qwen3-30b") and notes == []
+
+
+@pytest.mark.parametrize(
+    ("cell", "precision"),
+    [
+        ("bf16", "bf16"),
+        ("BF16 (amp_bf16)", "bf16"),
+        ("torch.bfloat16", "bf16"),
+        ("float16 with loss scaling", "fp16"),
+        ("FP8-CS (FP8-MX)", "fp8"),
+        ("mxfp8", "fp8"),
+        ("float8 (torchao rowwise)", "fp8"),
+    ],
+)
+def test_precision_cells_as_tables_write_them(cell: str, precision: str) -> None:
+    assert prepare(_row(precision=cell), "test").workload.precision == precision
+
+
+def test_a_precision_gpuscale_does_not_model_skips_the_row_naming_it() -> None:
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    with pytest.raises(UnsupportedRowError, match="nvfp4"):
+        prepare(_row(precision="nvfp4"), "test")

@@ -141,12 +141,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if not prec_raw:
         precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
         notes.append(f"precision not stated: {precision} assumed")
-    elif "fp8" in prec_raw:
+    elif "fp8" in prec_raw or "float8" in prec_raw:
         precision = "fp8"
-    elif "fp16" in prec_raw:
-        precision = "fp16"
-    elif "bf16" in prec_raw:
+    elif "bf16" in prec_raw or "bfloat16" in prec_raw:
         precision = "bf16"
+    elif "fp16" in prec_raw or "float16" in prec_raw or "half" in prec_raw:
+        precision = "fp16"
     else:
         raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
     if precision not in gpu.peak_tflops:
