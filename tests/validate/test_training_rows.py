@@ -320,3 +320,11 @@ def test_a_precision_gpuscale_does_not_model_skips_the_row_naming_it() -> None:
 
     with pytest.raises(UnsupportedRowError, match="nvfp4"):
         prepare(_row(precision="nvfp4"), "test")
+
+
+def test_an_unnamed_pipeline_schedule_is_read_as_1f1b_and_said() -> None:
+    pr = prepare(_row(tp="8", pp="4", dp="2", num_gpus="64"), "test")
+    assert pr.fixed["vpp"] == 1
+    assert any("1F1B" in n for n in pr.notes)
+    pr = prepare(_row(tp="8", pp="4", dp="2", num_gpus="64", notes="interleaved"), "test")
+    assert "vpp" not in pr.fixed

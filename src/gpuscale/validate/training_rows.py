@@ -314,6 +314,7 @@ def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> l
     if "vpp" not in fixed:
         if "interleav" not in f"{row['id']} {stack_text(row)}":
             fixed["vpp"] = 1
+            notes.append("pipeline schedule not named: 1F1B, no interleaving")
         elif titan:
             fixed["vpp"] = 2
             notes.append("interleaved schedule, stages not stated: torchtitan's 2 per rank")
