@@ -366,6 +366,22 @@ def test_ampere_flash_attention_loses_less_on_a_short_head() -> None:
     assert float(fwd[0]) == pytest.approx(flops / (peak * CAL.attn_eff * ratio), rel=1e-9)
 
 
+def test_blackwell_ultra_runs_attention_faster_at_the_same_tensor_peak() -> None:
+    # GB300 and GB200 share their dense BF16 peak; GB300's doubled exponential units give
+    # its flash attention 1.35x the throughput (NVIDIA's measured attention FPROP gain)
+    fused = {}
+    for key in ("gb200", "gb300"):
+        g = get_gpu(key)
+        sysm = system_for_gpu(g)
+        w = Workload(get_model("llama3-70b"), g, sysm, Fabric.from_system(sysm, 8), 8, 8192, 8)
+        one = np.array([1.0])
+        fused[key] = float(
+            _attention_core_s(w, one, one * 8192, one, g.peak_flops("bf16"), 1e12, CAL)[0][0]
+        )
+    assert get_gpu("gb200").peak_flops("bf16") == get_gpu("gb300").peak_flops("bf16")
+    assert fused["gb200"] / fused["gb300"] == pytest.approx(1.35)
+
+
 def test_eager_elementwise_adds_the_counted_bytes() -> None:
     from gpuscale.perf.step import EAGER_GLU_BYTES, EAGER_NORM_BYTES, EAGER_ROPE_BYTES
 

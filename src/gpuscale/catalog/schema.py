@@ -41,6 +41,11 @@ class GPU(_Entry):
     tdp_w: float
     sms: int = Field(default=0, ge=0)
     """Streaming multiprocessors (compute units): the tiles of a GEMM are spread over them."""
+    attention_rel: float = Field(default=1.0, gt=0)
+    """Flash-attention throughput relative to another part of the same architecture at the
+    same tensor-core peak. Blackwell Ultra (B300, GB300) doubles the special-function
+    units' exponential rate that bounds attention's softmax on Blackwell; NVIDIA measured
+    about 35 % more attention forward throughput than GB200 (FP8, DeepSeek-V3), so 1.35."""
     power_cap_w: float | None = None
     """Board power limit when a deployment runs the part below its rated TDP."""
 

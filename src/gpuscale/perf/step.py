@@ -195,6 +195,7 @@ def _attention_core_s(
     eff = cal.attn_eff * (d / (d + hd_half)) / (128.0 / (128.0 + hd_half))
     if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
         eff *= cal.attn_flash2_rel
+    eff *= w.gpu.attention_rel  # Blackwell Ultra's doubled exponential units
     causal = 0.5  # flash kernels skip the masked upper triangle
     flops = 2.0 * mbs * s_loc * w.seq_len * (qk_w + v_w) / tp * causal
     fwd = flops / (peak16 * eff)
