@@ -245,14 +245,16 @@ def test_fp8_never_slower_on_h100(plan: dict[str, Any]) -> None:
     assert float(f8.compute_s[0]) < float(bf.compute_s[0])
 
 
-def _core(attention: str, gpu: str, seq: int = 4096) -> tuple[float, float]:
-
+def _core(
+    attention: str, gpu: str, seq: int = 4096, model: str = "gpt3-175b", tp: int = 8
+) -> tuple[float, float]:
+    """Attention core seconds (forward, backward) of one layer and one sequence per GPU."""
     g = get_gpu(gpu)
     s = system_for_gpu(g)
     fabric = Fabric.from_system(s, 8)
-    w = Workload(get_model("gpt3-175b"), g, s, fabric, 8, seq, 8, "bf16", attention)
+    w = Workload(get_model(model), g, s, fabric, 8, seq, 8, "bf16", attention)
     one = np.array([1.0])
-    fwd, bwd = _attention_core_s(w, one, one * seq, one * 8, g.peak_flops("bf16"), 1e12, CAL)
+    fwd, bwd = _attention_core_s(w, one, one * seq, one * tp, g.peak_flops("bf16"), 1e12, CAL)
     return float(fwd[0]), float(bwd[0])
 
 
@@ -335,17 +337,13 @@ def test_unknown_zero3_gathers_is_refused() -> None:
 
 def test_fused_attention_slows_with_a_short_head_dimension() -> None:
     # GPT-OSS 120B: 64 heads of 64, causal, on one H100 at s = 4096
-    g = get_gpu("h100-sxm")
-    s = system_for_gpu(g)
-    w = Workload(get_model("gpt-oss-120b"), g, s, Fabric.from_system(s, 8), 8, 4096, 8)
-    one = np.array([1.0])
-    peak = g.peak_flops("bf16")
-    fwd, bwd = _attention_core_s(w, one, one * 4096, one, peak, 1e12, CAL)
+    fwd, bwd = _core("fused", "h100-sxm", model="gpt-oss-120b", tp=1)
+    peak = get_gpu("h100-sxm").peak_flops("bf16")
     k = CAL.gemm_half_dim
     eff = CAL.attn_eff * (64 / (64 + k)) / (128 / (128 + k))
     flops = 2.0 * 4096**2 * (4096 + 4096) / 2  # QK^T and PV over 64 x 64 widths, causal half
-    assert float(fwd[0]) == pytest.approx(flops / (peak * eff), rel=1e-9)
-    assert float(bwd[0]) == pytest.approx(2.5 * float(fwd[0]))
+    assert fwd == pytest.approx(flops / (peak * eff), rel=1e-9)
+    assert bwd == pytest.approx(2.5 * fwd)
     assert eff < CAL.attn_eff
 
 
@@ -354,30 +352,18 @@ def test_ampere_flash_attention_loses_less_on_a_short_head() -> None:
     # not the GEMM reduction's 0.64x that Hopper kernels follow
     from gpuscale.perf.step import AMPERE_ATTN_HALF_DIM
 
-    g = get_gpu("a100-sxm-80gb")
-    s = system_for_gpu(g)
-    w = Workload(get_model("gpt-oss-120b"), g, s, Fabric.from_system(s, 8), 8, 4096, 8)
-    one = np.array([1.0])
-    peak = g.peak_flops("bf16")
-    fwd, _ = _attention_core_s(w, one, one * 4096, one, peak, 1e12, CAL)
+    fwd, _ = _core("fused", "a100-sxm-80gb", model="gpt-oss-120b", tp=1)
+    peak = get_gpu("a100-sxm-80gb").peak_flops("bf16")
     flops = 2.0 * 4096**2 * (4096 + 4096) / 2
     ratio = (64 / (64 + AMPERE_ATTN_HALF_DIM)) / (128 / (128 + AMPERE_ATTN_HALF_DIM))
     assert ratio == pytest.approx(0.87, abs=0.01)
-    assert float(fwd[0]) == pytest.approx(flops / (peak * CAL.attn_eff * ratio), rel=1e-9)
+    assert fwd == pytest.approx(flops / (peak * CAL.attn_eff * ratio), rel=1e-9)
 
 
 def test_blackwell_ultra_runs_attention_faster_at_the_same_tensor_peak() -> None:
     # GB300 and GB200 share their dense BF16 peak; GB300's doubled exponential units give
     # its flash attention 1.35x the throughput (NVIDIA's measured attention FPROP gain)
-    fused = {}
-    for key in ("gb200", "gb300"):
-        g = get_gpu(key)
-        sysm = system_for_gpu(g)
-        w = Workload(get_model("llama3-70b"), g, sysm, Fabric.from_system(sysm, 8), 8, 8192, 8)
-        one = np.array([1.0])
-        fused[key] = float(
-            _attention_core_s(w, one, one * 8192, one, g.peak_flops("bf16"), 1e12, CAL)[0][0]
-        )
+    fused = {key: _core("fused", key, 8192, "llama3-70b", tp=1)[0] for key in ("gb200", "gb300")}
     assert get_gpu("gb200").peak_flops("bf16") == get_gpu("gb300").peak_flops("bf16")
     assert fused["gb200"] / fused["gb300"] == pytest.approx(1.35)
 
