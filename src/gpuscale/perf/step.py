@@ -8,7 +8,8 @@ on the last stage):
   attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
               scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
               (d + 22 on Ampere's FlashAttention-2; FlashAttention-2 on Hopper and newer at
-              attn_flash2_rel of the fused kernels);
+              attn_flash2_rel of the fused kernels), times the GPU's attention_rel
+              (Blackwell Ultra's faster exponential units: 1.35);
               backward = 2.5 x forward (Dao 2023), causal masking halves the work.
               Unfused (Megatron's original path): batched GEMMs over the full s x s
               scores + softmax/dropout bytes.
