@@ -326,5 +326,6 @@ def test_an_unnamed_pipeline_schedule_is_read_as_1f1b_and_said() -> None:
     pr = prepare(_row(tp="8", pp="4", dp="2", num_gpus="64"), "test")
     assert pr.fixed["vpp"] == 1
     assert any("1F1B" in n for n in pr.notes)
-    pr = prepare(_row(tp="8", pp="4", dp="2", num_gpus="64", notes="interleaved"), "test")
-    assert "vpp" not in pr.fixed
+    for named in ("interleaved", "virtual pipeline stages", "LoopedBFS schedule"):
+        pr = prepare(_row(tp="8", pp="4", dp="2", num_gpus="64", notes=named), "test")
+        assert "vpp" not in pr.fixed
