@@ -34,20 +34,19 @@ def main() -> None:
         t.add_column(col, justify="left" if col == "file" else "right", no_wrap=True)
     for f in files:
         rep = validate_training(f, cal)
-        errs = [r.error_pct for r in rep.rows if r.status == "scored" and r.error_pct is not None]
-        skipped = sum(1 for r in rep.rows if r.status == "skipped")
+        errs = [r.error_pct for r in rep.scored if r.error_pct is not None]
+        st = rep.stats()  # the same MAPE, median and worst that `validate training` prints
         if not errs:
-            t.add_row(f.stem, "0", str(skipped), "-", "-", "-", "-", "-")
+            t.add_row(f.stem, "0", str(len(rep.skipped)), "-", "-", "-", "-", "-")
             continue
-        abs_errs = sorted(abs(e) for e in errs)
         t.add_row(
             f.stem.removeprefix("training_"),
             str(len(errs)),
-            str(skipped),
-            f"{sum(abs_errs) / len(errs):.1f}",
-            f"{abs_errs[len(errs) // 2]:.1f}",
-            f"{abs_errs[-1]:.1f}",
-            str(sum(e > 25 for e in abs_errs)),
+            str(len(rep.skipped)),
+            f"{st['mape_pct']:.1f}",
+            f"{st['median_abs_error_pct']:.1f}",
+            f"{st['max_abs_error_pct']:.1f}",
+            str(sum(abs(e) > 25 for e in errs)),
             f"{sum(errs) / len(errs):+.1f}",
         )
     Console().print(t)

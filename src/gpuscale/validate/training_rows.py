@@ -75,7 +75,7 @@ def _catalog_model(name: str, notes: list[str]) -> Model | None:
         return get_model(name)
     except InputError:
         pass
-    bare = re.sub(r"\s*\(([^)]*)\)\s*$", "", name)
+    bare = re.sub(r"\s*\([^)]*\)\s*$", "", name)
     if bare == name or not bare:
         return None
     try:
@@ -178,7 +178,7 @@ def stack_text(row: dict[str, str]) -> str:
 # Stacks whose flash attention is the flash-attn package's FlashAttention-2 (or a Triton
 # port of it), which does not use Hopper's asynchronous tensor-core instructions (Shah et
 # al. 2024, FlashAttention-3 Sec. 1): MosaicML llm-foundry/Composer (attn_impl flash or
-# triton), GPT-NeoX, Hugging Face Transformers/Accelerate, Nanotron, or a row naming FA2.
+# triton), GPT-NeoX, Hugging Face, Nanotron, or a row naming FA2 / flash_attn.
 FLASH2_STACKS = (
     r"llm-foundry|mosaicml|composer|gpt-neox|hugging ?face|nanotron"
     r"|flash-?attention-?2|\bfa2\b|flash[_-]attn"
