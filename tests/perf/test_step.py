@@ -393,3 +393,24 @@ def test_embedding_and_loss_may_take_pipeline_chunks_of_their_own() -> None:
     assert ok.tolist() == [True, False, True]
     b = step(w, tp=4, pp=16, dp=4, vpp=8)
     assert float(b.step_s[0]) > 0
+
+
+@pytest.mark.parametrize(("gpu", "ratio"), [("gb200", 2.0), ("gb300", 3.0)])
+def test_nvfp4_gemms_scale_fp8_by_the_fp4_peak_ratio(gpu: str, ratio: float) -> None:
+    # GEMM-only time (attention core excluded) is FLOPs over peak x efficiency; NVFP4 runs
+    # at FP8's fraction of peak, so its GEMMs take 1/ratio of FP8's: GB200's dense FP4 is
+    # 10 PFLOP/s against 5 for FP8, GB300's 15 against 5
+    plan = dict(tp=2, pp=4, dp=8, mbs=1, sp=True, recompute=1, sharding=1)
+    kw: dict[str, Any] = dict(gpus=64, gbs=256, seq=8192, gpu=gpu)
+    base = workload("llama3-70b", **kw)
+    times = {}
+    for prec in ("bf16", "fp8", "fp4"):
+        w = replace(base, precision=prec)
+        times[prec] = float(step_breakdown(w, Plans.of(**plan), CAL).compute_s[0])
+    # compute = GEMMs x speed-up^-1 + the same attention core for all three precisions
+    g8 = times["bf16"] - times["fp8"]  # = G (1 - 1/s8)
+    g4 = times["bf16"] - times["fp4"]  # = G (1 - 1/(s8 ratio))
+    s8 = CAL.fp8_gemm_speedup
+    gemm = g8 / (1 - 1 / s8)
+    assert g4 == pytest.approx(gemm * (1 - 1 / (s8 * ratio)), rel=1e-9)
+    assert times["fp4"] < times["fp8"] < times["bf16"]

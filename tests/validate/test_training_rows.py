@@ -318,8 +318,17 @@ def test_precision_cells_as_tables_write_them(cell: str, precision: str) -> None
 def test_a_precision_gpuscale_does_not_model_skips_the_row_naming_it() -> None:
     from gpuscale.validate.training_rows import UnsupportedRowError
 
-    with pytest.raises(UnsupportedRowError, match="nvfp4"):
-        prepare(_row(precision="nvfp4"), "test")
+    with pytest.raises(UnsupportedRowError, match="int4"):
+        prepare(_row(precision="int4"), "test")
+
+
+def test_nvfp4_rows_run_fp4_gemms_and_skip_on_a_gpu_without_fp4() -> None:
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    row = _row(precision="NVFP4", gpu="GB200 (DGX-GB200)")
+    assert prepare(row, "test").workload.precision == "fp4"
+    with pytest.raises(UnsupportedRowError, match="no fp4 peak"):
+        prepare(_row(precision="nvfp4"), "test")  # H100 has no FP4 tensor cores
 
 
 def test_an_unnamed_pipeline_schedule_is_read_as_1f1b_and_said() -> None:

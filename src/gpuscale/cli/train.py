@@ -29,7 +29,12 @@ GpuOpt = Annotated[str, typer.Option("--gpu", help="Catalog GPU (e.g. h100-sxm, 
 GpusOpt = Annotated[int, typer.Option("--gpus", help="Number of GPUs.")]
 SeqOpt = Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")]
 GbsOpt = Annotated[int, typer.Option("--global-batch", help="Global batch (sequences per step).")]
-PrecOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16 or fp8 (FP8 GEMMs).")]
+PrecOpt = Annotated[
+    str,
+    typer.Option(
+        "--precision", help="bf16, fp16, fp8 (FP8 GEMMs) or fp4 (NVFP4 GEMMs, Blackwell)."
+    ),
+]
 AttnOpt = Annotated[
     str,
     typer.Option(
@@ -253,7 +258,9 @@ def search_cmd(
     global_batch: Annotated[
         int | None, typer.Option("--global-batch", help="Sequences per step.")
     ] = None,
-    precision: Annotated[str | None, typer.Option("--precision", help="bf16, fp16, fp8.")] = None,
+    precision: Annotated[
+        str | None, typer.Option("--precision", help="bf16, fp16, fp8, fp4.")
+    ] = None,
     attention: Annotated[
         str | None, typer.Option("--attention", help="fused, flash2 or unfused.")
     ] = None,

@@ -115,8 +115,9 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     mlp = (1 - moe_frac) * mlp_mult * f_dense + moe_frac * (mlp_mult * f_moe + 2 * m.top_k * h)
     replicated = 10.0 * s * b * h
     split = s * b * (4.0 * q + 4.0 * kv + mlp)
-    if w.precision == "fp8":
-        # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte): the QKV and
+    if w.precision in ("fp8", "fp4"):
+        # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte; NVFP4 is costed
+        # the same, its 0.56-byte copies plus column-wise ones for the weight gradient): the QKV and
         # fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's (2 s b f)
         replicated = replicated - 2.0 * s * b * h
         split = split - s * b * (q + (1 - moe_frac) * f_dense + moe_frac * f_moe)
@@ -141,8 +142,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         sh = np.select([p.sharding == k for k in _BYTES], [_BYTES[k][j][1] for k in _BYTES])
         cols.append(dense * (un + sh / d) + expert * (un + sh / d_exp))
     weights, grads, opt = cols
-    if w.precision == "fp8":
-        # the 1-byte FP8 weight copy is sharded like the 16-bit weights under ZeRO-3/FSDP
+    if w.precision in ("fp8", "fp4"):
+        # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
+        # sharded like the 16-bit weights under ZeRO-3/FSDP
         z3 = p.sharding == 4
         weights = weights + np.where(z3, dense / d + expert / d_exp, dense + expert)
     # activations in flight on the first stage

@@ -29,7 +29,11 @@ Megatron's ``--recompute-method block --recompute-num-layers N``)."""
 SHARDING = ("none", "dist-opt", "zero1", "zero2", "zero3")
 """Optimizer/gradient/parameter sharding over data parallel: Megatron DDP, Megatron's
 distributed optimizer, DeepSpeed ZeRO stages 1-3 (ZeRO-3 = FSDP full sharding)."""
-TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
+TRAIN_PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+"""Training precisions: 16-bit mixed precision (bf16, fp16); ``fp8`` is FP8 GEMMs with bf16
+elsewhere (Transformer Engine's delayed, current or MX block scaling); ``fp4`` is NVFP4 GEMMs
+(Transformer Engine's NVFP4 recipe on Blackwell: E2M1 values, E4M3 scales per 16 elements),
+bf16 elsewhere."""
 ATTENTION = ("fused", "flash2", "unfused")
 """Attention kernels: ``fused`` is the fastest fused kernel for the GPU (cuDNN fused
 attention as Transformer Engine runs it, FlashAttention-3 on Hopper and Blackwell,

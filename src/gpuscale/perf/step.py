@@ -4,7 +4,8 @@ Per micro-batch, on the slowest pipeline stage (ceil(L / pp) layers, plus the ou
 on the last stage):
   GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
               smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
-              FP8 GEMMs run fp8_gemm_speedup x faster than BF16.
+              FP8 GEMMs run fp8_gemm_speedup x faster than BF16; NVFP4 GEMMs that times
+              the GPU's FP4/FP8 peak ratio (the same fraction of their peak as FP8's).
   attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
               scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
               (d + 22 on Ampere's FlashAttention-2; FlashAttention-2 on Hopper and newer at
@@ -203,6 +204,23 @@ def _attention_core_s(
     return fwd, FLASH_BWD_FACTOR * fwd
 
 
+def low_precision_speedup(w: Workload, cal: Calibration) -> float:
+    """GEMM speed-up of the workload's precision over 16-bit on its GPU.
+
+    FP8 is the fitted ``fp8_gemm_speedup`` (quantisation casts included). NVFP4 GEMMs are
+    taken to reach the same fraction of the GPU's FP4 peak as FP8 GEMMs reach of the FP8
+    peak: Transformer Engine quantises to NVFP4 with the same row/column passes as MXFP8
+    (plus a 16-point Hadamard transform on the weight-gradient inputs), so the fitted FP8
+    figure is scaled by the catalog's FP4/FP8 dense peak ratio (2 on B200/GB200, 3 on
+    Blackwell Ultra). No published NVFP4 run is in the calibration set.
+    """
+    if w.precision == "fp8":
+        return cal.fp8_gemm_speedup
+    if w.precision == "fp4":
+        return cal.fp8_gemm_speedup * w.gpu.peak_flops("fp4") / w.gpu.peak_flops("fp8")
+    return 1.0
+
+
 def step_breakdown(
     w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
 ) -> StepBreakdown:
@@ -222,7 +240,7 @@ def step_breakdown(
 
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
     peak16 *= w.gpu.clock_fraction  # a power-capped part sustains a lower clock
-    gemm_peak = peak16 * (cal.fp8_gemm_speedup if w.precision == "fp8" else 1.0)
+    gemm_peak = peak16 * low_precision_speedup(w, cal)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
 
     # --- GEMMs, forward, one layer, one micro-batch (per GPU) -------------------------

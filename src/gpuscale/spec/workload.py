@@ -6,7 +6,7 @@ gpu: h100-sxm
 gpus: 1024
 seq_len: 8192
 global_batch: 1024          # sequences per step
-precision: bf16             # bf16 | fp16 | fp8
+precision: bf16             # bf16 | fp16 | fp8 | fp4 (NVFP4)
 attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)

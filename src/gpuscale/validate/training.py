@@ -141,6 +141,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if not prec_raw:
         precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
         notes.append(f"precision not stated: {precision} assumed")
+    elif "fp4" in prec_raw or "float4" in prec_raw:
+        precision = "fp4"
     elif "fp8" in prec_raw or "float8" in prec_raw:
         precision = "fp8"
     elif "bf16" in prec_raw or "bfloat16" in prec_raw:
