@@ -8,10 +8,45 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuscale.catalog.schema import MLA, Model
+from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
 
 _GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
+_BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+"""Nemotron-H ``layers_block_type`` names and their hybrid-pattern letters."""
+
+
+def _hybrid(cfg: dict[str, Any], path: Path) -> tuple[str, Mamba | None]:
+    """Layer pattern and Mamba-2 sizes of a hybrid config (Nemotron-H ``nemotron_h``)."""
+    pattern = cfg.get("hybrid_override_pattern") or ""
+    blocks = cfg.get("layers_block_type")
+    if not pattern and isinstance(blocks, list):
+        unknown = [b for b in blocks if b not in _BLOCK_TYPES]
+        if unknown:
+            raise InputError(
+                f"{path.name}:layers_block_type", unknown[0], f"one of {', '.join(_BLOCK_TYPES)}"
+            )
+        pattern = "".join(_BLOCK_TYPES[b] for b in blocks)
+    if not isinstance(pattern, str):
+        raise InputError(f"{path.name}:hybrid_override_pattern", pattern, "a string of M * - E")
+    if "M" not in pattern:
+        return pattern, None
+    try:
+        mamba = Mamba(
+            heads=int(cfg["mamba_num_heads"]),
+            head_dim=int(cfg["mamba_head_dim"]),
+            state=int(_first(cfg, "ssm_state_size", "state_size", default=128)),
+            groups=int(_first(cfg, "n_groups", default=1)),
+            conv_kernel=int(_first(cfg, "conv_kernel", default=4)),
+            chunk=int(_first(cfg, "chunk_size", default=128)),
+        )
+    except KeyError as exc:
+        raise InputError(
+            f"{path.name}:{exc.args[0]}", None, "required for Mamba blocks (a positive integer)"
+        ) from exc
+    except (TypeError, ValueError, ValidationError) as exc:
+        raise InputError(f"{path.name}:mamba", None, f"invalid Mamba sizes ({exc})") from exc
+    return pattern, mamba
 
 
 def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
@@ -45,7 +80,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     ):
         if not isinstance(val, int) or val <= 0:
             raise InputError(f"{path.name}:{key}", val, "a positive integer is required")
-    act = str(_first(cfg, "hidden_act", "activation_function", default="gelu")).lower()
+    act = str(
+        _first(cfg, "hidden_act", "activation_function", "mlp_hidden_act", default="gelu")
+    ).lower()
     model_type = str(cfg.get("model_type", ""))
     gated = act in _GATED_ACTS or model_type in (
         "llama",
@@ -70,6 +107,16 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             v_head_dim=int(cfg.get("v_head_dim", 128)),
         )
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")
+    pattern, mamba = _hybrid(cfg, path)
+    shared = int(_first(cfg, "n_shared_experts", default=0) or 0)
+    shared_ffn = cfg.get("moe_shared_expert_intermediate_size")
+    if experts > 1 and shared_ffn:
+        # shared experts given with their own width: count them in routed-expert units
+        # (Nemotron 3: one shared expert of 2 x the routed width = 2 units)
+        shared = max(round(max(shared, 1) * int(shared_ffn) / int(ffn_moe)), 1)
+    position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
+    if model_type == "nemotron_h":
+        position = "none"  # Nemotron-H attention layers use no position embedding
     body: dict[str, Any] = {
         "key": path.stem,
         "name": f"{model_type or 'model'} from {path}",
@@ -84,13 +131,16 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "gated_mlp": gated,
         "vocab": vocab,
         "max_seq": int(_first(cfg, "max_position_embeddings", "n_positions", default=2048)),
-        "position": "learned" if learned else ("alibi" if model_type == "bloom" else "rope"),
+        "position": position,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", learned)),
         "num_experts": experts,
         "top_k": int(_first(cfg, "num_experts_per_tok", "experts_per_token", default=1)),
-        "shared_experts": int(_first(cfg, "n_shared_experts", default=0) or 0),
+        "shared_experts": shared,
         "first_dense_layers": int(_first(cfg, "first_k_dense_replace", default=0) or 0),
         "mla": mla,
+        "pattern": pattern,
+        "mamba": mamba,
+        "moe_latent": int(_first(cfg, "moe_latent_size", default=0) or 0),
     }
     try:
         return Model.model_validate(body)

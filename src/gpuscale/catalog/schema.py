@@ -118,6 +118,30 @@ class MLA(BaseModel):
     v_head_dim: int
 
 
+class Mamba(BaseModel):
+    """Mamba-2 mixer sizes (Dao & Gu 2024, arXiv 2405.21060; Megatron-Core ``MambaMixer``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    state: int = Field(gt=0)
+    """SSM state size N per head."""
+    groups: int = Field(default=1, gt=0)
+    """B/C projection groups (like GQA's key/value heads)."""
+    conv_kernel: int = Field(default=4, gt=0)
+    chunk: int = Field(default=128, gt=0)
+    """Chunk length of the SSD algorithm's block decomposition."""
+
+    @property
+    def inner(self) -> int:
+        """Inner width d_inner = heads x head_dim."""
+        return self.heads * self.head_dim
+
+
+HYBRID_BLOCKS = {"M": "Mamba-2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
+"""Block letters of a hybrid layer pattern (Megatron-Core's ``hybrid_override_pattern``)."""
+
+
 class Model(_Entry):
     layers: int = Field(gt=0)
     hidden: int = Field(gt=0)
@@ -128,7 +152,7 @@ class Model(_Entry):
     gated_mlp: bool = False
     vocab: int = Field(gt=0)
     max_seq: int = 2048
-    position: Literal["learned", "rope", "alibi"] = "rope"
+    position: Literal["learned", "rope", "alibi", "none"] = "rope"
     tied_embeddings: bool = False
     num_experts: int = 1
     top_k: int = 1
@@ -136,6 +160,14 @@ class Model(_Entry):
     dense_ffn_hidden: int = 0
     first_dense_layers: int = 0
     mla: MLA | None = None
+    pattern: str = ""
+    """Hybrid models (Nemotron-H, Nemotron 3): one letter per block, M a Mamba-2 mixer, *
+    attention, - an MLP, E a MoE; each block is one of these with its norm and residual.
+    Empty: every layer is attention + MLP (or MoE)."""
+    mamba: Mamba | None = None
+    moe_latent: int = Field(default=0, ge=0)
+    """LatentMoE (Nemotron 3 Super/Ultra): routed experts work in this smaller width, with a
+    down-projection from and an up-projection to the hidden size; 0 = off."""
 
     @model_validator(mode="after")
     def _defaults(self) -> Model:
@@ -150,7 +182,48 @@ class Model(_Entry):
             object.__setattr__(self, "dense_ffn_hidden", self.ffn_hidden)
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.pattern:
+            bad = set(self.pattern) - set(HYBRID_BLOCKS)
+            if bad:
+                letters = ", ".join(f"{k} ({v})" for k, v in HYBRID_BLOCKS.items())
+                raise ValueError(f"pattern letters {sorted(bad)} unknown; valid: {letters}")
+            if len(self.pattern) != self.layers:
+                raise ValueError(f"pattern has {len(self.pattern)} blocks but layers={self.layers}")
+            if "M" in self.pattern and self.mamba is None:
+                raise ValueError("pattern has Mamba blocks (M) but no mamba sizes are given")
+            if "E" in self.pattern and not self.is_moe:
+                raise ValueError("pattern has MoE blocks (E) but num_experts is 1")
         return self
+
+    @property
+    def hybrid(self) -> bool:
+        """Blocks are single mixers or MLPs (a layer pattern), not attention + MLP layers."""
+        return bool(self.pattern)
+
+    @property
+    def attn_layers(self) -> int:
+        """Blocks or layers with attention."""
+        return self.pattern.count("*") if self.pattern else self.layers
+
+    @property
+    def mamba_layers(self) -> int:
+        return self.pattern.count("M")
+
+    @property
+    def mlp_layers(self) -> int:
+        """Blocks or layers with a dense MLP."""
+        return self.pattern.count("-") if self.pattern else self.layers - self.moe_layers
+
+    @property
+    def sublayers_per_layer(self) -> float:
+        """Mixer/MLP sub-layers (each a norm, a residual and a TP reduction) per layer: 2 for
+        attention + MLP layers, 1 for a hybrid's single blocks."""
+        return 1.0 if self.pattern else 2.0
+
+    @property
+    def moe_width(self) -> int:
+        """Width the routed experts (and the all-to-all) work in: the latent or the hidden."""
+        return self.moe_latent or self.hidden
 
     @property
     def is_moe(self) -> bool:
@@ -158,4 +231,6 @@ class Model(_Entry):
 
     @property
     def moe_layers(self) -> int:
+        if self.pattern:
+            return self.pattern.count("E")
         return self.layers - self.first_dense_layers if self.is_moe else 0

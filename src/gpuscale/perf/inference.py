@@ -350,12 +350,12 @@ def build_step_model(
         else model.head_dim
     )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
-    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.layers / gp
+    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
     kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp)
     # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
     fabric = Fabric.from_system(sysm)
     layers_stage = math.ceil(model.layers / pp)
-    n_ar = 2 * layers_stage
+    n_ar = round(model.sublayers_per_layer * layers_stage)  # one per mixer / MLP block
     if tp > 1:
         alpha, beta = _alpha_beta("all_reduce", tp, model.hidden * 2.0, fabric, cal)
         ar_alpha, ar_beta = n_ar * alpha, n_ar * beta

@@ -96,6 +96,7 @@ class ParamCounts:
     """Parameters by role, whole model (not per GPU)."""
 
     attention: float
+    """Attention projections, and a hybrid model's Mamba-2 mixers (token mixers both)."""
     dense_mlp: float
     """MLP parameters of dense layers (all layers of a dense model)."""
     shared_experts: float
@@ -123,12 +124,11 @@ class ParamCounts:
 
 def param_counts(m: Model) -> ParamCounts:
     sh = layer_shapes(m)
-    dense_layers = m.layers - m.moe_layers
     emb = float(m.vocab * m.hidden)
     return ParamCounts(
-        attention=float(sh.attn * m.layers),
-        dense_mlp=float(sh.mlp_dense * dense_layers),
-        shared_experts=float(sh.shared * m.moe_layers),
+        attention=float(sh.attn * m.attn_layers + sh.mamba * m.mamba_layers),
+        dense_mlp=float(sh.mlp_dense * m.mlp_layers),
+        shared_experts=float((sh.shared + sh.latent_proj) * m.moe_layers),
         routed_experts=float((sh.expert * m.num_experts + sh.router) * m.moe_layers),
         embedding=emb,
         lm_head=0.0 if m.tied_embeddings else emb,
@@ -146,9 +146,24 @@ def kv_elements_per_token_layer(m: Model, tp: int = 1) -> float:
     return float(2 * heads * m.head_dim)
 
 
+def mamba_state_bytes_per_seq(
+    m: Model, state_bytes: float = 2.0, tp: int = 1, pp: int = 1
+) -> float:
+    """Recurrent state one sequence keeps on one GPU in a hybrid model's Mamba-2 blocks,
+    whatever its length: the SSM state (heads x head_dim x state) and the causal conv's last
+    kernel - 1 inputs of x, B and C, in the model's 16-bit dtype (vLLM's default)."""
+    if m.mamba is None:
+        return 0.0
+    x = m.mamba
+    conv = (x.conv_kernel - 1) * (x.inner + 2 * x.groups * x.state)
+    per_layer = (x.heads * x.head_dim * x.state + conv) * state_bytes / tp
+    return per_layer * math.ceil(m.mamba_layers / pp)
+
+
 def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1) -> float:
-    """KV-cache bytes per token on one GPU (``tp = pp = 1``: the whole model)."""
-    layers = math.ceil(m.layers / pp)
+    """KV-cache bytes per token on one GPU (``tp = pp = 1``: the whole model); only a hybrid
+    model's attention blocks keep a KV cache."""
+    layers = math.ceil(m.attn_layers / pp)
     return kv_elements_per_token_layer(m, tp) * layers * kv_bytes
 
 
@@ -244,8 +259,13 @@ def memory_plan(
         pool = usable - w - ws
     per_tok = kv_bytes_per_token(m, prec.kv_bytes, tp, pp)
     blocks_per_seq = max(math.ceil(tokens_per_seq / block_tokens), 1)
-    n_blocks = int(pool // (per_tok * block_tokens)) if pool > 0 else 0
+    state = mamba_state_bytes_per_seq(m, 2.0, tp, pp)
+    block_b = per_tok * block_tokens
+    n_blocks = int(pool // block_b) if pool > 0 and block_b > 0 else 0
     kv_seqs = n_blocks // blocks_per_seq
+    if state > 0:
+        # each sequence also holds its Mamba state beside its KV blocks
+        kv_seqs = int(max(pool, 0.0) // (blocks_per_seq * block_b + state))
     return MemoryPlan(
         gpu_memory_bytes=total,
         usable_bytes=usable,

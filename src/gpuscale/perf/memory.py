@@ -86,9 +86,13 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     tp = p.tp.astype(np.float64)
     layers_stage = np.ceil(m.layers / p.pp)
     moe_frac = m.moe_layers / m.layers
-    dense_per_layer = (
-        (s.attn + s.shared) / tp + s.norms + s.router + (1 - moe_frac) * s.mlp_dense / tp
-    )
+    split = (
+        m.attn_layers * s.attn
+        + m.mlp_layers * s.mlp_dense
+        + m.moe_layers * (s.shared + s.latent_proj)
+        + m.mamba_layers * s.mamba
+    ) / m.layers
+    dense_per_layer = split / tp + s.norms + moe_frac * s.router
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
     emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
@@ -109,19 +113,42 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         q = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
         kv = m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) // 2
     mlp_mult = 6.0 if m.gated_mlp else 4.0
+    a_frac = m.attn_layers / m.layers
+    mlp_frac = m.mlp_layers / m.layers
     moe_frac = m.moe_layers / m.layers
+    mamba_frac = m.mamba_layers / m.layers
+    sub = m.sublayers_per_layer / 2.0
     f_dense = float(m.dense_ffn_hidden)
     f_moe = float(m.top_k * m.ffn_hidden + m.shared_experts * m.ffn_hidden)
-    mlp = (1 - moe_frac) * mlp_mult * f_dense + moe_frac * (mlp_mult * f_moe + 2 * m.top_k * h)
-    replicated = 10.0 * s * b * h
-    split = s * b * (4.0 * q + 4.0 * kv + mlp)
+    moe = mlp_mult * f_moe + 2 * m.top_k * m.moe_width
+    # Mamba-2 keeps in_proj's output (z, x, B, C, dt), the conv output (x, B, C), the scan
+    # output y and out_proj's input, 2 bytes each
+    mamba = 0.0
+    if m.mamba is not None:
+        d_in, bc = m.mamba.inner, 2 * m.mamba.groups * m.mamba.state
+        mamba = 2.0 * ((2 * d_in + bc + m.mamba.heads) + (d_in + bc) + 2 * d_in)
+    replicated = sub * 10.0 * s * b * h
+    split = (
+        s
+        * b
+        * (
+            a_frac * (4.0 * q + 4.0 * kv)
+            + mlp_frac * mlp_mult * f_dense
+            + moe_frac * moe
+            + mamba_frac * mamba
+        )
+    )
     if w.precision in ("fp8", "fp4"):
         # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte; NVFP4 is costed
-        # the same, its 0.56-byte copies plus column-wise ones for the weight gradient): the QKV and
-        # fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's (2 s b f)
-        replicated = replicated - 2.0 * s * b * h
-        split = split - s * b * (q + (1 - moe_frac) * f_dense + moe_frac * f_moe)
-    scores = 5.0 * m.heads * s * s * b
+        # the same, its 0.56-byte copies plus column-wise ones for the weight gradient): the
+        # QKV and fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's
+        # (2 s b f); a hybrid block has one of each pair (in_proj's, out_proj's for Mamba)
+        replicated = replicated - sub * 2.0 * s * b * h
+        d_mamba = float(m.mamba.inner) if m.mamba is not None else 0.0
+        split = split - s * b * (
+            a_frac * q + mlp_frac * f_dense + moe_frac * f_moe + mamba_frac * d_mamba
+        )
+    scores = a_frac * 5.0 * m.heads * s * s * b
     no_scores = p.recompute >= 1
     if w.flash_attention:
         no_scores = np.ones_like(no_scores)

@@ -44,7 +44,12 @@ from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.memory import memory_breakdown, params_per_gpu
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.transformer import attn_core_dims, attn_dims, layer_shapes
+from gpuscale.perf.transformer import (
+    attn_core_dims,
+    attn_dims,
+    layer_shapes,
+    ssd_flops_per_token,
+)
 
 FloatArray = FloatArrayT
 
@@ -204,6 +209,29 @@ def _attention_core_s(
     return fwd, FLASH_BWD_FACTOR * fwd
 
 
+def _ssd_scan_s(
+    w: Workload, tokens: FloatArray, tp: FloatArray, peak16: float, bw: float, cal: Calibration
+) -> FloatArray:
+    """Forward time of one Mamba-2 SSD scan (chunked state-space duality kernels).
+
+    Its block matmuls (``ssd_flops_per_token``) run on the tensor cores at flash attention's
+    efficiency; on top, the five kernels' HBM traffic per token (Mamba-2's Triton
+    implementation): x read three times and y written (3 d), B and C read twice (4 G N),
+    16-bit; the fp32 C B^T chunk scores written and read (2 G Q), the fp32 chunk states
+    written, passed along (read + write) and read (4 H P N / Q). Heads and groups split
+    over TP; the backward is taken as FLASH_BWD_FACTOR x this.
+    """
+    m = w.model
+    if m.mamba is None:
+        return np.zeros_like(tokens)
+    x = m.mamba
+    flops = tokens * ssd_flops_per_token(m) / tp
+    per_token = 2.0 * (3.0 * x.inner + 4.0 * x.groups * x.state)
+    per_token += 4.0 * 2.0 * x.groups * x.chunk
+    per_token += 4.0 * 4.0 * x.heads * x.head_dim * x.state / x.chunk
+    return flops / (peak16 * cal.attn_eff) + tokens * per_token / tp / bw
+
+
 def low_precision_speedup(w: Workload, cal: Calibration) -> float:
     """GEMM speed-up of the workload's precision over 16-bit on its GPU.
 
@@ -234,7 +262,13 @@ def step_breakdown(
     tokens = p.mbs * s_loc  # tokens per GPU per micro-batch
     h = float(m.hidden)
     q, kv = attn_dims(m)
+    # share of each block type per layer: attention + MLP (or MoE) layers have a_frac = 1
+    # and mlp_frac + moe_frac = 1; a hybrid's blocks are one of attention, Mamba, MLP, MoE
+    a_frac = m.attn_layers / m.layers
+    mlp_frac = m.mlp_layers / m.layers
     moe_frac = m.moe_layers / m.layers
+    mamba_frac = m.mamba_layers / m.layers
+    sub = m.sublayers_per_layer / 2.0  # norms, residuals and TP reductions per layer, / 2
     layers_stage: FloatArray = (np.ceil(m.layers / (p.pp * p.vpp)) * p.vpp).astype(np.float64)
     mb = p.microbatches(w).astype(np.float64)
 
@@ -261,43 +295,58 @@ def step_breakdown(
     attn_t = gemm(tokens, qkv_n, h) + gemm(tokens, h, q / tp)
     f_d = float(m.dense_ffn_hidden)
     dense_mlp_t = gemm(tokens, gate * f_d / tp, h) + gemm(tokens, h, f_d / tp)
+    mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width
     if m.is_moe:
         # grouped GEMM over the E / EP local experts; tokens follow their experts
         f_e = float(m.ffn_hidden)
         local = m.num_experts / p.ep
         tok_e = tokens / tp * m.top_k * p.ep / m.num_experts
-        moe_t = gemm(tok_e, gate * f_e, h, local) + gemm(tok_e, h, f_e, local)
+        moe_t = gemm(tok_e, gate * f_e, mw, local) + gemm(tok_e, mw, f_e, local)
         if m.shared_experts:
             f_s = f_e * m.shared_experts
             moe_t = moe_t + gemm(tokens, gate * f_s / tp, h) + gemm(tokens, h, f_s / tp)
         moe_t = moe_t + gemm(tokens, float(m.num_experts), h)  # router
+        if m.moe_latent:
+            moe_t = moe_t + gemm(tokens, mw / tp, h) + gemm(tokens, h, mw / tp)
     else:
         moe_t = np.zeros_like(tokens)
-    gemm_fwd = attn_t + (1 - moe_frac) * dense_mlp_t + moe_frac * moe_t
+    if m.mamba is not None:
+        # Mamba-2 in_proj (z, x, B, C, dt; heads and groups split over TP) and out_proj
+        x = m.mamba
+        d_in, bc = float(x.inner), 2.0 * x.groups * x.state
+        mamba_t = gemm(tokens, (2.0 * d_in + bc + x.heads) / tp, h) + gemm(tokens, h, d_in / tp)
+    else:
+        d_in = bc = 0.0
+        mamba_t = np.zeros_like(tokens)
+    gemm_fwd = a_frac * attn_t + mlp_frac * dense_mlp_t + moe_frac * moe_t + mamba_frac * mamba_t
 
     mbs_f = p.mbs.astype(np.float64)
-    core_fwd, core_bwd = _attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
+    attn_fwd, attn_bwd = _attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
+    ssd_fwd = _ssd_scan_s(w, tokens, tp, peak16, bw, cal)
+    core_fwd = a_frac * attn_fwd + mamba_frac * ssd_fwd
+    core_bwd = a_frac * attn_bwd + mamba_frac * FLASH_BWD_FACTOR * ssd_fwd
     layer_fwd = gemm_fwd + core_fwd
 
     # --- memory-bound kernels -----------------------------------------------------------
-    f_act = (1 - moe_frac) * m.dense_ffn_hidden + moe_frac * m.ffn_hidden * (
-        m.top_k + m.shared_experts
-    )
+    f_act = mlp_frac * m.dense_ffn_hidden + moe_frac * m.ffn_hidden * (m.top_k + m.shared_experts)
     gate_rw = 3.0 if m.gated_mlp else 2.0
-    h_bytes = cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
-    if w.elementwise == "eager":  # two norms per layer, op by op
-        h_bytes = h_bytes + 2.0 * EAGER_NORM_BYTES * h * tokens
+    h_bytes = sub * cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
+    if w.elementwise == "eager":  # two norms per layer (one per hybrid block), op by op
+        h_bytes = h_bytes + sub * 2.0 * EAGER_NORM_BYTES * h * tokens
     h_bytes = np.where(p.sp, h_bytes / tp, h_bytes)
     f_bytes = gate_rw * f_act * tokens * 2.0 / tp
     if w.elementwise == "eager":
-        rope = EAGER_ROPE_BYTES * (q + kv) if m.position == "rope" else 0.0
+        rope = a_frac * EAGER_ROPE_BYTES * (q + kv) if m.position == "rope" else 0.0
         glu = EAGER_GLU_BYTES * f_act if m.gated_mlp else 0.0
         f_bytes = f_bytes + (rope + glu) * tokens / tp
     # MoE token permutation before and unpermutation after the experts, and the weighted
     # combine: each reads and writes the top-k copies of the hidden state
-    moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * h * tokens / tp * 2.0 if m.is_moe else 0.0
+    moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * mw * tokens / tp * 2.0
     moe_fixed = cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s
-    mem_fwd = (h_bytes + f_bytes + moe_bytes) / bw + moe_frac * moe_fixed
+    # Mamba-2: depthwise causal conv over x, B, C (read + write) and the gated RMSNorm of the
+    # scan's output (read y and z, write)
+    mamba_bytes = mamba_frac * (2.0 * (d_in + bc) + 3.0 * d_in) * 2.0 * tokens / tp
+    mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes) / bw + moe_frac * moe_fixed
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     logits_fwd = gemm(tokens, m.vocab / tp, h)
@@ -307,7 +356,8 @@ def step_breakdown(
     compute_mb = (
         layers_stage * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * logits_fwd
     ) * overlap_slow
-    mem_mb = layers_stage * (mem_fwd + cal.layer_overhead_s) * 3.0 + 3.0 * logits_mem
+    layer_fixed = sub * cal.layer_overhead_s
+    mem_mb = layers_stage * (mem_fwd + layer_fixed) * 3.0 + 3.0 * logits_mem
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
     if recompute_fraction is not None:
         full_frac = recompute_fraction
@@ -316,14 +366,14 @@ def step_breakdown(
     else:
         full_frac = np.where(p.recompute == 2, 1.0, 0.0)
     recompute_mb = full_frac * layers_stage * (
-        layer_fwd * overlap_slow + mem_fwd + cal.layer_overhead_s
-    ) + np.where(p.recompute == 1, layers_stage * core_fwd, 0.0)
+        layer_fwd * overlap_slow + mem_fwd + layer_fixed
+    ) + np.where(p.recompute == 1, layers_stage * a_frac * attn_fwd, 0.0)
 
     # --- tensor-parallel communication ---------------------------------------------------
     act_bytes = tokens * h * 2.0
     tp_k = np.minimum(tp, float(f.domain_gpus))
     tp_one = _collective("all_reduce", act_bytes, tp, tp_k, f, cal)
-    n_tp = 4.0 + 2.0 * full_frac
+    n_tp = (4.0 + 2.0 * full_frac) * sub
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
     tp_mb = layers_stage * n_tp * tp_one * (1.0 - tp_hidden)
     tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
@@ -332,12 +382,12 @@ def step_breakdown(
     kv_chunk = 2.0 * p.mbs * s_loc * (kv if m.mla is None else m.mla.kv_lora_rank * 4) / tp * 2.0
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
     cp_fwd = _collective("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
-    cp_exposed = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(2.0 * cp_fwd - core_bwd, 0.0)
-    cp_mb = layers_stage * np.where(p.cp > 1, cp_exposed, 0.0)
+    cp_exposed = np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(2.0 * cp_fwd - attn_bwd, 0.0)
+    cp_mb = layers_stage * a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
 
     # --- expert parallel all-to-all ----------------------------------------------------
     if m.is_moe:
-        a2a_bytes = tokens / tp * m.top_k * h * 2.0  # sequence-parallel shards dispatch
+        a2a_bytes = tokens / tp * m.top_k * mw * 2.0  # sequence-parallel shards dispatch
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
         a2a = _collective("all_to_all", a2a_bytes, p.ep.astype(np.float64), ep_k, f, cal)
         n_a2a = 4.0 + 2.0 * full_frac

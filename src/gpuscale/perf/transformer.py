@@ -8,6 +8,11 @@ f = MLP inner size, gated MLP = 3 matrices else 2):
 - MLP weights: (3 if gated else 2)*h*f; MoE: experts x that + shared experts + router h*E;
 - norms: 2*h per layer, h final; embeddings V*h (+ V*h output unless tied) (+ s*h learned
   positions).
+- Mamba-2 mixer (hybrid models), d = heads x head_dim, G groups, N state, K conv kernel:
+  in_proj h*(2d + 2GN + heads) (z, x, B, C, dt), depthwise conv (d + 2GN)*(K + 1),
+  A, D, dt bias 3*heads, gated norm d, out_proj d*h;
+- LatentMoE: routed experts on the latent width l, plus 2*h*l down/up projections;
+- hybrid blocks carry one norm each (h), attention + MLP layers two.
 GPT-3 175B gives 174.6 B (Brown et al. 2020) and Llama 3 70B 70.6 B (Meta) with these.
 FLOPs: 2 per multiply-accumulate; a training step is 3x the forward (forward + 2x backward).
 """
@@ -33,6 +38,11 @@ class LayerShapes:
     """Shared-expert weights of a MoE layer."""
     router: int
     norms: int
+    """Norm weights per layer (per block in a hybrid model)."""
+    mamba: int = 0
+    """Mamba-2 mixer weights (hybrid models)."""
+    latent_proj: int = 0
+    """LatentMoE down- and up-projections of a MoE block."""
 
 
 def _mlp(h: int, f: int, gated: bool) -> int:
@@ -63,13 +73,28 @@ def layer_shapes(m: Model) -> LayerShapes:
         attn = h * q + 2 * h * k + q * h
         norms = 2 * h
     if m.is_moe:
-        expert = _mlp(h, m.ffn_hidden, m.gated_mlp)
-        shared = m.shared_experts * expert
+        expert = _mlp(m.moe_width, m.ffn_hidden, m.gated_mlp)
+        shared = m.shared_experts * _mlp(h, m.ffn_hidden, m.gated_mlp)
         router = h * m.num_experts
     else:
         expert = shared = router = 0
+    mamba = 0
+    if m.mamba is not None:
+        mx = m.mamba
+        d, bc = mx.inner, 2 * mx.groups * mx.state
+        mamba = h * (2 * d + bc + mx.heads) + (d + bc) * (mx.conv_kernel + 1) + 3 * mx.heads
+        mamba += d + d * h
+    if m.hybrid:
+        norms = h
     return LayerShapes(
-        attn, _mlp(h, m.dense_ffn_hidden, m.gated_mlp), expert, shared, router, norms
+        attn,
+        _mlp(h, m.dense_ffn_hidden, m.gated_mlp),
+        expert,
+        shared,
+        router,
+        norms,
+        mamba,
+        2 * h * m.moe_latent,
     )
 
 
@@ -82,10 +107,15 @@ def embedding_params(m: Model) -> int:
 
 def _params(m: Model, experts_per_moe_layer: int) -> int:
     s = layer_shapes(m)
-    dense_layers = m.layers - m.moe_layers
-    moe = s.attn + s.norms + experts_per_moe_layer * s.expert + s.shared + s.router
-    dense = s.attn + s.norms + s.mlp_dense
-    return dense_layers * dense + m.moe_layers * moe + embedding_params(m)
+    moe = experts_per_moe_layer * s.expert + s.shared + s.router + s.latent_proj
+    return (
+        m.layers * s.norms
+        + m.attn_layers * s.attn
+        + m.mlp_layers * s.mlp_dense
+        + m.moe_layers * moe
+        + m.mamba_layers * s.mamba
+        + embedding_params(m)
+    )
 
 
 def param_count(m: Model) -> int:
@@ -110,15 +140,30 @@ def attn_core_dims(m: Model) -> tuple[int, int]:
 def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> float:
     """Model forward FLOPs per token: GEMMs (active experts), attention core, logits."""
     s = layer_shapes(m)
-    dense_layers = m.layers - m.moe_layers
     gemm = (
-        m.layers * s.attn
-        + dense_layers * s.mlp_dense
-        + m.moe_layers * (m.top_k * s.expert + s.shared + s.router)
+        m.attn_layers * s.attn
+        + m.mlp_layers * s.mlp_dense
+        + m.moe_layers * (m.top_k * s.expert + s.shared + s.router + s.latent_proj)
+        + m.mamba_layers * s.mamba
     )
     qk, v = attn_core_dims(m)
-    core = 2.0 * seq_len * (qk + v) * m.layers * (0.5 if causal else 1.0)
-    return 2.0 * gemm + core + 2.0 * m.vocab * m.hidden
+    core = 2.0 * seq_len * (qk + v) * m.attn_layers * (0.5 if causal else 1.0)
+    return 2.0 * gemm + core + m.mamba_layers * ssd_flops_per_token(m) + 2.0 * m.vocab * m.hidden
+
+
+def ssd_flops_per_token(m: Model) -> float:
+    """Forward FLOPs per token of one Mamba-2 SSD scan (chunked, Dao & Gu 2024 sec. 6).
+
+    With chunk length Q, per token: C B^T within the chunk, G Q N / 2 multiply-adds (causal
+    half); the masked scores times X, H Q P / 2; chunk states B^T X and their read-out C h,
+    2 H N P. P = head dimension, H heads, G groups, N state.
+    """
+    if m.mamba is None:
+        return 0.0
+    x = m.mamba
+    q = float(x.chunk)
+    macs = x.groups * q * x.state / 2 + x.heads * (q * x.head_dim / 2 + 2 * x.state * x.head_dim)
+    return 2.0 * macs
 
 
 def model_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> float:
@@ -146,6 +191,8 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     g_over_a = m.kv_heads / m.heads
     mult = 1.5 if m.gated_mlp else 1.0
     attn_term = (1.0 + g_over_a + (0.5 if causal else 1.0) * s / h) * q / h
+    if m.hybrid:
+        return _megatron_hybrid_flops(m, batch, seq_len, attn_term, mult)
     dense_layers = m.layers - m.moe_layers
     per_layer = 0.0
     per_layer += dense_layers * (attn_term + (m.dense_ffn_hidden / h) * mult)
@@ -153,3 +200,27 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     per_layer += m.moe_layers * (attn_term + (m.ffn_hidden / h) * experts * mult)
     total = 12.0 * batch * s * h * h * (per_layer + m.vocab / (2.0 * h))
     return total
+
+
+def _megatron_hybrid_flops(m: Model, batch: int, s: int, attn_term: float, mult: float) -> float:
+    """Megatron-LM's ``hybrid_flops``: 3 x the forward of each block type.
+
+    attention 4 B s h^2 attn_term; MLP 4 B s h f mult; MoE 4 B s (l f k + h f_shared) mult
+    + 4 B s h l (latent projections, l = h without LatentMoE); Mamba (``mamba_layer_flops``)
+    2 B s h (2 d + 2 G N + H) + 7 B s d N + 2 B s d h with d taken as 2 h, as Megatron does
+    whatever the mixer's real inner width; logits 2 B s h V.
+    """
+    h, bs = float(m.hidden), float(batch * s)
+    fwd = m.attn_layers * 4.0 * bs * h * h * attn_term
+    fwd += m.mlp_layers * 4.0 * bs * h * m.dense_ffn_hidden * mult
+    if m.is_moe:
+        lat = float(m.moe_latent)
+        routed = (lat or h) * m.ffn_hidden * m.top_k + h * m.ffn_hidden * m.shared_experts
+        fwd += m.moe_layers * (4.0 * bs * routed * mult + (4.0 * bs * h * lat if lat else 0.0))
+    if m.mamba is not None:
+        x, d_in = m.mamba, 2.0 * h
+        mamba = 2.0 * bs * h * (2 * d_in + 2 * x.groups * x.state + x.heads)
+        mamba += 7.0 * bs * d_in * x.state + 2.0 * bs * d_in * h
+        fwd += m.mamba_layers * mamba
+    fwd += 2.0 * bs * h * m.vocab
+    return 3.0 * fwd

@@ -1,0 +1,262 @@
+"""Hybrid Mamba-Transformer models (Nemotron-H, Nemotron 3): sizes, FLOPs, step and memory.
+
+Expected values are published parameter counts or the cited formulas evaluated by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.catalog.hf import load_hf_config
+from gpuscale.catalog.schema import Model
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.kv import kv_bytes_per_token, mamba_state_bytes_per_seq
+from gpuscale.perf.memory import activation_bytes_per_layer, memory_breakdown
+from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.step import step_breakdown
+from gpuscale.perf.transformer import (
+    active_param_count,
+    forward_flops_per_token,
+    layer_shapes,
+    megatron_model_flops,
+    param_count,
+    ssd_flops_per_token,
+)
+
+CAL = default_calibration()
+
+
+@pytest.mark.parametrize(
+    ("model", "published", "rel"),
+    [
+        # NVIDIA Nemotron 3 Nano model card: 31.6 B total parameters
+        ("nemotron3-nano-30b-a3b", 31.6e9, 2e-3),
+        # Nemotron-H report (arXiv 2504.03624): 8 B and 56 B models
+        ("nemotron-h-8b", 8.1e9, 1e-2),
+        ("nemotron-h-56b", 56.3e9, 1e-2),
+    ],
+)
+def test_hybrid_parameter_counts(model: str, published: float, rel: float) -> None:
+    assert param_count(get_model(model)) == pytest.approx(published, rel=rel)
+
+
+def test_nano_active_parameters_match_the_model_card() -> None:
+    # "3.6B active parameters (including embeddings)"
+    assert active_param_count(get_model("nemotron3-nano-30b-a3b")) == pytest.approx(3.6e9, rel=1e-2)
+
+
+def test_ultra_with_its_mtp_block_matches_the_published_total() -> None:
+    # Megatron-Bridge docs: 560,524,603,904 parameters including one MTP block, which is an
+    # attention block and a MoE block (pattern "*E"), two norms, and the MTP projection
+    # 2h -> h with its input norms (2h + h)
+    m = get_model("nemotron3-ultra-550b-a55b")
+    sh = layer_shapes(m)
+    h = m.hidden
+    moe = m.num_experts * sh.expert + sh.shared + sh.router + sh.latent_proj
+    mtp = sh.attn + moe + 2 * h + 2 * h * h + 3 * h
+    assert param_count(m) + mtp == pytest.approx(560_524_603_904, rel=2e-4)
+
+
+def test_mamba_mixer_weights_by_hand() -> None:
+    # Nano: h 2688, d = 64 x 64 = 4096, G N = 8 x 128, 64 heads, conv kernel 4
+    # in_proj 2688 (2 x 4096 + 2 x 1024 + 64) = 27,697,152; conv (4096 + 2048) x 5 = 30,720;
+    # A, D, dt bias 192; gated norm 4096; out_proj 4096 x 2688 = 11,010,048
+    sh = layer_shapes(get_model("nemotron3-nano-30b-a3b"))
+    assert sh.mamba == 27_697_152 + 30_720 + 192 + 4_096 + 11_010_048
+    assert sh.norms == 2688  # one norm per hybrid block
+
+
+def test_ssd_flops_by_hand() -> None:
+    # chunk Q 128, N 128, P 64, H 64, G 8: 2 x [8 x 128 x 128 / 2 + 64 x (128 x 64 / 2
+    # + 2 x 128 x 64)] = 2 x (65,536 + 1,310,720)
+    assert ssd_flops_per_token(get_model("nemotron3-nano-30b-a3b")) == 2_752_512
+
+
+def test_megatron_hybrid_flops_by_hand() -> None:
+    # Megatron-LM hybrid_flops for Nano, B = 1, s = 4096 (causal): 3 x forward of
+    # attention 4 s q (h (1 + g/a) + s/2) x 6 blocks, MoE 4 s (h f k + h f_sh) x 23 (relu2: x1),
+    # Mamba 2 s h (2 d + 2 G N + H) + 7 s d N + 2 s d h with d = 2 h, x 23, logits 2 s h V
+    s, h = 4096, 2688
+    attn = 4 * s * 4096 * (h * (1 + 2 / 32) + s / 2)
+    moe = 4 * s * (h * 1856 * 6 + h * 3712)
+    d = 2 * h
+    mamba = 2 * s * h * (2 * d + 2 * 8 * 128 + 64) + 7 * s * d * 128 + 2 * s * d * h
+    logits = 2 * s * h * 131072
+    expected = 3 * (6 * attn + 23 * moe + 23 * mamba + logits)
+    got = megatron_model_flops(get_model("nemotron3-nano-30b-a3b"), 1, s, causal=True)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_hybrid_forward_flops_count_each_block_once() -> None:
+    m = get_model("nemotron-h-8b")
+    sh = layer_shapes(m)
+    s = 8192
+    core = 2.0 * s * 2 * 4096 * 4 * 0.5  # QK^T and PV, 4 attention blocks, causal half
+    gemm = 4 * sh.attn + 24 * sh.mlp_dense + 24 * sh.mamba
+    expected = 2.0 * gemm + core + 24 * ssd_flops_per_token(m) + 2.0 * 131072 * 4096
+    assert forward_flops_per_token(m, s) == pytest.approx(expected, rel=1e-12)
+
+
+def _as_pattern(key: str) -> tuple[Model, Model]:
+    """A catalog model and the same model written as a hybrid pattern '*-' per layer."""
+    m = get_model(key)
+    body = m.model_dump()
+    body.update(key=f"{key}-blocks", layers=2 * m.layers, pattern="*-" * m.layers)
+    return m, Model.model_validate(body)
+
+
+def _workload(m: Model, gpus: int = 64, precision: str = "bf16") -> Workload:
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    return Workload(m, g, s, Fabric.from_system(s, gpus), gpus, 8192, 256, precision)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        dict(tp=1, pp=1, dp=64, mbs=1, recompute=1, sharding=1),
+        dict(tp=2, pp=4, dp=8, mbs=1, sp=True, recompute=1, sharding=1),
+        dict(tp=8, pp=2, dp=4, mbs=2, sp=False, recompute=0, sharding=0),
+        dict(tp=4, pp=2, dp=8, mbs=1, sp=True, recompute=0, sharding=2),
+    ],
+)
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_attention_mlp_pattern_equals_the_layered_model(
+    plan: dict[str, Any], precision: str
+) -> None:
+    # a layer of attention + MLP is two hybrid blocks ('*' then '-'): the parameters, every
+    # step-time term and the memory must be the same either way. (Not so with full
+    # recomputation, which checkpoints every block's input, nor with ZeRO-3, which gathers
+    # block by block: twice the checkpoints and the collectives, as in Megatron's hybrid stack.)
+    layered, blocks = _as_pattern("llama3-8b")
+    assert param_count(blocks) == param_count(layered)
+    p = Plans.of(**plan)
+    wl, wb = _workload(layered, precision=precision), _workload(blocks, precision=precision)
+    sl, sb = step_breakdown(wl, p, CAL), step_breakdown(wb, p, CAL)
+    assert float(sb.step_s[0]) == pytest.approx(float(sl.step_s[0]), rel=1e-9)
+    for term in ("compute_s", "memory_bound_s", "tp_comm_s", "recompute_s", "dp_comm_s"):
+        assert float(getattr(sb, term)[0]) == pytest.approx(float(getattr(sl, term)[0]), rel=1e-9)
+    ml, mb = memory_breakdown(wl, p, CAL), memory_breakdown(wb, p, CAL)
+    assert float(mb.total[0]) == pytest.approx(float(ml.total[0]), rel=1e-9)
+
+
+def test_full_recompute_keeps_one_input_per_block() -> None:
+    layered, blocks = _as_pattern("llama3-8b")
+    p = Plans.of(tp=1, pp=1, dp=64, mbs=1, recompute=2, sharding=1)
+    ml = memory_breakdown(_workload(layered), p, CAL)
+    mb = memory_breakdown(_workload(blocks), p, CAL)
+    # 64 blocks' inputs against 32 layers', 2 s b h bytes each (s 8192, b 1, h 4096), plus
+    # the one layer (block) re-materialised at a time
+    none = Plans.of(tp=1, pp=1, dp=64, mbs=1, recompute=0, sharding=1)
+    one_l = float(activation_bytes_per_layer(_workload(layered), none)[0])
+    one_b = float(activation_bytes_per_layer(_workload(blocks), none)[0])
+    inputs = 2 * 8192 * 4096
+    expected = (64 * inputs + one_b - 32 * inputs - one_l) * CAL.mem_activation_overhead
+    assert float(mb.activations[0] - ml.activations[0]) == pytest.approx(expected, rel=1e-9)
+    assert one_b == pytest.approx(one_l / 2, rel=1e-12)
+
+
+def test_mamba_blocks_cost_time_and_memory() -> None:
+    # the same plan with two more Mamba blocks: its time and its activation memory grow
+    nano = get_model("nemotron3-nano-30b-a3b")
+    body = nano.model_dump()
+    body.update(key="nano-more-mamba", layers=54, pattern=nano.pattern + "MM")
+    more = Model.model_validate(body)
+    p = Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=0, sharding=1)
+    t0 = float(step_breakdown(_workload(nano, 8), p, CAL).step_s[0])
+    t1 = float(step_breakdown(_workload(more, 8), p, CAL).step_s[0])
+    assert t1 > t0
+    m0 = float(memory_breakdown(_workload(nano, 8), p, CAL).activations[0])
+    m1 = float(memory_breakdown(_workload(more, 8), p, CAL).activations[0])
+    assert m1 > m0
+
+
+def test_kv_cache_and_mamba_state_by_hand() -> None:
+    m = get_model("nemotron3-nano-30b-a3b")
+    # 6 attention blocks x (2 KV heads x 128) x K and V x 2 bytes
+    assert kv_bytes_per_token(m) == 6 * 2 * 128 * 2 * 2
+    # 23 Mamba blocks x (64 x 64 x 128 SSM state + 3 x (4096 + 2048) conv inputs) x 2 bytes
+    assert mamba_state_bytes_per_seq(m) == 23 * (64 * 64 * 128 + 3 * 6144) * 2
+    assert mamba_state_bytes_per_seq(get_model("llama3-8b")) == 0.0
+
+
+def _write(tmp_path: Path, cfg: dict[str, Any]) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+NANO_CFG: dict[str, Any] = {
+    "model_type": "nemotron_h",
+    "hidden_size": 2688,
+    "num_hidden_layers": 52,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "n_routed_experts": 128,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712,
+    "n_shared_experts": 1,
+    "mamba_num_heads": 64,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "chunk_size": 128,
+    "vocab_size": 131072,
+    "mlp_hidden_act": "relu2",
+    "intermediate_size": 1856,
+}
+
+
+def test_a_nemotron_h_config_json_reads_as_the_catalog_model(tmp_path: Path) -> None:
+    m = load_hf_config(_write(tmp_path, NANO_CFG))
+    assert m.pattern == get_model("nemotron3-nano-30b-a3b").pattern
+    assert m.mamba == get_model("nemotron3-nano-30b-a3b").mamba
+    assert (m.shared_experts, m.gated_mlp, m.position) == (2, False, "none")
+    assert param_count(m) == param_count(get_model("nemotron3-nano-30b-a3b"))
+
+
+def test_layers_block_type_lists_are_read_as_the_pattern(tmp_path: Path) -> None:
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    cfg = {k: v for k, v in NANO_CFG.items() if k != "hybrid_override_pattern"}
+    cfg["layers_block_type"] = [names[c] for c in NANO_CFG["hybrid_override_pattern"]]
+    assert load_hf_config(_write(tmp_path, cfg)).pattern == NANO_CFG["hybrid_override_pattern"]
+    cfg["layers_block_type"][0] = "rwkv"
+    with pytest.raises(InputError) as exc:
+        load_hf_config(_write(tmp_path, cfg))
+    assert exc.value.field == "config.json:layers_block_type" and exc.value.value == "rwkv"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hybrid_override_pattern": "MEMX" + "E" * 48}, "pattern letters"),
+        ({"num_hidden_layers": 50}, "52 blocks but layers=50"),
+        ({"mamba_num_heads": None}, "mamba_num_heads"),
+    ],
+)
+def test_bad_hybrid_configs_name_the_field(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    cfg = {**NANO_CFG, **change}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    with pytest.raises(InputError, match=message):
+        load_hf_config(_write(tmp_path, cfg))
+
+
+def test_nemotron_3_row_spellings_resolve() -> None:
+    assert get_model("Nemotron_3_Nano").key == "nemotron3-nano-30b-a3b"
+    assert get_model("Nemotron_3_Super").key == "nemotron3-super-120b-a12b"
+    assert get_model("Nemotron_3_5_Lightning").key == "nemotron3-5-lightning-30b-a3b"
+    assert np.isclose(get_model("Nemotron_3_Super").moe_width, 1024)
