@@ -6,12 +6,16 @@ Validates every CSV under ``benchmarks/heldout/`` (same schema as the shared val
 file; see its README for where each row comes from) with the shipped calibration, which was
 fitted on ``training_runs.csv`` only, and prints one line per file: rows scored and skipped,
 MAPE, median and worst error, rows worse than 25 %, and the mean signed error (a bias the
-fit cannot see). For per-row detail run ``gpuscale validate training --runs FILE``.
+fit cannot see); then the same figures over all files by kind of model (dense, MoE, hybrid
+Mamba-Transformer) and for NVFP4 runs. For per-row detail run
+``gpuscale validate training --runs FILE``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+from collections import defaultdict
 from pathlib import Path
 
 from rich.console import Console
@@ -19,8 +23,45 @@ from rich.table import Table
 
 from gpuscale.calibrate.calibration import default_calibration
 from gpuscale.validate.training import validate_training
+from gpuscale.validate.training_rows import model_for
 
 HERE = Path(__file__).with_name("heldout")
+
+
+def _columns(title: str, first: str) -> Table:
+    t = Table(title=title)
+    for col in (first, "scored", "skipped", "MAPE", "median", "worst", "> 25", "bias"):
+        t.add_column(col, justify="left" if col == first else "right", no_wrap=True)
+    return t
+
+
+def _kinds(row: dict[str, str]) -> list[str]:
+    """The groups a CSV row belongs to in the by-kind table."""
+    try:
+        model, _ = model_for(row, "row")
+    except Exception:  # a model the catalog lacks: the row is skipped anyway
+        return ["model not in catalog"]
+    kind = "hybrid Mamba" if model.mamba_layers else ("MoE" if model.is_moe else "dense")
+    kinds = [kind]
+    if "fp4" in row.get("precision", "").lower():
+        kinds.append("NVFP4 precision")
+    return kinds
+
+
+def _add(t: Table, name: str, errs: list[float], skipped: int, mape: float, med: float) -> None:
+    if not errs:
+        t.add_row(name, "0", str(skipped), "-", "-", "-", "-", "-")
+        return
+    t.add_row(
+        name,
+        str(len(errs)),
+        str(skipped),
+        f"{mape:.1f}",
+        f"{med:.1f}",
+        f"{max(abs(e) for e in errs):.1f}",
+        str(sum(abs(e) > 25 for e in errs)),
+        f"{sum(errs) / len(errs):+.1f}",
+    )
 
 
 def main() -> None:
@@ -29,26 +70,38 @@ def main() -> None:
     args = ap.parse_args()
     files = args.files or sorted(HERE.glob("training_*.csv"))
     cal = default_calibration()
-    t = Table(title="Held-out published runs: error of tokens/s per GPU, %")
-    for col in ("file", "scored", "skipped", "MAPE", "median", "worst", "> 25", "bias"):
-        t.add_column(col, justify="left" if col == "file" else "right", no_wrap=True)
+    t = _columns("Held-out published runs: error of tokens/s per GPU, %", "file")
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    skipped_kind: dict[str, int] = defaultdict(int)
     for f in files:
         rep = validate_training(f, cal)
         errs = [r.error_pct for r in rep.scored if r.error_pct is not None]
         st = rep.stats()  # the same MAPE, median and worst that `validate training` prints
-        if not errs:
-            t.add_row(f.stem, "0", str(len(rep.skipped)), "-", "-", "-", "-", "-")
-            continue
-        t.add_row(
+        _add(
+            t,
             f.stem.removeprefix("training_"),
-            str(len(errs)),
-            str(len(rep.skipped)),
-            f"{st['mape_pct']:.1f}",
-            f"{st['median_abs_error_pct']:.1f}",
-            f"{st['max_abs_error_pct']:.1f}",
-            str(sum(abs(e) > 25 for e in errs)),
-            f"{sum(errs) / len(errs):+.1f}",
+            errs,
+            len(rep.skipped),
+            st["mape_pct"] if errs else 0.0,
+            st["median_abs_error_pct"] if errs else 0.0,
         )
+        with f.open(newline="") as fh:
+            rows = {r["id"]: r for r in csv.DictReader(fh)}
+        for r in rep.scored:
+            if r.error_pct is not None:
+                for k in _kinds(rows[r.id]):
+                    by_kind[k].append(r.error_pct)
+        for r in rep.skipped:
+            for k in _kinds(rows[r.id]):
+                skipped_kind[k] += 1
+    Console().print(t)
+    t = _columns("The same rows by kind of model, all files", "kind")
+    for k in sorted(set(by_kind) | set(skipped_kind)):
+        errs = by_kind.get(k, [])
+        absv = sorted(abs(e) for e in errs)
+        mape = sum(absv) / len(absv) if absv else 0.0
+        med = (absv[(len(absv) - 1) // 2] + absv[len(absv) // 2]) / 2 if absv else 0.0
+        _add(t, k, errs, skipped_kind.get(k, 0), mape, med)
     Console().print(t)
 
 

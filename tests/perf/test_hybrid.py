@@ -27,6 +27,7 @@ from gpuscale.perf.transformer import (
     forward_flops_per_token,
     layer_shapes,
     megatron_model_flops,
+    mtp_param_count,
     param_count,
     ssd_flops_per_token,
 )
@@ -53,16 +54,19 @@ def test_nano_active_parameters_match_the_model_card() -> None:
     assert active_param_count(get_model("nemotron3-nano-30b-a3b")) == pytest.approx(3.6e9, rel=1e-2)
 
 
-def test_ultra_with_its_mtp_block_matches_the_published_total() -> None:
-    # Megatron-Bridge docs: 560,524,603,904 parameters including one MTP block, which is an
-    # attention block and a MoE block (pattern "*E"), two norms, and the MTP projection
-    # 2h -> h with its input norms (2h + h)
-    m = get_model("nemotron3-ultra-550b-a55b")
-    sh = layer_shapes(m)
-    h = m.hidden
-    moe = m.num_experts * sh.expert + sh.shared + sh.router + sh.latent_proj
-    mtp = sh.attn + moe + 2 * h + 2 * h * h + 3 * h
-    assert param_count(m) + mtp == pytest.approx(560_524_603_904, rel=2e-4)
+@pytest.mark.parametrize(
+    ("model", "published"),
+    [
+        # Megatron-Bridge docs (nemotron3-ultra.md, nemotron3.5-lightning.md): parameters
+        # including the one MTP layer both checkpoints carry
+        ("nemotron3-ultra-550b-a55b", 560_524_603_904),
+        ("nemotron3-5-lightning-30b-a3b", 32_913_266_240),
+    ],
+)
+def test_totals_with_the_mtp_layer_match_the_published_counts(model: str, published: int) -> None:
+    m = get_model(model)
+    assert (m.mtp_layers, m.mtp_weight_sets) == (2, 1)  # one layer run at two depths
+    assert param_count(m) + mtp_param_count(m) == pytest.approx(published, rel=2e-4)
 
 
 def test_mamba_mixer_weights_by_hand() -> None:

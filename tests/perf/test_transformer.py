@@ -213,3 +213,29 @@ def test_model_flops_agree_with_megatron_per_token() -> None:
     assert model_flops_per_token(m, S, causal=False) == pytest.approx(per_token, rel=1e-12)
     per_token_causal = megatron_model_flops(m, 1, S, causal=True) / S
     assert model_flops_per_token(m, S, causal=True) == pytest.approx(per_token_causal, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("model", "seq", "tokens_per_s_per_gpu", "reported_tflops"),
+    [
+        # Megatron-Bridge performance summaries: each row's tokens/s per GPU and the model
+        # TFLOP/s per GPU its FLOPs calculator printed (25.11: DeepSeek-V3 on GB300 and B200;
+        # 26.06: Kimi K2 and Nemotron 3 Super on GB300, Nemotron 3 Nano on H100; 26.08.01:
+        # Nemotron 3.5 Lightning on GB300). MLA, MTP and hybrid blocks all enter.
+        ("DeepSeekV3 (w/o MTP)", 4096, 3848, 961),
+        ("DeepSeekV3 (w/ MTP)", 4096, 2139, 557),
+        ("Kimi_K2", 4096, 5372, 1099),
+        ("Nemotron_3_Super", 8192, 9652, 817),
+        ("Nemotron_3_Nano", 8192, 14719, 328),
+        ("Nemotron_3_5_Lightning", 8192, 34816, 973),
+    ],
+)
+def test_megatron_flops_reproduce_megatron_bridge_reported_tflops(
+    model: str, seq: int, tokens_per_s_per_gpu: float, reported_tflops: float
+) -> None:
+    from gpuscale.validate.training_rows import model_for
+
+    m, _ = model_for({"model": model}, "test")
+    batch = 64  # any batch: FLOPs per token are what the rate compares
+    per_token = megatron_model_flops(m, batch, seq, causal=True) / (batch * seq)
+    assert per_token * tokens_per_s_per_gpu / 1e12 == pytest.approx(reported_tflops, rel=0.01)

@@ -10,6 +10,7 @@ from gpuscale.validate.training import prepare
 from gpuscale.validate.training_rows import (
     attention_kernel,
     elementwise_kernels,
+    model_for,
     nics_per_node,
     zero3_gathers,
 )
@@ -290,8 +291,6 @@ def test_sequence_and_batch_from_the_notes(cells: dict[str, str], seq: int, gbs:
 
 
 def test_a_bracketed_run_variant_keeps_the_catalog_model() -> None:
-    from gpuscale.validate.training_rows import model_for
-
     model, notes = model_for({"model": "DeepSeekV3 (tokendrop)"}, "row 1")
     assert model.key == "deepseek-v3"
     assert any("tokendrop" in n for n in notes)
@@ -338,3 +337,13 @@ def test_an_unnamed_pipeline_schedule_is_read_as_1f1b_and_said() -> None:
     for named in ("interleaved", "virtual pipeline stages", "LoopedBFS schedule"):
         pr = prepare(_row(tp="8", pp="4", dp="2", num_gpus="64", notes=named), "test")
         assert "vpp" not in pr.fixed
+
+
+def test_mtp_variants_set_the_prediction_depths_and_say_so() -> None:
+    without, notes = model_for({"model": "DeepSeekV3 (w/o MTP)"}, "row 1")
+    assert (without.key, without.mtp_layers, without.mtp_weight_sets) == ("deepseek-v3", 0, 0)
+    assert any("w/o MTP" in n for n in notes)
+    with_mtp, _ = model_for({"model": "DeepSeekV3 (w/ MTP)"}, "row 2")
+    assert with_mtp.mtp_layers == 1
+    # unstated: the catalog's depth, as the model trains (DeepSeek-V3 report: D = 1)
+    assert model_for({"model": "DeepSeekV3"}, "row 3")[0].mtp_layers == 1

@@ -168,6 +168,16 @@ class Model(_Entry):
     moe_latent: int = Field(default=0, ge=0)
     """LatentMoE (Nemotron 3 Super/Ultra): routed experts work in this smaller width, with a
     down-projection from and an up-projection to the hidden size; 0 = off."""
+    mtp_layers: int = Field(default=0, ge=0)
+    """Multi-token prediction depths run in training (DeepSeek-V3 sec. 2.2; Megatron-Core
+    ``mtp_num_layers``): each projects [embedding; hidden] (2h -> h), runs one more layer
+    and the shared output head on the last pipeline stage."""
+    mtp_weight_sets: int | None = None
+    """Distinct MTP layers' weights: fewer than the depths when one layer is applied
+    repeatedly (``mtp_use_repeated_layer``); default: one set per depth."""
+    mtp_pattern: str = ""
+    """Blocks of one MTP depth in a hybrid model (e.g. "*E"); default: attention followed
+    by the model's MoE (or MLP)."""
 
     @model_validator(mode="after")
     def _defaults(self) -> Model:
@@ -182,6 +192,10 @@ class Model(_Entry):
             object.__setattr__(self, "dense_ffn_hidden", self.ffn_hidden)
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.mtp_weight_sets is None:
+            object.__setattr__(self, "mtp_weight_sets", self.mtp_layers)
+        if set(self.mtp_pattern) - set(HYBRID_BLOCKS):
+            raise ValueError(f"mtp_pattern letters must be among {''.join(HYBRID_BLOCKS)}")
         if self.pattern:
             bad = set(self.pattern) - set(HYBRID_BLOCKS)
             if bad:
@@ -219,6 +233,13 @@ class Model(_Entry):
         """Mixer/MLP sub-layers (each a norm, a residual and a TP reduction) per layer: 2 for
         attention + MLP layers, 1 for a hybrid's single blocks."""
         return 1.0 if self.pattern else 2.0
+
+    @property
+    def mtp_blocks(self) -> str:
+        """The blocks of one MTP depth as pattern letters."""
+        if self.mtp_pattern:
+            return self.mtp_pattern
+        return "*" + ("E" if self.is_moe else "-")
 
     @property
     def moe_width(self) -> int:

@@ -30,7 +30,13 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.transformer import attn_dims, embedding_params, layer_shapes
+from gpuscale.perf.transformer import (
+    attn_dims,
+    embedding_params,
+    layer_shapes,
+    mtp_layer_equivalents,
+    mtp_param_count,
+)
 
 FloatArray = FloatArrayT
 
@@ -96,8 +102,12 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
     emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
-    dense = layers_stage * dense_per_layer + emb_stage
-    expert = layers_stage * expert_per_layer
+    # MTP layers sit on the last stage: counted when it is also the first (PP = 1)
+    mtp_dense = mtp_param_count(m, experts=0)
+    mtp_expert = mtp_param_count(m) - mtp_dense
+    only = np.where(p.pp == 1, 1.0, 0.0)
+    dense = layers_stage * dense_per_layer + emb_stage + only * mtp_dense / tp
+    expert = layers_stage * expert_per_layer + only * mtp_expert / p.ep
     return dense, expert, dense_per_layer + expert_per_layer
 
 
@@ -180,7 +190,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     in_flight = np.minimum(mb, p.pp.astype(np.float64))
     interleave = np.where(p.vpp > 1, 1.0 + (p.pp - 1) / (p.pp * p.vpp), 1.0)
     cols_p = _cols(p)
-    held = layers_stage * in_flight * interleave
+    held = (layers_stage + np.where(p.pp == 1, mtp_layer_equivalents(m, w.seq_len), 0.0)) * (
+        in_flight * interleave
+    )
     per_layer_act = activation_bytes_per_layer(w, p)
     none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))
     full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))

@@ -48,6 +48,7 @@ from gpuscale.perf.transformer import (
     attn_core_dims,
     attn_dims,
     layer_shapes,
+    mtp_layer_equivalents,
     ssd_flops_per_token,
 )
 
@@ -270,6 +271,12 @@ def step_breakdown(
     mamba_frac = m.mamba_layers / m.layers
     sub = m.sublayers_per_layer / 2.0  # norms, residuals and TP reductions per layer, / 2
     layers_stage: FloatArray = (np.ceil(m.layers / (p.pp * p.vpp)) * p.vpp).astype(np.float64)
+    # multi-token prediction: its depths as their FLOP-equivalent of average layers and one
+    # more output head each; with pipeline stages, spread over them, as the layouts that
+    # place MTP beside the loss balance them (Megatron-Core pipeline_model_parallel_layout)
+    spread = np.where(p.pp > 1, 1.0 / p.pp, 1.0)
+    layers_stage_mtp = layers_stage + spread * mtp_layer_equivalents(m, w.seq_len)
+    heads = 1.0 + spread * m.mtp_layers
     mb = p.microbatches(w).astype(np.float64)
 
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
@@ -354,10 +361,10 @@ def step_breakdown(
 
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
     compute_mb = (
-        layers_stage * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * logits_fwd
+        layers_stage_mtp * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * heads * logits_fwd
     ) * overlap_slow
     layer_fixed = sub * cal.layer_overhead_s
-    mem_mb = layers_stage * (mem_fwd + layer_fixed) * 3.0 + 3.0 * logits_mem
+    mem_mb = layers_stage_mtp * (mem_fwd + layer_fixed) * 3.0 + 3.0 * heads * logits_mem
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
     if recompute_fraction is not None:
         full_frac = recompute_fraction
@@ -365,9 +372,9 @@ def step_breakdown(
         full_frac = memory_breakdown(w, p, cal).recompute_fraction
     else:
         full_frac = np.where(p.recompute == 2, 1.0, 0.0)
-    recompute_mb = full_frac * layers_stage * (
+    recompute_mb = full_frac * layers_stage_mtp * (
         layer_fwd * overlap_slow + mem_fwd + layer_fixed
-    ) + np.where(p.recompute == 1, layers_stage * a_frac * attn_fwd, 0.0)
+    ) + np.where(p.recompute == 1, layers_stage_mtp * a_frac * attn_fwd, 0.0)
 
     # --- tensor-parallel communication ---------------------------------------------------
     act_bytes = tokens * h * 2.0
@@ -375,7 +382,7 @@ def step_breakdown(
     tp_one = _collective("all_reduce", act_bytes, tp, tp_k, f, cal)
     n_tp = (4.0 + 2.0 * full_frac) * sub
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
-    tp_mb = layers_stage * n_tp * tp_one * (1.0 - tp_hidden)
+    tp_mb = layers_stage_mtp * n_tp * tp_one * (1.0 - tp_hidden)
     tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
 
     # --- context parallel (ring attention K/V exchange) --------------------------------
@@ -391,7 +398,7 @@ def step_breakdown(
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
         a2a = _collective("all_to_all", a2a_bytes, p.ep.astype(np.float64), ep_k, f, cal)
         n_a2a = 4.0 + 2.0 * full_frac
-        ep_all = layers_stage * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
+        ep_all = layers_stage_mtp * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
         ep_mb = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - compute_mb)
     else:
         ep_mb = np.zeros_like(tokens)

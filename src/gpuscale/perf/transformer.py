@@ -119,8 +119,51 @@ def _params(m: Model, experts_per_moe_layer: int) -> int:
 
 
 def param_count(m: Model) -> int:
-    """Total parameters (all experts)."""
+    """Total parameters (all experts), without multi-token-prediction layers (as published)."""
     return _params(m, m.num_experts)
+
+
+def _block_params(m: Model, letter: str, experts: int) -> int:
+    s = layer_shapes(m)
+    return {
+        "*": s.attn,
+        "-": s.mlp_dense,
+        "E": experts * s.expert + s.shared + s.router + s.latent_proj,
+        "M": s.mamba,
+    }[letter]
+
+
+def mtp_param_count(m: Model, experts: int | None = None) -> int:
+    """Weights of the MTP layers: per set, the 2h -> h projection, its three norms (two
+    inputs, one output) and the depth's blocks with their norms (two for an attention +
+    MLP layer)."""
+    per_block_norms = layer_shapes(m).norms if m.hybrid else layer_shapes(m).norms // 2
+    e = m.num_experts if experts is None else experts
+    blocks = sum(_block_params(m, b, e) + per_block_norms for b in m.mtp_blocks)
+    h = m.hidden
+    return int(m.mtp_weight_sets or 0) * (2 * h * h + 3 * h + blocks)
+
+
+def mtp_layer_equivalents(m: Model, seq_len: int) -> float:
+    """The MTP depths' work (without their output heads) in units of an average layer's
+    forward FLOPs: the step model runs them as that many more layers on the last stage."""
+    if not m.mtp_layers:
+        return 0.0
+    head = 2.0 * m.vocab * m.hidden
+    body = forward_flops_per_token(m, seq_len) - mtp_forward_flops_per_token(m, seq_len) - head
+    return (mtp_forward_flops_per_token(m, seq_len) - m.mtp_layers * head) / (body / m.layers)
+
+
+def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs per token of the MTP depths: projection, blocks, output head."""
+    if not m.mtp_layers:
+        return 0.0
+    qk, v = attn_core_dims(m)
+    blocks = sum(_block_params(m, b, m.top_k) for b in m.mtp_blocks)
+    core = m.mtp_blocks.count("*") * 2.0 * seq_len * (qk + v) * (0.5 if causal else 1.0)
+    core += m.mtp_blocks.count("M") * ssd_flops_per_token(m)
+    h = m.hidden
+    return m.mtp_layers * (2.0 * (2 * h * h + blocks) + core + 2.0 * m.vocab * h)
 
 
 def active_param_count(m: Model) -> int:
@@ -138,7 +181,8 @@ def attn_core_dims(m: Model) -> tuple[int, int]:
 
 
 def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> float:
-    """Model forward FLOPs per token: GEMMs (active experts), attention core, logits."""
+    """Model forward FLOPs per token: GEMMs (active experts), attention core, logits, and
+    the multi-token-prediction depths the model trains with."""
     s = layer_shapes(m)
     gemm = (
         m.attn_layers * s.attn
@@ -148,7 +192,8 @@ def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> floa
     )
     qk, v = attn_core_dims(m)
     core = 2.0 * seq_len * (qk + v) * m.attn_layers * (0.5 if causal else 1.0)
-    return 2.0 * gemm + core + m.mamba_layers * ssd_flops_per_token(m) + 2.0 * m.vocab * m.hidden
+    body = 2.0 * gemm + core + m.mamba_layers * ssd_flops_per_token(m) + 2.0 * m.vocab * m.hidden
+    return body + mtp_forward_flops_per_token(m, seq_len, causal)
 
 
 def ssd_flops_per_token(m: Model) -> float:
@@ -191,15 +236,42 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     g_over_a = m.kv_heads / m.heads
     mult = 1.5 if m.gated_mlp else 1.0
     attn_term = (1.0 + g_over_a + (0.5 if causal else 1.0) * s / h) * q / h
+    if m.mla is not None:
+        attn_term = _megatron_mla_term(m, s, causal)
     if m.hybrid:
         return _megatron_hybrid_flops(m, batch, seq_len, attn_term, mult)
-    dense_layers = m.layers - m.moe_layers
+    # MTP depths count as more layers of the last layer's kind, each with its own logits
+    mtp_moe = m.mtp_layers if m.is_moe else 0
+    dense_layers = m.layers - m.moe_layers + m.mtp_layers - mtp_moe
     per_layer = 0.0
     per_layer += dense_layers * (attn_term + (m.dense_ffn_hidden / h) * mult)
     experts = m.top_k + m.shared_experts
-    per_layer += m.moe_layers * (attn_term + (m.ffn_hidden / h) * experts * mult)
-    total = 12.0 * batch * s * h * h * (per_layer + m.vocab / (2.0 * h))
+    per_layer += (m.moe_layers + mtp_moe) * (attn_term + (m.ffn_hidden / h) * experts * mult)
+    logits = (1 + m.mtp_layers) * m.vocab / (2.0 * h)
+    # each MTP depth's 2h -> h projection and three norms
+    mtp = m.mtp_layers * (2.0 * h * h + 3.0 * h) / (2.0 * h * h)
+    total = 12.0 * batch * s * h * h * (per_layer + logits + mtp)
     return total
+
+
+def _megatron_mla_term(m: Model, s: int, causal: bool) -> float:
+    """Megatron-LM's multi-latent-attention term per layer, in units of 4 h^2 per token:
+    the low-rank Q and KV projections with their norms, the decoupled RoPE key, the output
+    projection and the core attention over s (halved when causal)."""
+    x, h, a = m.mla, float(m.hidden), float(m.heads)
+    assert x is not None
+    qk = x.qk_nope_head_dim + x.qk_rope_head_dim
+    q_term = x.q_lora_rank * (h + a * qk + 1) if x.q_lora_rank else h * a * qk
+    half = 0.5 if causal else 1.0
+    per_token = (
+        q_term
+        + x.kv_lora_rank * (h + a * (x.qk_nope_head_dim + x.v_head_dim) + 1)
+        + h * x.qk_rope_head_dim
+        + a * x.v_head_dim * h
+        + s * a * qk * half
+        + s * a * x.v_head_dim * half
+    )
+    return per_token / (2.0 * h * h)
 
 
 def _megatron_hybrid_flops(m: Model, batch: int, s: int, attn_term: float, mult: float) -> float:
@@ -208,19 +280,24 @@ def _megatron_hybrid_flops(m: Model, batch: int, s: int, attn_term: float, mult:
     attention 4 B s h^2 attn_term; MLP 4 B s h f mult; MoE 4 B s (l f k + h f_shared) mult
     + 4 B s h l (latent projections, l = h without LatentMoE); Mamba (``mamba_layer_flops``)
     2 B s h (2 d + 2 G N + H) + 7 B s d N + 2 B s d h with d taken as 2 h, as Megatron does
-    whatever the mixer's real inner width; logits 2 B s h V.
+    whatever the mixer's real inner width; logits 2 B s h V. Megatron-Bridge adds each MTP
+    depth's blocks to the counts and one more logits per depth.
     """
     h, bs = float(m.hidden), float(batch * s)
-    fwd = m.attn_layers * 4.0 * bs * h * h * attn_term
-    fwd += m.mlp_layers * 4.0 * bs * h * m.dense_ffn_hidden * mult
+
+    def count(letter: str) -> int:
+        return m.pattern.count(letter) + m.mtp_layers * m.mtp_blocks.count(letter)
+
+    fwd = count("*") * 4.0 * bs * h * h * attn_term
+    fwd += count("-") * 4.0 * bs * h * m.dense_ffn_hidden * mult
     if m.is_moe:
         lat = float(m.moe_latent)
         routed = (lat or h) * m.ffn_hidden * m.top_k + h * m.ffn_hidden * m.shared_experts
-        fwd += m.moe_layers * (4.0 * bs * routed * mult + (4.0 * bs * h * lat if lat else 0.0))
+        fwd += count("E") * (4.0 * bs * routed * mult + (4.0 * bs * h * lat if lat else 0.0))
     if m.mamba is not None:
         x, d_in = m.mamba, 2.0 * h
         mamba = 2.0 * bs * h * (2 * d_in + 2 * x.groups * x.state + x.heads)
         mamba += 7.0 * bs * d_in * x.state + 2.0 * bs * d_in * h
-        fwd += m.mamba_layers * mamba
-    fwd += 2.0 * bs * h * m.vocab
+        fwd += count("M") * mamba
+    fwd += (1 + m.mtp_layers) * 2.0 * bs * h * m.vocab
     return 3.0 * fwd

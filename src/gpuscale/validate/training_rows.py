@@ -67,6 +67,11 @@ def read_recompute(cell: str) -> str:
     raise UnsupportedRowError(f"recompute {cell!r} not modelled")
 
 
+MTP_VARIANT = re.compile(r"(?:w/|with)(o|out| no)?\s*MTP", re.IGNORECASE)
+"""A bracketed "w/ MTP" / "w/o MTP" after a model name: trained with or without its
+multi-token-prediction layers (Megatron-Bridge's DeepSeek-V3 rows)."""
+
+
 def _catalog_model(name: str, notes: list[str]) -> Model | None:
     """The catalog model a row names, also when a run variant is added in brackets
     ("DeepSeekV3 (tokendrop)", "Qwen3_30B_a3B (dropless)"): the variant changes how tokens
@@ -83,6 +88,12 @@ def _catalog_model(name: str, notes: list[str]) -> Model | None:
     except InputError:
         return None
     variant = name[len(bare) :].strip(" ()")
+    mtp = MTP_VARIANT.fullmatch(variant)
+    if mtp:
+        depths = 0 if mtp.group(1) else max(model.mtp_layers, 1)
+        sets = min(model.mtp_weight_sets or depths, depths) if depths else 0
+        notes.append(f"model {bare!r} {variant}: {depths} multi-token-prediction depth(s)")
+        return model.model_copy(update={"mtp_layers": depths, "mtp_weight_sets": sets})
     notes.append(f"model {bare!r} in its {variant!r} variant: same shape, variant not modelled")
     return model
 
