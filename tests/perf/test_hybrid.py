@@ -264,3 +264,13 @@ def test_nemotron_3_row_spellings_resolve() -> None:
     assert get_model("Nemotron_3_Super").key == "nemotron3-super-120b-a12b"
     assert get_model("Nemotron_3_5_Lightning").key == "nemotron3-5-lightning-30b-a3b"
     assert np.isclose(get_model("Nemotron_3_Super").moe_width, 1024)
+
+
+def test_sliding_window_layers_cache_only_their_window() -> None:
+    from gpuscale.perf.kv import per_seq_state_bytes
+
+    m = get_model("gpt-oss-120b")
+    # 18 full-attention layers keep K and V of 8 heads x 64 for every token, 2 bytes each
+    assert kv_bytes_per_token(m) == 18 * 2 * 8 * 64 * 2
+    # the other 18 keep their last 128 tokens' whatever the context
+    assert per_seq_state_bytes(m) == 18 * 2 * 8 * 64 * 128 * 2

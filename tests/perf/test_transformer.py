@@ -6,6 +6,8 @@ formula evaluated by hand in the test, never a value read back from gpuscale.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuscale.catalog import Model, get_model
@@ -228,6 +230,8 @@ def test_model_flops_agree_with_megatron_per_token() -> None:
         ("Nemotron_3_Super", 8192, 9652, 817),
         ("Nemotron_3_Nano", 8192, 14719, 328),
         ("Nemotron_3_5_Lightning", 8192, 34816, 973),
+        # 26.06, GPT-OSS 120B on GB300: half its layers attend over a 128-token window
+        ("GPT OSS 120B", 4096, 33166, 1081),
     ],
 )
 def test_megatron_flops_reproduce_megatron_bridge_reported_tflops(
@@ -239,3 +243,55 @@ def test_megatron_flops_reproduce_megatron_bridge_reported_tflops(
     batch = 64  # any batch: FLOPs per token are what the rate compares
     per_token = megatron_model_flops(m, batch, seq, causal=True) / (batch * seq)
     assert per_token * tokens_per_s_per_gpu / 1e12 == pytest.approx(reported_tflops, rel=0.01)
+
+
+def test_mean_keys_of_a_sliding_window_by_hand() -> None:
+    from gpuscale.perf.transformer import mean_keys
+
+    # position i (1-based) of a causal sequence sees min(i, w) keys: the exact mean over
+    # s = 4096 with w = 128 is (128 x 129 / 2 + 3968 x 128) / 4096 = 126.02
+    exact = (128 * 129 / 2 + (4096 - 128) * 128) / 4096
+    assert mean_keys(4096, 128) == pytest.approx(exact, rel=1e-3)
+    assert mean_keys(4096, 0) == 2048.0  # no window: the causal half
+    assert mean_keys(4096, 8192) == 2048.0  # a window longer than the sequence
+
+
+def test_sliding_window_configs_are_read_by_layer_type(tmp_path: Path) -> None:
+    import json
+
+    from gpuscale.catalog.hf import load_hf_config
+
+    base = {
+        "hidden_size": 2880,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "vocab_size": 201088,
+        "intermediate_size": 2880,
+    }
+    cases = [
+        # GPT-OSS: layer_types alternate
+        (
+            {
+                "model_type": "gpt_oss",
+                "sliding_window": 128,
+                "layer_types": [
+                    "sliding_attention",
+                    "full_attention",
+                    "sliding_attention",
+                    "full_attention",
+                ],
+            },
+            (128, 2),
+        ),
+        # Qwen: a window size with use_sliding_window false is off
+        ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}, (0, 0)),
+        # Mistral 7B v0.1: every layer
+        ({"model_type": "mistral", "sliding_window": 4096}, (4096, 4)),
+    ]
+    for extra, expected in cases:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**base, **extra}))
+        m = load_hf_config(path)
+        assert (m.window, m.window_layers) == expected

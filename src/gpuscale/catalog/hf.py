@@ -56,6 +56,23 @@ def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+def _sliding_window(cfg: dict[str, Any], model_type: str) -> tuple[int, int | None]:
+    """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed, else
+    every layer when the config turns the window on (Mistral); Qwen's ``sliding_window``
+    with ``use_sliding_window: false`` is off."""
+    window = int(cfg.get("sliding_window") or 0)
+    if not window:
+        return 0, None
+    kinds = cfg.get("layer_types")
+    if isinstance(kinds, list):
+        return window, sum(1 for k in kinds if k == "sliding_attention")
+    if cfg.get("use_sliding_window") is True or (
+        model_type == "mistral" and cfg.get("use_sliding_window") is not False
+    ):
+        return window, None
+    return 0, None
+
+
 def load_hf_config(path: Path, field: str = "model") -> Model:
     """Map the usual config.json keys (llama, mistral, mixtral, qwen, deepseek, gpt2, opt...)."""
     if not path.is_file():
@@ -114,6 +131,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         # shared experts given with their own width: count them in routed-expert units
         # (Nemotron 3: one shared expert of 2 x the routed width = 2 units)
         shared = max(round(max(shared, 1) * int(shared_ffn) / int(ffn_moe)), 1)
+    window, window_layers = _sliding_window(cfg, model_type)
     position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
@@ -141,6 +159,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "pattern": pattern,
         "mamba": mamba,
         "moe_latent": int(_first(cfg, "moe_latent_size", default=0) or 0),
+        "window": window,
+        "window_layers": window_layers,
     }
     try:
         return Model.model_validate(body)

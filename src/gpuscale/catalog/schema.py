@@ -168,6 +168,10 @@ class Model(_Entry):
     moe_latent: int = Field(default=0, ge=0)
     """LatentMoE (Nemotron 3 Super/Ultra): routed experts work in this smaller width, with a
     down-projection from and an up-projection to the hidden size; 0 = off."""
+    window: int = Field(default=0, ge=0)
+    """Sliding-window attention: tokens each query sees back (GPT-OSS 128); 0 = none."""
+    window_layers: int | None = None
+    """Attention layers that use the window (GPT-OSS: every other one); default all."""
     mtp_layers: int = Field(default=0, ge=0)
     """Multi-token prediction depths run in training (DeepSeek-V3 sec. 2.2; Megatron-Core
     ``mtp_num_layers``): each projects [embedding; hidden] (2h -> h), runs one more layer
@@ -192,6 +196,11 @@ class Model(_Entry):
             object.__setattr__(self, "dense_ffn_hidden", self.ffn_hidden)
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.window_layers is None:
+            object.__setattr__(self, "window_layers", self.attn_layers if self.window else 0)
+        if (self.window_layers or 0) > self.attn_layers:
+            n = self.attn_layers
+            raise ValueError(f"window_layers={self.window_layers} exceeds the {n} attention layers")
         if self.mtp_weight_sets is None:
             object.__setattr__(self, "mtp_weight_sets", self.mtp_layers)
         if set(self.mtp_pattern) - set(HYBRID_BLOCKS):

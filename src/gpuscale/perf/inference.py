@@ -350,7 +350,8 @@ def build_step_model(
         else model.head_dim
     )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
-    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
+    full_layers = model.attn_layers - (model.window_layers or 0)  # window ones: bounded
+    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * full_layers / gp
     kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp)
     # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
     fabric = Fabric.from_system(sysm)

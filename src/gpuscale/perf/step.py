@@ -47,6 +47,7 @@ from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import (
     attn_core_dims,
     attn_dims,
+    keys_per_query,
     layer_shapes,
     mtp_layer_equivalents,
     ssd_flops_per_token,
@@ -204,8 +205,9 @@ def _attention_core_s(
     if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
         eff *= cal.attn_flash2_rel
     eff *= w.gpu.attention_rel  # Blackwell Ultra's doubled exponential units
-    causal = 0.5  # flash kernels skip the masked upper triangle
-    flops = 2.0 * mbs * s_loc * w.seq_len * (qk_w + v_w) / tp * causal
+    # flash kernels skip the masked upper triangle (s/2 keys per query) and, in
+    # sliding-window layers, the blocks beyond the window
+    flops = 2.0 * mbs * s_loc * keys_per_query(m, w.seq_len) * (qk_w + v_w) / tp
     fwd = flops / (peak16 * eff)
     return fwd, FLASH_BWD_FACTOR * fwd
 

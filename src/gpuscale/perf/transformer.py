@@ -171,6 +171,26 @@ def active_param_count(m: Model) -> int:
     return _params(m, m.top_k)
 
 
+def mean_keys(seq_len: float, window: float) -> float:
+    """Keys a causal query attends to, averaged over a sequence of ``seq_len``: s/2 without
+    a window; with one of w < s tokens, w - w^2/(2 s) (the first w queries see fewer)."""
+    s = float(seq_len)
+    if window <= 0 or window >= s:
+        return s / 2.0
+    return window - window * window / (2.0 * s)
+
+
+def keys_per_query(m: Model, seq_len: float, causal: bool = True) -> float:
+    """Keys per query averaged over the attention layers (sliding-window ones see at most
+    ``window``): what the attention core's FLOPs scale with (s/2 for causal full attention)."""
+    full = seq_len / 2.0 if causal else float(seq_len)
+    win = int(m.window_layers or 0)
+    if not win:
+        return full
+    windowed = mean_keys(seq_len, m.window) if causal else min(float(m.window), seq_len)
+    return ((m.attn_layers - win) * full + win * windowed) / m.attn_layers
+
+
 def attn_core_dims(m: Model) -> tuple[int, int]:
     """(qk, v) total widths of the attention core: scores use qk, the weighted sum v."""
     if m.mla is not None:
@@ -191,7 +211,7 @@ def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> floa
         + m.mamba_layers * s.mamba
     )
     qk, v = attn_core_dims(m)
-    core = 2.0 * seq_len * (qk + v) * m.attn_layers * (0.5 if causal else 1.0)
+    core = 2.0 * keys_per_query(m, seq_len, causal) * (qk + v) * m.attn_layers
     body = 2.0 * gemm + core + m.mamba_layers * ssd_flops_per_token(m) + 2.0 * m.vocab * m.hidden
     return body + mtp_forward_flops_per_token(m, seq_len, causal)
 
@@ -235,7 +255,9 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     q, _ = attn_dims(m)
     g_over_a = m.kv_heads / m.heads
     mult = 1.5 if m.gated_mlp else 1.0
-    attn_term = (1.0 + g_over_a + (0.5 if causal else 1.0) * s / h) * q / h
+    # the s/h core term, per Megatron-Bridge's calculator, sees only the window in
+    # sliding-window layers (GPT-OSS: reproduces its 26.06 figures)
+    attn_term = (1.0 + g_over_a + keys_per_query(m, s, causal) / h) * q / h
     if m.mla is not None:
         attn_term = _megatron_mla_term(m, s, causal)
     if m.hybrid:
