@@ -27,6 +27,8 @@ from gpuscale.errors import InputError
         ("H20 96GB", "h20"),  # h20 is its own family, not a prefix of h200
         ("B300 (DGX-B300)", "b300"),  # HGX Blackwell Ultra, not the GB300 superchip
         ("GB300 (DGX-GB300)", "gb300"),
+        ("AMD Instinct MI355X", "mi355x"),
+        ("8x MI350X", "mi350x"),
     ],
 )
 def test_published_names_resolve(name: str, key: str) -> None:
