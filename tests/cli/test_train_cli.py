@@ -271,3 +271,15 @@ def test_malformed_validation_row(tmp_path: Path) -> None:
         wr.writerow(row)
     r = gpuscale("validate", "training", "--runs", str(bad))
     assert_one_line_error(r, "num_gpus", "lots")
+
+
+def test_mtp_depths_can_be_turned_off_and_cost_time() -> None:
+    base = [
+        "train", "estimate", "--model", "deepseek-v3", "--gpu", "h100-sxm", "--gpus", "1024",
+        "--seq-len", "4096", "--global-batch", "1024", "--pp", "16", "--ep", "64", "--json",
+    ]  # fmt: skip
+    with_mtp = json.loads(gpuscale(*base).stdout)
+    without = json.loads(gpuscale(*base, "--mtp", "0").stdout)
+    # DeepSeek-V3 trains one MTP depth: a 62nd layer and a second output head per token
+    assert without["tokens_per_s_per_gpu"] > with_mtp["tokens_per_s_per_gpu"]
+    assert_one_line_error(gpuscale(*base, "--mtp", "-1"), "mtp", "-1")

@@ -64,6 +64,14 @@ SysOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
 CalOpt = Annotated[Path | None, typer.Option("--calibration", help="Calibration JSON.")]
+MtpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--mtp",
+        help="Multi-token-prediction depths trained (default: the model's, e.g. 1 for "
+        "DeepSeek-V3; 0 turns them off).",
+    ),
+]
 TokensOpt = Annotated[
     str | None, typer.Option("--tokens", help="Training tokens, e.g. 15T, for time and GPU-hours.")
 ]
@@ -80,12 +88,19 @@ def _workload(
     attention: str = "fused",
     zero3_gathers: str = "coalesced",
     elementwise: str = "fused",
+    mtp: int | None = None,
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one (same generation)
     s = get_system(system) if system else system_for_gpu(g)
+    m = get_model(model)
+    if mtp is not None:
+        if mtp < 0:
+            raise InputError("mtp", mtp, "a number of MTP depths, 0 or more")
+        sets = min(m.mtp_weight_sets or mtp, mtp) if m.mtp_layers else mtp
+        m = m.model_copy(update={"mtp_layers": mtp, "mtp_weight_sets": sets})
     return Workload(
-        get_model(model),
+        m,
         g,
         s,
         Fabric.from_system(s, gpus),
@@ -182,6 +197,7 @@ def estimate_cmd(
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
     system: SysOpt = None,
+    mtp: MtpOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline parallel degree.")] = 1,
     vpp: Annotated[
@@ -221,6 +237,7 @@ def estimate_cmd(
         attention,
         zero3_gathers,
         elementwise,
+        mtp,
     )
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
@@ -271,6 +288,7 @@ def search_cmd(
         str | None, typer.Option("--elementwise", help="fused or eager.")
     ] = None,
     system: SysOpt = None,
+    mtp: MtpOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
     pp: Annotated[int | None, typer.Option("--pp", help="Fix PP.")] = None,
     vpp: Annotated[int | None, typer.Option("--vpp", help="Fix VPP.")] = None,
@@ -311,6 +329,7 @@ def search_cmd(
         pick(attention, "attention", "fused"),
         pick(zero3_gathers, "zero3_gathers", "coalesced"),
         pick(elementwise, "elementwise", "fused"),
+        mtp if mtp is not None else (job.mtp if job else None),
     )
     if tokens is None and job is not None:
         tokens = job.tokens
@@ -390,6 +409,7 @@ def scaling_cmd(
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
     system: SysOpt = None,
+    mtp: MtpOpt = None,
     mode: Annotated[
         str,
         typer.Option("--mode", help="strong (fixed batch), weak (batch grows with GPUs) or both."),
@@ -411,6 +431,7 @@ def scaling_cmd(
         attention,
         zero3_gathers,
         elementwise,
+        mtp,
     )
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)
