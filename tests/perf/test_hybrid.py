@@ -266,11 +266,30 @@ def test_nemotron_3_row_spellings_resolve() -> None:
     assert np.isclose(get_model("Nemotron_3_Super").moe_width, 1024)
 
 
-def test_sliding_window_layers_cache_only_their_window() -> None:
-    from gpuscale.perf.kv import per_seq_state_bytes
+def test_serving_caches_sliding_window_layers_as_full_ones() -> None:
+    # an upper bound past the window: 36 attention layers x K and V of 8 heads x 64, 2 B
+    assert kv_bytes_per_token(get_model("gpt-oss-120b")) == 36 * 2 * 8 * 64 * 2
 
-    m = get_model("gpt-oss-120b")
-    # 18 full-attention layers keep K and V of 8 heads x 64 for every token, 2 bytes each
-    assert kv_bytes_per_token(m) == 18 * 2 * 8 * 64 * 2
-    # the other 18 keep their last 128 tokens' whatever the context
-    assert per_seq_state_bytes(m) == 18 * 2 * 8 * 64 * 128 * 2
+
+def test_mamba_state_takes_its_share_of_the_kv_pool() -> None:
+    from gpuscale.perf.kv import memory_plan, precision_plan
+
+    m, gpu = get_model("nemotron3-nano-30b-a3b"), get_gpu("h100-sxm")
+    prec = precision_plan(gpu, "bf16")
+    plan = memory_plan(m, gpu, prec, 1, 1, 8192, 0.9, 8192, 10_000, 16, 0.0, False)
+    per_seq = 512 * 16 * kv_bytes_per_token(m) + mamba_state_bytes_per_seq(m)
+    assert plan.kv_limited_seqs == int(plan.kv_pool_bytes // per_seq)
+    assert plan.kv_blocks == plan.kv_limited_seqs * 512  # only those sequences' blocks
+
+
+def test_ssd_scan_time_by_hand() -> None:
+    # Nano on one H100, 8192 tokens, TP 1: 2,752,512 FLOPs per token at flash attention's
+    # efficiency, plus per token 2 (3 x 4096 + 4 x 1024) + 4 x 2 x 8 x 128 + 16 x 64 x 64
+    # x 128 / 128 = 106,496 bytes of HBM traffic
+    from gpuscale.perf.step import _ssd_scan_s
+
+    w = _workload(get_model("nemotron3-nano-30b-a3b"), 8)
+    peak, bw = w.gpu.peak_flops("bf16"), w.gpu.hbm_bw_Bps * CAL.hbm_eff
+    t = _ssd_scan_s(w, np.array([8192.0]), np.array([1.0]), peak, bw, CAL)
+    expected = 8192 * 2_752_512 / (peak * CAL.attn_eff) + 8192 * 106_496 / bw
+    assert float(t[0]) == pytest.approx(expected, rel=1e-12)

@@ -289,9 +289,33 @@ def test_sliding_window_configs_are_read_by_layer_type(tmp_path: Path) -> None:
         ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}, (0, 0)),
         # Mistral 7B v0.1: every layer
         ({"model_type": "mistral", "sliding_window": 4096}, (4096, 4)),
+        # Qwen2 with the window on: the layers from max_window_layers on
+        (
+            {
+                "model_type": "qwen2",
+                "sliding_window": 4096,
+                "use_sliding_window": True,
+                "max_window_layers": 3,
+            },
+            (4096, 1),
+        ),
     ]
     for extra, expected in cases:
         path = tmp_path / "config.json"
         path.write_text(json.dumps({**base, **extra}))
         m = load_hf_config(path)
         assert (m.window, m.window_layers) == expected
+
+
+def test_mtp_depths_are_read_from_a_deepseek_style_config(tmp_path: Path) -> None:
+    import json
+
+    from gpuscale.catalog.hf import load_hf_config
+
+    cfg = {
+        "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "vocab_size": 129280, "num_nextn_predict_layers": 1,
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert load_hf_config(path).mtp_layers == 1

@@ -347,3 +347,12 @@ def test_mtp_variants_set_the_prediction_depths_and_say_so() -> None:
     assert with_mtp.mtp_layers == 1
     # unstated: the catalog's depth, as the model trains (DeepSeek-V3 report: D = 1)
     assert model_for({"model": "DeepSeekV3"}, "row 3")[0].mtp_layers == 1
+
+
+def test_a_row_shape_that_contradicts_a_hybrid_or_windowed_model_skips_with_the_reason() -> None:
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    with pytest.raises(UnsupportedRowError, match="pattern has 52 blocks but layers=48"):
+        model_for({"model": "Nemotron_3_Nano", "layers": "48"}, "row 1")
+    with pytest.raises(UnsupportedRowError, match="window_layers=18 exceeds"):
+        model_for({"model": "GPT OSS 120B", "layers": "12"}, "row 2")

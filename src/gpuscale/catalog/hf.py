@@ -57,18 +57,21 @@ def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
 
 
 def _sliding_window(cfg: dict[str, Any], model_type: str) -> tuple[int, int | None]:
-    """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed, else
-    every layer when the config turns the window on (Mistral); Qwen's ``sliding_window``
-    with ``use_sliding_window: false`` is off."""
+    """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed; with
+    ``use_sliding_window: true`` the layers from ``max_window_layers`` on (Qwen2/3); every
+    layer for Mistral unless turned off. Qwen's ``sliding_window`` alone is off."""
     window = int(cfg.get("sliding_window") or 0)
     if not window:
         return 0, None
     kinds = cfg.get("layer_types")
     if isinstance(kinds, list):
         return window, sum(1 for k in kinds if k == "sliding_attention")
-    if cfg.get("use_sliding_window") is True or (
-        model_type == "mistral" and cfg.get("use_sliding_window") is not False
-    ):
+    if cfg.get("use_sliding_window") is True:
+        # Qwen2/3: layers from max_window_layers on use the window
+        first = int(cfg.get("max_window_layers") or 0)
+        layers = int(_first(cfg, "num_hidden_layers", "n_layer", "num_layers", default=0))
+        return window, max(layers - first, 0) if first else None
+    if model_type == "mistral" and cfg.get("use_sliding_window") is not False:
         return window, None
     return 0, None
 
@@ -161,6 +164,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "moe_latent": int(_first(cfg, "moe_latent_size", default=0) or 0),
         "window": window,
         "window_layers": window_layers,
+        "mtp_layers": int(_first(cfg, "num_nextn_predict_layers", default=0) or 0),
     }
     try:
         return Model.model_validate(body)

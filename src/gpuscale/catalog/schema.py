@@ -170,13 +170,13 @@ class Model(_Entry):
     down-projection from and an up-projection to the hidden size; 0 = off."""
     window: int = Field(default=0, ge=0)
     """Sliding-window attention: tokens each query sees back (GPT-OSS 128); 0 = none."""
-    window_layers: int | None = None
+    window_layers: int | None = Field(default=None, ge=0)
     """Attention layers that use the window (GPT-OSS: every other one); default all."""
     mtp_layers: int = Field(default=0, ge=0)
     """Multi-token prediction depths run in training (DeepSeek-V3 sec. 2.2; Megatron-Core
     ``mtp_num_layers``): each projects [embedding; hidden] (2h -> h), runs one more layer
     and the shared output head on the last pipeline stage."""
-    mtp_weight_sets: int | None = None
+    mtp_weight_sets: int | None = Field(default=None, ge=0)
     """Distinct MTP layers' weights: fewer than the depths when one layer is applied
     repeatedly (``mtp_use_repeated_layer``); default: one set per depth."""
     mtp_pattern: str = ""
@@ -198,13 +198,24 @@ class Model(_Entry):
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
         if self.window_layers is None:
             object.__setattr__(self, "window_layers", self.attn_layers if self.window else 0)
+        if self.window_layers and not self.window:
+            raise ValueError(f"window_layers={self.window_layers} needs a window (tokens) > 0")
         if (self.window_layers or 0) > self.attn_layers:
             n = self.attn_layers
             raise ValueError(f"window_layers={self.window_layers} exceeds the {n} attention layers")
         if self.mtp_weight_sets is None:
             object.__setattr__(self, "mtp_weight_sets", self.mtp_layers)
+        if (self.mtp_weight_sets or 0) > self.mtp_layers:
+            raise ValueError(
+                f"mtp_weight_sets={self.mtp_weight_sets} exceeds mtp_layers={self.mtp_layers}"
+            )
         if set(self.mtp_pattern) - set(HYBRID_BLOCKS):
             raise ValueError(f"mtp_pattern letters must be among {''.join(HYBRID_BLOCKS)}")
+        for name, blocks in (("pattern", self.pattern), ("mtp_pattern", self.mtp_pattern)):
+            if "M" in blocks and self.mamba is None:
+                raise ValueError(f"{name} has Mamba blocks (M) but no mamba sizes are given")
+            if "E" in blocks and not self.is_moe:
+                raise ValueError(f"{name} has MoE blocks (E) but num_experts is 1")
         if self.pattern:
             bad = set(self.pattern) - set(HYBRID_BLOCKS)
             if bad:
@@ -212,10 +223,6 @@ class Model(_Entry):
                 raise ValueError(f"pattern letters {sorted(bad)} unknown; valid: {letters}")
             if len(self.pattern) != self.layers:
                 raise ValueError(f"pattern has {len(self.pattern)} blocks but layers={self.layers}")
-            if "M" in self.pattern and self.mamba is None:
-                raise ValueError("pattern has Mamba blocks (M) but no mamba sizes are given")
-            if "E" in self.pattern and not self.is_moe:
-                raise ValueError("pattern has MoE blocks (E) but num_experts is 1")
         return self
 
     @property

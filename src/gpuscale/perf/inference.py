@@ -9,10 +9,13 @@ replica its time is
       + KV bytes read / (HBM x hbm_eff)                                                decode attn
       + 2 x layers x all_reduce(T x hidden x 2 B)                                       TP comm
       + step overhead + per-sequence overhead x sequences                             host
+      + sequences x 2 x Mamba state bytes / HBM                     hybrid models' state
 
 (roofline per operator class, llm-analysis ``max(compute, memory)``; FLOPs per token =
-2 x active parameters, attention 4 x layers x heads x head_dim x q x kv / 2 causal — Vidur
-mfu_calculator.py; 2 all-reduces per layer — GenZ tests/test_decode_time.py). MoE layers
+2 x active parameters, attention 4 x attention layers x heads x head_dim x q x kv / 2
+causal — Vidur mfu_calculator.py; 2 all-reduces per layer (one per block of a hybrid model)
+— GenZ tests/test_decode_time.py; a hybrid's Mamba blocks read and write each sequence's
+state once per step; sliding windows are not exploited: those layers cost as full ones). MoE layers
 read only the experts the step's tokens route to: with ``T`` tokens each picking ``k`` of
 ``E`` experts the expected number of distinct experts touched is E x (1 - (1 - k/E)^T).
 Pipeline parallelism splits layers over PP stages; PP micro-batches are in flight, so one
@@ -36,6 +39,7 @@ from gpuscale.perf.kv import (
     MemoryPlan,
     PrecisionPlan,
     kv_bytes_per_token,
+    mamba_state_bytes_per_seq,
     memory_plan,
     param_counts,
 )
@@ -350,8 +354,7 @@ def build_step_model(
         else model.head_dim
     )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
-    full_layers = model.attn_layers - (model.window_layers or 0)  # window ones: bounded
-    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * full_layers / gp
+    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
     kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp)
     # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
     fabric = Fabric.from_system(sysm)
@@ -367,6 +370,7 @@ def build_step_model(
         hop_alpha, hop_beta = _alpha_beta("send_recv", 2, model.hidden * 2.0, fabric, cal)
     else:
         hop_alpha = hop_beta = 0.0
+    hbm_bps = gpu.hbm_bw_Bps * cal.inf_hbm_eff
     return StepModel(
         model=model,
         gpu=gpu,
@@ -377,7 +381,7 @@ def build_step_model(
         memory=mem,
         gemm_rate_flops=gemm_rate,
         attn_rate_flops=attn_rate,
-        hbm_Bps=gpu.hbm_bw_Bps * cal.inf_hbm_eff,
+        hbm_Bps=hbm_bps,
         flops_per_token=2.0 * body_active / gp,
         head_flops_per_sample=2.0 * pc.lm_head / tp,
         fixed_weight_bytes=fixed_w,
@@ -389,7 +393,9 @@ def build_step_model(
         pp_hop_alpha_s=hop_alpha,
         pp_hop_beta_s_per_token=hop_beta,
         overhead_s=cal.decode_step_overhead_s,
-        seq_overhead_s=cal.inf_seq_overhead_s,
+        # per sequence and step, every stage reads and writes its Mamba state
+        seq_overhead_s=cal.inf_seq_overhead_s
+        + pp * 2.0 * mamba_state_bytes_per_seq(model, 2.0, tp, pp) / hbm_bps,
         moe_k_over_e=(model.top_k / model.num_experts) if model.is_moe else 0.0,
         num_experts=model.num_experts,
     )

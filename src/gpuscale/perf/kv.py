@@ -160,18 +160,12 @@ def mamba_state_bytes_per_seq(
     return per_layer * math.ceil(m.mamba_layers / pp)
 
 
-def per_seq_state_bytes(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1) -> float:
-    """Cache one sequence holds on one GPU whatever its length: Mamba-2 state and the KV of
-    the last ``window`` tokens in sliding-window layers (an upper bound for shorter ones)."""
-    win = kv_elements_per_token_layer(m, tp) * m.window * kv_bytes
-    return mamba_state_bytes_per_seq(m, 2.0, tp, pp) + win * math.ceil((m.window_layers or 0) / pp)
-
-
 def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1) -> float:
     """KV-cache bytes per token of context on one GPU (``tp = pp = 1``: the whole model):
-    full-attention layers only (a hybrid's Mamba blocks keep a state instead, sliding-window
-    layers a window: :func:`per_seq_state_bytes`)."""
-    layers = math.ceil((m.attn_layers - (m.window_layers or 0)) / pp)
+    attention layers only (a hybrid's Mamba blocks keep a state instead:
+    :func:`mamba_state_bytes_per_seq`). Sliding-window layers are cached as full ones, an
+    upper bound past the window (the serving model does not exploit windows)."""
+    layers = math.ceil(m.attn_layers / pp)
     return kv_elements_per_token_layer(m, tp) * layers * kv_bytes
 
 
@@ -267,13 +261,15 @@ def memory_plan(
         pool = usable - w - ws
     per_tok = kv_bytes_per_token(m, prec.kv_bytes, tp, pp)
     blocks_per_seq = max(math.ceil(tokens_per_seq / block_tokens), 1)
-    state = per_seq_state_bytes(m, prec.kv_bytes, tp, pp)
+    state = mamba_state_bytes_per_seq(m, 2.0, tp, pp)
     block_b = per_tok * block_tokens
     n_blocks = int(pool // block_b) if pool > 0 and block_b > 0 else 0
     kv_seqs = n_blocks // blocks_per_seq
     if state > 0:
-        # each sequence also holds its Mamba state and window KV beside its KV blocks
+        # each sequence also holds its Mamba state beside its KV blocks: fewer sequences,
+        # and only their blocks are there to hand out
         kv_seqs = int(max(pool, 0.0) // (blocks_per_seq * block_b + state))
+        n_blocks = kv_seqs * blocks_per_seq
     return MemoryPlan(
         gpu_memory_bytes=total,
         usable_bytes=usable,

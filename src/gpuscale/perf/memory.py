@@ -85,7 +85,8 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
 
     Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first
     stage also holds the input embedding; the output layer sits on the last stage, which
-    for memory is the same size or smaller.
+    for memory is the same size or smaller (a pipeline layout balances MTP layers placed
+    there: they are spread over the stages here as in the step model).
     """
     m = w.model
     s = layer_shapes(m)
@@ -102,12 +103,12 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
     emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
-    # MTP layers sit on the last stage: counted when it is also the first (PP = 1)
+    # MTP layers: on the one stage, or spread over the stages as the step model has them
     mtp_dense = mtp_param_count(m, experts=0)
     mtp_expert = mtp_param_count(m) - mtp_dense
-    only = np.where(p.pp == 1, 1.0, 0.0)
-    dense = layers_stage * dense_per_layer + emb_stage + only * mtp_dense / tp
-    expert = layers_stage * expert_per_layer + only * mtp_expert / p.ep
+    spread = np.where(p.pp == 1, 1.0, 1.0 / p.pp)
+    dense = layers_stage * dense_per_layer + emb_stage + spread * mtp_dense / tp
+    expert = layers_stage * expert_per_layer + spread * mtp_expert / p.ep
     return dense, expert, dense_per_layer + expert_per_layer
 
 
@@ -190,15 +191,15 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     in_flight = np.minimum(mb, p.pp.astype(np.float64))
     interleave = np.where(p.vpp > 1, 1.0 + (p.pp - 1) / (p.pp * p.vpp), 1.0)
     cols_p = _cols(p)
-    held = (layers_stage + np.where(p.pp == 1, mtp_layer_equivalents(m, w.seq_len), 0.0)) * (
-        in_flight * interleave
-    )
+    spread = np.where(p.pp == 1, 1.0, 1.0 / p.pp)  # MTP depths, as in params_per_gpu
+    held = (layers_stage + spread * mtp_layer_equivalents(m, w.seq_len)) * (in_flight * interleave)
     per_layer_act = activation_bytes_per_layer(w, p)
     none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))
     full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))
-    # output layer and loss (fp32 logits) when the last stage is also the first
+    # output layer and loss (fp32 logits, one per MTP depth too) when the last stage is
+    # also the first
     s_loc = w.seq_len / p.cp
-    logits = np.where(p.pp == 1, 4.0 * s_loc * p.mbs * m.vocab / p.tp, 0.0)
+    logits = np.where(p.pp == 1, (1 + m.mtp_layers) * 4.0 * s_loc * p.mbs * m.vocab / p.tp, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit weights (and its gradients) while computing it,
     # with one more prefetched: 2 layers x (2 + 2) bytes per parameter
     zero3 = np.where(p.sharding == 4, 2.0 * per_layer * 4.0, 0.0)

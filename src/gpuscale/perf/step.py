@@ -1,7 +1,8 @@
 """Training step time of a plan, term by term (the breakdown explains the total).
 
 Per micro-batch, on the slowest pipeline stage (ceil(L / pp) layers, plus the output layer
-on the last stage):
+on the last stage, plus multi-token-prediction depths as their FLOP-equivalent of layers,
+spread over the stages; a hybrid model's layers are its blocks, each costed by its kind):
   GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
               smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16; NVFP4 GEMMs that times
@@ -392,7 +393,7 @@ def step_breakdown(
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
     cp_fwd = _collective("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
     cp_exposed = np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(2.0 * cp_fwd - attn_bwd, 0.0)
-    cp_mb = layers_stage * a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
+    cp_mb = layers_stage_mtp * a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
 
     # --- expert parallel all-to-all ----------------------------------------------------
     if m.is_moe:

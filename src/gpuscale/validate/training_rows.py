@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import SHARDING, Workload
@@ -158,7 +160,14 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
                 else base.head_dim
             )
         data.update(upd)
-        return Model.model_validate(data), notes
+        try:
+            return Model.model_validate(data), notes
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise UnsupportedRowError(
+                f"the row's shape ({', '.join(f'{k}={v}' for k, v in upd.items())}) does not "
+                f"fit {base.key}: {why}"
+            ) from None
     return base, notes
 
 
