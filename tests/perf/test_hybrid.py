@@ -293,3 +293,25 @@ def test_ssd_scan_time_by_hand() -> None:
     t = _ssd_scan_s(w, np.array([8192.0]), np.array([1.0]), peak, bw, CAL)
     expected = 8192 * 2_752_512 / (peak * CAL.attn_eff) + 8192 * 106_496 / bw
     assert float(t[0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_context_parallel_mamba_blocks_pay_two_all_to_alls_each_way() -> None:
+    # an all-Mamba variant of Nano (no attention block: no ring-attention term), 8 H100,
+    # CP 2: each of its 29 Mamba blocks moves its in_proj output, 4096 local tokens x
+    # (2 x 4096 + 2 x 8 x 128 + 64) x 2 B, to head shards and its 4096 x 4096 x 2 B output
+    # back, forward and backward
+    from gpuscale.perf.comm import collective_time_s
+
+    nano = get_model("nemotron3-nano-30b-a3b")
+    body = nano.model_dump()
+    body.update(key="nano-all-mamba", pattern=nano.pattern.replace("*", "M"))
+    m = Model.model_validate(body)
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    fab = Fabric.from_system(s, 8)
+    w = Workload(m, g, s, fab, 8, 8192, 64, "bf16")
+    b = step_breakdown(w, Plans.of(tp=1, pp=1, dp=4, cp=2, ep=1, mbs=1, recompute=0), CAL)
+    t_in = collective_time_s("all_to_all", 4096 * 10304 * 2.0, 2.0, fab, CAL, 2.0)
+    t_out = collective_time_s("all_to_all", 4096 * 4096 * 2.0, 2.0, fab, CAL, 2.0)
+    expected = 16 * 29 * 2 * (float(t_in) + float(t_out))
+    assert float(b.cp_comm_s[0]) == pytest.approx(expected, rel=1e-9)

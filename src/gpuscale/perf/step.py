@@ -23,7 +23,8 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
               must be recomputed to fit; selective: the attention core again.
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
               values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
-  CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute.
+  CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute;
+              Mamba-2 mixers all-to-all their input to head shards and back (exposed).
   EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine);
               ep_overlap of them hidden behind other micro-batches' compute.
   PP comm     one activation send forward and one gradient send backward per chunk.
@@ -394,6 +395,17 @@ def step_breakdown(
     cp_fwd = _collective("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
     cp_exposed = np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(2.0 * cp_fwd - attn_bwd, 0.0)
     cp_mb = layers_stage_mtp * a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
+    if m.mamba is not None:
+        # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
+        # turns the mixer's input from sequence- to head-sharded by an all-to-all and its
+        # output back, forward and backward, exposed (the scan waits for its input)
+        a2a_in = _collective(
+            "all_to_all", tokens * (2.0 * d_in + bc + x.heads) / tp * 2.0, cp, cp_k, f, cal
+        )
+        a2a_out = _collective("all_to_all", tokens * d_in / tp * 2.0, cp, cp_k, f, cal)
+        cp_mb = cp_mb + layers_stage_mtp * mamba_frac * np.where(
+            p.cp > 1, 2.0 * (a2a_in + a2a_out), 0.0
+        )
 
     # --- expert parallel all-to-all ----------------------------------------------------
     if m.is_moe:
