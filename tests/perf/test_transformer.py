@@ -319,3 +319,35 @@ def test_mtp_depths_are_read_from_a_deepseek_style_config(tmp_path: Path) -> Non
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     assert load_hf_config(path).mtp_layers == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "experts", "step", "published"),
+    [
+        # Meta: Scout 109 B with its vision encoder (text 107.8 B), Maverick 400 B; both
+        # 17 B active
+        ("llama4-scout", 16, 1, 107.8e9),
+        ("llama4-maverick", 128, 2, 400e9),
+    ],
+)
+def test_llama4_from_its_multimodal_config_json(
+    tmp_path: Path, key: str, experts: int, step: int, published: float
+) -> None:
+    import json
+
+    from gpuscale.catalog.hf import load_hf_config
+
+    text = {
+        "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 8192, "intermediate_size_mlp": 16384, "hidden_act": "silu",
+        "vocab_size": 202048, "num_local_experts": experts, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": step,
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama4", "text_config": text}))
+    m = load_hf_config(path)
+    assert param_count(m) == param_count(get_model(key))
+    assert param_count(m) == pytest.approx(published, rel=5e-3)
+    assert active_param_count(m) == pytest.approx(17.2e9, rel=1e-2)
+    assert m.moe_layers == 48 // step

@@ -88,6 +88,10 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         raise InputError(field, str(path), f"not a readable JSON file ({exc})") from exc
     if not isinstance(cfg, dict):
         raise InputError(field, str(path), "config.json must hold a JSON object")
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and "hidden_size" not in cfg:
+        # a multimodal config (Llama 4): the language model's shape is its text_config
+        cfg = {**text, "model_type": text.get("model_type", cfg.get("model_type", ""))}
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
     hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
     heads = _first(cfg, "num_attention_heads", "n_head")
@@ -115,8 +119,11 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "gpt_oss",
     )
     experts = int(_first(cfg, "num_local_experts", "n_routed_experts", "num_experts", default=1))
-    ffn_dense = _first(cfg, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
-    ffn_moe = _first(cfg, "moe_intermediate_size", default=ffn_dense)
+    ffn_dense = _first(
+        cfg, "intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden
+    )
+    # Llama 4: intermediate_size is the experts' width, intermediate_size_mlp the dense one
+    ffn_moe = _first(cfg, "moe_intermediate_size", "intermediate_size", default=ffn_dense)
     mla = None
     if cfg.get("kv_lora_rank"):
         mla = MLA(
@@ -129,6 +136,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")
     pattern, mamba = _hybrid(cfg, path)
     shared = int(_first(cfg, "n_shared_experts", default=0) or 0)
+    if model_type == "llama4_text" and experts > 1:
+        shared = 1  # every Llama 4 MoE layer adds one shared expert of the experts' width
     shared_ffn = cfg.get("moe_shared_expert_intermediate_size")
     if experts > 1 and shared_ffn:
         # shared experts given with their own width: count them in routed-expert units
@@ -158,6 +167,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "top_k": int(_first(cfg, "num_experts_per_tok", "experts_per_token", default=1)),
         "shared_experts": shared,
         "first_dense_layers": int(_first(cfg, "first_k_dense_replace", default=0) or 0),
+        "moe_layer_step": int(_first(cfg, "interleave_moe_layer_step", default=1) or 1),
         "mla": mla,
         "pattern": pattern,
         "mamba": mamba,

@@ -159,6 +159,9 @@ class Model(_Entry):
     shared_experts: int = 0
     dense_ffn_hidden: int = 0
     first_dense_layers: int = 0
+    moe_layer_step: int = Field(default=1, ge=1)
+    """Every n-th layer after the first dense ones is MoE, the others dense (Llama 4
+    Maverick: 2, ``interleave_moe_layer_step``)."""
     mla: MLA | None = None
     pattern: str = ""
     """Hybrid models (Nemotron-H, Nemotron 3): one letter per block, M a Mamba-2 mixer, *
@@ -270,4 +273,6 @@ class Model(_Entry):
     def moe_layers(self) -> int:
         if self.pattern:
             return self.pattern.count("E")
-        return self.layers - self.first_dense_layers if self.is_moe else 0
+        if not self.is_moe:
+            return 0
+        return (self.layers - self.first_dense_layers) // self.moe_layer_step
