@@ -100,12 +100,18 @@ def test_megatron_hybrid_flops_by_hand() -> None:
 
 
 def test_hybrid_forward_flops_count_each_block_once() -> None:
+    # Nemotron-H 8B, by hand: attention 4096 x 4096 x 2 + 2 x 4096 x 1024 = 41,943,040
+    # weights; squared-ReLU MLP 2 x 4096 x 21504 = 176,160,768; Mamba in_proj 4096 x (2 x
+    # 8192 + 2 x 1024 + 128) = 76,021,760, conv 10,240 x 5 = 51,200, A/D/dt 384, norm 8192,
+    # out_proj 8192 x 4096 = 33,554,432; SSD 2 x (8 x 128 x 128 / 2 + 128 x (128 x 64 / 2
+    # + 2 x 128 x 64)) = 5,373,952 FLOPs per token
     m = get_model("nemotron-h-8b")
-    sh = layer_shapes(m)
     s = 8192
+    attn, mlp = 41_943_040, 176_160_768
+    mamba = 76_021_760 + 51_200 + 384 + 8_192 + 33_554_432
     core = 2.0 * s * 2 * 4096 * 4 * 0.5  # QK^T and PV, 4 attention blocks, causal half
-    gemm = 4 * sh.attn + 24 * sh.mlp_dense + 24 * sh.mamba
-    expected = 2.0 * gemm + core + 24 * ssd_flops_per_token(m) + 2.0 * 131072 * 4096
+    gemm = 4 * attn + 24 * mlp + 24 * mamba
+    expected = 2.0 * gemm + core + 24 * 5_373_952 + 2.0 * 131072 * 4096
     assert forward_flops_per_token(m, s) == pytest.approx(expected, rel=1e-12)
 
 
