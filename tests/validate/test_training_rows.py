@@ -346,7 +346,9 @@ def test_mtp_variants_set_the_prediction_depths_and_say_so() -> None:
     with_mtp, _ = model_for({"model": "DeepSeekV3 (w/ MTP)"}, "row 2")
     assert with_mtp.mtp_layers == 1
     # unstated: the catalog's depth, as the model trains (DeepSeek-V3 report: D = 1)
-    assert model_for({"model": "DeepSeekV3"}, "row 3")[0].mtp_layers == 1
+    unstated, notes = model_for({"model": "DeepSeekV3"}, "row 3")
+    assert unstated.mtp_layers == 1
+    assert any(n.startswith("MTP not stated: 1 ") for n in notes)
 
 
 def test_a_row_shape_that_contradicts_a_hybrid_or_windowed_model_skips_with_the_reason() -> None:

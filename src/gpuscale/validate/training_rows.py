@@ -114,6 +114,11 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         )
     }
     base = _catalog_model(row["model"], notes)
+    if base is not None and base.mtp_layers and not any("MTP" in n for n in notes):
+        notes.append(
+            f"MTP not stated: {base.mtp_layers} multi-token-prediction depth(s), as "
+            f"{base.name} trains"
+        )
     if base is None:
         if shape["layers"] is None or shape["hidden"] is None:
             raise UnsupportedRowError(
