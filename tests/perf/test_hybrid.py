@@ -321,3 +321,14 @@ def test_context_parallel_mamba_blocks_pay_two_all_to_alls_each_way() -> None:
     t_out = collective_time_s("all_to_all", 4096 * 4096 * 2.0, 2.0, fab, CAL, 2.0)
     expected = 16 * 29 * 2 * (float(t_in) + float(t_out))
     assert float(b.cp_comm_s[0]) == pytest.approx(expected, rel=1e-9)
+
+
+def test_tensor_parallelism_must_split_the_mamba_heads_and_groups() -> None:
+    from gpuscale.perf.plan import validity
+
+    # Nano: 64 Mamba heads in 8 groups; TP 16 divides its 32 attention heads, not the groups
+    w = _workload(get_model("nemotron3-nano-30b-a3b"), 16)
+    ok, rules = validity(w, Plans.of(tp=np.array([8, 16]), pp=1, dp=np.array([2, 1]), mbs=1))
+    assert ok.tolist() == [True, False]
+    broken = [name for mask, name in rules if not mask[1]]
+    assert broken == ["Mamba-2 heads and groups not divisible by tp"]

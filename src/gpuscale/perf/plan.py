@@ -189,6 +189,9 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     """Which plans are structurally valid, and the named rules each violates."""
     m = w.model
     used = p.gpus_used()
+    mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
+    if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
+        mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
     rules: list[tuple[BoolArray, str]] = [
         (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
         (
@@ -218,6 +221,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             "ep must divide the experts and tp x dp x cp",
         ),
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
+        (mamba_ok, "Mamba-2 heads and groups not divisible by tp"),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]
     ok = np.ones(len(p), dtype=bool)
