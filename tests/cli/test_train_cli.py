@@ -283,3 +283,13 @@ def test_mtp_depths_can_be_turned_off_and_cost_time() -> None:
     # DeepSeek-V3 trains one MTP depth: a 62nd layer and a second output head per token
     assert without["tokens_per_s_per_gpu"] > with_mtp["tokens_per_s_per_gpu"]
     assert_one_line_error(gpuscale(*base, "--mtp", "-1"), "mtp", "-1")
+
+
+def test_the_estimate_names_the_structure_that_shapes_the_costs() -> None:
+    from gpuscale.catalog import get_model
+    from gpuscale.cli.train import _model_line
+
+    line = _model_line(get_model("nemotron3-super-120b-a12b"))
+    assert "88 blocks: 40 Mamba-2, 8 attention, 40 MoE" in line and "2 MTP depths" in line
+    assert "18 layers with a 128-token window" in _model_line(get_model("gpt-oss-120b"))
+    assert _model_line(get_model("llama3-70b")) == "70.6 B parameters; 80 layers"

@@ -9,12 +9,13 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
+from gpuscale.catalog import Model, get_gpu, get_model, get_system, system_for_gpu
 from gpuscale.cli._common import emit_json, load_calibration, out
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, check_plan
 from gpuscale.perf.training import TrainingEstimate, estimate
+from gpuscale.perf.transformer import active_param_count, param_count
 from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.search.scaling import scaling_curve
 from gpuscale.spec import load_training_job
@@ -149,9 +150,28 @@ def _tokens(tokens: str | None) -> float | None:
     return v
 
 
+def _model_line(m: Model) -> str:
+    """Parameters and the structure that shapes the costs: blocks, MTP depths, window."""
+    parts = [f"{param_count(m) / 1e9:,.1f} B parameters"]
+    if m.is_moe:
+        parts[0] += f" ({active_param_count(m) / 1e9:,.1f} B active)"
+    if m.hybrid:
+        kinds = (("Mamba-2", "M"), ("attention", "*"), ("MoE", "E"), ("MLP", "-"))
+        counts = ", ".join(f"{m.pattern.count(c)} {n}" for n, c in kinds if c in m.pattern)
+        parts.append(f"{m.layers} blocks: {counts}")
+    else:
+        parts.append(f"{m.layers} layers" + (f", {m.moe_layers} MoE" if m.is_moe else ""))
+    if m.mtp_layers:
+        parts.append(f"{m.mtp_layers} MTP depth{'s' if m.mtp_layers > 1 else ''}")
+    if m.window_layers:
+        parts.append(f"{m.window_layers} layers with a {m.window}-token window")
+    return "; ".join(parts)
+
+
 def _print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float | None) -> None:
     s = e.summary(i, train_tokens)
     t = Table(title=title, show_header=False)
+    t.add_row("model", _model_line(e.workload.model))
     t.add_row(
         "plan",
         e.plans.label(i) + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
