@@ -292,11 +292,11 @@ def test_ssd_scan_time_by_hand() -> None:
     # Nano on one H100, 8192 tokens, TP 1: 2,752,512 FLOPs per token at flash attention's
     # efficiency, plus per token 2 (3 x 4096 + 4 x 1024) + 4 x 2 x 8 x 128 + 16 x 64 x 64
     # x 128 / 128 = 106,496 bytes of HBM traffic
-    from gpuscale.perf.step import _ssd_scan_s
+    from gpuscale.perf.kernels import ssd_scan_s
 
     w = _workload(get_model("nemotron3-nano-30b-a3b"), 8)
     peak, bw = w.gpu.peak_flops("bf16"), w.gpu.hbm_bw_Bps * CAL.hbm_eff
-    t = _ssd_scan_s(w, np.array([8192.0]), np.array([1.0]), peak, bw, CAL)
+    t = ssd_scan_s(w, np.array([8192.0]), np.array([1.0]), peak, bw, CAL)
     expected = 8192 * 2_752_512 / (peak * CAL.attn_eff) + 8192 * 106_496 / bw
     assert float(t[0]) == pytest.approx(expected, rel=1e-12)
 

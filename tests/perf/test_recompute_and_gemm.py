@@ -15,8 +15,8 @@ import pytest
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.kernels import gemm_s
 from gpuscale.perf.plan import Plans, Workload
-from gpuscale.perf.step import _gemm_s
 from gpuscale.perf.training import estimate
 
 CAL = default_calibration()
@@ -63,13 +63,13 @@ def test_wave_quantisation_of_a_gemm() -> None:
     peak, sms = 1e15, 108
     k = 4096.0
     # 108 tiles: one full wave at peak
-    one_wave = _gemm_s(128.0 * 108, 128.0, k, 1.0, peak, sms, cal)
+    one_wave = gemm_s(128.0 * 108, 128.0, k, 1.0, peak, sms, cal)
     assert float(one_wave) == pytest.approx(2 * 128 * 108 * 128 * k / peak, rel=1e-12)
     # 109 tiles: two waves, efficiency 109 / 216
-    two_waves = _gemm_s(128.0 * 109, 128.0, k, 1.0, peak, sms, cal)
+    two_waves = gemm_s(128.0 * 109, 128.0, k, 1.0, peak, sms, cal)
     flops = 2 * 128 * 109 * 128 * k
     assert float(two_waves) == pytest.approx(flops / (peak * 109 / 216), rel=1e-12)
     # grouped GEMMs share the waves: 2 experts x 54 tiles fill one wave exactly
-    grouped = _gemm_s(128.0 * 54, 128.0, k, 2.0, peak, sms, cal)
+    grouped = gemm_s(128.0 * 54, 128.0, k, 2.0, peak, sms, cal)
     assert float(grouped) == pytest.approx(float(one_wave), rel=1e-12)
     assert np.isfinite(float(grouped))

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.kernels import attention_core_s
 from gpuscale.perf.plan import Plans, Workload, validity
-from gpuscale.perf.step import StepBreakdown, _attention_core_s, step_breakdown
+from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import model_flops_per_token
 
@@ -254,7 +255,7 @@ def _core(
     fabric = Fabric.from_system(s, 8)
     w = Workload(get_model(model), g, s, fabric, 8, seq, 8, "bf16", attention)
     one = np.array([1.0])
-    fwd, bwd = _attention_core_s(w, one, one * seq, one * tp, g.peak_flops("bf16"), 1e12, CAL)
+    fwd, bwd = attention_core_s(w, one, one * seq, one * tp, g.peak_flops("bf16"), 1e12, CAL)
     return float(fwd[0]), float(bwd[0])
 
 
@@ -271,14 +272,14 @@ def test_flash2_is_slower_than_fused_only_where_hopper_kernels_exist() -> None:
 
 
 def test_unfused_attention_pays_the_score_matrix_in_hbm_traffic() -> None:
-    from gpuscale.perf.step import UNFUSED_BWD_BYTES, UNFUSED_FWD_BYTES, _gemm_s
+    from gpuscale.perf.kernels import UNFUSED_BWD_BYTES, UNFUSED_FWD_BYTES, gemm_s
 
     fwd, bwd = _core("unfused", "a100-sxm-80gb")
     g = get_gpu("a100-sxm-80gb")
     heads = 96 / 8
     peak = g.peak_flops("bf16")
     # QK^T: (s x d) @ (d x s); PV: (s x s) @ (s x d), one GEMM per head
-    bmm = _gemm_s(4096.0, 4096.0, 128.0, heads, peak, g.sms, CAL) + _gemm_s(
+    bmm = gemm_s(4096.0, 4096.0, 128.0, heads, peak, g.sms, CAL) + gemm_s(
         4096.0, 128.0, 4096.0, heads, peak, g.sms, CAL
     )
     scores = heads * 4096.0**2  # full s x s per head: the causal half is masked, not skipped
@@ -356,7 +357,7 @@ def test_fused_attention_slows_with_a_short_head_dimension() -> None:
 def test_ampere_flash_attention_loses_less_on_a_short_head() -> None:
     # FlashAttention-2 on A100: head dimension 64 at d / (d + 22) of 128's rate, 0.87x,
     # not the GEMM reduction's 0.64x that Hopper kernels follow
-    from gpuscale.perf.step import AMPERE_ATTN_HALF_DIM
+    from gpuscale.perf.kernels import AMPERE_ATTN_HALF_DIM
 
     fwd, _ = _core("fused", "a100-sxm-80gb", model="gpt-oss-120b", tp=1)
     peak = get_gpu("a100-sxm-80gb").peak_flops("bf16")

@@ -137,6 +137,16 @@ class Mamba(BaseModel):
         """Inner width d_inner = heads x head_dim."""
         return self.heads * self.head_dim
 
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal conv: x, B and C (d_inner + 2 G N)."""
+        return self.inner + 2 * self.groups * self.state
+
+    @property
+    def in_proj_width(self) -> int:
+        """Outputs of in_proj: z, x, B, C and dt (2 d_inner + 2 G N + heads)."""
+        return self.inner + self.conv_channels + self.heads
+
 
 HYBRID_BLOCKS = {"M": "Mamba-2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
 """Block letters of a hybrid layer pattern (Megatron-Core's ``hybrid_override_pattern``)."""

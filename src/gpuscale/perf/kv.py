@@ -155,7 +155,7 @@ def mamba_state_bytes_per_seq(
     if m.mamba is None:
         return 0.0
     x = m.mamba
-    conv = (x.conv_kernel - 1) * (x.inner + 2 * x.groups * x.state)
+    conv = (x.conv_kernel - 1) * x.conv_channels
     per_layer = (x.heads * x.head_dim * x.state + conv) * state_bytes / tp
     return per_layer * math.ceil(m.mamba_layers / pp)
 

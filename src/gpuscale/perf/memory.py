@@ -103,12 +103,12 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
     emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
-    # MTP layers: on the one stage, or spread over the stages as the step model has them
+    # MTP layers: on the one stage, or spread over the stages (1 / pp each) as the step
+    # model has them
     mtp_dense = mtp_param_count(m, experts=0)
     mtp_expert = mtp_param_count(m) - mtp_dense
-    spread = np.where(p.pp == 1, 1.0, 1.0 / p.pp)
-    dense = layers_stage * dense_per_layer + emb_stage + spread * mtp_dense / tp
-    expert = layers_stage * expert_per_layer + spread * mtp_expert / p.ep
+    dense = layers_stage * dense_per_layer + emb_stage + mtp_dense / (tp * p.pp)
+    expert = layers_stage * expert_per_layer + mtp_expert / (p.ep * p.pp)
     return dense, expert, dense_per_layer + expert_per_layer
 
 
@@ -136,8 +136,8 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     # output y and out_proj's input, 2 bytes each
     mamba = 0.0
     if m.mamba is not None:
-        d_in, bc = m.mamba.inner, 2 * m.mamba.groups * m.mamba.state
-        mamba = 2.0 * ((2 * d_in + bc + m.mamba.heads) + (d_in + bc) + 2 * d_in)
+        mx = m.mamba
+        mamba = 2.0 * (mx.in_proj_width + mx.conv_channels + 2 * mx.inner)
     replicated = sub * 10.0 * s * b * h
     split = (
         s
@@ -191,8 +191,8 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     in_flight = np.minimum(mb, p.pp.astype(np.float64))
     interleave = np.where(p.vpp > 1, 1.0 + (p.pp - 1) / (p.pp * p.vpp), 1.0)
     cols_p = _cols(p)
-    spread = np.where(p.pp == 1, 1.0, 1.0 / p.pp)  # MTP depths, as in params_per_gpu
-    held = (layers_stage + spread * mtp_layer_equivalents(m, w.seq_len)) * (in_flight * interleave)
+    # MTP depths spread over the stages, as in params_per_gpu
+    held = (layers_stage + mtp_layer_equivalents(m, w.seq_len) / p.pp) * (in_flight * interleave)
     per_layer_act = activation_bytes_per_layer(w, p)
     none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))
     full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))

@@ -44,32 +44,22 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm import Fabric, collective_time_s
+from gpuscale.perf.kernels import (
+    FLASH_BWD_FACTOR,
+    attention_core_s,
+    gemm_s,
+    low_precision_speedup,
+    ssd_scan_s,
+)
 from gpuscale.perf.memory import memory_breakdown, params_per_gpu
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.transformer import (
-    attn_core_dims,
-    attn_dims,
-    keys_per_query,
-    layer_shapes,
-    mtp_layer_equivalents,
-    ssd_flops_per_token,
-)
+from gpuscale.perf.transformer import attn_dims, layer_shapes, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
 
-FLASH_BWD_FACTOR = 2.5
-"""Backward / forward FLOPs of flash attention (FlashAttention-2, arXiv 2307.08691, sec. 3)."""
 MOE_PERMUTE_PASSES = 6.0
 """Reads + writes of the routed tokens' hidden states per MoE layer forward: permute
 (2), unpermute (2) and the gate-weighted combine (2), as in Megatron-Core's token dispatcher."""
-UNFUSED_FWD_BYTES = 13.0
-"""HBM bytes per attention-score element, forward, of Megatron's unfused path (16-bit
-scores): QK^T writes 2, scaled masked softmax reads 2 and writes 2, dropout reads 2 and
-writes 2 plus a 1-byte mask, PV reads 2."""
-UNFUSED_BWD_BYTES = 19.0
-"""The same, backward: dP written 2; dropout backward reads 2 + mask 1, writes 2; softmax
-backward reads the probabilities 2 and the gradient 2, writes 2; dQ and dK read dS 2 each,
-dV reads the probabilities 2."""
 EAGER_NORM_BYTES = 32.0
 """Extra HBM bytes per element of one RMSNorm run op by op in eager PyTorch, over a fused
 kernel (read 2, write 2): upcast to fp32 (read 2, write 4), square (4 + 4), mean (read 4),
@@ -140,120 +130,6 @@ def _collective(
     return t[inv.ravel()].reshape(size_a.shape)
 
 
-def _gemm_s(
-    m_rows: FloatArray | float,
-    n_cols: FloatArray | float,
-    k_red: FloatArray | float,
-    count: FloatArray | float,
-    peak: float,
-    sms: int,
-    cal: Calibration,
-) -> FloatArray:
-    """Seconds for ``count`` GEMMs of (M x K) @ (K x N), run as one grouped launch.
-
-    Efficiency = gemm_eff_max x wave quantisation of the output tiles over the SMs
-    x K / (K + gemm_half_dim) (a short reduction cannot hide the tile's load latency).
-    """
-    m_a = np.asarray(m_rows, dtype=np.float64)
-    n_a = np.asarray(n_cols, dtype=np.float64)
-    k_a = np.asarray(k_red, dtype=np.float64)
-    flops = 2.0 * m_a * n_a * k_a * count
-    eff = cal.gemm_eff_max * k_a / (k_a + cal.gemm_half_dim)
-    if sms > 0:
-        tiles = np.ceil(m_a / cal.gemm_tile) * np.ceil(n_a / cal.gemm_tile) * count
-        eff = eff * tiles / (np.ceil(tiles / sms) * sms)
-    out: FloatArray = flops / (peak * eff)
-    return out
-
-
-# Head-dimension half point of flash attention on Volta/Ampere (FlashAttention-2's kernels):
-# there head dimension 64 runs at about 0.85-0.9x the TFLOP/s of head dimension 128 (Dao
-# 2023, FlashAttention-2, A100 forward + backward benchmarks): d / (d + 22) gives 0.87.
-# Hopper and Blackwell kernels (FlashAttention-3, cuDNN) lose more on short heads, about
-# 0.7x at 64 (Shah et al. 2024, FlashAttention-3, H100 benchmarks), as a GEMM's
-# reduction does: they use gemm_half_dim (0.64x at 64).
-AMPERE_ATTN_HALF_DIM = 22.0
-
-
-def _attention_core_s(
-    w: Workload,
-    mbs: FloatArray,
-    s_loc: FloatArray,
-    tp: FloatArray,
-    peak16: float,
-    bw: float,
-    cal: Calibration,
-) -> tuple[FloatArray, FloatArray]:
-    """Forward and backward seconds of the attention core (softmax(QK^T) V), one layer,
-    one micro-batch, per GPU, for the workload's attention kernel."""
-    m = w.model
-    qk_w, v_w = attn_core_dims(m)
-    if w.attention == "unfused":
-        heads = mbs * m.heads / tp  # (sequence, head) pairs per GPU, one batched GEMM each
-        s_kv = float(w.seq_len)
-        bmm = _gemm_s(s_loc, s_kv, qk_w / m.heads, heads, peak16, w.gpu.sms, cal) + _gemm_s(
-            s_loc, v_w / m.heads, s_kv, heads, peak16, w.gpu.sms, cal
-        )
-        scores = heads * s_loc * s_kv
-        fwd = bmm + UNFUSED_FWD_BYTES * scores / bw
-        bwd = 2.0 * bmm + UNFUSED_BWD_BYTES * scores / bw
-        return fwd, bwd
-    # the kernel's QK^T reduces over the head dimension: a short one starves the tensor
-    # cores (K / (K + K_half)); attn_eff is the efficiency at head dimension 128
-    d = qk_w / m.heads
-    old_arch = w.gpu.arch in ("volta", "ampere")
-    hd_half = AMPERE_ATTN_HALF_DIM if old_arch else cal.gemm_half_dim
-    eff = cal.attn_eff * (d / (d + hd_half)) / (128.0 / (128.0 + hd_half))
-    if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
-        eff *= cal.attn_flash2_rel
-    eff *= w.gpu.attention_rel  # Blackwell Ultra's doubled exponential units
-    # flash kernels skip the masked upper triangle (s/2 keys per query) and, in
-    # sliding-window layers, the blocks beyond the window
-    flops = 2.0 * mbs * s_loc * keys_per_query(m, w.seq_len) * (qk_w + v_w) / tp
-    fwd = flops / (peak16 * eff)
-    return fwd, FLASH_BWD_FACTOR * fwd
-
-
-def _ssd_scan_s(
-    w: Workload, tokens: FloatArray, tp: FloatArray, peak16: float, bw: float, cal: Calibration
-) -> FloatArray:
-    """Forward time of one Mamba-2 SSD scan (chunked state-space duality kernels).
-
-    Its block matmuls (``ssd_flops_per_token``) run on the tensor cores at flash attention's
-    efficiency; on top, the five kernels' HBM traffic per token (Mamba-2's Triton
-    implementation): x read three times and y written (3 d), B and C read twice (4 G N),
-    16-bit; the fp32 C B^T chunk scores written and read (2 G Q), the fp32 chunk states
-    written, passed along (read + write) and read (4 H P N / Q). Heads and groups split
-    over TP; the backward is taken as FLASH_BWD_FACTOR x this.
-    """
-    m = w.model
-    if m.mamba is None:
-        return np.zeros_like(tokens)
-    x = m.mamba
-    flops = tokens * ssd_flops_per_token(m) / tp
-    per_token = 2.0 * (3.0 * x.inner + 4.0 * x.groups * x.state)
-    per_token += 4.0 * 2.0 * x.groups * x.chunk
-    per_token += 4.0 * 4.0 * x.heads * x.head_dim * x.state / x.chunk
-    return flops / (peak16 * cal.attn_eff) + tokens * per_token / tp / bw
-
-
-def low_precision_speedup(w: Workload, cal: Calibration) -> float:
-    """GEMM speed-up of the workload's precision over 16-bit on its GPU.
-
-    FP8 is the fitted ``fp8_gemm_speedup`` (quantisation casts included). NVFP4 GEMMs are
-    taken to reach the same fraction of the GPU's FP4 peak as FP8 GEMMs reach of the FP8
-    peak: Transformer Engine quantises to NVFP4 with the same row/column passes as MXFP8
-    (plus a 16-point Hadamard transform on the weight-gradient inputs), so the fitted FP8
-    figure is scaled by the catalog's FP4/FP8 dense peak ratio (2 on B200/GB200, 3 on
-    Blackwell Ultra). No published NVFP4 run is in the calibration set.
-    """
-    if w.precision == "fp8":
-        return cal.fp8_gemm_speedup
-    if w.precision == "fp4":
-        return cal.fp8_gemm_speedup * w.gpu.peak_flops("fp4") / w.gpu.peak_flops("fp8")
-    return 1.0
-
-
 def step_breakdown(
     w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
 ) -> StepBreakdown:
@@ -278,9 +154,8 @@ def step_breakdown(
     # multi-token prediction: its depths as their FLOP-equivalent of average layers and one
     # more output head each; with pipeline stages, spread over them, as the layouts that
     # place MTP beside the loss balance them (Megatron-Core pipeline_model_parallel_layout)
-    spread = np.where(p.pp > 1, 1.0 / p.pp, 1.0)
-    layers_stage_mtp = layers_stage + spread * mtp_layer_equivalents(m, w.seq_len)
-    heads = 1.0 + spread * m.mtp_layers
+    layers_stage_mtp = layers_stage + mtp_layer_equivalents(m, w.seq_len) / p.pp
+    heads = 1.0 + m.mtp_layers / p.pp
     mb = p.microbatches(w).astype(np.float64)
 
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
@@ -298,7 +173,7 @@ def step_breakdown(
         k_red: FloatArray | float,
         count: FloatArray | float = 1.0,
     ) -> FloatArray:
-        return _gemm_s(m_rows, n_cols, k_red, count, gemm_peak, sms, cal)
+        return gemm_s(m_rows, n_cols, k_red, count, gemm_peak, sms, cal)
 
     # attention projections: QKV (or MLA's), then the output projection; the per-GPU
     # widths shrink with TP. MLA's low-rank projections are costed as one QKV-shaped GEMM.
@@ -324,16 +199,16 @@ def step_breakdown(
     if m.mamba is not None:
         # Mamba-2 in_proj (z, x, B, C, dt; heads and groups split over TP) and out_proj
         x = m.mamba
-        d_in, bc = float(x.inner), 2.0 * x.groups * x.state
-        mamba_t = gemm(tokens, (2.0 * d_in + bc + x.heads) / tp, h) + gemm(tokens, h, d_in / tp)
+        d_in, in_w, conv_c = float(x.inner), float(x.in_proj_width), float(x.conv_channels)
+        mamba_t = gemm(tokens, in_w / tp, h) + gemm(tokens, h, d_in / tp)
     else:
-        d_in = bc = 0.0
+        d_in = in_w = conv_c = 0.0
         mamba_t = np.zeros_like(tokens)
     gemm_fwd = a_frac * attn_t + mlp_frac * dense_mlp_t + moe_frac * moe_t + mamba_frac * mamba_t
 
     mbs_f = p.mbs.astype(np.float64)
-    attn_fwd, attn_bwd = _attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
-    ssd_fwd = _ssd_scan_s(w, tokens, tp, peak16, bw, cal)
+    attn_fwd, attn_bwd = attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
+    ssd_fwd = ssd_scan_s(w, tokens, tp, peak16, bw, cal)
     core_fwd = a_frac * attn_fwd + mamba_frac * ssd_fwd
     core_bwd = a_frac * attn_bwd + mamba_frac * FLASH_BWD_FACTOR * ssd_fwd
     layer_fwd = gemm_fwd + core_fwd
@@ -356,7 +231,7 @@ def step_breakdown(
     moe_fixed = cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s
     # Mamba-2: depthwise causal conv over x, B, C (read + write) and the gated RMSNorm of the
     # scan's output (read y and z, write)
-    mamba_bytes = mamba_frac * (2.0 * (d_in + bc) + 3.0 * d_in) * 2.0 * tokens / tp
+    mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
     mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes) / bw + moe_frac * moe_fixed
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
@@ -399,9 +274,7 @@ def step_breakdown(
         # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
         # turns the mixer's input from sequence- to head-sharded by an all-to-all and its
         # output back, forward and backward, exposed (the scan waits for its input)
-        a2a_in = _collective(
-            "all_to_all", tokens * (2.0 * d_in + bc + x.heads) / tp * 2.0, cp, cp_k, f, cal
-        )
+        a2a_in = _collective("all_to_all", tokens * in_w / tp * 2.0, cp, cp_k, f, cal)
         a2a_out = _collective("all_to_all", tokens * d_in / tp * 2.0, cp, cp_k, f, cal)
         cp_mb = cp_mb + layers_stage_mtp * mamba_frac * np.where(
             p.cp > 1, 2.0 * (a2a_in + a2a_out), 0.0

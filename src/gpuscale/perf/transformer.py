@@ -81,9 +81,8 @@ def layer_shapes(m: Model) -> LayerShapes:
     mamba = 0
     if m.mamba is not None:
         mx = m.mamba
-        d, bc = mx.inner, 2 * mx.groups * mx.state
-        mamba = h * (2 * d + bc + mx.heads) + (d + bc) * (mx.conv_kernel + 1) + 3 * mx.heads
-        mamba += d + d * h
+        mamba = h * mx.in_proj_width + mx.conv_channels * (mx.conv_kernel + 1) + 3 * mx.heads
+        mamba += mx.inner + mx.inner * h
     if m.hybrid:
         norms = h
     return LayerShapes(
@@ -105,17 +104,27 @@ def embedding_params(m: Model) -> int:
     return emb + m.hidden  # final norm
 
 
-def _params(m: Model, experts_per_moe_layer: int) -> int:
-    s = layer_shapes(m)
-    moe = experts_per_moe_layer * s.expert + s.shared + s.router + s.latent_proj
+def _block_weights(s: LayerShapes, experts: int) -> dict[str, int]:
+    """Weights of each block kind (pattern letter), a MoE block with ``experts`` of its
+    routed experts (all of them for the parameter count, top-k for the FLOPs)."""
+    moe = experts * s.expert + s.shared + s.router + s.latent_proj
+    return {"*": s.attn, "-": s.mlp_dense, "E": moe, "M": s.mamba}
+
+
+def _body_weights(m: Model, experts: int) -> int:
+    """Block weights of all layers (no norms, no embeddings)."""
+    w = _block_weights(layer_shapes(m), experts)
     return (
-        m.layers * s.norms
-        + m.attn_layers * s.attn
-        + m.mlp_layers * s.mlp_dense
-        + m.moe_layers * moe
-        + m.mamba_layers * s.mamba
-        + embedding_params(m)
+        m.attn_layers * w["*"]
+        + m.mlp_layers * w["-"]
+        + m.moe_layers * w["E"]
+        + m.mamba_layers * w["M"]
     )
+
+
+def _params(m: Model, experts_per_moe_layer: int) -> int:
+    norms = m.layers * layer_shapes(m).norms
+    return norms + _body_weights(m, experts_per_moe_layer) + embedding_params(m)
 
 
 def param_count(m: Model) -> int:
@@ -123,23 +132,14 @@ def param_count(m: Model) -> int:
     return _params(m, m.num_experts)
 
 
-def _block_params(m: Model, letter: str, experts: int) -> int:
-    s = layer_shapes(m)
-    return {
-        "*": s.attn,
-        "-": s.mlp_dense,
-        "E": experts * s.expert + s.shared + s.router + s.latent_proj,
-        "M": s.mamba,
-    }[letter]
-
-
 def mtp_param_count(m: Model, experts: int | None = None) -> int:
     """Weights of the MTP layers: per set, the 2h -> h projection, its three norms (two
     inputs, one output) and the depth's blocks with their norms (two for an attention +
     MLP layer)."""
-    per_block_norms = layer_shapes(m).norms if m.hybrid else layer_shapes(m).norms // 2
-    e = m.num_experts if experts is None else experts
-    blocks = sum(_block_params(m, b, e) + per_block_norms for b in m.mtp_blocks)
+    s = layer_shapes(m)
+    per_block_norms = s.norms if m.hybrid else s.norms // 2
+    w = _block_weights(s, m.num_experts if experts is None else experts)
+    blocks = sum(w[b] + per_block_norms for b in m.mtp_blocks)
     h = m.hidden
     return int(m.mtp_weight_sets or 0) * (2 * h * h + 3 * h + blocks)
 
@@ -150,8 +150,9 @@ def mtp_layer_equivalents(m: Model, seq_len: int) -> float:
     if not m.mtp_layers:
         return 0.0
     head = 2.0 * m.vocab * m.hidden
-    body = forward_flops_per_token(m, seq_len) - mtp_forward_flops_per_token(m, seq_len) - head
-    return (mtp_forward_flops_per_token(m, seq_len) - m.mtp_layers * head) / (body / m.layers)
+    mtp = mtp_forward_flops_per_token(m, seq_len)
+    body = forward_flops_per_token(m, seq_len) - mtp - head
+    return (mtp - m.mtp_layers * head) / (body / m.layers)
 
 
 def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> float:
@@ -159,7 +160,8 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
     if not m.mtp_layers:
         return 0.0
     qk, v = attn_core_dims(m)
-    blocks = sum(_block_params(m, b, m.top_k) for b in m.mtp_blocks)
+    w = _block_weights(layer_shapes(m), m.top_k)
+    blocks = sum(w[b] for b in m.mtp_blocks)
     core = m.mtp_blocks.count("*") * 2.0 * seq_len * (qk + v) * (0.5 if causal else 1.0)
     core += m.mtp_blocks.count("M") * ssd_flops_per_token(m)
     h = m.hidden
@@ -203,13 +205,7 @@ def attn_core_dims(m: Model) -> tuple[int, int]:
 def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> float:
     """Model forward FLOPs per token: GEMMs (active experts), attention core, logits, and
     the multi-token-prediction depths the model trains with."""
-    s = layer_shapes(m)
-    gemm = (
-        m.attn_layers * s.attn
-        + m.mlp_layers * s.mlp_dense
-        + m.moe_layers * (m.top_k * s.expert + s.shared + s.router + s.latent_proj)
-        + m.mamba_layers * s.mamba
-    )
+    gemm = _body_weights(m, m.top_k)
     qk, v = attn_core_dims(m)
     core = 2.0 * keys_per_query(m, seq_len, causal) * (qk + v) * m.attn_layers
     body = 2.0 * gemm + core + m.mamba_layers * ssd_flops_per_token(m) + 2.0 * m.vocab * m.hidden
