@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from gpuscale.cli import _common
@@ -39,16 +38,17 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app, turning user errors into exit code 2 with one line."""
+    """Entry point: run the app, turning user errors into exit code 2 with one line.
+
+    Typer runs in standalone mode, so it prints usage errors (unknown option, bad value)
+    itself with exit code 2, whichever Click it is built on. A successful command returns
+    normally, so that ``main([...])`` can be called from Python.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="gpuscale")
     except InputError as exc:
         _common.err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(130)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
