@@ -26,8 +26,11 @@ from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import model_flops_per_token
 
-# non-zero fixed costs so the overhead term is visible in every reconstruction below
-CAL = default_calibration().replace(step_overhead_s=0.25, microbatch_overhead_s=2e-3)
+# non-zero fixed costs so the overhead term is visible in every reconstruction below, and
+# FP8's input quantisation at its unfused traffic (4 bytes per element)
+CAL = default_calibration().replace(
+    step_overhead_s=0.25, microbatch_overhead_s=2e-3, fp8_cast_bytes=4.0
+)
 
 PER_MB = (
     "compute_s",
@@ -152,12 +155,42 @@ def test_fp8_is_faster_than_bf16() -> None:
     )
     assert float(f8.step_s[0]) < float(bf.step_s[0])
     # only GEMMs speed up (attention stays at the BF16 peak): compute shrinks by at most
-    # the calibrated FP8 GEMM speed-up, and communication / memory-bound terms are equal
+    # the calibrated FP8 GEMM speed-up, and communication terms are equal
     assert float(f8.compute_s[0]) < float(bf.compute_s[0])
     assert float(f8.compute_s[0]) >= float(bf.compute_s[0]) / CAL.fp8_gemm_speedup
     # (exposed DP comm may grow: the shorter backward hides less of it)
-    for k in ("memory_bound_s", "tp_comm_s", "optimizer_s"):
+    for k in ("tp_comm_s", "optimizer_s"):
         assert float(getattr(f8, k)[0]) == pytest.approx(float(getattr(bf, k)[0]), rel=1e-12)
+
+
+def test_fp8_quantises_every_linear_layer_input_at_hbm_speed() -> None:
+    # Llama 3 70B (h 8192, 64 query heads and 8 KV heads of 128, SwiGLU FFN 28672), TP8 with
+    # sequence parallelism, 8192 tokens per micro-batch: the GEMMs' full-sequence inputs X
+    # (forward) and output gradients dY (backward), per GPU and layer
+    h, q, kv, f, tp, tokens = 8192, 8192, 1024, 28672, 8, 8192
+    x_el = tokens * (h + q / tp + h + f / tp)  # QKV, output projection, FC1, FC2
+    dy_el = tokens * ((q + 2 * kv) / tp + h + 2 * f / tp + h)
+    layers, microbatches = 80 // 4, 512 // 8
+    bw = get_gpu("h100-sxm").hbm_bw_Bps * CAL.hbm_eff
+    expected = microbatches * layers * (x_el + dy_el) * CAL.fp8_cast_bytes / bw
+    plan = dict(tp=8, pp=4, dp=8, mbs=1, sp=True, recompute=1, sharding=1)
+    w = workload("llama3-70b", gpus=256, gbs=512, seq=8192, gpu="h100-sxm")
+    bf = step(w, **plan)
+    f8 = step(replace(w, precision="fp8"), **plan)
+    fp4 = step(replace(w, gpu=get_gpu("b200"), precision="fp4"), **plan)
+    b2 = step(replace(w, gpu=get_gpu("b200")), **plan)
+    assert float(f8.memory_bound_s[0] - bf.memory_bound_s[0]) == pytest.approx(expected, rel=1e-9)
+    # NVFP4 moves 7.125 bytes where FP8 moves 4 (an amax pass, two quantising passes)
+    bw4 = get_gpu("b200").hbm_bw_Bps * CAL.hbm_eff
+    expected4 = expected * bw / bw4 * 7.125 / 4.0
+    assert float(fp4.memory_bound_s[0] - b2.memory_bound_s[0]) == pytest.approx(expected4, rel=1e-9)
+    # a full recomputation quantises the forward inputs once more
+    full = step(replace(w, precision="fp8"), **{**plan, "recompute": 2})
+    full_bf = step(w, **{**plan, "recompute": 2})
+    extra = microbatches * layers * x_el * CAL.fp8_cast_bytes / bw
+    recompute_delta = float(full.recompute_s[0] - full_bf.recompute_s[0])
+    gemm_delta = float(full.compute_s[0] - full_bf.compute_s[0])  # GEMMs' share, < 0
+    assert recompute_delta - extra == pytest.approx(gemm_delta / 3.0, rel=1e-6)
 
 
 def test_estimate_rates_follow_from_step_time() -> None:

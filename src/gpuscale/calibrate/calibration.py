@@ -32,7 +32,12 @@ class Calibration:
     """Reduction depth K at which a GEMM's efficiency halves, eff ~ K / (K + K_half): a short
     reduction (e.g. q/t or ffn/t after tensor parallelism) cannot hide each tile's loads."""
     fp8_gemm_speedup: float = 1.5
-    """Achieved FP8-over-BF16 GEMM speed-up (peak ratio is 2; scaling/casting eat the rest)."""
+    """Achieved FP8-over-BF16 speed-up of the GEMM kernels (the peak ratio is 2)."""
+    fp8_cast_bytes: float = 4.0
+    """HBM bytes per element moved by the kernels that quantise an FP8 GEMM's inputs (the
+    activation in forward, the output gradient in backward): read the 16-bit value, write
+    rowwise and columnwise FP8 copies (4 B); current scaling's amax pass reads it again,
+    fusion into the preceding norm or activation kernel saves the read."""
     attn_eff: float = 0.55
     """Fused attention (the GPU's fastest kernel): achieved fraction of 16-bit peak FLOP/s."""
     attn_flash2_rel: float = 0.47

@@ -39,6 +39,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "hbm_eff": (0.5, 0.95),
     "elementwise_bytes_per_token_layer": (8.0, 40.0),
     "fp8_gemm_speedup": (1.1, 2.0),
+    "fp8_cast_bytes": (0.0, 8.0),
     "dp_overlap": (0.0, 1.0),
     "zero3_overlap": (0.0, 1.0),
     "zero3_param_gather_Bps": (5e9, 100e9),

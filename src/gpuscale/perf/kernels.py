@@ -1,6 +1,7 @@
 """Time of one kernel class on one GPU: GEMMs (shape-dependent efficiency), the attention
 core (fused flash kernels or Megatron's unfused path), the Mamba-2 SSD scan, and the GEMM
-speed-up of a low precision. :mod:`gpuscale.perf.step` composes them into a step."""
+speed-up and input-quantisation traffic of a low precision. :mod:`gpuscale.perf.step`
+composes them into a step."""
 
 from __future__ import annotations
 
@@ -122,17 +123,44 @@ def ssd_scan_s(
 
 
 def low_precision_speedup(w: Workload, cal: Calibration) -> float:
-    """GEMM speed-up of the workload's precision over 16-bit on its GPU.
+    """GEMM kernel speed-up of the workload's precision over 16-bit on its GPU.
 
-    FP8 is the fitted ``fp8_gemm_speedup`` (quantisation casts included). NVFP4 GEMMs are
+    FP8 is the fitted ``fp8_gemm_speedup`` of the GEMM kernels alone (the quantisation
+    passes that feed them are costed apart, :func:`cast_bytes_per_element`). NVFP4 GEMMs are
     taken to reach the same fraction of the GPU's FP4 peak as FP8 GEMMs reach of the FP8
-    peak: Transformer Engine quantises to NVFP4 with the same row/column passes as MXFP8
-    (plus a 16-point Hadamard transform on the weight-gradient inputs), so the fitted FP8
-    figure is scaled by the catalog's FP4/FP8 dense peak ratio (2 on B200/GB200, 3 on
-    Blackwell Ultra). No published NVFP4 run is in the calibration set.
+    peak: the fitted FP8 figure is scaled by the catalog's FP4/FP8 dense peak ratio (2 on
+    B200/GB200, 3 on Blackwell Ultra). No published NVFP4 run is in the calibration set.
     """
     if w.precision == "fp8":
         return cal.fp8_gemm_speedup
     if w.precision == "fp4":
         return cal.fp8_gemm_speedup * w.gpu.peak_flops("fp4") / w.gpu.peak_flops("fp8")
     return 1.0
+
+
+NVFP4_CAST_BYTES = 2.0 + 2.0 * (2.0 + 0.5 + 1.0 / 16.0)
+"""HBM bytes per element Transformer Engine's NVFP4 recipe moves to quantise a 16-bit GEMM
+input (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149, sec. 4):
+a per-tensor amax pass reads it (2), then the rowwise and the columnwise copies (the latter
+after the 16-point random Hadamard transform for the weight gradient) each read it (2) and
+write 4-bit values (0.5) with an E4M3 scale per 16 elements (1/16)."""
+FP8_CAST_BYTES = 2.0 + 1.0 + 1.0
+"""The same for FP8: one pass reads the 16-bit input (2) and writes its rowwise and its
+columnwise (transposed) FP8 copies (1 + 1)."""
+
+
+def cast_bytes_per_element(w: Workload, cal: Calibration) -> float:
+    """HBM bytes moved per GEMM input element that the workload's precision quantises.
+
+    Every low-precision GEMM's input is quantised first, its activation X in the forward
+    (rowwise for the GEMM, columnwise for the weight gradient) and its output gradient dY
+    in the backward, by kernels that run at HBM speed. ``fp8_cast_bytes`` is the fitted
+    figure for FP8 (an amax pass adds to :data:`FP8_CAST_BYTES`, fusion into the preceding
+    norm or activation saves from it); NVFP4 moves ``NVFP4_CAST_BYTES / FP8_CAST_BYTES``
+    times as much. 16-bit precisions quantise nothing.
+    """
+    if w.precision == "fp8":
+        return cal.fp8_cast_bytes
+    if w.precision == "fp4":
+        return cal.fp8_cast_bytes * NVFP4_CAST_BYTES / FP8_CAST_BYTES
+    return 0.0

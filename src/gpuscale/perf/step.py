@@ -6,7 +6,8 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
   GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
               smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16; NVFP4 GEMMs that times
-              the GPU's FP4/FP8 peak ratio (the same fraction of their peak as FP8's).
+              the GPU's FP4/FP8 peak ratio (the same fraction of their peak as FP8's);
+              the output layer and the MoE router stay 16-bit.
   attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
               scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
               (d + 22 on Ampere's FlashAttention-2; FlashAttention-2 on Hopper and newer at
@@ -18,7 +19,9 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
   memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
               replicated over TP ranks unless sequence parallelism splits them; plus a
               fixed layer_overhead_s per layer (kernel launches and small kernels); eager
-              PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move.
+              PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move;
+              FP8/NVFP4 quantise every GEMM input (X forward, dY backward) at
+              fp8_cast_bytes per element (NVFP4: 7.125 / 4 of that).
   recompute   full: the whole forward again; partial: that for the fraction of layers that
               must be recomputed to fit; selective: the attention core again.
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
@@ -47,6 +50,7 @@ from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
     attention_core_s,
+    cast_bytes_per_element,
     gemm_s,
     low_precision_speedup,
     ssd_scan_s,
@@ -167,44 +171,60 @@ def step_breakdown(
     sms = w.gpu.sms
     gate = 2.0 if m.gated_mlp else 1.0
 
-    def gemm(
-        m_rows: FloatArray,
-        n_cols: FloatArray | float,
-        k_red: FloatArray | float,
-        count: FloatArray | float = 1.0,
-    ) -> FloatArray:
-        return gemm_s(m_rows, n_cols, k_red, count, gemm_peak, sms, cal)
+    Elems = tuple[FloatArray, FloatArray]
+
+    def gemms(*shapes: tuple[FloatArray | float, ...]) -> tuple[FloatArray, Elems]:
+        """Forward seconds of GEMMs given as (M, N, K[, count]), and the elements of their
+        inputs that a low precision quantises: the activations X (M x K), in forward, and
+        the output gradients dY (M x N), in backward."""
+        t = x_el = dy_el = np.zeros_like(tokens)
+        for m_rows, n_cols, k_red, *count in shapes:
+            c = count[0] if count else 1.0
+            t = t + gemm_s(m_rows, n_cols, k_red, c, gemm_peak, sms, cal)
+            x_el = x_el + c * np.asarray(m_rows) * np.asarray(k_red)
+            dy_el = dy_el + c * np.asarray(m_rows) * np.asarray(n_cols)
+        return t, (x_el, dy_el)
 
     # attention projections: QKV (or MLA's), then the output projection; the per-GPU
     # widths shrink with TP. MLA's low-rank projections are costed as one QKV-shaped GEMM.
     qkv_n = (sh.attn / h - float(q)) / tp
-    attn_t = gemm(tokens, qkv_n, h) + gemm(tokens, h, q / tp)
+    attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
     f_d = float(m.dense_ffn_hidden)
-    dense_mlp_t = gemm(tokens, gate * f_d / tp, h) + gemm(tokens, h, f_d / tp)
+    dense_mlp_t, dense_mlp_c = gemms((tokens, gate * f_d / tp, h), (tokens, h, f_d / tp))
     mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width
     if m.is_moe:
         # grouped GEMM over the E / EP local experts; tokens follow their experts
         f_e = float(m.ffn_hidden)
         local = m.num_experts / p.ep
         tok_e = tokens / tp * m.top_k * p.ep / m.num_experts
-        moe_t = gemm(tok_e, gate * f_e, mw, local) + gemm(tok_e, mw, f_e, local)
-        if m.shared_experts:
-            f_s = f_e * m.shared_experts
-            moe_t = moe_t + gemm(tokens, gate * f_s / tp, h) + gemm(tokens, h, f_s / tp)
-        moe_t = moe_t + gemm(tokens, float(m.num_experts), h)  # router
-        if m.moe_latent:
-            moe_t = moe_t + gemm(tokens, mw / tp, h) + gemm(tokens, h, mw / tp)
+        f_s = f_e * m.shared_experts
+        moe_t, moe_c = gemms(
+            (tok_e, gate * f_e, mw, local),
+            (tok_e, mw, f_e, local),
+            *(((tokens, gate * f_s / tp, h), (tokens, h, f_s / tp)) if f_s else ()),
+            *(((tokens, mw / tp, h), (tokens, h, mw / tp)) if m.moe_latent else ()),
+        )
+        # the router stays in 16-bit precision (a plain linear layer outside the TE modules)
+        moe_t = moe_t + gemm_s(tokens, float(m.num_experts), h, 1.0, peak16, sms, cal)
     else:
         moe_t = np.zeros_like(tokens)
+        moe_c = (moe_t, moe_t)
     if m.mamba is not None:
         # Mamba-2 in_proj (z, x, B, C, dt; heads and groups split over TP) and out_proj
         x = m.mamba
         d_in, in_w, conv_c = float(x.inner), float(x.in_proj_width), float(x.conv_channels)
-        mamba_t = gemm(tokens, in_w / tp, h) + gemm(tokens, h, d_in / tp)
+        mamba_t, mamba_c = gemms((tokens, in_w / tp, h), (tokens, h, d_in / tp))
     else:
         d_in = in_w = conv_c = 0.0
         mamba_t = np.zeros_like(tokens)
+        mamba_c = (mamba_t, mamba_t)
     gemm_fwd = a_frac * attn_t + mlp_frac * dense_mlp_t + moe_frac * moe_t + mamba_frac * mamba_t
+    # quantising the GEMMs' inputs (FP8, NVFP4) at HBM speed: X in forward (and again when
+    # the forward is recomputed), dY in backward
+    per_el = cast_bytes_per_element(w, cal) / bw
+    blocks = ((a_frac, attn_c), (mlp_frac, dense_mlp_c), (moe_frac, moe_c), (mamba_frac, mamba_c))
+    cast_fwd = per_el * sum(fr * c[0] for fr, c in blocks)
+    cast_bwd = per_el * sum(fr * c[1] for fr, c in blocks)
 
     mbs_f = p.mbs.astype(np.float64)
     attn_fwd, attn_bwd = attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
@@ -235,7 +255,9 @@ def step_breakdown(
     mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes) / bw + moe_frac * moe_fixed
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
-    logits_fwd = gemm(tokens, m.vocab / tp, h)
+    # in 16-bit precision: Megatron-Core's output layer is not a Transformer Engine module,
+    # and torchtitan's float8 conversion leaves it out
+    logits_fwd = gemm_s(tokens, m.vocab / tp, h, 1.0, peak16, sms, cal)
     logits_mem = 3.0 * 4.0 * tokens * m.vocab / tp / bw
 
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
@@ -243,7 +265,10 @@ def step_breakdown(
         layers_stage_mtp * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * heads * logits_fwd
     ) * overlap_slow
     layer_fixed = sub * cal.layer_overhead_s
-    mem_mb = layers_stage_mtp * (mem_fwd + layer_fixed) * 3.0 + 3.0 * heads * logits_mem
+    mem_mb = (
+        layers_stage_mtp * ((mem_fwd + layer_fixed) * 3.0 + cast_fwd + cast_bwd)
+        + 3.0 * heads * logits_mem
+    )
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
     if recompute_fraction is not None:
         full_frac = recompute_fraction
@@ -252,7 +277,7 @@ def step_breakdown(
     else:
         full_frac = np.where(p.recompute == 2, 1.0, 0.0)
     recompute_mb = full_frac * layers_stage_mtp * (
-        layer_fwd * overlap_slow + mem_fwd + layer_fixed
+        layer_fwd * overlap_slow + mem_fwd + layer_fixed + cast_fwd
     ) + np.where(p.recompute == 1, layers_stage_mtp * a_frac * attn_fwd, 0.0)
 
     # --- tensor-parallel communication ---------------------------------------------------
