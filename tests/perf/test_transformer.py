@@ -39,6 +39,22 @@ from gpuscale.perf.transformer import (
         ("kimi-k2", 1.04e12, 0.02),
         # mistralai/Mixtral-8x7B-v0.1: 46.7 B total (46,702,792,704 in the safetensors index)
         ("mixtral-8x7b", 46_702_792_704, 1e-9),
+        # meta-llama/Llama-3.2-1B and -3B (tied embeddings): 1,235,814,400 and 3,212,749,824
+        ("llama3.2-1b", 1_235_814_400, 1e-9),
+        ("llama3.2-3b", 3_212_749_824, 1e-9),
+        # Qwen/Qwen2.5-7B and -72B: 7,615,616,512 and 72,706,203,648 (their Q/K/V biases,
+        # 0.1 M and 0.8 M, are not counted)
+        ("qwen2.5-7b", 7_615_616_512, 2e-5),
+        ("qwen2.5-72b", 72_706_203_648, 2e-5),
+        # Qwen/Qwen3-8B: 8,190,735,360 (its per-head Q/K norms, 9 K, are not counted)
+        ("qwen3-8b", 8_190_735_360, 2e-6),
+        # DeepSeek-V2 report (arXiv 2405.04434): 236 B total; DeepSeek-V2-Lite: 15.7 B
+        ("deepseek-v2", 236e9, 3e-3),
+        ("deepseek-v2-lite", 15.7e9, 3e-3),
+        # Databricks, "Introducing DBRX" (2024): 132 B total
+        ("dbrx", 132e9, 5e-3),
+        # Black et al. 2022 (GPT-NeoX-20B, arXiv 2204.06745): 20.6 B
+        ("gpt-neox-20b", 20.6e9, 3e-3),
     ],
 )
 def test_param_count_matches_published(model: str, published: float, rel: float) -> None:
@@ -64,6 +80,9 @@ def test_gpt3_175b_param_count_by_hand() -> None:
         ("kimi-k2", 32.6e9, 0.02),
         # Mistral AI "Mixtral of experts" (arXiv 2401.04088): 12.9 B active per token
         ("mixtral-8x7b", 12.9e9, 0.01),
+        # DeepSeek-V2 report: 21 B activated; Databricks: DBRX 36 B active
+        ("deepseek-v2", 21e9, 0.02),
+        ("dbrx", 36e9, 0.015),
     ],
 )
 def test_moe_active_params_match_published(model: str, active: float, rel: float) -> None:

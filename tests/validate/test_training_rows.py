@@ -358,3 +358,67 @@ def test_a_row_shape_that_contradicts_a_hybrid_or_windowed_model_skips_with_the_
         model_for({"model": "Nemotron_3_Nano", "layers": "48"}, "row 1")
     with pytest.raises(UnsupportedRowError, match="window_layers=18 exceeds"):
         model_for({"model": "GPT OSS 120B", "layers": "12"}, "row 2")
+
+
+# DBRX as a published row would give it without a catalog entry: the shape in the columns,
+# the experts in the notes (databricks/dbrx-base config.json; 132 B total, 36 B active)
+DBRX_ROW = {
+    "model": "a 132B MoE",
+    "params_b": "132",
+    "layers": "40",
+    "hidden": "6144",
+    "ffn_hidden": "10752",
+    "heads": "48",
+    "kv_heads": "8",
+    "vocab": "100352",
+    "seq_len": "4096",
+    "notes": "fine-grained MoE: 16 experts, top-4 routing",
+}
+
+
+def test_a_shape_row_takes_its_experts_from_the_notes_and_its_mlp_from_its_size() -> None:
+    from gpuscale.perf.transformer import active_param_count, param_count
+
+    m, notes = model_for(DBRX_ROW, "row 1")
+    assert (m.num_experts, m.top_k, m.gated_mlp) == (16, 4, True)
+    # per layer: Q and O 2 h^2, K and V 2 h (8 heads x 128), 16 experts x 3 h f, router
+    # 16 h, 2 norms; a shape row ties its embeddings (V h once) and learns its 4096
+    # positions (4096 h); final norm h
+    h, f, layers, v = 6144, 10752, 40, 100352
+    per_layer = 2 * h * h + 2 * h * 1024 + 16 * 3 * h * f + 16 * h + 2 * h
+    assert param_count(m) == layers * per_layer + v * h + 4096 * h + h
+    assert active_param_count(m) < param_count(m) / 3
+    assert "16 experts, top-4, as the row says" in notes
+    assert any("gated MLP" in n for n in notes)
+
+
+def test_a_shape_row_keeps_a_plain_mlp_when_its_size_says_so() -> None:
+    # GPT-3 13B's shape (40 layers, hidden 5120, 4h MLP) with 12.9 B stated: two MLP
+    # matrices give 12.86 B, three would give 17.05 B
+    row = {
+        "model": "GPT 13B",
+        "params_b": "12.9",
+        "layers": "40",
+        "hidden": "5120",
+        "ffn_hidden": "20480",
+        "heads": "40",
+        "seq_len": "2048",
+    }
+    m, notes = model_for(row, "row 1")
+    assert not m.gated_mlp and not any("gated" in n for n in notes)
+
+
+def test_a_shape_row_that_misses_its_stated_size_skips_with_both_sizes() -> None:
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    no_experts = {**DBRX_ROW, "notes": ""}  # 12.2 B of shape against 132 B stated
+    with pytest.raises(UnsupportedRowError, match=r"gives 1\d\.\d B parameters, not the 132 B"):
+        model_for(no_experts, "row 1")
+
+
+def test_a_shape_row_has_learned_positions_for_its_whole_sequence() -> None:
+    from gpuscale.perf.transformer import param_count
+
+    short, _ = model_for({**DBRX_ROW, "seq_len": "2048"}, "row 1")
+    long, _ = model_for({**DBRX_ROW, "seq_len": "65536"}, "row 1")
+    assert param_count(long) - param_count(short) == (65536 - 2048) * 6144

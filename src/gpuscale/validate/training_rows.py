@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import SHARDING, Workload
+from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import num
 
 
@@ -100,6 +101,39 @@ def _catalog_model(name: str, notes: list[str]) -> Model | None:
     return model
 
 
+EXPERTS = re.compile(r"(\d+)\s+(?:routed\s+)?experts", re.IGNORECASE)
+TOP_K = re.compile(r"top[\s-]?(\d+)", re.IGNORECASE)
+"""A model's experts as a row's model name or notes state them ("16 experts, top-4")."""
+SIZE_TOLERANCE = 0.25
+"""Largest relative gap between the parameters a row states and those its shape gives."""
+
+
+def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -> Model:
+    """A model built from a row's shape, checked against the parameters the row states.
+
+    A shape with an FFN width does not say whether the MLP is gated (SwiGLU: three
+    matrices) or not (two); the variant whose parameter count is nearer the stated one is
+    taken. A shape that misses the stated size by more than SIZE_TOLERANCE either way
+    (experts or widths the row leaves out) is not a model of that run.
+    """
+    model = Model.model_validate({**body, "key": body["name"]})
+    if params_b is None:
+        return model
+    stated = params_b * 1e9
+    if "ffn_hidden" in body:
+        gated = Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
+        if abs(param_count(gated) - stated) < abs(param_count(model) - stated):
+            model = gated
+            notes.append("gated MLP (SwiGLU): its parameter count is nearer the row's")
+    got = param_count(model)
+    if abs(got / stated - 1.0) > SIZE_TOLERANCE:
+        raise UnsupportedRowError(
+            f"the row's shape gives {got / 1e9:.1f} B parameters, not the {params_b:g} B it "
+            "states (experts or widths it does not state)"
+        )
+    return model
+
+
 def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     notes: list[str] = []
     shape = {
@@ -139,13 +173,20 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             "vocab": int(shape["vocab"] or GPT_VOCAB),
             "position": "learned",
             "tied_embeddings": True,
-            "max_seq": 2048,
+            # learned positions: as many as the run's sequence (a table's parameter count
+            # includes them, as llm-foundry's does)
+            "max_seq": max(2048, int(num(row, "seq_len", where) or 0)),
         }
         if shape["ffn_hidden"]:
             body["ffn_hidden"] = int(shape["ffn_hidden"])
         if shape["kv_heads"]:
             body["kv_heads"] = int(shape["kv_heads"])
-        return Model.model_validate({**body, "key": row["model"]}), notes
+        experts = EXPERTS.search(f"{row['model']} {row.get('notes', '')}")
+        top_k = TOP_K.search(f"{row['model']} {row.get('notes', '')}")
+        if experts and top_k and int(experts.group(1)) > 1:
+            body["num_experts"], body["top_k"] = int(experts.group(1)), int(top_k.group(1))
+            notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
+        return _as_stated(body, num(row, "params_b", where), notes), notes
     upd: dict[str, Any] = {}
     for k in ("layers", "hidden", "heads", "vocab"):
         v = shape[k]
