@@ -29,13 +29,15 @@ from gpuscale.errors import InputError
         ("GB300 (DGX-GB300)", "gb300"),
         ("AMD Instinct MI355X", "mi355x"),
         ("8x MI350X", "mi350x"),
+        ("A800-SXM4-80GB", "a800-sxm-80gb"),
+        ("MI250X", "mi250x"),
     ],
 )
 def test_published_names_resolve(name: str, key: str) -> None:
     assert get_gpu(name).key == key
 
 
-@pytest.mark.parametrize("name", ["H100 64GB", "V100 16GB", "A800", "TPU v4", "RTX 4090"])
+@pytest.mark.parametrize("name", ["H100 64GB", "V100 16GB", "A800 40GB", "TPU v4", "RTX 4090"])
 def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
     with pytest.raises(InputError) as exc:
         get_gpu(name)

@@ -274,8 +274,11 @@ def test_fp8_never_slower_on_h100(plan: dict[str, Any]) -> None:
     assume(bool(validity(w, Plans.of(**plan))[0][0]))
     bf = step_breakdown(w, Plans.of(**plan), CAL)
     f8 = step_breakdown(replace(w, precision="fp8"), Plans.of(**plan), CAL)
-    # never slower; a plan bound by exposed ZeRO-3 communication may gain nothing
-    assert float(f8.step_s[0]) <= float(bf.step_s[0]) * (1 + 1e-12)
+    # never slower but for the quantisation passes it adds: a plan bound by exposed ZeRO-3
+    # communication gains nothing from the faster GEMMs and still pays the casts
+    casts = float(f8.memory_bound_s[0] - bf.memory_bound_s[0])
+    assert casts > 0.0
+    assert float(f8.step_s[0]) - casts <= float(bf.step_s[0]) * (1 + 1e-12)
     assert float(f8.compute_s[0]) < float(bf.compute_s[0])
 
 

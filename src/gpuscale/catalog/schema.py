@@ -24,7 +24,7 @@ class _Entry(BaseModel):
     source: str
 
 
-Arch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
+Arch = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "cdna4"]
 
 
 class GPU(_Entry):
