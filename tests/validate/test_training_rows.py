@@ -422,3 +422,22 @@ def test_a_shape_row_has_learned_positions_for_its_whole_sequence() -> None:
     short, _ = model_for({**DBRX_ROW, "seq_len": "2048"}, "row 1")
     long, _ = model_for({**DBRX_ROW, "seq_len": "65536"}, "row 1")
     assert param_count(long) - param_count(short) == (65536 - 2048) * 6144
+
+
+def test_a_row_with_only_its_step_time_is_scored_in_tokens_per_second() -> None:
+    # 128 sequences of 8192 tokens on 64 GPUs in 16.384 s: 1,000 tokens/s per GPU
+    pr = prepare(_row(measured_tokens_per_s_per_gpu="", measured_step_time_s="16.384"), "test")
+    assert pr.measured == pytest.approx(128 * 8192 / (16.384 * 64), rel=1e-12)
+    assert any("from the measured step time" in n for n in pr.notes)
+    # a TFLOP/s target is not a step time
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    with pytest.raises(UnsupportedRowError, match="no measured_tflops_per_gpu value"):
+        prepare(
+            _row(
+                target="tflops_per_gpu",
+                measured_step_time_s="16.384",
+                flop_convention="megatron_model_causal",
+            ),
+            "test",
+        )

@@ -119,7 +119,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         "excluded": "measured_tokens_per_s_per_gpu",
     }[target]
     measured = num(row, measured_col, where)
-    if measured is None:
+    step_s = num(row, "measured_step_time_s", where)
+    if measured is None and step_s is None:
         raise UnsupportedRowError(f"no {measured_col} value")
     try:
         gpu = get_gpu(row["gpu"])
@@ -137,6 +138,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
+    if measured is None:
+        if target not in ("tokens_per_s_per_gpu", "excluded") or not step_s:
+            raise UnsupportedRowError(f"no {measured_col} value")
+        # only the iteration time is given: the tokens it trains over its GPUs
+        measured = gbs * seq / (step_s * n_gpus)
+        notes.append("tokens/s per GPU from the measured step time: batch x sequence / (s x GPUs)")
     prec_raw = row.get("precision", "").lower()
     if not prec_raw:
         precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
