@@ -441,3 +441,10 @@ def test_a_row_with_only_its_step_time_is_scored_in_tokens_per_second() -> None:
             ),
             "test",
         )
+
+
+def test_a_shape_row_that_is_no_model_skips_with_the_reason() -> None:
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    with pytest.raises(UnsupportedRowError, match="top_k=16 exceeds num_experts=8"):
+        model_for({**DBRX_ROW, "params_b": "", "notes": "8 experts, top-16"}, "row 1")

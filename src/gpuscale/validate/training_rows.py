@@ -181,12 +181,16 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             body["ffn_hidden"] = int(shape["ffn_hidden"])
         if shape["kv_heads"]:
             body["kv_heads"] = int(shape["kv_heads"])
-        experts = EXPERTS.search(f"{row['model']} {row.get('notes', '')}")
-        top_k = TOP_K.search(f"{row['model']} {row.get('notes', '')}")
+        said = f"{row['model']} {row.get('notes', '')}"
+        experts, top_k = EXPERTS.search(said), TOP_K.search(said)
         if experts and top_k and int(experts.group(1)) > 1:
             body["num_experts"], body["top_k"] = int(experts.group(1)), int(top_k.group(1))
             notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
-        return _as_stated(body, num(row, "params_b", where), notes), notes
+        try:
+            return _as_stated(body, num(row, "params_b", where), notes), notes
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise UnsupportedRowError(f"the row's shape is not a model: {why}") from None
     upd: dict[str, Any] = {}
     for k in ("layers", "hidden", "heads", "vocab"):
         v = shape[k]
