@@ -81,7 +81,7 @@ def run_case(key: str, repeats: int) -> dict[str, Any]:
         "wall_s": wall,
         "wall_min_s": min(times),
         "evaluated": res.evaluated,
-        "valid": len(res.estimate.plans),
+        "valid": res.valid,
         "fitting": len(res.order),
         "plans_per_s": res.evaluated / wall,
         "peak_rss_bytes": rss_kib * 1024,

@@ -379,7 +379,7 @@ def _report_search(res: SearchResult, top: int, as_json: bool, tt: float | None)
         emit_json(
             {
                 "evaluated": res.evaluated,
-                "valid": len(e.plans),
+                "valid": res.valid,
                 "fitting": len(res.order),
                 "why_best": why,
                 "plans": [e.summary(i, tt) for i in idx],

@@ -68,8 +68,12 @@ class TrainingEstimate:
         return out
 
 
-def estimate(w: Workload, plans: Plans, cal: Calibration) -> TrainingEstimate:
-    mem = memory_breakdown(w, plans, cal)
+def estimate(
+    w: Workload, plans: Plans, cal: Calibration, memory: MemoryBreakdown | None = None
+) -> TrainingEstimate:
+    """Memory, step time and rates of each plan (``memory``: the plans' breakdown, when
+    already computed)."""
+    mem = memory if memory is not None else memory_breakdown(w, plans, cal)
     step = step_breakdown(w, plans, cal, mem.recompute_fraction)
     step_s = step.step_s
     used = plans.gpus_used().astype(np.float64)

@@ -4,7 +4,8 @@ The space is at least Calculon's ``llm-optimal-execution`` (TP, PP, DP, interlea
 micro-batch, recomputation, sequence parallelism, optimizer sharding, TP overlap), plus
 context and expert parallelism. Structural knobs (TP, CP, PP, VPP, EP, DP, micro-batch) are
 listed in Python (thousands of tuples); the switch knobs (recompute x SP x sharding x
-overlap) are crossed with NumPy, and the whole set is evaluated as arrays.
+overlap) are crossed with NumPy, and the whole set is evaluated as arrays: memory for every
+valid plan, step time for those that fit.
 A plan may leave GPUs idle when no exact factorisation exists (e.g. 5,128 GPUs with a
 global batch of 2,520); ``gpus_used`` says how many it uses.
 """
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
+from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, validity
 from gpuscale.perf.training import TrainingEstimate, estimate
 
@@ -35,11 +37,14 @@ def _divisors(n: int) -> list[int]:
 @dataclass(frozen=True)
 class SearchResult:
     estimate: TrainingEstimate
-    """All evaluated plans (valid ones), unsorted."""
+    """The plans that fit in memory, unsorted (every valid plan when none fits and the
+    search was asked to rank them anyway)."""
     order: np.ndarray
-    """Indices of plans that fit in memory, fastest first."""
+    """Indices into ``estimate`` of the plans that fit, fastest first."""
     evaluated: int
     """Plans enumerated and evaluated (valid or not)."""
+    valid: int
+    """Plans that passed the validity rules (their memory was evaluated)."""
 
     @property
     def best(self) -> int:
@@ -188,37 +193,76 @@ def search_plans(
     plans = plans.take(ok)
     if len(plans) == 0:
         raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w))
-    chunks = []
-    step = 200_000
-    for start in range(0, len(plans), step):
-        idx = np.arange(start, min(start + step, len(plans)))
-        chunks.append(estimate(w, plans.take(idx), cal))
-        if progress is not None:
-            progress(min(start + step, len(plans)), len(plans))
-    est = chunks[0] if len(chunks) == 1 else _combine(chunks, np.concatenate)
+    valid = len(plans)
+    # memory first: only a plan that fits needs its step time
+    mems = [memory_breakdown(w, plans.take(idx), cal) for idx in _chunks(valid)]
+    mem = mems[0] if len(mems) == 1 else _join_memory(mems)
     # partial recompute that recomputes no layer, or every layer, repeats the none / full plan
     # (which the search also holds unless the caller fixed the recompute mode)
-    frac = est.memory.recompute_fraction
-    repeat = (est.plans.recompute == 3) & ((frac <= 0.0) | (frac >= 1.0))
-    if repeat.any() and (fixed or {}).get("recompute") is None:
-        keep = np.flatnonzero(~repeat)
-        est = _combine([est], lambda arrs: arrs[0][keep])
-        plans = est.plans
-    fits = est.memory.fits
-    if not fits.any() and not require_fit:
-        fits = np.ones(len(plans), dtype=bool)
+    keep = np.ones(valid, dtype=bool)
+    if (fixed or {}).get("recompute") is None:
+        frac = mem.recompute_fraction
+        keep &= ~((plans.recompute == 3) & ((frac <= 0.0) | (frac >= 1.0)))
+    fits = mem.fits & keep
     if not fits.any():
-        i = int(np.argmax(est.memory.headroom))
-        short = -float(est.memory.headroom[i]) / 2**30
-        raise InputError(
-            "model",
-            w.model.key,
-            f"no plan fits in {w.gpu.hbm_gb:g} GB per GPU on {w.num_gpus} GPUs; the closest "
-            f"({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a larger-memory GPU",
-        )
-    idx = np.flatnonzero(fits)
-    order = idx[np.argsort(est.step_s[idx], kind="stable")]
-    return SearchResult(est, order, evaluated)
+        if require_fit:
+            i = int(np.argmax(np.where(keep, mem.headroom, -np.inf)))
+            short = -float(mem.headroom[i]) / 2**30
+            raise InputError(
+                "model",
+                w.model.key,
+                f"no plan fits in {w.gpu.hbm_gb:g} GB per GPU on {w.num_gpus} GPUs; the "
+                f"closest ({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a "
+                "larger-memory GPU",
+            )
+        fits = keep
+    kept = np.flatnonzero(fits)
+    plans, mem = plans.take(kept), _take_memory(mem, kept)
+    chunks = []
+    for idx in _chunks(len(plans)):
+        chunks.append(estimate(w, plans.take(idx), cal, _take_memory(mem, idx)))
+        if progress is not None:
+            progress(int(idx[-1]) + 1, len(plans))
+    est = chunks[0] if len(chunks) == 1 else _combine(chunks)
+    order = np.argsort(est.step_s, kind="stable")
+    return SearchResult(est, order, evaluated, valid)
+
+
+CHUNK = 200_000
+"""Plans evaluated per array pass, which bounds the search's memory."""
+
+
+def _chunks(n: int) -> list[np.ndarray]:
+    return [np.arange(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)]
+
+
+def _rebuild(
+    objs: list[Any], cls: Any, arrays: Callable[[list[np.ndarray]], np.ndarray], **extra: Any
+) -> Any:
+    """A ``cls`` dataclass whose every per-plan array is ``arrays`` of the objects' arrays
+    (``np.concatenate`` to join chunks, an index to keep a subset); ``extra`` fields as
+    given."""
+    cols = {
+        f.name: arrays([getattr(o, f.name) for o in objs])
+        for f in fields(cls)
+        if f.name not in extra
+    }
+    return cls(**cols, **extra)
+
+
+def _take_memory(mem: MemoryBreakdown, idx: np.ndarray) -> MemoryBreakdown:
+    """The memory breakdown of the plans at ``idx``."""
+    out: MemoryBreakdown = _rebuild(
+        [mem], MemoryBreakdown, lambda a: a[0][idx], capacity=mem.capacity
+    )
+    return out
+
+
+def _join_memory(mems: list[MemoryBreakdown]) -> MemoryBreakdown:
+    out: MemoryBreakdown = _rebuild(
+        mems, MemoryBreakdown, np.concatenate, capacity=mems[0].capacity
+    )
+    return out
 
 
 def _fixed_text(fixed: dict[str, Any] | None) -> str:
@@ -233,34 +277,21 @@ def _no_plan_reason(w: Workload) -> str:
     )
 
 
-def _combine(
-    chunks: list[TrainingEstimate], arrays: Callable[[list[np.ndarray]], np.ndarray]
-) -> TrainingEstimate:
-    """One estimate whose every per-plan array is ``arrays`` of the chunks' arrays
-    (``np.concatenate`` to join chunks; an index to keep a subset)."""
-    from dataclasses import fields
-
-    from gpuscale.perf.memory import MemoryBreakdown
+def _combine(chunks: list[TrainingEstimate]) -> TrainingEstimate:
+    """One estimate of the chunks' plans, in order."""
     from gpuscale.perf.step import StepBreakdown
 
-    def rebuild(objs: list[Any], cls: Any, **extra: Any) -> Any:
-        cols = {
-            f.name: arrays([getattr(o, f.name) for o in objs])
-            for f in fields(cls)
-            if f.name not in extra
-        }
-        return cls(**cols, **extra)
-
+    cat = np.concatenate
     first = chunks[0]
     return TrainingEstimate(
         workload=first.workload,
-        plans=rebuild([c.plans for c in chunks], Plans),
-        memory=rebuild([c.memory for c in chunks], MemoryBreakdown, capacity=first.memory.capacity),
-        step=rebuild([c.step for c in chunks], StepBreakdown),
-        step_s=arrays([c.step_s for c in chunks]),
-        tokens_per_s_per_gpu=arrays([c.tokens_per_s_per_gpu for c in chunks]),
-        model_tflops_per_gpu=arrays([c.model_tflops_per_gpu for c in chunks]),
-        mfu=arrays([c.mfu for c in chunks]),
+        plans=_rebuild([c.plans for c in chunks], Plans, cat),
+        memory=_join_memory([c.memory for c in chunks]),
+        step=_rebuild([c.step for c in chunks], StepBreakdown, cat),
+        step_s=cat([c.step_s for c in chunks]),
+        tokens_per_s_per_gpu=cat([c.tokens_per_s_per_gpu for c in chunks]),
+        model_tflops_per_gpu=cat([c.model_tflops_per_gpu for c in chunks]),
+        mfu=cat([c.mfu for c in chunks]),
     )
 
 
