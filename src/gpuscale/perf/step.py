@@ -19,8 +19,8 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
   memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
               replicated over TP ranks unless sequence parallelism splits them; plus a
               fixed layer_overhead_s per layer (kernel launches and small kernels); eager
-              PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move;
-              FP8/NVFP4 quantise every GEMM input (X forward, dY backward) at
+              PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move.
+  quantise    FP8/NVFP4 quantise every GEMM input (X forward, dY backward) at HBM speed,
               fp8_cast_bytes per element (NVFP4: 7.125 / 4 of that).
   recompute   full: the whole forward again; partial: that for the fraction of layers that
               must be recomputed to fit; selective: the attention core again.
@@ -88,6 +88,8 @@ class StepBreakdown:
     """GEMMs and attention, forward and backward, over all micro-batches."""
     recompute_s: FloatArray
     memory_bound_s: FloatArray
+    quantise_s: FloatArray
+    """Low-precision (FP8, NVFP4) quantisation of the GEMMs' inputs, at HBM speed."""
     tp_comm_s: FloatArray
     cp_comm_s: FloatArray
     ep_comm_s: FloatArray
@@ -265,10 +267,8 @@ def step_breakdown(
         layers_stage_mtp * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * heads * logits_fwd
     ) * overlap_slow
     layer_fixed = sub * cal.layer_overhead_s
-    mem_mb = (
-        layers_stage_mtp * ((mem_fwd + layer_fixed) * 3.0 + cast_fwd + cast_bwd)
-        + 3.0 * heads * logits_mem
-    )
+    mem_mb = layers_stage_mtp * (mem_fwd + layer_fixed) * 3.0 + 3.0 * heads * logits_mem
+    quant_mb = layers_stage_mtp * (cast_fwd + cast_bwd)
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
     if recompute_fraction is not None:
         full_frac = recompute_fraction
@@ -325,6 +325,7 @@ def step_breakdown(
     t_mb = (
         compute_mb
         + mem_mb
+        + quant_mb
         + recompute_mb
         + tp_mb
         + cp_mb
@@ -362,7 +363,7 @@ def step_breakdown(
     )
     gather = dp_time("all_gather", 2.0)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
-    window = (compute_mb + mem_mb) * (2.0 / 3.0) * 1.0
+    window = (compute_mb + mem_mb + quant_mb) * (2.0 / 3.0)
     per_step = grads + np.where(p.sharding >= 1, gather, 0.0)
     exposed_step = np.maximum(per_step * (1.0 - cal.dp_overlap), per_step - window)
     # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
@@ -389,6 +390,7 @@ def step_breakdown(
         compute_s=mb * compute_mb,
         recompute_s=mb * recompute_mb,
         memory_bound_s=mb * mem_mb,
+        quantise_s=mb * quant_mb,
         tp_comm_s=mb * tp_mb,
         cp_comm_s=mb * cp_mb,
         ep_comm_s=mb * ep_mb,
