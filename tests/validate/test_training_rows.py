@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -448,3 +449,23 @@ def test_a_shape_row_that_is_no_model_skips_with_the_reason() -> None:
 
     with pytest.raises(UnsupportedRowError, match="top_k=16 exceeds num_experts=8"):
         model_for({**DBRX_ROW, "params_b": "", "notes": "8 experts, top-16"}, "row 1")
+
+
+def test_a_runs_file_needs_only_the_columns_its_rows_use(tmp_path: Path) -> None:
+    # a file of tokens/s rows with no FLOP-convention (or shape) columns, in its own order
+    from gpuscale.calibrate import default_calibration
+    from gpuscale.errors import InputError
+    from gpuscale.validate.training import validate_training
+
+    cols = (
+        "target,measured_tokens_per_s_per_gpu,global_batch_seqs,seq_len,num_gpus,gpu,model,"
+        "source,id"
+    )
+    f = tmp_path / "runs.csv"
+    f.write_text(f"{cols}\ntokens_per_s_per_gpu,1000,128,8192,64,H100-SXM5-80GB,llama3-70b,a,r1\n")
+    report = validate_training(f, default_calibration())
+    assert [r.status for r in report.rows] == ["scored"]
+    # a required column missing is named
+    (tmp_path / "bad.csv").write_text("id,source\nr1,a\n")
+    with pytest.raises(InputError, match="missing column"):
+        validate_training(tmp_path / "bad.csv", default_calibration())

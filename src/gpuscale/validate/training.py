@@ -69,8 +69,9 @@ REQUIRED = (
     "seq_len",
     "global_batch_seqs",
     "target",
-    "flop_convention",
 )
+"""Columns a runs file must have; the schema's others (``flop_convention`` among them: a
+file of tokens/s rows needs none) read as empty when absent."""
 TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "excluded")
 CONVENTIONS = (
     "",
@@ -107,7 +108,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target = row["target"]
     if target not in TARGETS:
         raise InputError(f"{where}:target", target, f"one of {', '.join(TARGETS)}")
-    conv = row["flop_convention"]
+    conv = row.get("flop_convention", "")
     if conv not in CONVENTIONS:
         raise InputError(
             f"{where}:flop_convention", conv, f"one of {', '.join(c for c in CONVENTIONS if c)}"
