@@ -217,12 +217,12 @@ def search_plans(
             )
         fits = keep
     kept = np.flatnonzero(fits)
-    plans, mem = plans.take(kept), _take_memory(mem, kept)
     chunks = []
-    for idx in _chunks(len(plans)):
-        chunks.append(estimate(w, plans.take(idx), cal, _take_memory(mem, idx)))
+    for idx in _chunks(len(kept)):
+        sel = kept[idx]
+        chunks.append(estimate(w, plans.take(sel), cal, _take_memory(mem, sel)))
         if progress is not None:
-            progress(int(idx[-1]) + 1, len(plans))
+            progress(int(idx[-1]) + 1, len(kept))
     est = chunks[0] if len(chunks) == 1 else _combine(chunks)
     order = np.argsort(est.step_s, kind="stable")
     return SearchResult(est, order, evaluated, valid)
