@@ -1,6 +1,6 @@
 """Fit the training-model constants on a validation file as a whole.
 
-    python -m gpuscale.calibrate.fit_training --runs shared/validation/training_runs.csv
+    python -m gpuscale.calibrate.fit_training --runs ../shared/validation/training_runs.csv
 
 Minimises the mean absolute log error of all scored rows together over a handful of
 physically meaningful constants (GEMM and attention efficiency, HBM efficiency, the FP8

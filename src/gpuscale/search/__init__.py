@@ -1,1 +1,1 @@
-"""Searches: parallelism plans for a workload, cluster designs for a set of workloads."""
+"""Searches: the parallelism plans of a training workload, and its scaling over GPU counts."""
