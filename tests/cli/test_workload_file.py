@@ -57,3 +57,52 @@ def test_bad_workload_files_are_one_line_errors(tmp_path: Path) -> None:
     missing.write_text("model: llama3-70b\n")
     r = gpuscale("train", "search", "--workload", str(missing))
     assert r.returncode == 2 and "gpu" in r.stderr and "(missing)" in r.stderr
+
+
+def test_a_value_from_the_file_is_blamed_on_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "model: llama3-8b\ngpu: h100-sxm\ngpus: 8\nseq_len: 2048\nglobal_batch: 64\n"
+        "precision: fp32\n"
+    )
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "error: job.yaml:precision='fp32' is invalid: one of bf16, fp16, fp8, fp4"
+    )
+
+
+def test_a_key_given_twice_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-8b\nmodel: llama3-70b\ngpu: h100-sxm\ngpus: 8\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2
+    assert "key 'model' given twice" in r.stderr and "line 2" in r.stderr
+
+
+def test_a_boolean_is_not_a_gpu_count(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-8b\ngpu: h100-sxm\ngpus: true\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2
+    assert "job.yaml:gpus=True" in r.stderr
+
+
+def test_a_fixed_degree_of_zero_is_refused() -> None:
+    for flag in ("--pp", "--mbs", "--tp", "--vpp"):
+        r = gpuscale(
+            "train",
+            "search",
+            "--model",
+            "llama3-8b",
+            "--gpu",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            flag,
+            "0",
+            "--json",
+        )
+        assert r.returncode == 2, flag
+        assert r.stdout == ""
+        assert f"{flag[2:]}=0 is invalid: a whole number of at least 1" in r.stderr

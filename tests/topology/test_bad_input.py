@@ -80,7 +80,7 @@ def test_malformed_yaml_names_line(tmp_path: Path, capsys: Any) -> None:
 
 def test_missing_file(tmp_path: Path, capsys: Any) -> None:
     err = _run(capsys, ["cluster", "show", str(tmp_path / "nope.yaml")])
-    assert "existing cluster YAML file" in err
+    assert "no such file; give a cluster YAML file" in err
 
 
 def test_show_prints_tables_and_json(capsys: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
@@ -141,15 +142,20 @@ class Calibration:
                 raise InputError(
                     f"{origin}:{k}", v, f"unknown constant; known: {', '.join(sorted(known))}"
                 )
-            if not isinstance(v, int | float) or v < 0:
-                raise InputError(f"{origin}:{k}", v, "a non-negative number is required")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise InputError(f"{origin}:{k}", v, "a finite number is required")
+            lo, hi, lo_open = _range(k)
+            if v < lo or (lo_open and v == lo) or v > hi:
+                left = "(" if lo_open else "["
+                right = "]" if math.isfinite(hi) else ")"
+                raise InputError(f"{origin}:{k}", v, f"a number in {left}{lo:g}, {hi:g}{right}")
         return cls(**{k: float(v) for k, v in data.items()})
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError("calibration", str(path), f"not a readable JSON file ({exc})") from exc
         if not isinstance(data, dict):
             raise InputError("calibration", str(path), "a JSON object of constant -> value")
@@ -157,6 +163,25 @@ class Calibration:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+_FRACTIONS = ("_eff", "_eff_max")
+"""Achieved fractions of a peak: (0, 1]."""
+_DIVISORS = ("_rel", "_speedup", "_half_dim", "_tile", "_Bps", "_overhead")
+"""Constants a time is divided or scaled by: above zero."""
+
+
+def _range(name: str) -> tuple[float, float, bool]:
+    """(low, high, low excluded) of a constant, from what its name says it is."""
+    if name.endswith(_FRACTIONS):
+        return 0.0, 1.0, True
+    if name.endswith("_overlap"):
+        return 0.0, 1.0, False
+    if name == "mem_activation_overhead":
+        return 1.0, math.inf, False  # a multiplier on the activations that must be held
+    if name.endswith(_DIVISORS):
+        return 0.0, math.inf, True
+    return 0.0, math.inf, False  # latencies, fixed costs, bytes
 
 
 @cache

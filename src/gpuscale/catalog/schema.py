@@ -201,8 +201,22 @@ class Model(_Entry):
         # frozen: fill derived defaults through object.__setattr__
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
+        if self.kv_heads < 0 or self.heads % self.kv_heads:
+            raise ValueError(
+                f"kv_heads={self.kv_heads} must divide heads={self.heads} (grouped-query "
+                "attention shares each KV head among a whole number of query heads)"
+            )
         if self.head_dim == 0:
+            if self.hidden % self.heads:
+                raise ValueError(
+                    f"hidden={self.hidden} is not a multiple of heads={self.heads}: "
+                    "give head_dim"
+                )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        if self.num_experts < 1 or self.top_k < 1:
+            raise ValueError(
+                f"num_experts={self.num_experts} and top_k={self.top_k} must be at least 1"
+            )
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.dense_ffn_hidden == 0:

@@ -15,7 +15,7 @@ from gpuscale.errors import InputError
 
 app = typer.Typer(
     name="gpuscale",
-    help="Model how GPU clusters turn GPUs into compute that training and serving workloads can use.",
+    help="Model how GPU clusters turn GPUs into compute that AI workloads can use.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

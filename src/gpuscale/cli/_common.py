@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,25 +9,15 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuscale.calibrate import Calibration, default_calibration
-from gpuscale.validate.report import ValidationReport
+from gpuscale.validate.report import ValidationReport, strict_json
 
 out = Console(soft_wrap=False)
 err = Console(stderr=True)
 
 
 def emit_json(obj: Any) -> None:
-    """Write one JSON object to stdout (no rich markup)."""
-    print(json.dumps(obj, indent=2, default=_default))
-
-
-def _default(o: object) -> object:
-    import numpy as np
-
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o).__name__)
+    """Write one JSON object to stdout (no rich markup; strict JSON, see strict_json)."""
+    print(strict_json(obj))
 
 
 def load_calibration(path: Path | None) -> Calibration:

@@ -227,7 +227,11 @@ def estimate_cmd(
     ep: Annotated[int, typer.Option("--ep", help="Expert parallel degree.")] = 1,
     mbs: Annotated[int, typer.Option("--mbs", help="Micro-batch size.")] = 1,
     recompute: Annotated[
-        str, typer.Option("--recompute", help="none, selective or full.")
+        str,
+        typer.Option(
+            "--recompute",
+            help="none, selective, full, or partial (recompute just enough to fit in memory).",
+        ),
     ] = "selective",
     zero: Annotated[
         str | None, typer.Option("--zero", help="none, zero1, zero2, zero3 (=FSDP).")
@@ -316,7 +320,8 @@ def search_cmd(
     ep: Annotated[int | None, typer.Option("--ep", help="Fix EP.")] = None,
     mbs: Annotated[int | None, typer.Option("--mbs", help="Fix micro-batch.")] = None,
     recompute: Annotated[
-        str | None, typer.Option("--recompute", help="Fix recompute mode.")
+        str | None,
+        typer.Option("--recompute", help="Fix recompute mode: none, selective, full or partial."),
     ] = None,
     zero: Annotated[
         str | None, typer.Option("--zero", help="Fix sharding: none, dist-opt, zero1-3.")
@@ -338,19 +343,39 @@ def search_cmd(
             raise InputError(key.replace("_", "-"), None, "required (a flag or --workload)")
         return default
 
-    w = _workload(
-        pick(model, "model"),
-        pick(gpu, "gpu"),
-        pick(gpus, "gpus"),
-        pick(seq_len, "seq_len", 2048),
-        pick(global_batch, "global_batch", 512),
-        pick(precision, "precision", "bf16"),
-        system if system is not None else (job.system if job else None),
-        pick(attention, "attention", "fused"),
-        pick(zero3_gathers, "zero3_gathers", "coalesced"),
-        pick(elementwise, "elementwise", "fused"),
-        mtp if mtp is not None else (job.mtp if job else None),
-    )
+    flags = {
+        "model": model,
+        "gpu": gpu,
+        "gpus": gpus,
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        "precision": precision,
+        "system": system,
+        "attention": attention,
+        "zero3_gathers": zero3_gathers,
+        "elementwise": elementwise,
+        "mtp": mtp,
+    }
+    try:
+        w = _workload(
+            pick(model, "model"),
+            pick(gpu, "gpu"),
+            pick(gpus, "gpus"),
+            pick(seq_len, "seq_len", 2048),
+            pick(global_batch, "global_batch", 512),
+            pick(precision, "precision", "bf16"),
+            system if system is not None else (job.system if job else None),
+            pick(attention, "attention", "fused"),
+            pick(zero3_gathers, "zero3_gathers", "coalesced"),
+            pick(elementwise, "elementwise", "fused"),
+            mtp if mtp is not None else (job.mtp if job else None),
+        )
+    except InputError as exc:
+        key = exc.field.replace("-", "_")
+        if workload is None or key not in flags or flags[key] is not None:
+            raise
+        # the value came from the workload file: say which file
+        raise InputError(f"{workload.name}:{key}", exc.value, exc.valid) from None
     if tokens is None and job is not None:
         tokens = job.tokens
     if top < 1:

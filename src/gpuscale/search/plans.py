@@ -170,6 +170,10 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
     return plans.take(keep)
 
 
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+"""Plan sizes a search can be given fixed: parallel degrees, interleaving, micro-batch."""
+
+
 def search_plans(
     w: Workload,
     cal: Calibration,
@@ -183,6 +187,10 @@ def search_plans(
     ``require_fit=False`` ranks all plans when none fits (used to reproduce runs that did
     run); ``exact_gpus`` keeps only plans using every GPU when any such plan exists.
     """
+    for key in DEGREES:
+        v = (fixed or {}).get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise InputError(key, v, "a whole number of at least 1 (or leave it free)")
     plans = enumerate_plans(w, fixed)
     evaluated = len(plans)
     if evaluated == 0:

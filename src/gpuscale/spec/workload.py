@@ -18,14 +18,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscale.errors import InputError
+from gpuscale.spec.files import read_yaml
 
 
 class TrainingJob(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `gpus: true` or `seq_len: "8k"` is an error, not 1 or a guess
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     name: str = ""
     model: str
     gpu: str
@@ -43,13 +44,7 @@ class TrainingJob(BaseModel):
 
 def load_training_job(path: Path) -> TrainingJob:
     """Read and validate a job file; every problem is an :class:`InputError` naming the key."""
-    if not path.is_file():
-        raise InputError("workload", str(path), "a path to an existing workload YAML file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        msg = f"not valid YAML ({exc})".replace("\n", " ")
-        raise InputError("workload", str(path), msg) from None
+    data = read_yaml(path, "workload", "a workload YAML file")
     if not isinstance(data, dict):
         raise InputError("workload", str(path), "a YAML mapping of key: value")
     if "tokens" in data and data["tokens"] is not None:

@@ -12,12 +12,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from gpuscale.catalog import System, get_system
 from gpuscale.errors import InputError, closest
 from gpuscale.perf.comm import Fabric
+from gpuscale.spec.files import read_yaml
 from gpuscale.topology.fabrics import FabricTech, Switch, check_switch_for, get_fabric, get_switch
 
 if TYPE_CHECKING:
@@ -238,15 +238,7 @@ class ClusterSpec:
 def load_cluster_spec(path: Path) -> ClusterSpec:
     """Read, validate and resolve a cluster YAML file."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError("cluster", str(p), "a path to an existing cluster YAML file")
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise InputError("cluster", str(p), f"well-formed YAML ({where}{problem})") from None
+    raw = read_yaml(p, "cluster", "a cluster YAML file")
     if not isinstance(raw, dict):
         raise InputError("cluster", str(p), "a YAML mapping with keys name, system, nodes, fabric")
     return parse_cluster_spec(raw)

@@ -8,6 +8,7 @@ worst absolute error, and the JSON layout in ``shared/validation/README.md``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Iterator
@@ -108,12 +109,28 @@ class ValidationReport:
         return out
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, default=_json_default)
+        return strict_json(self.to_json())
 
 
-def _json_default(o: object) -> object:
+def strict_json(obj: object) -> str:
+    """JSON that strict parsers (jq, JavaScript) read: numpy scalars and arrays as plain
+    values, a non-finite float (a figure that cannot be computed) as null."""
+    return json.dumps(_finite(obj), indent=2, allow_nan=False)
+
+
+def _finite(o: object) -> object:
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    if isinstance(o, np.ndarray):
+        return _finite(o.tolist())
     if isinstance(o, np.generic):
-        return o.item()
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if o is None or isinstance(o, (str, int, float, bool)):
+        return o
     raise TypeError(type(o).__name__)
 
 
@@ -123,22 +140,37 @@ def signed_error_pct(predicted: float, measured: float) -> float:
 
 def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """CSV rows as dicts, checking the header has the ``required`` columns."""
+    if path.is_dir():
+        raise InputError("--runs", str(path), "a directory; give a CSV file")
     if not path.is_file():
         raise InputError("--runs", str(path), "no such file")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise InputError("--runs", str(path), f"missing column(s) {', '.join(missing)}")
-        for lineno, row in enumerate(reader, start=2):
-            if None in row:  # more cells than header columns
-                raise InputError(
-                    f"{path.name}:line {lineno}",
-                    row.get("id", ""),
-                    f"row has more cells than the {len(header)} header columns",
-                )
-            yield lineno, {k: (v or "").strip() for k, v in row.items()}
+    try:
+        # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError("--runs", str(path), f"not a readable UTF-8 CSV file ({exc})") from exc
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise InputError("--runs", str(path), f"missing column(s) {', '.join(missing)}")
+    first_line: dict[str, int] = {}
+    for lineno, row in enumerate(reader, start=2):
+        if None in row:  # more cells than header columns
+            raise InputError(
+                f"{path.name}:line {lineno}",
+                row.get("id", ""),
+                f"row has more cells than the {len(header)} header columns",
+            )
+        rid = (row.get("id") or "").strip()
+        if rid and rid in first_line:
+            raise InputError(
+                f"{path.name}:line {lineno}:id", rid, f"unique; line {first_line[rid]} has it"
+            )
+        first_line.setdefault(rid, lineno)
+        yield lineno, {k: (v or "").strip() for k, v in row.items()}
+    if not first_line:
+        raise InputError("--runs", str(path), "no data rows under the header")
 
 
 def num(row: dict[str, str], col: str, where: str) -> float | None:
@@ -152,4 +184,25 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
         raise InputError(f"{where}:{col}", text, "a number or an empty cell") from None
     if math.isnan(v):
         return None
+    if math.isinf(v):
+        raise InputError(f"{where}:{col}", text, "a finite number or an empty cell")
     return v
+
+
+def positive(row: dict[str, str], col: str, where: str) -> float | None:
+    """A cell that, when given, must be a number above zero (a measured rate or time)."""
+    v = num(row, col, where)
+    if v is not None and v <= 0:
+        raise InputError(f"{where}:{col}", row[col], "a positive number or an empty cell")
+    return v
+
+
+def count(row: dict[str, str], col: str, where: str) -> int | None:
+    """A cell that, when given, must be a whole number of at least 1 (GPUs, a degree)."""
+    v = num(row, col, where)
+    if v is None:
+        return None
+    if v < 1 or not v.is_integer():
+        valid = "a whole number of at least 1 or an empty cell"
+        raise InputError(f"{where}:{col}", row[col], valid)
+    return int(v)

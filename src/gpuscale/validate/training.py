@@ -31,7 +31,9 @@ from gpuscale.search.plans import search_plans
 from gpuscale.validate.report import (
     RowResult,
     ValidationReport,
+    count,
     num,
+    positive,
     read_rows,
     signed_error_pct,
 )
@@ -119,8 +121,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         "mfu": "measured_mfu",
         "excluded": "measured_tokens_per_s_per_gpu",
     }[target]
-    measured = num(row, measured_col, where)
-    step_s = num(row, "measured_step_time_s", where)
+    measured = positive(row, measured_col, where)
+    step_s = positive(row, "measured_step_time_s", where)
     if measured is None and step_s is None:
         raise UnsupportedRowError(f"no {measured_col} value")
     try:
@@ -128,12 +130,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     except InputError:
         raise UnsupportedRowError(f"GPU {row['gpu']!r} not in the catalog") from None
     model, notes = model_for(row, where)
-    n_gpus = num(row, "num_gpus", where)
+    n_gpus = count(row, "num_gpus", where)
     seq, gbs, from_notes = sizes_from_notes(
-        row.get("notes", ""), num(row, "seq_len", where), num(row, "global_batch_seqs", where)
+        row.get("notes", ""), count(row, "seq_len", where), count(row, "global_batch_seqs", where)
     )
     notes.extend(from_notes)
-    dp_stated, mbs_stated = num(row, "dp", where), num(row, "micro_batch", where)
+    dp_stated, mbs_stated = count(row, "dp", where), count(row, "micro_batch", where)
     if gbs is None and dp_stated is not None and mbs_stated is not None:
         gbs = dp_stated * mbs_stated
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
@@ -199,9 +201,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         ("vpp", "vpp"),
         ("micro_batch", "mbs"),
     ):
-        v = num(row, col, where)
+        v = count(row, col, where)
         if v is not None:
-            fixed[key] = int(v)
+            fixed[key] = v
     if "dp" in fixed and "tp" not in fixed and "pp" not in fixed:
         split = megatron_split(w, fixed)
         if split is not None:

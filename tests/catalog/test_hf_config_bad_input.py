@@ -1,0 +1,102 @@
+"""A malformed Hugging Face config.json: one error naming the file, the key and the value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuscale.catalog.hf import load_hf_config
+from gpuscale.errors import InputError
+
+LLAMA: dict[str, Any] = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "hidden_act": "silu",
+}
+MOE = {**LLAMA, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}
+
+
+def _load(tmp_path: Path, cfg: dict[str, Any]) -> InputError:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError) as exc:
+        load_hf_config(path)
+    return exc.value
+
+
+def test_a_good_config_loads(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    m = load_hf_config(path)
+    assert (m.layers, m.kv_heads, m.head_dim, m.ffn_hidden) == (32, 8, 128, 14336)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("num_key_value_heads", "eight"),
+        ("intermediate_size", "big"),
+        ("head_dim", "x"),
+        ("sliding_window", [128]),
+        ("num_hidden_layers", True),  # JSON true is not a layer count
+        ("num_hidden_layers", "32"),
+        ("num_key_value_heads", 0),
+        ("hidden_size", 40.5),
+    ],
+)
+def test_a_bad_integer_names_its_key(tmp_path: Path, key: str, value: Any) -> None:
+    err = _load(tmp_path, {**LLAMA, key: value})
+    assert err.field == f"config.json:{key}"
+    assert err.value == value
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("num_local_experts", "x"), ("num_experts_per_tok", 0), ("moe_intermediate_size", 0)],
+)
+def test_a_bad_expert_size_names_its_key(tmp_path: Path, key: str, value: Any) -> None:
+    assert _load(tmp_path, {**MOE, key: value}).field == f"config.json:{key}"
+
+
+def test_an_integral_float_is_read_as_an_integer(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, "num_hidden_layers": 32.0}))
+    assert load_hf_config(path).layers == 32
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"num_key_value_heads": 5}, "kv_heads=5 must divide heads=32"),
+        (
+            {"num_attention_heads": 30, "num_key_value_heads": 30},
+            "hidden=4096 is not a multiple of heads=30",
+        ),
+    ],
+)
+def test_an_inconsistent_shape_is_explained(
+    tmp_path: Path, change: dict[str, Any], words: str
+) -> None:
+    err = _load(tmp_path, {**LLAMA, **change})
+    assert words in err.valid
+    assert len(err.valid) < 150  # the reason, not a dump of the whole config
+
+
+def test_top_k_above_the_experts(tmp_path: Path) -> None:
+    err = _load(tmp_path, {**MOE, "num_experts_per_tok": 16})
+    assert "top_k=16 exceeds num_experts=8" in err.valid
+
+
+def test_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xff\xfe{\x00")
+    with pytest.raises(InputError, match="not a readable JSON file"):
+        load_hf_config(path)

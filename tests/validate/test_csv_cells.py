@@ -1,0 +1,70 @@
+"""Impossible or duplicate cells in a runs file: an error naming the file, line and column."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.errors import InputError
+from gpuscale.validate.report import strict_json
+from gpuscale.validate.training import validate_training
+
+HEADER = (
+    "id,source,model,gpu,num_gpus,seq_len,global_batch_seqs,target,measured_tokens_per_s_per_gpu"
+)
+ROW = "r1,torchtitan,llama3-8b,H100-SXM5-80GB,8,8192,64,tokens_per_s_per_gpu,{measured}"
+
+
+def _file(tmp_path: Path, *lines: str, bom: bool = False) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text(("\ufeff" if bom else "") + "\n".join([HEADER, *lines]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("measured", ["0", "-1000", "inf"])
+def test_an_impossible_measured_value_is_located(tmp_path: Path, measured: str) -> None:
+    with pytest.raises(InputError) as exc:
+        validate_training(_file(tmp_path, ROW.format(measured=measured)), default_calibration())
+    assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
+    assert exc.value.value == measured
+
+
+@pytest.mark.parametrize(
+    ("col", "text"), [("num_gpus", "0"), ("num_gpus", "8.5"), ("seq_len", "-1")]
+)
+def test_a_count_must_be_a_whole_positive_number(tmp_path: Path, col: str, text: str) -> None:
+    cells = dict(zip(HEADER.split(","), ROW.format(measured="5000").split(","), strict=True))
+    cells[col] = text
+    with pytest.raises(InputError) as exc:
+        validate_training(_file(tmp_path, ",".join(cells.values())), default_calibration())
+    assert exc.value.field == f"runs.csv:line 2:{col}"
+
+
+def test_duplicate_ids_are_an_error(tmp_path: Path) -> None:
+    row = ROW.format(measured="5000")
+    with pytest.raises(InputError, match="line 2 has it") as exc:
+        validate_training(_file(tmp_path, row, row), default_calibration())
+    assert exc.value.field == "runs.csv:line 3:id"
+
+
+def test_a_header_without_rows_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no data rows"):
+        validate_training(_file(tmp_path), default_calibration())
+
+
+def test_a_spreadsheet_byte_order_mark_is_ignored(tmp_path: Path) -> None:
+    rep = validate_training(
+        _file(tmp_path, ROW.format(measured="5000"), bom=True), default_calibration()
+    )
+    assert [r.id for r in rep.rows] == ["r1"]
+    assert rep.rows[0].status == "scored"
+
+
+def test_strict_json_writes_no_nan() -> None:
+    text = strict_json({"a": math.nan, "b": [np.float64(math.inf), np.int64(3)], "c": 1.5})
+    assert json.loads(text) == {"a": None, "b": [None, 3], "c": 1.5}
