@@ -7,6 +7,7 @@ prefixes (Ki, Mi, Gi, Ti) are powers of 1024, as in nccl-tests and the JEDEC/IEC
 
 from __future__ import annotations
 
+import math
 import re
 
 from gpuscale.errors import InputError
@@ -45,6 +46,13 @@ def parse_quantity(text: str | float | int, kind: str, field: str) -> float:
     ``bytes/s``, ``seconds``, ``watts``, ``flop/s``, ``number``). Plain numbers are taken as
     already in SI base units. Raises :class:`InputError` naming ``field``.
     """
+    value = _parse(text, kind, field)
+    if not math.isfinite(value):
+        raise InputError(field, text, f"a finite quantity, e.g. {_example(kind)}")
+    return value
+
+
+def _parse(text: str | float | int, kind: str, field: str) -> float:
     if isinstance(text, int | float):
         return float(text)
     s = text.strip()

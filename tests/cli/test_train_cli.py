@@ -207,7 +207,7 @@ def test_unknown_model_suggests_closest() -> None:
         # GPT-3 has 96 heads; tp 64 divides the GPU count but not the heads
         (["--tp", "64"], ("tp", "64", "96 attention heads")),
         # expert parallelism on a dense model says so, not that ep must divide the experts
-        (["--tp", "8", "--ep", "4"], ("plan", "EP4", "ep > 1 on a dense model")),
+        (["--tp", "8", "--ep", "4"], ("ep=4", "gpt3-175b is a dense model")),
     ],
 )
 def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) -> None:
@@ -293,3 +293,38 @@ def test_the_estimate_names_the_structure_that_shapes_the_costs() -> None:
     assert "88 blocks: 40 Mamba-2, 8 attention, 40 MoE" in line and "2 MTP depths" in line
     assert "18 layers with a 128-token window" in _model_line(get_model("gpt-oss-120b"))
     assert _model_line(get_model("llama3-70b")) == "70.6 B parameters; 80 layers"
+
+
+def test_expert_and_interleaving_errors_name_the_valid_values() -> None:
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from gpuscale.cli import main; main()",
+                "train",
+                "estimate",
+                "--gpu",
+                "h100-sxm",
+                "--gpus",
+                "64",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    r = run("--model", "mixtral-8x7b", "--ep", "3")
+    assert r.returncode == 2
+    assert "ep=3 is invalid: must divide the 8 experts of mixtral-8x7b" in r.stderr
+    assert "one of 1, 2, 4, 8" in r.stderr
+    r = run("--model", "llama3-8b", "--ep", "2")
+    assert r.returncode == 2 and "dense model" in r.stderr
+    r = run("--model", "llama3-8b", "--vpp", "2")
+    assert r.returncode == 2 and "vpp=2 is invalid" in r.stderr
+    r = run("--model", "llama3-8b", "--tokens", "1e400")
+    assert r.returncode == 2 and "tokens='1e400' is invalid: a finite quantity" in r.stderr

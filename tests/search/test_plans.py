@@ -226,3 +226,15 @@ def test_fixed_partial_recompute_that_needs_no_recompute_still_ranks() -> None:
     e = r.estimate
     assert (e.plans.recompute[r.order] == RECOMPUTE.index("partial")).all()
     assert float(e.memory.recompute_fraction[r.best]) == 0.0
+
+
+def test_weak_scaling_batch_stays_near_proportional() -> None:
+    from gpuscale.search.scaling import weak_batch
+
+    assert weak_batch(1024, 8, 1024) == 8  # whole: exactly proportional
+    assert weak_batch(512, 8, 16) == 256
+    # 512 x 8 / 12 = 341.3: a multiple of 64 (a quarter of 256), not the power of two 256
+    assert weak_batch(512, 8, 12) == 320
+    for batch, n, total in ((512, 8, 12), (512, 64, 100), (2520, 8, 5128), (7, 2, 8)):
+        exact = batch * n / total
+        assert abs(weak_batch(batch, n, total) - exact) <= exact / 8 + 0.5

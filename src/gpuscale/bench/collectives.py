@@ -47,6 +47,8 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import OPS
 
 Call = Callable[[], None]
+BACKENDS = ("auto", "nccl", "gloo")
+"""torch.distributed backends: auto = NCCL where CUDA is available, else Gloo."""
 
 
 def _seq(*_done: object) -> None:
@@ -64,12 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-n", "--iters", type=int, default=20)
     ap.add_argument("-w", "--warmup_iters", type=int, default=5)
     ap.add_argument("-c", "--check", type=int, default=1)
-    ap.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    ap.add_argument("--backend", default="auto", help=f"one of {', '.join(BACKENDS)}")
     ap.add_argument("--json", type=Path, default=None, help="write the results as JSON")
     return ap
 
 
-def _check_args(a: argparse.Namespace) -> tuple[list[int], int]:
+def check_args(a: argparse.Namespace) -> tuple[list[int], int]:
+    """Validate parsed flags (before torch or any process group): (sizes, dtype bytes).
+
+    The one check of the benchmark's flags: each worker runs it, and ``gpuscale bench
+    collectives`` runs it on the same argument list before it launches any worker.
+    """
     if a.op not in OPS:
         raise InputError("-o/--op", a.op, f"one of {', '.join(OPS)}")
     if a.datatype not in DTYPE_BYTES:
@@ -78,6 +85,10 @@ def _check_args(a: argparse.Namespace) -> tuple[list[int], int]:
         raise InputError("-n/--iters", a.iters, "at least 1")
     if a.warmup_iters < 0:
         raise InputError("-w/--warmup_iters", a.warmup_iters, "0 or more")
+    if a.check not in (0, 1):
+        raise InputError("-c/--check", a.check, "0 (no check) or 1 (check each variant once)")
+    if a.backend not in BACKENDS:
+        raise InputError("--backend", a.backend, f"one of {', '.join(BACKENDS)}")
     sizes = size_sweep(
         parse_size(a.minbytes, "-b/--minbytes"),
         parse_size(a.maxbytes, "-e/--maxbytes"),
@@ -252,7 +263,7 @@ def _time(torch: Any, call: Call, iters: int, warmup: int, cuda: bool) -> float:
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     a = build_parser().parse_args(argv)
-    sizes, tbytes = _check_args(a)
+    sizes, tbytes = check_args(a)
     import torch
     import torch.distributed as dist
 

@@ -71,9 +71,7 @@ class _Ints:
                 isinstance(val, int) or (isinstance(val, float) and val.is_integer())
             )
             if not ok or int(val) < minimum:
-                raise InputError(
-                    f"{self.path.name}:{n}", val, f"an integer of at least {minimum}"
-                )
+                raise InputError(f"{self.path.name}:{n}", val, f"an integer of at least {minimum}")
             return int(val)
         return default
 

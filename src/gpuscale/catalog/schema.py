@@ -209,8 +209,7 @@ class Model(_Entry):
         if self.head_dim == 0:
             if self.hidden % self.heads:
                 raise ValueError(
-                    f"hidden={self.hidden} is not a multiple of heads={self.heads}: "
-                    "give head_dim"
+                    f"hidden={self.hidden} is not a multiple of heads={self.heads}: give head_dim"
                 )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         if self.num_experts < 1 or self.top_k < 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from gpuscale.cli import _common
 from gpuscale.errors import InputError
@@ -47,7 +48,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="gpuscale")
     except InputError as exc:
-        _common.err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # the message quotes user input: print it as text, not as rich markup
+        _common.err.print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
     except SystemExit as exc:
         if exc.code not in (0, None):

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuscale.calibrate import Calibration, default_calibration
 from gpuscale.validate.report import ValidationReport, strict_json
@@ -36,12 +37,12 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
         )
     for r in report.rows:
         t.add_row(
-            r.id,
-            r.metric,
+            Text(r.id),
+            Text(r.metric),
             "" if r.predicted is None else f"{r.predicted:,.4g}",
             "" if r.measured is None else f"{r.measured:,.4g}",
             "" if r.error_pct is None else f"{r.error_pct:+.1f}",
-            r.status if not r.reason else f"{r.status}: {r.reason}",
+            Text(r.status if not r.reason else f"{r.status}: {r.reason}"),
         )
     out.print(t)
     g = Table(title="by source (scored rows)")
@@ -50,7 +51,7 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
     for name, rows in sorted(report.by_group().items()):
         s = report.stats(rows)
         g.add_row(
-            name,
+            Text(name),
             str(len(rows)),
             f"{s['mape_pct']:.1f}",
             f"{s['median_abs_error_pct']:.1f}",

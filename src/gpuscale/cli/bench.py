@@ -8,6 +8,7 @@ gpuscale.bench.collectives ...`` (same flags), and with ``--model cluster.yaml``
 from __future__ import annotations
 
 import json as jsonlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,21 @@ from gpuscale.cli._common import load_calibration
 from gpuscale.errors import InputError
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def check_output_file(path: Path, field: str) -> None:
+    """Refuse, before any work, an output path that could not be written at the end."""
+    parent = path.parent
+    if path.is_dir():
+        raise InputError(field, str(path), "a file path (it is a directory)")
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise InputError(field, str(path), f"a file in an existing directory ({parent} {what})")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise InputError(field, str(path), "a writable file (it is not writable)")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(field, str(path), f"a file in a writable directory ({parent} is not)")
 
 
 def launch(nproc: int, args: list[str], json_path: Path) -> int:
@@ -86,14 +102,26 @@ def collectives(
     calibration: Annotated[Path | None, typer.Option("--calibration")] = None,
 ) -> None:
     """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
-    from gpuscale.bench.sweep import parse_size, size_sweep
-    from gpuscale.perf.comm import check_op
+    from gpuscale.bench.collectives import build_parser, check_args
 
-    check_op(op)
+    # The worker's own parser and checks, on the very arguments it will get (one source of
+    # truth); `--flag=value` so that a value starting with '-' stays a value.
+    args = [
+        f"--minbytes={minbytes}",
+        f"--maxbytes={maxbytes}",
+        f"--stepfactor={factor!r}",
+        f"--op={op}",
+        f"--iters={iters}",
+        f"--warmup_iters={warmup}",
+        f"--check={check}",
+        f"--datatype={datatype}",
+        f"--backend={backend}",
+    ]
+    check_args(build_parser().parse_args(args))
     if nproc < 1:
         raise InputError("--nproc", nproc, "at least 1 process")
-    size_sweep(parse_size(minbytes, "-b/--minbytes"), parse_size(maxbytes, "-e/--maxbytes"), factor)
     fabric = None
+    cal = None
     if model is not None or system is not None:
         from gpuscale.cli.comm import resolve_fabric
 
@@ -102,26 +130,9 @@ def collectives(
             raise InputError(
                 "--nproc", nproc, f"at most the model cluster's {fabric.total_gpus} GPUs"
             )
-    args = [
-        "-b",
-        minbytes,
-        "-e",
-        maxbytes,
-        "-f",
-        str(factor),
-        "-o",
-        op,
-        "-n",
-        str(iters),
-        "-w",
-        str(warmup),
-        "-c",
-        str(check),
-        "-d",
-        datatype,
-        "--backend",
-        backend,
-    ]
+        cal = load_calibration(calibration)
+    if json is not None:
+        check_output_file(json, "--json")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.json"
         rc = launch(nproc, args, path)
@@ -130,7 +141,7 @@ def collectives(
         measured = jsonlib.loads(path.read_text())
     result: dict[str, Any] = {"measured": measured}
     if fabric is not None:
-        rows = compare(measured, fabric, load_calibration(calibration))
+        rows = compare(measured, fabric, cal)
         result["versus_model"] = rows
         print("# measured (out-of-place) vs gpuscale model")
         print("#       size   meas. us   model us  meas. busbw  model busbw  model algo")
@@ -143,6 +154,11 @@ def collectives(
                 f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}"
             )
     if json is not None:
-        json.write_text(jsonlib.dumps(result, indent=2) + "\n")
+        try:
+            json.write_text(jsonlib.dumps(result, indent=2) + "\n")
+        except OSError as exc:
+            raise InputError(
+                "--json", str(json), f"a writable file path ({exc.strerror or exc})"
+            ) from None
     if rc != 0:
         raise typer.Exit(rc)

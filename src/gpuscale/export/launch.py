@@ -1,15 +1,18 @@
 """Render a benchmark launch for a cluster spec: sbatch (srun + torchrun) and a PyTorchJob.
 
 Everything is rendered and checked in memory (the manifest parses as YAML with the right
-replica count, the sbatch asks for the right node count and command); only then are the
-files written, each through a temporary file and an atomic rename.
+replica count and image, the sbatch asks for the right node count and command); then every
+target path is checked, and only then are the files written, each through a temporary file
+and an atomic rename, all or none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,7 @@ class LaunchFiles:
     gpus_per_node: int
     command: tuple[str, ...]
     files: dict[str, str]
+    image: str = DEFAULT_IMAGE
 
 
 def nccl_env(spec: ClusterSpec) -> list[tuple[str, str]]:
@@ -74,6 +78,49 @@ def nccl_env(spec: ClusterSpec) -> list[tuple[str, str]]:
     return env
 
 
+_IMAGE_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_DOMAIN = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+)
+IMAGE_RE = re.compile(
+    rf"(?:{_IMAGE_DOMAIN}/)?{_IMAGE_PART}(?:/{_IMAGE_PART})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
+)
+"""A container image reference, [registry[:port]/]name[:tag][@digest] (the grammar of
+github.com/distribution/reference: lower-case repository path, tag of word characters)."""
+IMAGE_VALID = (
+    "a container image reference, registry/name:tag or name@sha256:<hex> "
+    "(e.g. nvcr.io/nvidia/pytorch:24.05-py3; lower-case name; "
+    "no spaces, quotes or control characters)"
+)
+
+
+def check_image(image: str) -> str:
+    """``image`` if it is a container image reference, else an :class:`InputError`."""
+    if not isinstance(image, str) or len(image) > 1024 or not IMAGE_RE.fullmatch(image):
+        raise InputError("--image", image, IMAGE_VALID)
+    return image
+
+
+def check_cluster_name(name: str) -> str:
+    """``name`` (the spec's ``name:``) if it can go into a comment line, else an InputError.
+
+    The name is written into comment lines of the sbatch script and the manifest: a line
+    break (or any other control or separator character) would end the comment and turn the
+    rest of the name into shell commands or YAML.
+    """
+    if not name.isprintable():
+        raise InputError(
+            "name",
+            name,
+            "a cluster name of printable characters (no newlines, tabs or control characters)",
+        )
+    return name
+
+
 def _dns_name(text: str) -> str:
     """A Kubernetes DNS-1123 label from ``text``."""
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
@@ -90,6 +137,10 @@ def _check(files: LaunchFiles, sbatch_name: str, manifest_name: str) -> None:
     specs = doc["spec"]["pytorchReplicaSpecs"]
     if sum(int(r["replicas"]) for r in specs.values()) != files.nodes:
         raise RuntimeError(f"rendered {manifest_name} has the wrong replica count")
+    for role in specs.values():
+        container = role["template"]["spec"]["containers"][0]
+        if container["image"] != files.image:
+            raise RuntimeError(f"rendered {manifest_name} has the wrong image")
 
 
 def render_launch(
@@ -105,6 +156,8 @@ def render_launch(
     n = spec.nodes if nodes is None else nodes
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > spec.nodes:
         raise InputError("--nodes", nodes, f"an integer 1..{spec.nodes} (nodes in {spec.name})")
+    check_cluster_name(spec.name)
+    check_image(image)
     module, args = BENCHES[bench]
     job = _dns_name(job_name or f"{spec.name}-{bench}-{n}n")
     roles: list[tuple[str, int]] = [("Master", 1)] + ([("Worker", n - 1)] if n > 1 else [])
@@ -140,6 +193,7 @@ def render_launch(
         nodes=n,
         gpus_per_node=spec.gpus_per_node,
         command=(module, *args),
+        image=image,
         files={
             sbatch_name: env.from_string(templates.SBATCH).render(ctx),
             manifest_name: env.from_string(templates.PYTORCHJOB).render(ctx),
@@ -149,27 +203,118 @@ def render_launch(
     return files
 
 
-def write_launch(files: LaunchFiles, out_dir: Path) -> list[Path]:
-    """Write every file of ``files`` under ``out_dir`` (temporary file + rename each)."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError("--out", str(out), "a directory (it exists as a file)")
-    out.mkdir(parents=True, exist_ok=True)
-    staged: list[tuple[str, Path]] = []
+MODES = {".sbatch": 0o755}
+"""File mode by suffix: the sbatch script is executable; the other files are 0644."""
+DEFAULT_MODE = 0o644
+
+
+def _out_error(out: Path, valid: str) -> InputError:
+    return InputError("--out", str(out), valid)
+
+
+def _missing_dirs(out: Path) -> list[Path]:
+    """The directories to create for ``out``, outermost first.
+
+    An :class:`InputError` if ``out`` or a parent exists but is not a directory, or if the
+    nearest existing directory is not writable.
+    """
+    missing: list[Path] = []
+    p = out
+    while not p.is_dir():
+        if os.path.lexists(p):
+            where = "it exists" if p == out else f"{p} exists"
+            raise _out_error(out, f"a directory ({where} and is not a directory)")
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    if not os.access(p, os.W_OK | os.X_OK):
+        where = "it is" if p == out else f"{p} is"
+        raise _out_error(out, f"a writable directory ({where} not writable)")
+    return missing[::-1]
+
+
+def _check_targets(files: LaunchFiles, out: Path) -> None:
+    """No target may be a directory (a file there is replaced)."""
+    for name in files.files:
+        if name != Path(name).name or name in ("", ".", ".."):
+            raise RuntimeError(f"launch file name {name!r} is not a plain file name")
+        if (out / name).is_dir():
+            raise _out_error(out, f"a directory where {name} can be written (it is a directory)")
+
+
+def _backup(final: Path, out: Path) -> str | None:
+    """A hard link to (or else a copy of) what is at ``final``, to restore on rollback."""
+    if not os.path.lexists(final):
+        return None
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.old.", dir=out)
+    os.close(fd)
     try:
-        for name, text in files.files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            staged.append((tmp, out / name))
-        written = []
-        for tmp, final in staged:
-            os.replace(tmp, final)
-            if final.suffix == ".sbatch":
-                final.chmod(0o755)
-            written.append(final)
-        return written
+        os.unlink(tmp)
+        os.link(final, tmp, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(final, tmp, follow_symlinks=False)
+    return tmp
+
+
+def _rollback(replaced: list[Path], backups: dict[Path, str | None]) -> None:
+    """Put back what was at each replaced path (best effort)."""
+    for final in reversed(replaced):
+        old = backups.get(final)
+        with contextlib.suppress(OSError):
+            if old is None:
+                final.unlink()
+            else:
+                os.replace(old, final)
+
+
+def write_launch(files: LaunchFiles, out_dir: Path) -> list[Path]:
+    """Write every file of ``files`` under ``out_dir``: all of them or none.
+
+    Before anything is created, ``out_dir`` (or its nearest existing parent) must be a
+    writable directory and no target may be a directory. Each file is staged as a temporary
+    file with its final mode (0755 for the sbatch script, 0644 otherwise) and only then are
+    all renamed into place; if one rename fails, the ones done are rolled back, and the
+    directories created for ``out_dir`` are removed again.
+    """
+    out = Path(out_dir)
+    missing = _missing_dirs(out)
+    _check_targets(files, out)
+    made: list[Path] = []
+    staged: list[tuple[str, Path]] = []
+    backups: dict[Path, str | None] = {}
+    replaced: list[Path] = []
+    ok = False
+    try:
+        try:
+            for d in missing:
+                d.mkdir()
+                made.append(d)
+            for name, text in files.files.items():
+                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
+                staged.append((tmp, out / name))
+                with os.fdopen(fd, "w") as fh:
+                    os.fchmod(fh.fileno(), MODES.get(Path(name).suffix, DEFAULT_MODE))
+                    fh.write(text)
+            for _, final in staged:
+                backups[final] = _backup(final, out)
+            for tmp, final in staged:
+                os.replace(tmp, final)
+                replaced.append(final)
+        except OSError as exc:
+            _rollback(replaced, backups)
+            raise _out_error(
+                out, f"a directory the launch files can be written to ({exc.strerror or exc})"
+            ) from None
+        ok = True
+        return replaced
     finally:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        leftovers = [tmp for tmp, _ in staged] + [b for b in backups.values() if b is not None]
+        for tmp in leftovers:
+            with contextlib.suppress(OSError):
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
+        if not ok:
+            for d in reversed(made):
+                with contextlib.suppress(OSError):
+                    d.rmdir()

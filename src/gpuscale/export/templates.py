@@ -45,7 +45,7 @@ PYTORCHJOB = """\
 apiVersion: kubeflow.org/v1
 kind: PyTorchJob
 metadata:
-  name: {{ job_name }}
+  name: {{ job_name | tojson }}
   labels:
     app.kubernetes.io/managed-by: gpuscale
 spec:
@@ -60,7 +60,7 @@ spec:
         spec:
           containers:
             - name: pytorch
-              image: {{ image }}
+              image: {{ image | tojson }}
               command:
                 - torchrun
                 - --nnodes={{ nodes }}
@@ -70,7 +70,7 @@ spec:
                 - --rdzv-endpoint
                 - $(MASTER_ADDR):$(MASTER_PORT)
                 - --rdzv-id
-                - {{ job_name }}
+                - {{ job_name | tojson }}
                 - -m
                 - {{ module }}
 {%- for arg in args %}

@@ -262,6 +262,21 @@ def check_plan(w: Workload, p: Plans) -> None:
             w.global_batch,
             f"must be divisible by dp x micro-batch = {dp} x {mb} = {dp * mb}",
         )
+    ep, vpp = int(p.ep[0]), int(p.vpp[0])
+    if ep > 1 and not m.is_moe:
+        raise InputError("ep", ep, f"1: {m.key} is a dense model (no experts)")
+    if ep > 1:
+        group = tp * dp * cp
+        fits = [e for e in range(1, group + 1) if m.num_experts % e == 0 and group % e == 0]
+        if ep not in fits:
+            raise InputError(
+                "ep",
+                ep,
+                f"must divide the {m.num_experts} experts of {m.key} and tp x dp x cp = "
+                f"{group}: one of {', '.join(map(str, fits))}",
+            )
+    if vpp > 1 and pp == 1:
+        raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
     ok, rules = validity(w, p)
     if not ok[0]:
         for mask, why in rules:

@@ -1,8 +1,8 @@
 """Scaling curves: the best plan at each GPU count from 8 to N, and where efficiency goes.
 
 Strong scaling keeps the global batch; weak scaling grows it with the GPU count (the batch
-given is the one at the largest count; smaller counts get it scaled down proportionally and
-rounded to a power of two). Efficiency is tokens/s per GPU relative to the first point
+given is the one at the largest count; smaller counts get it scaled down proportionally,
+see :func:`weak_batch`). Efficiency is tokens/s per GPU relative to the first point
 where a plan fits; the "growing term" is the step-time term whose share grew most since
 that point. A count where nothing fits has no figures (None), only the reason.
 """
@@ -16,6 +16,18 @@ from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import Workload
 from gpuscale.search.plans import search_plans
+
+
+def weak_batch(batch: int, n: int, total: int) -> int:
+    """The weak-scaling global batch at ``n`` of ``total`` GPUs: ``batch x n / total`` when
+    that is whole, else that rounded to a multiple of a quarter of its largest power of two
+    (341.3 -> 320 = 5 x 64), within 1/8 of proportional and rich in factors of two, so that
+    it splits into data-parallel degrees and micro-batches as a real run's batch does."""
+    exact = batch * n / total
+    if exact.is_integer():
+        return int(exact)
+    step = max(1, 2 ** math.floor(math.log2(max(exact, 1.0))) // 4)
+    return int(max(step, round(exact / step) * step))
 
 
 @dataclass(frozen=True)
@@ -50,9 +62,7 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
     for n in gpu_counts(w.num_gpus):
         gbs = w.global_batch
         if mode == "weak" and n < w.num_gpus:
-            # proportional to the GPUs, rounded to a power of two so that it factors into
-            # data-parallel degrees and micro-batches as a real run's batch would
-            gbs = 2 ** max(0, round(math.log2(w.global_batch * n / w.num_gpus)))
+            gbs = weak_batch(w.global_batch, n, w.num_gpus)
         wn = replace(w, num_gpus=n, global_batch=gbs, fabric=replace(w.fabric, total_gpus=n))
         try:
             res = search_plans(wn, cal)

@@ -19,7 +19,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", mark)

@@ -1,0 +1,131 @@
+"""`gpuscale bench collectives` rejects bad flags and outputs before it launches torchrun."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gpuscale.cli.bench as bench_cli
+from gpuscale.bench import collectives
+from gpuscale.cli import main
+
+RESULT = {
+    "op": "all_reduce",
+    "ranks": 2,
+    "dtype": "float32",
+    "rows": [{"size_bytes": 8, "oop_time_us": 10.0, "oop_busbw": 0.0}],
+}
+
+
+@pytest.fixture
+def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str]]]:
+    """Stub torchrun: record the launch and write a result, as a finished run would."""
+    calls: list[tuple[int, list[str]]] = []
+
+    def fake_launch(nproc: int, args: list[str], json_path: Path) -> int:
+        calls.append((nproc, list(args)))
+        json_path.write_text(json.dumps(RESULT))
+        return 0
+
+    monkeypatch.setattr(bench_cli, "launch", fake_launch)
+    return calls
+
+
+def _fail(capsys: Any, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "collectives", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "hint"),
+    [
+        (["-d", "bogus"], "-d/--datatype='bogus'", "float32"),
+        (["-d", ""], "-d/--datatype=''", "float32"),
+        (["-n", "0"], "-n/--iters=0", "at least 1"),
+        (["-n", "-5"], "-n/--iters=-5", "at least 1"),
+        (["-w", "-1"], "-w/--warmup_iters=-1", "0 or more"),
+        (["-c", "7"], "-c/--check=7", "0 (no check) or 1"),
+        (["-c", "-1"], "-c/--check=-1", "0 (no check) or 1"),
+        (["--backend", "mpi"], "--backend='mpi'", "auto, nccl, gloo"),
+        (["-o", "allgather"], "-o/--op='allgather'", "all_gather"),
+        (["-b", "-x"], "-b/--minbytes='-x'", "byte count"),
+        (["-b", "1M", "-e", "8"], "-b/--minbytes=", "at most -e/--maxbytes"),
+        (["-f", "1"], "-f/--stepfactor=1.0", "greater than 1"),
+        (["-N", "0"], "--nproc=0", "at least 1"),
+    ],
+)
+def test_bad_flag_fails_before_launching(
+    capsys: Any, launched: list[Any], argv: list[str], field: str, hint: str
+) -> None:
+    err = _fail(capsys, *argv)
+    assert err.startswith(f"error: {field}") and hint in err
+    assert launched == []
+
+
+@pytest.mark.parametrize("kind", ["missing-parent", "directory", "parent-is-file"])
+def test_unwritable_json_fails_before_launching(
+    tmp_path: Path, capsys: Any, launched: list[Any], kind: str
+) -> None:
+    (tmp_path / "afile").write_text("x\n")
+    path = {
+        "missing-parent": tmp_path / "no" / "such" / "out.json",
+        "directory": tmp_path,
+        "parent-is-file": tmp_path / "afile" / "out.json",
+    }[kind]
+    err = _fail(capsys, "--json", str(path))
+    assert err.startswith(f"error: --json={str(path)!r} is invalid:")
+    assert launched == []
+
+
+def test_bad_calibration_fails_before_launching(
+    tmp_path: Path, capsys: Any, launched: list[Any]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(
+            [
+                "bench",
+                "collectives",
+                "--system",
+                "dgx-h100",
+                "--nodes",
+                "1",
+                "--calibration",
+                str(tmp_path / "missing.json"),
+            ]
+        )
+    assert exc.value.code == 2
+    assert launched == []
+
+
+def test_good_flags_launch_the_worker_with_flags_it_accepts(
+    tmp_path: Path, capsys: Any, launched: list[tuple[int, list[str]]]
+) -> None:
+    out = tmp_path / "res.json"
+    main(["bench", "collectives", "-N", "2", "-c", "0", "-n", "3", "-w", "0", "--json", str(out)])
+    ((nproc, args),) = launched
+    assert nproc == 2
+    parsed = collectives.build_parser().parse_args(args)
+    assert (parsed.check, parsed.iters, parsed.warmup_iters) == (0, 3, 0)
+    collectives.check_args(parsed)
+    assert json.loads(out.read_text())["measured"] == RESULT
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [(["--backend", "mpi"], "--backend='mpi'"), (["-c", "7"], "-c/--check=7")],
+)
+def test_worker_rejects_the_same_flags_in_one_line(
+    capsys: Any, argv: list[str], field: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        collectives.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {field}") and "\n" not in err
