@@ -328,3 +328,33 @@ def test_expert_and_interleaving_errors_name_the_valid_values() -> None:
     assert r.returncode == 2 and "vpp=2 is invalid" in r.stderr
     r = run("--model", "llama3-8b", "--tokens", "1e400")
     assert r.returncode == 2 and "tokens='1e400' is invalid: a finite quantity" in r.stderr
+
+
+def test_a_system_of_another_gpu_generation_is_refused() -> None:
+    r = gpuscale(
+        "train",
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "a100-sxm-80gb",
+        "--system",
+        "gb200-nvl72",
+        "--gpus",
+        "72",
+    )
+    assert_one_line_error(r, "system='gb200-nvl72'", "houses blackwell GPUs")
+    ok = gpuscale(
+        "train",
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h200",
+        "--system",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--json",
+    )
+    assert ok.returncode == 0, ok.stderr

@@ -92,8 +92,17 @@ def _workload(
     mtp: int | None = None,
 ) -> Workload:
     g = get_gpu(gpu)
-    # an explicit --system may house a GPU other than its reference one (same generation)
+    # an explicit --system may house a GPU other than its reference one, of its generation
+    # (an H200 in a DGX H100 chassis), not one of another (an A100 in a GB200 NVL72 rack)
     s = get_system(system) if system else system_for_gpu(g)
+    if system and get_gpu(s.gpu).arch != g.arch:
+        home = get_gpu(s.gpu)
+        raise InputError(
+            "system",
+            system,
+            f"a system for {g.arch} GPUs like {g.key}; {s.key} houses {home.arch} "
+            f"GPUs ({home.key})",
+        )
     m = get_model(model)
     if mtp is not None:
         if mtp < 0:
