@@ -26,12 +26,25 @@ def _file(tmp_path: Path, *lines: str, bom: bool = False) -> Path:
     return path
 
 
-@pytest.mark.parametrize("measured", ["0", "-1000", "inf"])
-def test_an_impossible_measured_value_is_located(tmp_path: Path, measured: str) -> None:
+def test_an_infinite_measured_value_is_a_located_error(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
-        validate_training(_file(tmp_path, ROW.format(measured=measured)), default_calibration())
+        validate_training(_file(tmp_path, ROW.format(measured="inf")), default_calibration())
     assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
-    assert exc.value.value == measured
+    assert exc.value.value == "inf"
+
+
+@pytest.mark.parametrize("measured", ["0", "-1000"])
+def test_an_impossible_measured_value_skips_its_row(tmp_path: Path, measured: str) -> None:
+    good = ROW.format(measured="5000").replace("r1,", "r2,", 1)
+    rep = validate_training(
+        _file(tmp_path, ROW.format(measured=measured), good), default_calibration()
+    )
+    bad, ok = rep.rows
+    assert bad.status == "skipped"
+    assert bad.reason == (
+        f"measured_tokens_per_s_per_gpu='{measured}': a measured value must be a positive number"
+    )
+    assert ok.status == "scored"  # the rest of the file is still scored
 
 
 @pytest.mark.parametrize(
@@ -40,9 +53,9 @@ def test_an_impossible_measured_value_is_located(tmp_path: Path, measured: str) 
 def test_a_count_must_be_a_whole_positive_number(tmp_path: Path, col: str, text: str) -> None:
     cells = dict(zip(HEADER.split(","), ROW.format(measured="5000").split(","), strict=True))
     cells[col] = text
-    with pytest.raises(InputError) as exc:
-        validate_training(_file(tmp_path, ",".join(cells.values())), default_calibration())
-    assert exc.value.field == f"runs.csv:line 2:{col}"
+    rep = validate_training(_file(tmp_path, ",".join(cells.values())), default_calibration())
+    assert rep.rows[0].status == "skipped"
+    assert rep.rows[0].reason == f"{col}={text!r}: must be a whole number of at least 1"
 
 
 def test_duplicate_ids_are_an_error(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,11 +14,19 @@ from gpuscale.errors import InputError
 
 app = typer.Typer(no_args_is_help=True)
 
+MAX_SIZES = 10_000
+"""Most message sizes one sweep may have (-b .. -e by -f); more is a mistyped factor."""
+
 
 def resolve_fabric(cluster: Path | None, system: str | None, nodes: int | None) -> Any:
-    """A Fabric from ``--cluster FILE`` or from ``--system NAME --nodes N``."""
+    """A Fabric from ``--cluster FILE`` or from ``--system NAME --nodes N`` (not both)."""
     from gpuscale.perf.comm import Fabric
 
+    if cluster is not None and (system is not None or nodes is not None):
+        given = " ".join(f for f, v in (("--system", system), ("--nodes", nodes)) if v is not None)
+        raise InputError(
+            "--cluster", str(cluster), f"give either --cluster or --system/--nodes, not {given} too"
+        )
     if cluster is not None:
         from gpuscale.topology import load_cluster_spec
 
@@ -30,6 +39,50 @@ def resolve_fabric(cluster: Path | None, system: str | None, nodes: int | None) 
     if nodes is None or nodes < 1:
         raise InputError("--nodes", nodes, "a node count of at least 1 with --system")
     return Fabric.from_system(sys_, total_gpus=nodes * sys_.gpus_per_node)
+
+
+def check_sweep(min_bytes: int, max_bytes: int, factor: float) -> None:
+    """At most :data:`MAX_SIZES` sizes from ``min_bytes`` to ``max_bytes`` by ``factor``
+    (``size_sweep`` checks the order of the ends and that the factor exceeds 1)."""
+    if not (factor > 1 and min_bytes <= max_bytes) or math.isinf(factor):
+        return
+    n = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
+    if n > MAX_SIZES:
+        least = (max_bytes / min_bytes) ** (1.0 / (MAX_SIZES - 1))
+        raise InputError(
+            "-f/--stepfactor",
+            factor,
+            f"gives {n:,} sizes from {min_bytes} to {max_bytes} bytes; at most "
+            f"{MAX_SIZES:,} are allowed (a factor of at least {least:.6g})",
+        )
+
+
+def check_members_per_domain(members: float, gpus: int, fabric: Any) -> int:
+    """``--members-per-domain``: an integer from 1 to the scale-up domain's GPUs that
+    divides the group, with enough domains in the cluster for the group."""
+    domain = int(fabric.scaleup_domain_gpus)
+    top = min(domain, gpus)
+    if not (math.isfinite(members) and members == int(members) and 1 <= members <= top):
+        raise InputError(
+            "--members-per-domain",
+            members,
+            f"an integer from 1 to {top} (the group's {gpus} GPUs in {domain}-GPU domains)",
+        )
+    k = int(members)
+    if gpus % k:
+        divisors = ", ".join(str(d) for d in range(1, top + 1) if gpus % d == 0)
+        raise InputError(
+            "--members-per-domain", k, f"a divisor of the group's {gpus} GPUs: {divisors}"
+        )
+    domains = fabric.total_gpus // domain
+    if gpus // k > domains:
+        raise InputError(
+            "--members-per-domain",
+            k,
+            f"{gpus} GPUs at {k} per domain need {gpus // k} domains; the cluster has "
+            f"{domains} of {domain} GPUs",
+        )
+    return k
 
 
 def model_rows(
@@ -99,15 +152,30 @@ def estimate_cmd(
         raise InputError("-d/--datatype", datatype, f"one of {', '.join(DTYPE_BYTES)}")
     if gpus < 1:
         raise InputError("--gpus", gpus, "a group of at least 1 GPU")
-    sizes = size_sweep(
-        parse_size(minbytes, "-b/--minbytes"), parse_size(maxbytes, "-e/--maxbytes"), factor
-    )
+    if op == "send_recv" and gpus < 2:
+        raise InputError("--gpus", gpus, "at least 2 for send_recv (a sender and a receiver)")
+    lo, hi = parse_size(minbytes, "-b/--minbytes"), parse_size(maxbytes, "-e/--maxbytes")
+    check_sweep(lo, hi, factor)
+    sizes = size_sweep(lo, hi, factor)
     fabric = resolve_fabric(cluster, system, nodes)
     if gpus > fabric.total_gpus:
         raise InputError("--gpus", gpus, f"at most the cluster's {fabric.total_gpus} GPUs")
-    rows = model_rows(
-        op, gpus, sizes, fabric, load_calibration(calibration), datatype, members_per_domain
-    )
+    k = None
+    if members_per_domain is not None:
+        k = check_members_per_domain(members_per_domain, gpus, fabric)
+    rows = model_rows(op, gpus, sizes, fabric, load_calibration(calibration), datatype, k)
+    if not rows:
+        from gpuscale.bench.sweep import row_size
+
+        tb = DTYPE_BYTES[datatype]
+        need = row_size(op, 1, gpus, tb)
+        each = " per rank" if need > tb else ""
+        raise InputError(
+            "-e/--maxbytes",
+            maxbytes,
+            f"no size from -b {minbytes} up to it holds one {datatype} element{each}: "
+            f"{op} on {gpus} GPUs needs at least {need} bytes",
+        )
     if json:
         emit_json({"op": op, "gpus": gpus, "rows": rows})
         return

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from gpuscale.cli._common import emit_json, load_calibration, out
+from gpuscale.cli._common import emit_json, err, load_calibration, out
 from gpuscale.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuscale.catalog import Model
+    from gpuscale.perf.kv import MemoryPlan
+
+DEFAULT_GPUS = ("h100-sxm", "h200", "b200")
+"""`infer size` candidates when --gpus is not given (those without a price are skipped)."""
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -23,6 +30,38 @@ Engine = Annotated[str, typer.Option("--engine", help="Engine defaults: trtllm o
 def _positive(name: str, v: float | None) -> None:
     if v is not None and not v > 0:
         raise InputError(name, v, "a positive number")
+
+
+def _warn_context(m: Model, input_len: int, output_len: int) -> None:
+    """One stderr line when a request is longer than the model's context window (the model
+    does not treat ``max_seq`` as a hard limit: the estimate extrapolates)."""
+    total = input_len + output_len
+    if total > m.max_seq:
+        err.print(
+            f"[yellow]warning:[/] input-len {input_len} + output-len {output_len} = {total} "
+            f"tokens exceed {m.key}'s context window (max_seq {m.max_seq}); the estimate "
+            "extrapolates beyond it",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _sequence_fits(mem: MemoryPlan, m: Model, input_len: int, output_len: int, where: str) -> None:
+    """An :class:`InputError` naming input-len when the weights fit but one sequence of
+    input-len + output-len tokens does not fit in the KV cache left beside them."""
+    if mem.fits or mem.kv_pool_bytes <= 0:
+        return
+    total = input_len + output_len
+    need = mem.blocks_per_seq * mem.block_tokens * mem.kv_bytes_per_token
+    beyond = f", beyond {m.key}'s max_seq of {m.max_seq}" if total > m.max_seq else ""
+    raise InputError(
+        "input-len",
+        input_len,
+        f"input-len {input_len} + output-len {output_len} = {total:,} tokens{beyond}: one "
+        f"sequence needs {_gib(need)} of KV cache per GPU, the pool beside the weights holds "
+        f"{_gib(mem.kv_pool_bytes)} ({where}); shorten --input-len/--output-len or raise "
+        "--tp/--pp",
+    )
 
 
 def _gib(b: float) -> str:
@@ -94,6 +133,7 @@ def estimate(
     eng = get_engine(engine)
     sm = build_step_model(m, g, pplan, tp, pp, cal, eng, tokens_per_seq=input_len + output_len)
     mem = sm.memory
+    _sequence_fits(mem, m, input_len, output_len, f"{m.key} at TP{tp} x PP{pp} on {g.key}")
     if not mem.fits:
         raise InputError(
             "tp",
@@ -117,6 +157,7 @@ def estimate(
         eng.max_batch, eng.max_num_tokens, mem.kv_blocks, mem.block_tokens, eng.chunked_prefill
     )
     res = simulate(sm, lim, wl, cal.inf_request_overhead_s)
+    _warn_context(m, input_len, output_len)
     pf = sm.breakdown(float(input_len), input_len * (input_len + 1) / 2.0, 1, 0, 0.0)
     dbatch = max(1, min(round(res.mean_batch), mem.max_seqs))
     dec = sm.breakdown(0.0, 0.0, 0, dbatch, dbatch * (input_len + output_len / 2.0))
@@ -208,8 +249,13 @@ def size_cmd(
     ttft_p99: Annotated[str, typer.Option("--ttft-p99", help="p99 TTFT target, e.g. 2s.")],
     tpot_p99: Annotated[str, typer.Option("--tpot-p99", help="p99 TPOT target, e.g. 50ms.")],
     gpus: Annotated[
-        str, typer.Option("--gpus", help="Comma-separated GPU types.")
-    ] = "h100-sxm,h200,b200",
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="Comma-separated GPU types, all priced (ranked by cost) or none (ranked by "
+            "GPU count); default " + ",".join(DEFAULT_GPUS) + ", those priced.",
+        ),
+    ] = None,
     precision: Annotated[
         str, typer.Option("--precision", help="auto (fp8 where supported) or a format.")
     ] = "auto",
@@ -239,12 +285,48 @@ def size_cmd(
     ):
         _positive(n, v)
     cal = load_calibration(calibration)
-    gl = [get_gpu(x.strip(), field="gpus") for x in gpus.split(",") if x.strip()]
-    if not gl:
-        raise InputError("gpus", gpus, "a comma-separated list of catalog GPUs")
     price_map = load_prices(prices)
+    priced_in = f"--prices {prices}" if prices is not None else "the shipped prices.yaml"
+    unpriced: list[str] = []
+    notes: list[str] = []
+    if gpus is not None:
+        gl = [get_gpu(x.strip(), field="gpus") for x in gpus.split(",") if x.strip()]
+        if not gl:
+            raise InputError("gpus", gpus, "a comma-separated list of catalog GPUs")
+        missing = [g.key for g in gl if g.key not in price_map]
+        if missing and len(missing) < len(gl):
+            # costs of the priced GPUs cannot be compared with no cost at all
+            it = "it" if len(missing) == 1 else "them"
+            raise InputError(
+                "gpus",
+                ",".join(missing),
+                f"no USD per GPU-hour price in {priced_in}, which prices the other GPUs; "
+                f"add {it} to --prices or drop {it} from --gpus",
+            )
+        if missing:
+            notes.append(
+                f"no price in {priced_in} for {', '.join(missing)}: ranked by GPU count, "
+                "no cost shown"
+            )
+    else:
+        gl = [get_gpu(x) for x in DEFAULT_GPUS]
+        unpriced = [g.key for g in gl if g.key not in price_map]
+        gl = [g for g in gl if g.key in price_map]
+        if unpriced:
+            notes.append(
+                f"skipped (no price in {priced_in}; add them to --prices to compare them): "
+                + ", ".join(unpriced)
+            )
+        if not gl:
+            raise InputError(
+                "--prices",
+                str(prices),
+                f"prices none of the default candidates {', '.join(DEFAULT_GPUS)}; price "
+                "them or name priced GPUs with --gpus",
+            )
+    m = get_model(model)
     res = size(
-        get_model(model),
+        m,
         qps,
         input_len,
         output_len,
@@ -255,6 +337,7 @@ def size_cmd(
         precision=precision,
         engine=get_engine(engine),
     )
+    _warn_context(m, input_len, output_len)
     b = res.best
     if json:
         emit_json(
@@ -264,6 +347,8 @@ def size_cmd(
                 "input_len": input_len,
                 "output_len": output_len,
                 "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s},
+                "skipped_gpus": {g: f"no price in {priced_in}" for g in unpriced},
+                "ranked_by": "usd_per_hour" if b.usd_per_hour is not None else "gpus",
                 "best": b.__dict__,
                 "considered": [c.__dict__ for c in res.considered],
                 "curve": [p.__dict__ for p in res.curve],
@@ -278,6 +363,8 @@ def size_cmd(
             f"output tokens"
         )
     )
+    for note in notes:
+        out.print(f"note: {note}", highlight=False, soft_wrap=True)
     out.print(
         f"[bold]best:[/] {b.gpu} {b.precision} TP{b.tp} x {b.replicas} replicas = "
         f"{b.gpus} GPUs, utilization {b.utilization:.0%}{cost}; simulated p99 TTFT "

@@ -148,7 +148,21 @@ def size(
     engine: EngineConfig | None = None,
     tps: tuple[int, ...] = tuple(range(1, 9)),
 ) -> SizingResult:
-    """The cheapest deployment meeting the SLO (fewest GPUs when no price is known)."""
+    """The cheapest deployment meeting the SLO.
+
+    Candidates are ranked by USD per hour when every GPU of ``gpus`` has a price in
+    ``prices``, by GPU count when none has; a mix would compare dollars with GPUs, so an
+    unpriced GPU among priced ones is an :class:`InputError` naming it.
+    """
+    unpriced = [g.key for g in gpus if g.key not in prices]
+    if unpriced and len(unpriced) < len(gpus):
+        raise InputError(
+            "gpus",
+            ",".join(unpriced),
+            "no USD per GPU-hour price while the other candidates have one; add "
+            f"{'it' if len(unpriced) == 1 else 'them'} to --prices or drop "
+            f"{'it' if len(unpriced) == 1 else 'them'} from --gpus",
+        )
     for f, v in (
         ("qps", qps),
         ("input-len", isl),
@@ -161,6 +175,8 @@ def size(
     eng = engine or EngineConfig()
     screened: list[tuple[float, StepModel, int, float]] = []
     best_fit: tuple[float, str] | None = None  # (weights per GPU, where) of the largest TP
+    kv_short: tuple[float, str] | None = None  # (KV pool per GPU, where): weights fit, a
+    # sequence of isl + osl tokens does not
     zero_load: list[tuple[float, float, str]] = []  # (ttft0, tpot1, label)
     for gpu in gpus:
         prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" else precision
@@ -171,6 +187,9 @@ def size(
             sm = build_step_model(model, gpu, pplan, tp, 1, cal, eng, tokens_per_seq=isl + osl)
             label = f"{gpu.key} {prec} TP{tp}"
             if not sm.memory.fits:
+                pool = sm.memory.kv_pool_bytes
+                if pool > 0 and (kv_short is None or pool > kv_short[0]):
+                    kv_short = (pool, f"{pool / 1e9:.1f} GB per GPU on {label}")
                 w = sm.memory.weights_bytes
                 if best_fit is None or w < best_fit[0]:
                     best_fit = (
@@ -189,8 +208,20 @@ def size(
                 continue
             reps = max(math.ceil(qps / cap), 1)
             price = prices.get(gpu.key)
-            cost = reps * tp * (price if price is not None else 1.0)
+            cost = reps * tp * price if price is not None else float(reps * tp)
             screened.append((cost, sm, reps, cap))
+    if not zero_load and kv_short is not None:
+        total = isl + osl
+        beyond = (
+            f", beyond {model.key}'s max_seq of {model.max_seq}" if total > model.max_seq else ""
+        )
+        raise InputError(
+            "input-len",
+            isl,
+            f"input-len {isl} + output-len {osl} = {total} tokens{beyond}: one sequence does "
+            f"not fit in the KV cache of any candidate (the largest, {kv_short[1]}); shorten "
+            "--input-len/--output-len, or try a lower precision or more GPUs per replica",
+        )
     if not zero_load:
         raise InputError(
             "model",

@@ -11,6 +11,7 @@ names one (NCCL_ALGO forced) is predicted with that algorithm. The ``group`` of 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,15 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric, busbw_factor, estimate
 from gpuscale.perf.comm.nccl import nvls_efficiency
 from gpuscale.units import GB
-from gpuscale.validate.report import RowResult, ValidationReport, num, read_rows, signed_error_pct
+from gpuscale.validate.report import (
+    RowResult,
+    SkipRow,
+    ValidationReport,
+    count,
+    num,
+    read_rows,
+    signed_error_pct,
+)
 
 REQUIRED = (
     "id",
@@ -69,8 +78,24 @@ _OPS = {
 _ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
 
 
-class SkipRowError(Exception):
-    """A row gpuscale cannot model yet; the message is the reason."""
+SkipRowError = SkipRow
+"""A row gpuscale cannot model yet; the message is the reason."""
+
+
+def _figure(row: dict[str, str], col: str, where: str) -> float | None:
+    """A measured figure or message size: None when empty; negative or non-finite skips the
+    row naming the column (0 is kept: nccl-tests prints 0.00 GB/s for tiny messages)."""
+    v = num(row, col, where)
+    if v is not None and not (math.isfinite(v) and v >= 0):
+        raise SkipRowError(f"{col}={row[col]!r}: must be a finite positive number")
+    return v
+
+
+def _positive(row: dict[str, str], col: str, v: float, what: str = "a measured value") -> float:
+    """A figure the row is scored on or derived from (or its size): it must be above 0."""
+    if not v > 0:
+        raise SkipRowError(f"{col}={row[col]!r}: {what} must be a finite positive number")
+    return v
 
 
 @dataclass(frozen=True)
@@ -125,10 +150,9 @@ def parse_nics(text: str) -> tuple[float, int] | None:
 def row_fabric(row: dict[str, str], where: str) -> RowFabric:
     gpu = _gpu(row["gpu"])
     system = system_for_gpu(gpu)
-    g = num(row, "gpus_per_node", where)
-    if g is None:
+    gpn = count(row, "gpus_per_node", where)
+    if gpn is None:
         raise SkipRowError("GPUs per node not stated")
-    gpn = int(g)
     intra = row["intra_node"]
     if "pcie only" in intra.lower() or gpu.nvlink_gb_per_s <= 0:
         domain, up_Bps = 1, system.scaleup_bw_Bps
@@ -171,22 +195,30 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
     try:
         if op is None:
             raise SkipRowError(f"collective {row['collective']!r} not modelled")
-        nodes = num(row, "num_nodes", where)
+        nodes = count(row, "num_nodes", where)
         if nodes is None:
             raise SkipRowError("node count not stated")
         rf = row_fabric(row, where)
         n = nodes * rf.fabric.gpus_per_node
+        if n < 2:
+            raise SkipRowError(
+                f"num_nodes={row['num_nodes']!r} x gpus_per_node={row['gpus_per_node']!r} = "
+                f"{n} rank: {op} needs at least 2"
+            )
         algo_txt = row["algorithm"].lower()
         algo = _ALGOS.get(algo_txt) if algo_txt else None
         if algo_txt and algo is None:
             raise SkipRowError(f"algorithm {row['algorithm']!r} not modelled")
-        size = num(row, "message_bytes", where)
-        busbw = num(row, "busbw_gbps", where)
-        algbw = num(row, "algbw_gbps", where)
-        time_us = num(row, "time_us", where)
+        size = _figure(row, "message_bytes", where)
+        if size is not None:
+            _positive(row, "message_bytes", size, "a message size")
+        busbw = _figure(row, "busbw_gbps", where)
+        algbw = _figure(row, "algbw_gbps", where)
+        time_us = _figure(row, "time_us", where)
         factor = float(busbw_factor(op, n))
+        busbw_col = "busbw_gbps"
         if busbw is None and algbw is not None:
-            busbw = algbw * factor
+            busbw, busbw_col = algbw * factor, "algbw_gbps"
         note = ""
         if size is None:
             if busbw is None:
@@ -196,25 +228,27 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
             metric = "busbw_GBps"
             if busbw is None:
                 raise SkipRowError("large-message row without busbw")
-            measured = busbw
+            measured = _positive(row, busbw_col, busbw)
         else:
             metric = "time_us"
-            if time_us is None or time_us <= 0:
-                if not busbw:
+            if time_us is None:
+                if busbw is None:
                     raise SkipRowError("small-message row without time or busbw")
-                if PRINT_RESOLUTION_GBPS / busbw > MAX_ROUNDING:
+                if busbw <= 0 or PRINT_RESOLUTION_GBPS / busbw > MAX_ROUNDING:
                     raise SkipRowError(
-                        f"busbw {busbw} GB/s is at the print resolution: the "
-                        "derived time is uncertain by more than +-10 %"
+                        f"{busbw_col}={row[busbw_col]!r} GB/s is at the print resolution: "
+                        "the time derived from it is uncertain by more than +-10 %"
                     )
                 time_us = size * factor / (busbw * GB) * 1e6
                 note = "time derived from busbw"
-            measured = time_us
+            measured = _positive(row, "time_us", time_us)
         est = estimate(op, size, n, rf.fabric, cal, algorithm=algo)
         pred = float(est.busbw_Bps) / GB if metric == "busbw_GBps" else float(est.time_s) * 1e6
     except SkipRowError as why:
         return RowResult(rid, None, None, None, "skipped", str(why), group=src)
     except InputError as exc:
+        if exc.field.startswith(f"{where}:"):
+            raise  # a malformed cell: one line naming file, line and column
         return RowResult(rid, None, None, None, "skipped", f"unsupported: {exc}", group=src)
     detail: dict[str, object] = {
         "op": op,

@@ -33,7 +33,15 @@ from gpuscale.sim.serving import (
     poisson,
     simulate,
 )
-from gpuscale.validate.report import RowResult, ValidationReport, num, read_rows, signed_error_pct
+from gpuscale.validate.report import (
+    RowResult,
+    SkipRow,
+    ValidationReport,
+    count,
+    positive,
+    read_rows,
+    signed_error_pct,
+)
 
 REQUIRED = (
     "id",
@@ -83,12 +91,54 @@ class RowPlan:
     rate: float = 0.0
 
 
-class UnsupportedRowError(Exception):
-    """A row gpuscale does not model: the message is the reason."""
+UnsupportedRowError = SkipRow
+"""A row gpuscale does not model: the message is the reason."""
 
 
-def _int(text: str) -> int | None:
-    return int(text) if re.fullmatch(r"\d+", text.strip() or "x") else None
+MEASURED = ("metric_throughput_tokens_per_s", "ttft_ms", "tpot_or_itl_ms")
+"""The measured columns; each must be empty or a finite positive number."""
+
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+FIELD_COLUMNS = {
+    "tp": "tp",
+    "pp": "pp",
+    "max_batch": "batch_or_concurrency",
+    "max_num_tokens": "batch_or_concurrency",
+    "concurrency": "batch_or_concurrency",
+    "qps": "request_rate",
+    "input-len": "input_len",
+    "output-len": "output_len",
+    "input-len + output-len": "input_len + output_len",
+    "offline": "notes (requests)",
+    "requests": "notes (requests)",
+}
+"""The CSV column behind each field a prediction can reject (its reason names the column)."""
+
+
+def measured_value(row: dict[str, str], col: str, where: str) -> float | None:
+    """A measured cell (see :func:`~gpuscale.validate.report.positive`)."""
+    return positive(row, col, where)
+
+
+def _length(row: dict[str, str], col: str) -> int | None:
+    """A token length: None for a dataset named instead (variable lengths); a number that is
+    not a positive integer makes the row one gpuscale cannot model, naming the column."""
+    text = row[col]
+    if not _NUMBER.fullmatch(text):
+        return None
+    v = float(text)
+    if not (math.isfinite(v) and v >= 1 and v == int(v)):
+        raise UnsupportedRowError(f"{col}={text!r}: must be a positive number of tokens")
+    return int(v)
+
+
+def _rejected(exc: InputError) -> UnsupportedRowError:
+    """A prediction's rejection of a row's deployment, naming the CSV column behind it."""
+    col = FIELD_COLUMNS.get(exc.field)
+    if col is None:
+        return UnsupportedRowError(f"stated deployment is not valid here: {exc}")
+    return UnsupportedRowError(f"{col}={exc.value!r}: {exc.valid}")
 
 
 def _engine(name: str) -> EngineConfig:
@@ -101,7 +151,20 @@ def _engine(name: str) -> EngineConfig:
 
 
 def plan_row(row: dict[str, str], where: str) -> RowPlan:
-    """The deployment and workload a row describes (raises :class:`UnsupportedRowError`)."""
+    """The deployment and workload a row describes (raises :class:`UnsupportedRowError`,
+    naming the column, for a row gpuscale cannot model; :class:`InputError` naming file,
+    line and column for a malformed cell)."""
+    try:
+        return _plan_row(row, where)
+    except InputError as exc:
+        if exc.field.startswith(f"{where}:"):
+            raise
+        raise _rejected(exc) from None
+
+
+def _plan_row(row: dict[str, str], where: str) -> RowPlan:
+    for col in MEASURED:
+        measured_value(row, col, where)
     eng = _engine(row["engine"])
     try:
         model = get_model(row["model"])
@@ -113,12 +176,16 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
         raise UnsupportedRowError(
             "expert-parallel / attention-data-parallel MoE serving not modelled"
         )
-    tp = _int(row["tp"])
+    tp = count(row, "tp", where)
     if tp is None:
         raise UnsupportedRowError("tensor-parallel degree not stated")
-    pp = _int(row["pp"]) or 1
-    n_gpus = _int(row["num_gpus"]) or tp * pp
-    isl, osl = _int(row["input_len"]), _int(row["output_len"])
+    pp = count(row, "pp", where) or 1
+    n_gpus = count(row, "num_gpus", where) or tp * pp
+    if n_gpus % (tp * pp):
+        raise UnsupportedRowError(
+            f"num_gpus={row['num_gpus']!r}: not a multiple of tp x pp = {tp * pp}"
+        )
+    isl, osl = _length(row, "input_len"), _length(row, "output_len")
     if isl is None or osl is None:
         raise UnsupportedRowError("variable-length dataset: input/output lengths not given")
     prec = (row["precision"] or "bf16").lower()
@@ -130,7 +197,7 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
     batch = row["batch_or_concurrency"].lower()
     m_static = re.match(r"static batch (\d+)", batch)
     m_count = re.search(r"(\d[\d,]*) requests", notes)
-    replicas = max(n_gpus // (tp * pp), 1)
+    replicas = n_gpus // (tp * pp)
     base = dict(
         model=model.key,
         gpu=gpu.key,
@@ -143,6 +210,11 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
     )
     if m_static:
         b = int(m_static.group(1))
+        if b < 1:
+            raise UnsupportedRowError(
+                f"batch_or_concurrency={row['batch_or_concurrency']!r}: a static batch of at "
+                "least 1"
+            )
         static = EngineConfig(
             name=eng.name + "-static",
             max_batch=b,
@@ -163,6 +235,11 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
         m_tok = re.search(r"max num tokens (\d+)", batch)
         m_b = re.search(r"max batch (\d+)", batch)
         if m_tok or m_b:
+            if (m_tok and int(m_tok.group(1)) < 1) or (m_b and int(m_b.group(1)) < 1):
+                raise UnsupportedRowError(
+                    f"batch_or_concurrency={row['batch_or_concurrency']!r}: engine limits of "
+                    "at least 1"
+                )
             e = EngineConfig(
                 name=eng.name,
                 max_batch=int(m_b.group(1)) if m_b else eng.max_batch,
@@ -172,22 +249,37 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
                 block_tokens=eng.block_tokens,
                 reserved_bytes=eng.reserved_bytes,
             )
-        n = int(m_count.group(1).replace(",", "")) if m_count else OFFLINE_REQUESTS_MAX
+        n = _requests(m_count, OFFLINE_REQUESTS_MAX)
         return RowPlan(engine=e, mode="offline", requests=min(n, OFFLINE_REQUESTS_MAX), **base)  # type: ignore[arg-type]
     if rate == "inf":
-        n = int(m_count.group(1).replace(",", "")) if m_count else ONLINE_REQUESTS
+        n = _requests(m_count, ONLINE_REQUESTS)
         return RowPlan(engine=eng, mode="saturate", requests=n, **base)  # type: ignore[arg-type]
-    m_rate = re.match(r"([\d.]+)", rate)
+    m_rate = _NUMBER.match(rate)
     if m_rate:
+        qps = float(m_rate.group(0))
+        if not (math.isfinite(qps) and qps > 0):
+            raise UnsupportedRowError(
+                f"request_rate={row['request_rate']!r}: a positive, finite request rate"
+            )
         return RowPlan(
             engine=eng,
             mode="poisson",
             requests=ONLINE_REQUESTS,
-            rate=float(m_rate.group(1)) / replicas,
+            rate=qps / replicas,
             **base,  # type: ignore[arg-type]
+        )
+    if rate[:1] in tuple("+-.0123456789"):
+        raise InputError(
+            f"{where}:request_rate",
+            row["request_rate"],
+            "a request rate in req/s, inf, offline or an empty cell",
         )
     m_one = re.match(r"(\d+)\b", batch)
     if m_one and rate == "":
+        if int(m_one.group(1)) < 1:
+            raise UnsupportedRowError(
+                f"batch_or_concurrency={row['batch_or_concurrency']!r}: a concurrency of at least 1"
+            )
         return RowPlan(
             engine=eng,
             mode="closed",
@@ -201,15 +293,42 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
     )
 
 
+def _requests(m_count: re.Match[str] | None, default: int) -> int:
+    """The request count the notes state ("3,000 requests"), else ``default``."""
+    if m_count is None:
+        return default
+    n = int(m_count.group(1).replace(",", ""))
+    if n < 1:
+        raise UnsupportedRowError(f"notes state {m_count.group(0)!r}: at least 1 request")
+    return n
+
+
 def run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
+    """The simulated serving of a planned row; a deployment the model rejects (tp not
+    dividing the heads, a sequence longer than the KV cache) raises
+    :class:`UnsupportedRowError` naming the CSV column."""
+    try:
+        return _run_plan(p, cal)
+    except InputError as exc:
+        raise _rejected(exc) from None
+
+
+def _run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
     model, gpu = get_model(p.model), get_gpu(p.gpu)
     prec = precision_plan(gpu, p.precision)
     sm = build_step_model(
         model, gpu, prec, p.tp, p.pp, cal, p.engine, tokens_per_seq=p.input_len + p.output_len
     )
-    if not sm.memory.fits:
+    mem = sm.memory
+    if not mem.fits and mem.kv_pool_bytes > 0:
         raise UnsupportedRowError(
-            f"does not fit: {sm.memory.weights_bytes / 1e9:.1f} GB of weights per GPU leave "
+            f"input_len + output_len = {p.input_len + p.output_len} tokens: one sequence "
+            f"needs more than the {mem.kv_pool_bytes / 1e9:.1f} GB KV cache per GPU on "
+            f"{gpu.key} at TP{p.tp} x PP{p.pp}"
+        )
+    if not mem.fits:
+        raise UnsupportedRowError(
+            f"does not fit: {mem.weights_bytes / 1e9:.1f} GB of weights per GPU leave "
             f"no KV cache on {gpu.key}"
         )
     lim = EngineLimits(
@@ -260,9 +379,10 @@ def validate_inference(path: Path, cal: Calibration) -> ValidationReport:
 
 def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowResult]:
     rid, src = row["id"], _short_source(row["source"])
-    measured_tp = num(row, "metric_throughput_tokens_per_s", where)
-    measured_ttft = num(row, "ttft_ms", where)
-    measured_itl = num(row, "tpot_or_itl_ms", where)
+    try:
+        measured_tp, measured_ttft, measured_itl = (measured_value(row, c, where) for c in MEASURED)
+    except UnsupportedRowError as exc:
+        return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
     if measured_tp is None and measured_ttft is None and measured_itl is None:
         return [
             RowResult(

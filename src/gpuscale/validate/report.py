@@ -189,20 +189,26 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     return v
 
 
+class SkipRow(Exception):  # noqa: N818 - a row outcome, raised to skip it with a reason
+    """A row gpuscale cannot score or model: the message is the reason it is skipped."""
+
+
 def positive(row: dict[str, str], col: str, where: str) -> float | None:
-    """A cell that, when given, must be a number above zero (a measured rate or time)."""
+    """A measured figure: None when empty; a malformed cell is an :class:`InputError`
+    naming file, line and column; a number that is not above zero skips the row
+    (:class:`SkipRow` naming the column), so that the rest of the file is still scored."""
     v = num(row, col, where)
     if v is not None and v <= 0:
-        raise InputError(f"{where}:{col}", row[col], "a positive number or an empty cell")
+        raise SkipRow(f"{col}={row[col]!r}: a measured value must be a positive number")
     return v
 
 
 def count(row: dict[str, str], col: str, where: str) -> int | None:
-    """A cell that, when given, must be a whole number of at least 1 (GPUs, a degree)."""
+    """A GPU or node count or a parallel degree: None when empty; a malformed cell is an
+    :class:`InputError`; a number that is not a whole number of at least 1 skips the row."""
     v = num(row, col, where)
     if v is None:
         return None
     if v < 1 or not v.is_integer():
-        valid = "a whole number of at least 1 or an empty cell"
-        raise InputError(f"{where}:{col}", row[col], valid)
+        raise SkipRow(f"{col}={row[col]!r}: must be a whole number of at least 1")
     return int(v)

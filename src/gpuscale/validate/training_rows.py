@@ -19,11 +19,10 @@ from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import SHARDING, Workload
 from gpuscale.perf.transformer import param_count
-from gpuscale.validate.report import num
+from gpuscale.validate.report import SkipRow, num
 
-
-class UnsupportedRowError(Exception):
-    """A row gpuscale cannot model yet; the message is the reason."""
+UnsupportedRowError = SkipRow
+"""A row gpuscale cannot model yet; the message is the reason."""
 
 
 GPT_VOCAB = 51200  # GPT-2 BPE (50,257) padded as Megatron does, when a row omits vocab

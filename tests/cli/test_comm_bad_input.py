@@ -1,0 +1,66 @@
+"""`gpuscale comm estimate` bad input: one line naming the flag, exit code 2, no hang."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscale.cli import main
+
+DGX = ["comm", "estimate", "--system", "dgx-h100", "--nodes", "1"]
+DGX2 = ["comm", "estimate", "--system", "dgx-h100", "--nodes", "2", "--gpus", "16"]
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--members-per-domain", "0"], "--members-per-domain=0"),
+        (["--members-per-domain", "-3"], "--members-per-domain=-3"),
+        (["--members-per-domain", "100"], "--members-per-domain=100"),
+        (["--members-per-domain", "nan"], "--members-per-domain=nan"),
+        (["--members-per-domain", "2.5"], "--members-per-domain=2.5"),
+        (["--members-per-domain", "3"], "a divisor of the group's 8 GPUs"),
+        (["--cluster", "examples/clusters/dgx-h100-superpod-1su.yaml"], "either --cluster or"),
+        (["-b", "1", "-e", "3"], "-e/--maxbytes='3'"),
+        (["-f", "1.0000001", "-e", "1M"], "-f/--stepfactor=1.0000001"),
+        (["--op", "send_recv", "--gpus", "1"], "--gpus=1"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run([*DGX, *extra], capsys)
+    assert code == 2, out
+    assert needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_members_per_domain_needs_domains_the_cluster_has(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(
+        [*DGX2, "--members-per-domain", "1"],
+        capsys,
+    )
+    assert code == 2 and "need 16 domains" in err
+
+
+def test_a_valid_members_per_domain_and_small_sizes_still_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(
+        [*DGX2, "--members-per-domain", "8", "-b", "1", "-e", "64", "--op", "send_recv"],
+        capsys,
+    )
+    assert code == 0, err
+    sizes = [int(ln.split()[0]) for ln in out.splitlines() if not ln.startswith("#")]
+    assert sizes == [4, 8, 16, 32, 64]
