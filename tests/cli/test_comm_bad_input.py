@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
-from gpuscale.cli import main
+from conftest import run_cli
 
 DGX = ["comm", "estimate", "--system", "dgx-h100", "--nodes", "1"]
 DGX2 = ["comm", "estimate", "--system", "dgx-h100", "--nodes", "2", "--gpus", "16"]
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+run = run_cli
 
 
 @pytest.mark.parametrize(

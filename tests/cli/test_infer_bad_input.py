@@ -7,22 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model
-from gpuscale.cli import main
 from gpuscale.errors import InputError
 from gpuscale.perf.inference_size import Slo, load_prices, size
 
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+run = run_cli
 
 
 SIZE = [

@@ -7,18 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_cli
 
-from gpuscale.cli import main
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+run = run_cli
 
 
 EST = [

@@ -1,0 +1,18 @@
+"""Helpers shared by the test packages (pytest puts this folder on the import path)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscale.cli import main
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run ``gpuscale ARGS`` in-process: (exit code, stdout, stderr)."""
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
