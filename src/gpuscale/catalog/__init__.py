@@ -166,6 +166,8 @@ def get_system(name: str, field: str = "system") -> System:
 
 def get_model(name: str, field: str = "model") -> Model:
     """A catalog model by key/alias, or a local Hugging Face ``config.json`` path."""
+    if Path(name).is_dir():
+        raise InputError(field, name, "a directory; give a catalog model or a config.json file")
     if name.endswith(".json") or Path(name).is_file():
         from gpuscale.catalog.hf import load_hf_config
 

@@ -80,14 +80,32 @@ def compare(measured: dict[str, Any], fabric: Any, cal: Any) -> list[dict[str, A
 @app.command("collectives")
 def collectives(
     nproc: Annotated[int, typer.Option("--nproc", "-N", help="Processes (GPUs) to launch.")] = 2,
-    op: Annotated[str, typer.Option("-o", "--op")] = "all_reduce",
-    minbytes: Annotated[str, typer.Option("-b", "--minbytes")] = "8",
-    maxbytes: Annotated[str, typer.Option("-e", "--maxbytes")] = "1M",
-    factor: Annotated[float, typer.Option("-f", "--stepfactor")] = 2.0,
-    iters: Annotated[int, typer.Option("-n", "--iters")] = 20,
-    warmup: Annotated[int, typer.Option("-w", "--warmup_iters")] = 5,
-    check: Annotated[int, typer.Option("-c", "--check")] = 1,
-    datatype: Annotated[str, typer.Option("-d", "--datatype")] = "float32",
+    op: Annotated[
+        str,
+        typer.Option("-o", "--op", help="Collective: all_reduce, all_gather, reduce_scatter, ..."),
+    ] = "all_reduce",
+    minbytes: Annotated[
+        str, typer.Option("-b", "--minbytes", help="Smallest message size (bytes; 8, 1K, 1M).")
+    ] = "8",
+    maxbytes: Annotated[
+        str, typer.Option("-e", "--maxbytes", help="Largest message size (bytes).")
+    ] = "1M",
+    factor: Annotated[
+        float, typer.Option("-f", "--stepfactor", help="Size multiplier between rows (> 1).")
+    ] = 2.0,
+    iters: Annotated[int, typer.Option("-n", "--iters", help="Timed iterations per size.")] = 20,
+    warmup: Annotated[
+        int, typer.Option("-w", "--warmup_iters", help="Untimed iterations first.")
+    ] = 5,
+    check: Annotated[
+        int, typer.Option("-c", "--check", help="1: check results (#wrong), 0: skip.")
+    ] = 1,
+    datatype: Annotated[
+        str,
+        typer.Option(
+            "-d", "--datatype", help="Element type, as nccl-tests -d: float32, bfloat16, int8, ..."
+        ),
+    ] = "float32",
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo")] = "auto",
     model: Annotated[
         Path | None, typer.Option("--model", help="Cluster YAML to predict with.")
@@ -95,11 +113,16 @@ def collectives(
     system: Annotated[
         str | None, typer.Option("--system", help="Catalog system to predict with.")
     ] = None,
-    nodes: Annotated[int | None, typer.Option("--nodes")] = None,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", help="Nodes, with --system, for the prediction.")
+    ] = None,
     json: Annotated[
         Path | None, typer.Option("--json", help="Write results (and model) as JSON.")
     ] = None,
-    calibration: Annotated[Path | None, typer.Option("--calibration")] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="Calibration JSON (default: the fitted one)."),
+    ] = None,
 ) -> None:
     """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
     from gpuscale.bench.collectives import build_parser, check_args

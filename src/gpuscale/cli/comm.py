@@ -127,9 +127,15 @@ def estimate_cmd(
         "all_reduce"
     ),
     gpus: Annotated[int, typer.Option("--gpus", "-g", help="GPUs in the group.")] = 8,
-    minbytes: Annotated[str, typer.Option("-b", "--minbytes")] = "8",
-    maxbytes: Annotated[str, typer.Option("-e", "--maxbytes")] = "8G",
-    factor: Annotated[float, typer.Option("-f", "--stepfactor")] = 2.0,
+    minbytes: Annotated[
+        str, typer.Option("-b", "--minbytes", help="Smallest message size (bytes; 8, 1K, 1M).")
+    ] = "8",
+    maxbytes: Annotated[
+        str, typer.Option("-e", "--maxbytes", help="Largest message size (bytes).")
+    ] = "8G",
+    factor: Annotated[
+        float, typer.Option("-f", "--stepfactor", help="Size multiplier between rows (> 1).")
+    ] = 2.0,
     cluster: Annotated[Path | None, typer.Option("--cluster", help="Cluster YAML.")] = None,
     system: Annotated[str | None, typer.Option("--system", help="Catalog system.")] = None,
     nodes: Annotated[int | None, typer.Option("--nodes", help="Nodes with --system.")] = None,
@@ -139,9 +145,17 @@ def estimate_cmd(
             "--members-per-domain", help="Group GPUs per NVLink domain (default: packed)."
         ),
     ] = None,
-    datatype: Annotated[str, typer.Option("-d", "--datatype")] = "float32",
+    datatype: Annotated[
+        str,
+        typer.Option(
+            "-d", "--datatype", help="Element type, as nccl-tests -d: float32, bfloat16, int8, ..."
+        ),
+    ] = "float32",
     json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
-    calibration: Annotated[Path | None, typer.Option("--calibration")] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="Calibration JSON (default: the fitted one)."),
+    ] = None,
 ) -> None:
     """Predicted time, algbw and busbw per size (nccl-tests layout) with NCCL's likely choice."""
     from gpuscale.bench.sweep import DTYPE_BYTES, parse_size, size_sweep

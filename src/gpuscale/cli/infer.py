@@ -83,7 +83,12 @@ def estimate(
     precision: Annotated[
         str, typer.Option("--precision", help="bf16, fp16, fp8, fp4 or int4 (W4A16).")
     ] = "bf16",
-    kv_precision: Annotated[str | None, typer.Option("--kv-precision")] = None,
+    kv_precision: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-precision", help="KV-cache precision (default: fp8 for fp8/fp4 weights)."
+        ),
+    ] = None,
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", help="Closed loop: in flight.")
     ] = None,
@@ -244,8 +249,8 @@ def estimate(
 def size_cmd(
     model: Annotated[str, typer.Option("--model", help="Catalog model or HF config.json.")],
     qps: Annotated[float, typer.Option("--qps", help="Target request rate (req/s).")],
-    input_len: Annotated[int, typer.Option("--input-len")],
-    output_len: Annotated[int, typer.Option("--output-len")],
+    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")],
+    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")],
     ttft_p99: Annotated[str, typer.Option("--ttft-p99", help="p99 TTFT target, e.g. 2s.")],
     tpot_p99: Annotated[str, typer.Option("--tpot-p99", help="p99 TPOT target, e.g. 50ms.")],
     gpus: Annotated[

@@ -28,6 +28,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.inference import EngineConfig, StepModel, build_step_model
 from gpuscale.perf.kv import precision_plan
 from gpuscale.sim.serving import EngineLimits, ServingResult, poisson, simulate
+from gpuscale.spec.files import read_yaml
 
 SIM_REQUESTS = 1500
 """Requests per verification simulation (enough for a stable p99 at these loads)."""
@@ -45,16 +46,10 @@ def load_prices(path: Path | None = None) -> dict[str, float]:
     if path is None:
         text = resources.files("gpuscale.catalog").joinpath("data", "prices.yaml").read_text()
         where = "prices.yaml"
-    else:
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise InputError("--prices", str(path), f"not a readable file ({exc})") from None
-        where = str(path)
-    try:
         raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError("--prices", where, f"not valid YAML ({exc})") from None
+    else:
+        where = str(path)
+        raw = read_yaml(path, "--prices", "a YAML file of GPU name -> USD per GPU-hour")
     if not isinstance(raw, dict):
         raise InputError("--prices", where, "a mapping of GPU name -> USD per GPU-hour")
     out: dict[str, float] = {}
