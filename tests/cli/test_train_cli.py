@@ -358,3 +358,50 @@ def test_a_system_of_another_gpu_generation_is_refused() -> None:
         "--json",
     )
     assert ok.returncode == 0, ok.stderr
+
+
+def test_notes_for_an_extended_context_and_uneven_stages() -> None:
+    r = gpuscale(
+        "train",
+        "estimate",
+        "--model",
+        "llama3-70b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "48",
+        "--tp",
+        "8",
+        "--pp",
+        "3",
+        "--global-batch",
+        "12",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    notes = json.loads(r.stdout)["notes"]
+    assert notes == [
+        "80 layers over 3 pipeline chunks are uneven: the step is priced on the fullest "
+        "stage (27 layers)"
+    ]
+    r = gpuscale(
+        "train",
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--seq-len",
+        "262144",
+        "--cp",
+        "8",
+        "--global-batch",
+        "1",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["notes"][0].startswith(
+        "sequence 262,144 is beyond Llama 3 8B's trained context of 131,072"
+    )

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from gpuscale.catalog import Model, get_gpu, get_model, get_system, system_for_gpu
 from gpuscale.cli._common import emit_json, load_calibration, out
@@ -212,6 +213,8 @@ def _print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float
             f"({s['gpu_hours']:,.0f} GPU-hours for {train_tokens:.3g} tokens)",
         )
     out.print(t)
+    for note in s.get("notes", []):
+        out.print(Text(f"note: {note}"))
 
 
 @app.command("estimate")

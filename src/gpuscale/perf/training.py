@@ -29,6 +29,26 @@ class TrainingEstimate:
     model_tflops_per_gpu: FloatArray
     mfu: FloatArray
 
+    def notes(self, i: int = 0) -> list[str]:
+        """What the user should know about plan ``i`` that its figures do not say."""
+        w, m = self.workload, self.workload.model
+        out = []
+        if w.seq_len > m.max_seq:
+            out.append(
+                f"sequence {w.seq_len:,} is beyond {m.name}'s trained context of "
+                f"{m.max_seq:,}: priced as a context-extension run"
+            )
+        pp = int(self.plans.pp[i])
+        chunks = pp * int(self.plans.vpp[i])
+        # with the embedding and the loss in chunks of their own (Megatron's
+        # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly
+        if m.layers % chunks and not (pp > 1 and (m.layers + 2) % chunks == 0):
+            out.append(
+                f"{m.layers} layers over {chunks} pipeline chunks are uneven: the step is "
+                f"priced on the fullest stage ({-(-m.layers // pp)} layers)"
+            )
+        return out
+
     def summary(self, i: int = 0, train_tokens: float | None = None) -> dict[str, Any]:
         """A JSON-ready description of plan ``i``: plan, memory and step breakdowns, rates."""
         w = self.workload
@@ -60,6 +80,9 @@ class TrainingEstimate:
             "model_tflops_per_gpu": float(self.model_tflops_per_gpu[i]),
             "mfu": float(self.mfu[i]),
         }
+        notes = self.notes(i)
+        if notes:
+            out["notes"] = notes
         if train_tokens is not None:
             secs = train_tokens / (self.tokens_per_s_per_gpu[i] * used)
             out["train_tokens"] = train_tokens
