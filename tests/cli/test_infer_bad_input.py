@@ -137,3 +137,9 @@ def test_estimate_warns_beyond_the_context_window(capsys: pytest.CaptureFixture[
         [*args, "--input-len", "1000", "--output-len", "64", "--offline", "4", "--json"], capsys
     )
     assert code == 0 and err == ""
+
+
+def test_a_bad_time_target_is_quoted_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run([*SIZE[:-4], "--ttft-p99", "-2s", "--tpot-p99", "50ms"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == "error: ttft-p99='-2s' is invalid: a positive time, e.g. 2s or 50ms"

@@ -281,14 +281,15 @@ def size_cmd(
         parse_quantity(ttft_p99, "seconds", "ttft-p99"),
         parse_quantity(tpot_p99, "seconds", "tpot-p99"),
     )
-    for n, v in (
-        ("qps", qps),
-        ("input-len", input_len),
-        ("output-len", output_len),
-        ("ttft-p99", slo.ttft_p99_s),
-        ("tpot-p99", slo.tpot_p99_s),
-    ):
+    for n, v in (("qps", qps), ("input-len", input_len), ("output-len", output_len)):
         _positive(n, v)
+    # a time target is quoted as typed ('1us', not 1e-06)
+    for n, typed, v in (
+        ("ttft-p99", ttft_p99, slo.ttft_p99_s),
+        ("tpot-p99", tpot_p99, slo.tpot_p99_s),
+    ):
+        if not v > 0:
+            raise InputError(n, typed, "a positive time, e.g. 2s or 50ms")
     cal = load_calibration(calibration)
     price_map = load_prices(prices)
     priced_in = f"--prices {prices}" if prices is not None else "the shipped prices.yaml"
