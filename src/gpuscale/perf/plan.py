@@ -77,10 +77,15 @@ class Workload:
     """One of :data:`ELEMENTWISE`."""
 
     def __post_init__(self) -> None:
-        for name in ("num_gpus", "seq_len", "global_batch"):
+        # named as the command-line flags are (--gpus, --seq-len, --global-batch)
+        for name, flag in (
+            ("num_gpus", "gpus"),
+            ("seq_len", "seq-len"),
+            ("global_batch", "global-batch"),
+        ):
             v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise InputError(name.replace("_", "-"), v, "a positive integer")
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise InputError(flag, v, "a positive integer")
         if self.precision not in TRAIN_PRECISIONS:
             raise InputError("precision", self.precision, f"one of {', '.join(TRAIN_PRECISIONS)}")
         check_precision(self.gpu, self.precision)
