@@ -100,3 +100,30 @@ def test_a_file_that_is_not_utf8(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe{\x00")
     with pytest.raises(InputError, match="not a readable JSON file"):
         load_hf_config(path)
+
+
+def test_a_block_type_that_is_not_a_name(tmp_path: Path) -> None:
+    cfg = {**LLAMA, "model_type": "nemotron_h", "layers_block_type": [{"a": 1}]}
+    err = _load(tmp_path, cfg)
+    assert err.field == "config.json:layers_block_type"
+
+
+def test_an_absurd_layer_count_is_refused_not_searched(tmp_path: Path) -> None:
+    err = _load(tmp_path, {**LLAMA, "num_hidden_layers": 10**15})
+    assert err.field == "config.json:layers"
+
+
+def test_qwen2_moe_shared_expert_is_counted(tmp_path: Path) -> None:
+    cfg = {
+        **MOE,
+        "model_type": "qwen2_moe",
+        "num_experts": 60,
+        "num_local_experts": None,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = load_hf_config(path)
+    assert (m.num_experts, m.ffn_hidden, m.shared_experts) == (60, 1408, 4)  # 5632 = 4 x 1408

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli
+from cli_runner import run_cli
 
 DGX = ["comm", "estimate", "--system", "dgx-h100", "--nodes", "1"]
 DGX2 = ["comm", "estimate", "--system", "dgx-h100", "--nodes", "2", "--gpus", "16"]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from cli_runner import run_cli
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model

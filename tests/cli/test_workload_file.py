@@ -105,4 +105,47 @@ def test_a_fixed_degree_of_zero_is_refused() -> None:
         )
         assert r.returncode == 2, flag
         assert r.stdout == ""
-        assert f"{flag[2:]}=0 is invalid: a whole number of at least 1" in r.stderr
+        assert f"{flag[2:]}=0 is invalid: a whole number from 1 to" in r.stderr
+
+
+def test_a_key_that_is_a_list_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-8b\ngpu: h100-sxm\ngpus: 8\n? [a, b]\n: 1\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2
+    assert "a key must be a plain name" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_huge_counts_are_refused_at_once() -> None:
+    base = ("train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8")
+    for extra in (
+        ("--global-batch", str(10**22)),
+        ("--mbs", str(10**20)),
+        ("--seq-len", str(10**22)),
+    ):
+        r = gpuscale(*base, *extra)
+        assert r.returncode == 2, extra
+        assert "is invalid" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_scaling_counts_idle_gpus() -> None:
+    r = gpuscale(
+        "train",
+        "scaling",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "1",
+        "--mode",
+        "strong",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    for p in json.loads(r.stdout)["strong"]:
+        if p["gpus_used"] is not None:
+            # rates are per GPU of the whole count, so a plan on fewer GPUs is not flattered
+            assert p["gpus_used"] == p["gpus"] or "idle" in p["loss_term"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_cli
+from cli_runner import run_cli
 
 run = run_cli
 

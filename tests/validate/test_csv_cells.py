@@ -81,3 +81,13 @@ def test_a_spreadsheet_byte_order_mark_is_ignored(tmp_path: Path) -> None:
 def test_strict_json_writes_no_nan() -> None:
     text = strict_json({"a": math.nan, "b": [np.float64(math.inf), np.int64(3)], "c": 1.5})
     assert json.loads(text) == {"a": None, "b": [None, 3], "c": 1.5}
+
+
+def test_seq_parallel_spellings(tmp_path: Path) -> None:
+    from gpuscale.validate.training import prepare
+
+    row = dict(zip(HEADER.split(","), ROW.format(measured="5000").split(","), strict=True))
+    assert prepare({**row, "seq_parallel": "TRUE", "tp": "2"}, "x").fixed["sp"] is True
+    assert prepare({**row, "seq_parallel": "off"}, "x").fixed["sp"] is False
+    with pytest.raises(Exception, match="seq_parallel='maybe'"):
+        prepare({**row, "seq_parallel": "maybe"}, "x")

@@ -21,7 +21,7 @@ def _hybrid(cfg: dict[str, Any], path: Path, ints: _Ints) -> tuple[str, Mamba | 
     pattern = cfg.get("hybrid_override_pattern") or ""
     blocks = cfg.get("layers_block_type")
     if not pattern and isinstance(blocks, list):
-        unknown = [b for b in blocks if b not in _BLOCK_TYPES]
+        unknown = [b for b in blocks if not isinstance(b, str) or b not in _BLOCK_TYPES]
         if unknown:
             raise InputError(
                 f"{path.name}:layers_block_type", unknown[0], f"one of {', '.join(_BLOCK_TYPES)}"
@@ -162,7 +162,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     shared = ints("n_shared_experts")
     if model_type == "llama4_text" and experts > 1:
         shared = 1  # every Llama 4 MoE layer adds one shared expert of the experts' width
-    shared_ffn = ints("moe_shared_expert_intermediate_size")
+    # Nemotron 3 / Megatron spelling, and Qwen2-MoE's (Qwen1.5-MoE: one shared expert of 5632)
+    shared_ffn = ints("moe_shared_expert_intermediate_size", "shared_expert_intermediate_size")
     if experts > 1 and shared_ffn:
         # shared experts given with their own width: count them in routed-expert units
         # (Nemotron 3: one shared expert of 2 x the routed width = 2 units)

@@ -153,15 +153,16 @@ HYBRID_BLOCKS = {"M": "Mamba-2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
 
 
 class Model(_Entry):
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
+    # upper bounds far beyond any model: they keep the plan search's divisor loops short
+    layers: int = Field(gt=0, le=100_000)
+    hidden: int = Field(gt=0, le=10_000_000)
+    heads: int = Field(gt=0, le=1_000_000)
     kv_heads: int = 0
     head_dim: int = 0
     ffn_hidden: int = 0
     gated_mlp: bool = False
-    vocab: int = Field(gt=0)
-    max_seq: int = 2048
+    vocab: int = Field(gt=0, le=1_000_000_000)
+    max_seq: int = Field(default=2048, gt=0)
     position: Literal["learned", "rope", "alibi", "none"] = "rope"
     tied_embeddings: bool = False
     num_experts: int = 1

@@ -14,7 +14,15 @@ from gpuscale.catalog import Model, get_gpu, get_model, get_system, system_for_g
 from gpuscale.cli._common import emit_json, load_calibration, out
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, check_plan
+from gpuscale.perf.plan import (
+    MAX_BATCH,
+    MAX_GPUS,
+    RECOMPUTE,
+    SHARDING,
+    Plans,
+    Workload,
+    check_plan,
+)
 from gpuscale.perf.training import TrainingEstimate, estimate
 from gpuscale.perf.transformer import active_param_count, param_count
 from gpuscale.search.plans import SearchResult, explain, search_plans
@@ -137,6 +145,10 @@ def _fixed(
     sp: bool | None,
 ) -> dict[str, Any]:
     fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
+    for key in ("tp", "pp", "vpp", "cp", "ep", "mbs"):
+        v, cap = fx[key], MAX_BATCH if key == "mbs" else MAX_GPUS
+        if v is not None and not 1 <= v <= cap:
+            raise InputError(key, v, f"a whole number from 1 to {cap:,}")
     if recompute is not None:
         if recompute not in RECOMPUTE:
             raise InputError("recompute", recompute, f"one of {', '.join(RECOMPUTE)}")

@@ -56,6 +56,14 @@ a norm, rotary embedding or gated activation is its own kernel that reads and wr
 whole tensor, often upcast to fp32 (see ``EAGER_*`` in :mod:`gpuscale.perf.step`)."""
 
 
+MAX_GPUS = 2**24
+"""Largest GPU count gpuscale models (16.8 M)."""
+MAX_SEQ = 2**30
+"""Longest sequence in tokens."""
+MAX_BATCH = 2**32
+"""Largest global batch in sequences."""
+
+
 @dataclass(frozen=True)
 class Workload:
     """One training job on one kind of cluster."""
@@ -78,14 +86,16 @@ class Workload:
 
     def __post_init__(self) -> None:
         # named as the command-line flags are (--gpus, --seq-len, --global-batch)
-        for name, flag in (
-            ("num_gpus", "gpus"),
-            ("seq_len", "seq-len"),
-            ("global_batch", "global-batch"),
+        # named as the command-line flags are (--gpus, --seq-len, --global-batch); the caps
+        # are far beyond any cluster or run and keep every count a 64-bit integer
+        for name, flag, cap in (
+            ("num_gpus", "gpus", MAX_GPUS),
+            ("seq_len", "seq-len", MAX_SEQ),
+            ("global_batch", "global-batch", MAX_BATCH),
         ):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise InputError(flag, v, "a positive integer")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= cap:
+                raise InputError(flag, v, f"a positive integer up to {cap:,}")
         if self.precision not in TRAIN_PRECISIONS:
             raise InputError("precision", self.precision, f"one of {', '.join(TRAIN_PRECISIONS)}")
         check_precision(self.gpu, self.precision)
@@ -250,6 +260,10 @@ def check_plan(w: Workload, p: Plans) -> None:
     ):
         if v < 1:
             raise InputError(name, v, "a positive integer")
+        top = {"mbs": w.global_batch, "vpp": m.layers}.get(name, w.num_gpus)
+        if v > top:
+            what = {"mbs": "the global batch", "vpp": "the layers"}.get(name, "the GPU count")
+            raise InputError(name, v, f"at most {top:,} ({what})")
     if w.num_gpus % (tp * pp * cp) != 0:
         raise InputError(
             "tp*pp*cp",

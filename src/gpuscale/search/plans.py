@@ -191,6 +191,11 @@ def search_plans(
         v = (fixed or {}).get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise InputError(key, v, "a whole number of at least 1 (or leave it free)")
+        # interleaving is bounded by the layers (checked with the plan), not the GPUs
+        top = {"mbs": w.global_batch, "vpp": w.model.layers}.get(key, w.num_gpus)
+        what = {"mbs": "the global batch", "vpp": "the layers"}.get(key, "the GPUs")
+        if v is not None and v > top:
+            raise InputError(key, v, f"at most {top:,} ({what})")
     plans = enumerate_plans(w, fixed)
     evaluated = len(plans)
     if evaluated == 0:

@@ -35,6 +35,8 @@ class ScalingPoint:
     gpus: int
     global_batch: int
     plan: str
+    gpus_used: int | None
+    """GPUs the best plan occupies; the rates are per GPU of all ``gpus`` (idle ones count)."""
     step_s: float | None
     tokens_per_s_per_gpu: float | None
     mfu: float | None
@@ -65,14 +67,19 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
             gbs = weak_batch(w.global_batch, n, w.num_gpus)
         wn = replace(w, num_gpus=n, global_batch=gbs, fabric=replace(w.fabric, total_gpus=n))
         try:
-            res = search_plans(wn, cal)
+            # every GPU busy when some plan allows it
+            res = search_plans(wn, cal, exact_gpus=True)
         except InputError as exc:
-            pts.append(ScalingPoint(n, gbs, f"none: {exc.valid}", None, None, None, None, "", {}))
+            pts.append(
+                ScalingPoint(n, gbs, f"none: {exc.valid}", None, None, None, None, None, "", {})
+            )
             continue
         e, i = res.estimate, res.best
         step = float(e.step_s[i])
         shares = {k.removesuffix("_s"): float(v[i]) / step for k, v in e.step.terms().items()}
-        tps = float(e.tokens_per_s_per_gpu[i])
+        used = int(e.plans.gpus_used()[i])
+        # per GPU of the whole count: GPUs the plan leaves idle are capacity lost too
+        tps = float(e.tokens_per_s_per_gpu[i]) * used / n
         if base_tps is None:
             base_tps, base_shares = tps, shares
         grow = {k: shares[k] - base_shares.get(k, 0.0) for k in shares if k != "compute"}
@@ -80,14 +87,19 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
         loss_txt = (
             f"{loss.replace('_', ' ')} +{100 * grow[loss]:.1f} pts" if grow[loss] > 0.005 else "-"
         )
+        if used < n:
+            loss_txt = f"{n - used} of {n} GPUs idle (no plan uses all)" + (
+                "" if loss_txt == "-" else f"; {loss_txt}"
+            )
         pts.append(
             ScalingPoint(
                 n,
                 gbs,
                 e.plans.label(i),
+                used,
                 step,
                 tps,
-                float(e.mfu[i]),
+                float(e.mfu[i]) * used / n,
                 tps / base_tps,
                 loss_txt,
                 shares,

@@ -20,6 +20,10 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = Fals
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a plain name, not a list or mapping", key_node.start_mark
+            )
         if key in seen:
             mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", mark)

@@ -101,6 +101,11 @@ class PreparedRow:
     notes: tuple[str, ...]
 
 
+TRUTHY = ("1", "true", "yes", "on")
+FALSY = ("0", "false", "no", "off")
+"""How a yes/no cell (seq_parallel) may be spelled, in any case."""
+
+
 def source_group(source: str) -> str:
     head = re.split(r" \(|,| https?://|;", source, maxsplit=1)[0]
     return head.strip()[:48]
@@ -122,6 +127,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         "excluded": "measured_tokens_per_s_per_gpu",
     }[target]
     measured = positive(row, measured_col, where)
+    if target == "mfu" and measured is not None and measured > 1:
+        raise UnsupportedRowError(
+            f"measured_mfu={row['measured_mfu']!r}: a fraction of peak, at most 1 (0.45 for 45 %)"
+        )
     step_s = positive(row, "measured_step_time_s", where)
     if measured is None and step_s is None:
         raise UnsupportedRowError(f"no {measured_col} value")
@@ -213,9 +222,13 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
                 "node and pipeline across nodes (Narayanan et al. SC'21, takeaway 1)"
             )
     notes.extend(pipeline_schedule(row, fixed, int(gbs)))
-    sp = row.get("seq_parallel", "")
+    sp = row.get("seq_parallel", "").lower()
     if sp:
-        fixed["sp"] = sp in ("1", "true", "True", "yes")
+        if sp not in TRUTHY + FALSY:
+            raise UnsupportedRowError(
+                f"seq_parallel={row['seq_parallel']!r}: one of {', '.join(TRUTHY + FALSY)}"
+            )
+        fixed["sp"] = sp in TRUTHY
     elif attention == "unfused":
         fixed["sp"] = False
         notes.append("sequence parallelism not stated: off, as in Megatron's unfused-attention era")
@@ -297,9 +310,15 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
         where = f"{path.name}:line {lineno}"
         rid = row["id"] or f"line {lineno}"
         try:
-            pr = prepare(row, where)
-            plans, note = choose_plan(pr, cal)
-            pred = predict(pr, plans, cal)
+            try:
+                pr = prepare(row, where)
+                plans, note = choose_plan(pr, cal)
+                pred = predict(pr, plans, cal)
+            except InputError as exc:
+                if exc.field.startswith(f"{path.name}:"):
+                    raise  # a malformed cell: the file is wrong, not just this row
+                # a well-formed value the model refuses (a sequence beyond any run, ...)
+                raise UnsupportedRowError(str(exc)) from None
         except UnsupportedRowError as why:
             rows.append(
                 RowResult(

@@ -1,4 +1,4 @@
-"""Helpers shared by the test packages (pytest puts this folder on the import path)."""
+"""Helpers shared by the test packages (``pythonpath = ["tests"]`` in pyproject.toml)."""
 
 from __future__ import annotations
 
