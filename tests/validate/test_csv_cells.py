@@ -91,3 +91,20 @@ def test_seq_parallel_spellings(tmp_path: Path) -> None:
     assert prepare({**row, "seq_parallel": "off"}, "x").fixed["sp"] is False
     with pytest.raises(Exception, match="seq_parallel='maybe'"):
         prepare({**row, "seq_parallel": "maybe"}, "x")
+
+
+@pytest.mark.parametrize(
+    ("notes", "seq", "batch"),
+    [
+        ("global batch 1.5M tokens", 2048, 768),  # 1.5 x 2^20 / 2048, not 1 sequence
+        ("global batch 4,000,000 tokens", 2048, 1953),  # not 4,000 sequences
+        ("global batch 4 million tokens", 2048, 2048),  # not 4 sequences
+        ("sequence length 1.5K, global batch 1,536", None, 1536),
+    ],
+)
+def test_sizes_read_from_notes(notes: str, seq: int | None, batch: int) -> None:
+    from gpuscale.validate.training_rows import sizes_from_notes
+
+    got_seq, got_batch, _ = sizes_from_notes(notes, seq, None)
+    assert got_batch == batch
+    assert got_seq == (seq or 1536)

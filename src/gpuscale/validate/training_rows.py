@@ -328,17 +328,25 @@ def megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | None
     return tp, mp // tp
 
 
+_NUM = r"(\d[\d,]*(?:\.\d+)?)(?![\d,.]*\d)"
+"""A number as notes write it (1,536 or 1.5), taken whole: never a prefix of a longer one."""
 _SEQ_IN_NOTES = re.compile(
     r"\b(?:sequence length|seq(?:uence)?[ _-]?len(?:gth)?|context length)(?: of)?[:= ]+"
-    r"(\d[\d,]*)(?: ?(K)\b|\b)",
+    + _NUM
+    + r"(?: ?(K)\b|\b)",
     re.IGNORECASE,
 )
 _BATCH_SEQS_IN_NOTES = re.compile(
-    r"\bglobal batch(?: size)?(?: of)?[:= ]+(\d[\d,]*)\b(?! ?[KMB]\b)(?! ?tokens)",
+    r"\bglobal batch(?: size)?(?: of)?[:= ]+"
+    + _NUM
+    + r"(?! ?(?:[KMB]|thousand|million|billion)\b)(?! ?tokens)",
     re.IGNORECASE,
 )
 _BATCH_TOKENS_IN_NOTES = re.compile(
-    r"batch(?: size)?(?: of)?:? (\d+(?:\.\d+)?) ?([KMB])(?: tokens)?\b", re.IGNORECASE
+    r"batch(?: size)?(?: of)?:? "
+    + _NUM
+    + r" ?(?:([KMB]|thousand|million|billion)\b(?: tokens)?|(tokens)\b)",
+    re.IGNORECASE,
 )
 
 
@@ -354,14 +362,22 @@ def sizes_from_notes(
     """
     notes: list[str] = []
     if seq is None and (hit := _SEQ_IN_NOTES.search(text)):
-        seq = float(hit.group(1).replace(",", "")) * (1024 if hit.group(2) else 1)
+        seq = round(float(hit.group(1).replace(",", "")) * (1024 if hit.group(2) else 1))
         notes.append(f"sequence length from the notes: {seq:g}")
     if gbs is None and (hit := _BATCH_SEQS_IN_NOTES.search(text)):
         gbs = float(hit.group(1).replace(",", ""))
         notes.append(f"global batch from the notes: {gbs:g} sequences")
     if gbs is None and seq is not None and (hit := _BATCH_TOKENS_IN_NOTES.search(text)):
-        scale = {"k": 2**10, "m": 2**20, "b": 2**30}[hit.group(2).lower()]
-        batch_tokens = round(float(hit.group(1)) * scale)
+        unit = (hit.group(2) or "").lower()
+        scale = {
+            "k": 2**10,
+            "thousand": 2**10,
+            "m": 2**20,
+            "million": 2**20,
+            "b": 2**30,
+            "billion": 2**30,
+        }.get(unit, 1)
+        batch_tokens = round(float(hit.group(1).replace(",", "")) * scale)
         if batch_tokens >= seq:
             gbs = float(round(batch_tokens / seq))
             notes.append(f"global batch from the notes: {gbs:.0f} sequences of {seq:g} tokens")
