@@ -127,3 +127,9 @@ def test_qwen2_moe_shared_expert_is_counted(tmp_path: Path) -> None:
     path.write_text(json.dumps(cfg))
     m = load_hf_config(path)
     assert (m.num_experts, m.ffn_hidden, m.shared_experts) == (60, 1408, 4)  # 5632 = 4 x 1408
+
+
+@pytest.mark.parametrize("key", ["tie_word_embeddings", "use_sliding_window"])
+def test_a_boolean_given_as_text_is_refused(tmp_path: Path, key: str) -> None:
+    err = _load(tmp_path, {**LLAMA, "sliding_window": 4096, key: "false"})
+    assert err.field == f"config.json:{key}"

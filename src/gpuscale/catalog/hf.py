@@ -75,6 +75,15 @@ class _Ints:
             return int(val)
         return default
 
+    def flag(self, name: str, default: bool) -> bool:
+        """A true/false key: JSON true or false only ("false" as a string is an error)."""
+        val = self.cfg.get(name)
+        if val is None:
+            return default
+        if not isinstance(val, bool):
+            raise InputError(f"{self.path.name}:{name}", val, "true or false (JSON booleans)")
+        return val
+
 
 def _sliding_window(cfg: dict[str, Any], model_type: str, ints: _Ints) -> tuple[int, int | None]:
     """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed; with
@@ -86,12 +95,13 @@ def _sliding_window(cfg: dict[str, Any], model_type: str, ints: _Ints) -> tuple[
     kinds = cfg.get("layer_types")
     if isinstance(kinds, list):
         return window, sum(1 for k in kinds if k == "sliding_attention")
-    if cfg.get("use_sliding_window") is True:
+    use = ints.flag("use_sliding_window", model_type == "mistral")
+    if use and model_type != "mistral":
         # Qwen2/3: layers from max_window_layers on use the window
         first = ints("max_window_layers")
         layers = ints("num_hidden_layers", "n_layer", "num_layers")
         return window, max(layers - first, 0) if first else None
-    if model_type == "mistral" and cfg.get("use_sliding_window") is not False:
+    if model_type == "mistral" and use:
         return window, None
     return 0, None
 
@@ -187,7 +197,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "vocab": vocab,
         "max_seq": ints("max_position_embeddings", "n_positions", default=2048, minimum=1),
         "position": position,
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", learned)),
+        "tied_embeddings": ints.flag("tie_word_embeddings", learned),
         "num_experts": experts,
         "top_k": ints("num_experts_per_tok", "experts_per_token", default=1, minimum=1),
         "shared_experts": shared,
