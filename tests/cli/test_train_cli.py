@@ -287,36 +287,17 @@ def test_mtp_depths_can_be_turned_off_and_cost_time() -> None:
 
 def test_the_estimate_names_the_structure_that_shapes_the_costs() -> None:
     from gpuscale.catalog import get_model
-    from gpuscale.cli.train import _model_line
+    from gpuscale.cli.train_report import model_line
 
-    line = _model_line(get_model("nemotron3-super-120b-a12b"))
+    line = model_line(get_model("nemotron3-super-120b-a12b"))
     assert "88 blocks: 40 Mamba-2, 8 attention, 40 MoE" in line and "2 MTP depths" in line
-    assert "18 layers with a 128-token window" in _model_line(get_model("gpt-oss-120b"))
-    assert _model_line(get_model("llama3-70b")) == "70.6 B parameters; 80 layers"
+    assert "18 layers with a 128-token window" in model_line(get_model("gpt-oss-120b"))
+    assert model_line(get_model("llama3-70b")) == "70.6 B parameters; 80 layers"
 
 
 def test_expert_and_interleaving_errors_name_the_valid_values() -> None:
-    import subprocess
-    import sys
-
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from gpuscale.cli import main; main()",
-                "train",
-                "estimate",
-                "--gpu",
-                "h100-sxm",
-                "--gpus",
-                "64",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        return gpuscale("train", "estimate", "--gpu", "h100-sxm", "--gpus", "64", *args)
 
     r = run("--model", "mixtral-8x7b", "--ep", "3")
     assert r.returncode == 2

@@ -8,6 +8,7 @@ Shared by the benchmark (:mod:`gpuscale.bench.collectives`) and the model's tabl
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -60,12 +61,27 @@ def parse_size(text: str, field: str) -> int:
     return int(value)
 
 
+MAX_SIZES = 10_000
+"""Most message sizes one sweep may have (-b .. -e by -f); more is a mistyped factor."""
+
+
 def size_sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
-    """-b .. -e multiplying by -f, as nccl-tests does (both ends included when reached)."""
+    """-b .. -e multiplying by -f, as nccl-tests does (both ends included when reached);
+    at most :data:`MAX_SIZES` sizes."""
     if min_bytes > max_bytes:
         raise InputError("-b/--minbytes", min_bytes, f"at most -e/--maxbytes ({max_bytes})")
     if not factor > 1:
         raise InputError("-f/--stepfactor", factor, "a multiplication factor greater than 1")
+    if not math.isinf(factor):
+        n = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
+        if n > MAX_SIZES:
+            least = (max_bytes / min_bytes) ** (1.0 / (MAX_SIZES - 1))
+            raise InputError(
+                "-f/--stepfactor",
+                factor,
+                f"gives {n:,} sizes from {min_bytes} to {max_bytes} bytes; at most "
+                f"{MAX_SIZES:,} are allowed (a factor of at least {least:.6g})",
+            )
     out, s = [], float(min_bytes)
     while s <= max_bytes:
         out.append(int(s))

@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpuscale.calibrate import Calibration, default_calibration
 from gpuscale.validate.report import ValidationReport, strict_json
+
+Cal = Annotated[
+    Path | None, typer.Option("--calibration", help="Calibration JSON (default: the fitted one).")
+]
+# nccl-tests' size sweep and element type, shared by `comm estimate` and `bench collectives`
+MinBytes = Annotated[
+    str, typer.Option("-b", "--minbytes", help="Smallest message size (bytes; 8, 1K, 1M).")
+]
+MaxBytes = Annotated[str, typer.Option("-e", "--maxbytes", help="Largest message size (bytes).")]
+StepFactor = Annotated[
+    float, typer.Option("-f", "--stepfactor", help="Size multiplier between rows (> 1).")
+]
+Datatype = Annotated[
+    str,
+    typer.Option(
+        "-d", "--datatype", help="Element type, as nccl-tests -d: float32, bfloat16, int8, ..."
+    ),
+]
 
 out = Console(soft_wrap=False)
 err = Console(stderr=True)

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuscale.cli._common import load_calibration
+from gpuscale.cli._common import Cal, Datatype, MaxBytes, MinBytes, StepFactor, load_calibration
 from gpuscale.errors import InputError
 
 app = typer.Typer(no_args_is_help=True)
@@ -84,15 +84,9 @@ def collectives(
         str,
         typer.Option("-o", "--op", help="Collective: all_reduce, all_gather, reduce_scatter, ..."),
     ] = "all_reduce",
-    minbytes: Annotated[
-        str, typer.Option("-b", "--minbytes", help="Smallest message size (bytes; 8, 1K, 1M).")
-    ] = "8",
-    maxbytes: Annotated[
-        str, typer.Option("-e", "--maxbytes", help="Largest message size (bytes).")
-    ] = "1M",
-    factor: Annotated[
-        float, typer.Option("-f", "--stepfactor", help="Size multiplier between rows (> 1).")
-    ] = 2.0,
+    minbytes: MinBytes = "8",
+    maxbytes: MaxBytes = "1M",
+    factor: StepFactor = 2.0,
     iters: Annotated[int, typer.Option("-n", "--iters", help="Timed iterations per size.")] = 20,
     warmup: Annotated[
         int, typer.Option("-w", "--warmup_iters", help="Untimed iterations first.")
@@ -100,12 +94,7 @@ def collectives(
     check: Annotated[
         int, typer.Option("-c", "--check", help="1: check results (#wrong), 0: skip.")
     ] = 1,
-    datatype: Annotated[
-        str,
-        typer.Option(
-            "-d", "--datatype", help="Element type, as nccl-tests -d: float32, bfloat16, int8, ..."
-        ),
-    ] = "float32",
+    datatype: Datatype = "float32",
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo")] = "auto",
     model: Annotated[
         Path | None, typer.Option("--model", help="Cluster YAML to predict with.")
@@ -119,10 +108,7 @@ def collectives(
     json: Annotated[
         Path | None, typer.Option("--json", help="Write results (and model) as JSON.")
     ] = None,
-    calibration: Annotated[
-        Path | None,
-        typer.Option("--calibration", help="Calibration JSON (default: the fitted one)."),
-    ] = None,
+    calibration: Cal = None,
 ) -> None:
     """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
     from gpuscale.bench.collectives import build_parser, check_args

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from gpuscale.cli._common import emit_json, err, load_calibration, out
+from gpuscale.cli._common import Cal, emit_json, err, load_calibration, out
 from gpuscale.errors import InputError
 
 if TYPE_CHECKING:
@@ -21,9 +21,6 @@ DEFAULT_GPUS = ("h100-sxm", "h200", "b200")
 app = typer.Typer(no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
-Cal = Annotated[
-    Path | None, typer.Option("--calibration", help="Calibration JSON (default: the fitted one).")
-]
 Engine = Annotated[str, typer.Option("--engine", help="Engine defaults: trtllm or vllm.")]
 
 

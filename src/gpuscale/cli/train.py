@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 from rich.table import Table
-from rich.text import Text
 
-from gpuscale.catalog import Model, get_gpu, get_model, get_system, system_for_gpu
-from gpuscale.cli._common import emit_json, load_calibration, out
+from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
+from gpuscale.cli._common import Cal, emit_json, load_calibration, out
+from gpuscale.cli.train_report import print_estimate, report_search
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import (
@@ -23,12 +23,11 @@ from gpuscale.perf.plan import (
     Workload,
     check_plan,
 )
-from gpuscale.perf.training import TrainingEstimate, estimate
-from gpuscale.perf.transformer import active_param_count, param_count
-from gpuscale.search.plans import SearchResult, explain, search_plans
+from gpuscale.perf.training import estimate
+from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import scaling_curve
 from gpuscale.spec import load_training_job
-from gpuscale.units import fmt_bytes, fmt_time, parse_quantity
+from gpuscale.units import fmt_time, parse_quantity
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -73,7 +72,6 @@ SysOpt = Annotated[
     str | None, typer.Option("--system", help="Catalog system (default: the GPU's reference node).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
-CalOpt = Annotated[Path | None, typer.Option("--calibration", help="Calibration JSON.")]
 MtpOpt = Annotated[
     int | None,
     typer.Option(
@@ -172,63 +170,6 @@ def _tokens(tokens: str | None) -> float | None:
     return v
 
 
-def _model_line(m: Model) -> str:
-    """Parameters and the structure that shapes the costs: blocks, MTP depths, window."""
-    parts = [f"{param_count(m) / 1e9:,.1f} B parameters"]
-    if m.is_moe:
-        parts[0] += f" ({active_param_count(m) / 1e9:,.1f} B active)"
-    if m.hybrid:
-        kinds = (("Mamba-2", "M"), ("attention", "*"), ("MoE", "E"), ("MLP", "-"))
-        counts = ", ".join(f"{m.pattern.count(c)} {n}" for n, c in kinds if c in m.pattern)
-        parts.append(f"{m.layers} blocks: {counts}")
-    else:
-        parts.append(f"{m.layers} layers" + (f", {m.moe_layers} MoE" if m.is_moe else ""))
-    if m.mtp_layers:
-        parts.append(f"{m.mtp_layers} MTP depth{'s' if m.mtp_layers > 1 else ''}")
-    if m.window_layers:
-        parts.append(f"{m.window_layers} layers with a {m.window}-token window")
-    return "; ".join(parts)
-
-
-def _print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float | None) -> None:
-    s = e.summary(i, train_tokens)
-    t = Table(title=title, show_header=False)
-    t.add_row("model", _model_line(e.workload.model))
-    t.add_row(
-        "plan",
-        e.plans.label(i) + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
-        f"{s['microbatches']} micro-batch{'' if s['microbatches'] == 1 else 'es'})",
-    )
-    mem = s["memory_bytes"]
-    fit = (
-        "fits"
-        if s["fits"]
-        else f"DOES NOT FIT (short by {fmt_bytes(mem['total'] - mem['capacity'])})"
-    )
-    t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {fmt_bytes(mem['capacity'])}: {fit}")
-    for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
-        t.add_row(f"  {k}", fmt_bytes(mem[k]))
-    t.add_row("step time", fmt_time(s["step_time_s"]))
-    for k, v in s["step_time_breakdown_s"].items():
-        if v > 0:
-            t.add_row(
-                f"  {k.removesuffix('_s').replace('_', ' ')}",
-                f"{fmt_time(v)}  ({100 * v / s['step_time_s']:.1f}%)",
-            )
-    t.add_row("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}")
-    t.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
-    t.add_row("MFU", f"{100 * s['mfu']:.1f}% of {e.workload.precision} dense peak")
-    if train_tokens is not None:
-        t.add_row(
-            "time to train",
-            f"{fmt_time(s['time_to_train_s'])} "
-            f"({s['gpu_hours']:,.0f} GPU-hours for {train_tokens:.3g} tokens)",
-        )
-    out.print(t)
-    for note in s.get("notes", []):
-        out.print(Text(f"note: {note}"))
-
-
 @app.command("estimate")
 def estimate_cmd(
     model: ModelOpt,
@@ -271,7 +212,7 @@ def estimate_cmd(
     ] = False,
     tokens: TokensOpt = None,
     json: JsonOpt = False,
-    calibration: CalOpt = None,
+    calibration: Cal = None,
 ) -> None:
     """Memory, step-time breakdown, tokens/s, TFLOP/s and MFU of one plan."""
     w = _workload(
@@ -305,7 +246,7 @@ def estimate_cmd(
     if json:
         emit_json(e.summary(0, tt))
         return
-    _print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt)
+    print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt)
 
 
 @app.command("search")
@@ -353,7 +294,7 @@ def search_cmd(
     top: Annotated[int, typer.Option("--top", help="Plans to show.")] = 5,
     tokens: TokensOpt = None,
     json: JsonOpt = False,
-    calibration: CalOpt = None,
+    calibration: Cal = None,
 ) -> None:
     """Every valid plan, ranked by step time among those that fit; the best explained."""
     job = load_training_job(workload) if workload is not None else None
@@ -417,53 +358,7 @@ def search_cmd(
 
             res = search_plans(w, cal, fx, progress=tick)
     tt = _tokens(tokens)
-    _report_search(res, top, json, tt)
-
-
-def _report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) -> None:
-    e = res.estimate
-    idx = res.top(top)
-    why = explain(res)
-    if as_json:
-        emit_json(
-            {
-                "evaluated": res.evaluated,
-                "valid": res.valid,
-                "fitting": len(res.order),
-                "why_best": why,
-                "plans": [e.summary(i, tt) for i in idx],
-            }
-        )
-        return
-    t = Table(title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}")
-    for col in (
-        "#",
-        "plan",
-        "GPUs",
-        "step",
-        "tokens/s/GPU",
-        "MFU",
-        "memory/GPU",
-        "largest overhead",
-    ):
-        t.add_column(col, justify="left" if col in ("plan", "largest overhead") else "right")
-    for r, i in enumerate(idx, 1):
-        terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
-        worst = max(terms, key=lambda k: terms[k])
-        t.add_row(
-            str(r),
-            e.plans.label(i),
-            str(int(e.plans.gpus_used()[i])),
-            fmt_time(float(e.step_s[i])),
-            f"{e.tokens_per_s_per_gpu[i]:,.0f}",
-            f"{100 * e.mfu[i]:.1f}%",
-            fmt_bytes(float(e.memory.total[i])),
-            f"{worst.removesuffix('_s').replace('_', ' ')} "
-            f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
-        )
-    out.print(t)
-    _print_estimate(e, idx[0], "best plan", tt)
-    out.print(why)
+    report_search(res, top, json, tt)
 
 
 @app.command("scaling")
@@ -484,7 +379,7 @@ def scaling_cmd(
         typer.Option("--mode", help="strong (fixed batch), weak (batch grows with GPUs) or both."),
     ] = "both",
     json: JsonOpt = False,
-    calibration: CalOpt = None,
+    calibration: Cal = None,
 ) -> None:
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
     if mode not in ("strong", "weak", "both"):

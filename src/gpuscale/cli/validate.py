@@ -12,15 +12,12 @@ from typing import Annotated
 
 import typer
 
-from gpuscale.cli._common import load_calibration, print_validation
+from gpuscale.cli._common import Cal, load_calibration, print_validation
 
 app = typer.Typer(no_args_is_help=True)
 
 Runs = Annotated[Path, typer.Option("--runs", help="CSV of published runs (validation schema).")]
 Json = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
-Cal = Annotated[
-    Path | None, typer.Option("--calibration", help="Calibration JSON (default: the fitted one).")
-]
 
 
 @app.command("training")

@@ -8,6 +8,7 @@ parallelism 1, as the Megatron-Core MoE recipes run it (each GPU holds E / EP wh
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -85,7 +86,6 @@ class Workload:
     """One of :data:`ELEMENTWISE`."""
 
     def __post_init__(self) -> None:
-        # named as the command-line flags are (--gpus, --seq-len, --global-batch)
         # named as the command-line flags are (--gpus, --seq-len, --global-batch); the caps
         # are far beyond any cluster or run and keep every count a 64-bit integer
         for name, flag, cap in (
@@ -245,25 +245,32 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     return ok, rules
 
 
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+"""Plan sizes a user can fix: parallel degrees, interleaving, micro-batch."""
+
+
+def check_degrees(w: Workload, degrees: Mapping[str, object]) -> None:
+    """Each given plan size is a whole number from 1 to its bound: the GPU count for a
+    parallel degree, the layers for interleaving, the global batch for the micro-batch."""
+    for key in DEGREES:
+        v = degrees.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(key, v, "a whole number of at least 1")
+        top, what = {
+            "mbs": (w.global_batch, "the global batch"),
+            "vpp": (w.model.layers, "the layers"),
+        }.get(key, (w.num_gpus, "the GPU count"))
+        if v > top:
+            raise InputError(key, v, f"at most {top:,} ({what})")
+
+
 def check_plan(w: Workload, p: Plans) -> None:
     """Raise an :class:`InputError` for the first rule a single plan breaks."""
     m = w.model
     tp, pp, cp, dp = int(p.tp[0]), int(p.pp[0]), int(p.cp[0]), int(p.dp[0])
-    for name, v in (
-        ("tp", tp),
-        ("pp", pp),
-        ("cp", cp),
-        ("dp", dp),
-        ("ep", int(p.ep[0])),
-        ("vpp", int(p.vpp[0])),
-        ("mbs", int(p.mbs[0])),
-    ):
-        if v < 1:
-            raise InputError(name, v, "a positive integer")
-        top = {"mbs": w.global_batch, "vpp": m.layers}.get(name, w.num_gpus)
-        if v > top:
-            what = {"mbs": "the global batch", "vpp": "the layers"}.get(name, "the GPU count")
-            raise InputError(name, v, f"at most {top:,} ({what})")
+    check_degrees(w, {k: int(getattr(p, k)[0]) for k in DEGREES})
     if w.num_gpus % (tp * pp * cp) != 0:
         raise InputError(
             "tp*pp*cp",

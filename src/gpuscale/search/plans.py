@@ -22,7 +22,7 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, validity
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, check_degrees, validity
 from gpuscale.perf.training import TrainingEstimate, estimate
 
 MAX_MBS = 16
@@ -170,10 +170,6 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
     return plans.take(keep)
 
 
-DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
-"""Plan sizes a search can be given fixed: parallel degrees, interleaving, micro-batch."""
-
-
 def search_plans(
     w: Workload,
     cal: Calibration,
@@ -187,15 +183,7 @@ def search_plans(
     ``require_fit=False`` ranks all plans when none fits (used to reproduce runs that did
     run); ``exact_gpus`` keeps only plans using every GPU when any such plan exists.
     """
-    for key in DEGREES:
-        v = (fixed or {}).get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise InputError(key, v, "a whole number of at least 1 (or leave it free)")
-        # interleaving is bounded by the layers (checked with the plan), not the GPUs
-        top = {"mbs": w.global_batch, "vpp": w.model.layers}.get(key, w.num_gpus)
-        what = {"mbs": "the global batch", "vpp": "the layers"}.get(key, "the GPUs")
-        if v is not None and v > top:
-            raise InputError(key, v, f"at most {top:,} ({what})")
+    check_degrees(w, fixed or {})
     plans = enumerate_plans(w, fixed)
     evaluated = len(plans)
     if evaluated == 0:

@@ -116,11 +116,6 @@ FIELD_COLUMNS = {
 """The CSV column behind each field a prediction can reject (its reason names the column)."""
 
 
-def measured_value(row: dict[str, str], col: str, where: str) -> float | None:
-    """A measured cell (see :func:`~gpuscale.validate.report.positive`)."""
-    return positive(row, col, where)
-
-
 def _length(row: dict[str, str], col: str) -> int | None:
     """A token length: None for a dataset named instead (variable lengths); a number that is
     not a positive integer makes the row one gpuscale cannot model, naming the column."""
@@ -164,7 +159,7 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
 
 def _plan_row(row: dict[str, str], where: str) -> RowPlan:
     for col in MEASURED:
-        measured_value(row, col, where)
+        positive(row, col, where)
     eng = _engine(row["engine"])
     try:
         model = get_model(row["model"])
@@ -380,7 +375,7 @@ def validate_inference(path: Path, cal: Calibration) -> ValidationReport:
 def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowResult]:
     rid, src = row["id"], _short_source(row["source"])
     try:
-        measured_tp, measured_ttft, measured_itl = (measured_value(row, c, where) for c in MEASURED)
+        measured_tp, measured_ttft, measured_itl = (positive(row, c, where) for c in MEASURED)
     except UnsupportedRowError as exc:
         return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
     if measured_tp is None and measured_ttft is None and measured_itl is None:

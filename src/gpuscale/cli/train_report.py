@@ -1,0 +1,117 @@
+"""How `gpuscale train` prints its results: one plan's memory and step breakdown, a ranked
+search with the reason the best wins."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from gpuscale.catalog import Model
+from gpuscale.cli._common import emit_json, out
+from gpuscale.perf.training import TrainingEstimate
+from gpuscale.perf.transformer import active_param_count, param_count
+from gpuscale.search.plans import SearchResult, explain
+from gpuscale.units import fmt_bytes, fmt_time
+
+
+def model_line(m: Model) -> str:
+    """Parameters and the structure that shapes the costs: blocks, MTP depths, window."""
+    parts = [f"{param_count(m) / 1e9:,.1f} B parameters"]
+    if m.is_moe:
+        parts[0] += f" ({active_param_count(m) / 1e9:,.1f} B active)"
+    if m.hybrid:
+        kinds = (("Mamba-2", "M"), ("attention", "*"), ("MoE", "E"), ("MLP", "-"))
+        counts = ", ".join(f"{m.pattern.count(c)} {n}" for n, c in kinds if c in m.pattern)
+        parts.append(f"{m.layers} blocks: {counts}")
+    else:
+        parts.append(f"{m.layers} layers" + (f", {m.moe_layers} MoE" if m.is_moe else ""))
+    if m.mtp_layers:
+        parts.append(f"{m.mtp_layers} MTP depth{'s' if m.mtp_layers > 1 else ''}")
+    if m.window_layers:
+        parts.append(f"{m.window_layers} layers with a {m.window}-token window")
+    return "; ".join(parts)
+
+
+def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float | None) -> None:
+    s = e.summary(i, train_tokens)
+    t = Table(title=title, show_header=False)
+    t.add_row("model", model_line(e.workload.model))
+    t.add_row(
+        "plan",
+        e.plans.label(i) + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
+        f"{s['microbatches']} micro-batch{'' if s['microbatches'] == 1 else 'es'})",
+    )
+    mem = s["memory_bytes"]
+    fit = (
+        "fits"
+        if s["fits"]
+        else f"DOES NOT FIT (short by {fmt_bytes(mem['total'] - mem['capacity'])})"
+    )
+    t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {fmt_bytes(mem['capacity'])}: {fit}")
+    for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
+        t.add_row(f"  {k}", fmt_bytes(mem[k]))
+    t.add_row("step time", fmt_time(s["step_time_s"]))
+    for k, v in s["step_time_breakdown_s"].items():
+        if v > 0:
+            t.add_row(
+                f"  {k.removesuffix('_s').replace('_', ' ')}",
+                f"{fmt_time(v)}  ({100 * v / s['step_time_s']:.1f}%)",
+            )
+    t.add_row("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}")
+    t.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
+    t.add_row("MFU", f"{100 * s['mfu']:.1f}% of {e.workload.precision} dense peak")
+    if train_tokens is not None:
+        t.add_row(
+            "time to train",
+            f"{fmt_time(s['time_to_train_s'])} "
+            f"({s['gpu_hours']:,.0f} GPU-hours for {train_tokens:.3g} tokens)",
+        )
+    out.print(t)
+    for note in s.get("notes", []):
+        out.print(Text(f"note: {note}"))
+
+
+def report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) -> None:
+    e = res.estimate
+    idx = res.top(top)
+    why = explain(res)
+    if as_json:
+        emit_json(
+            {
+                "evaluated": res.evaluated,
+                "valid": res.valid,
+                "fitting": len(res.order),
+                "why_best": why,
+                "plans": [e.summary(i, tt) for i in idx],
+            }
+        )
+        return
+    t = Table(title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}")
+    for col in (
+        "#",
+        "plan",
+        "GPUs",
+        "step",
+        "tokens/s/GPU",
+        "MFU",
+        "memory/GPU",
+        "largest overhead",
+    ):
+        t.add_column(col, justify="left" if col in ("plan", "largest overhead") else "right")
+    for r, i in enumerate(idx, 1):
+        terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
+        worst = max(terms, key=lambda k: terms[k])
+        t.add_row(
+            str(r),
+            e.plans.label(i),
+            str(int(e.plans.gpus_used()[i])),
+            fmt_time(float(e.step_s[i])),
+            f"{e.tokens_per_s_per_gpu[i]:,.0f}",
+            f"{100 * e.mfu[i]:.1f}%",
+            fmt_bytes(float(e.memory.total[i])),
+            f"{worst.removesuffix('_s').replace('_', ' ')} "
+            f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
+        )
+    out.print(t)
+    print_estimate(e, idx[0], "best plan", tt)
+    out.print(why)
