@@ -133,3 +133,10 @@ def test_qwen2_moe_shared_expert_is_counted(tmp_path: Path) -> None:
 def test_a_boolean_given_as_text_is_refused(tmp_path: Path, key: str) -> None:
     err = _load(tmp_path, {**LLAMA, "sliding_window": 4096, key: "false"})
     assert err.field == f"config.json:{key}"
+
+
+def test_mla_without_a_query_key_head_dimension_is_refused(tmp_path: Path) -> None:
+    mla = {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0}
+    err = _load(tmp_path, {**LLAMA, "model_type": "deepseek_v3", **mla})
+    assert err.field == "config.json:qk_nope_head_dim"
+    assert "at least 1" in err.valid

@@ -226,7 +226,14 @@ def test_global_batch_in_tokens_from_the_notes(notes: str, gbs: int | None) -> N
 
 def test_unsplit_model_parallelism_on_an_nvl72_rack() -> None:
     # 128 heads, 72-GPU NVLink domain: TP8 is the largest degree dividing heads and domain
-    row = _row(source="some paper", model="llama3-405b", gpu="GB200", num_gpus="576", dp="4")
+    row = _row(
+        source="some paper",
+        model="llama3-405b",
+        gpu="GB200",
+        num_gpus="576",
+        dp="4",
+        measured_tokens_per_s_per_gpu="300",
+    )
     pr = prepare(row, "test")
     assert (pr.fixed["tp"], pr.fixed["pp"]) == (8, 18)
 
@@ -469,3 +476,26 @@ def test_a_runs_file_needs_only_the_columns_its_rows_use(tmp_path: Path) -> None
     (tmp_path / "bad.csv").write_text("id,source\nr1,a\n")
     with pytest.raises(InputError, match="missing column"):
         validate_training(tmp_path / "bad.csv", default_calibration())
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # Llama 3 70B trains at ~4.7e11 model FLOPs per token (8K context): 5,000 tokens/s
+        # per H100 would be 2,300 TFLOP/s, above its 989 TFLOP/s BF16 dense peak
+        {"measured_tokens_per_s_per_gpu": "5000"},
+        {
+            "target": "tflops_per_gpu",
+            "flop_convention": "megatron_model_causal",
+            "measured_tflops_per_gpu": "1200",
+        },
+        # 128 x 8192 tokens on 64 GPUs in 2 s: 8,192 tokens/s per GPU
+        {"measured_tokens_per_s_per_gpu": "", "measured_step_time_s": "2"},
+    ],
+)
+def test_a_figure_above_the_gpus_peak_skips_the_row_with_both_rates(cells: dict[str, str]) -> None:
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    with pytest.raises(UnsupportedRowError, match=r"above h100-sxm's bf16 dense peak of 989"):
+        prepare(_row(**cells), "test")
+    assert prepare(_row(), "test").measured == 1000.0  # 470 TFLOP/s: a possible figure

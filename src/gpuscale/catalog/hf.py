@@ -167,6 +167,12 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             qk_rope_head_dim=ints("qk_rope_head_dim", default=64),
             v_head_dim=ints("v_head_dim", default=128, minimum=1),
         )
+        if mla.qk_nope_head_dim + mla.qk_rope_head_dim == 0:
+            raise InputError(
+                f"{path.name}:qk_nope_head_dim",
+                0,
+                "qk_nope_head_dim + qk_rope_head_dim at least 1 (a query/key head dimension)",
+            )
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")
     pattern, mamba = _hybrid(cfg, path, ints)
     shared = ints("n_shared_experts")

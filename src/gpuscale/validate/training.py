@@ -172,6 +172,18 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
     if precision not in gpu.peak_tflops:
         raise UnsupportedRowError(f"{gpu.key} has no {precision} peak in the catalog")
+    if target == "tflops_per_gpu":
+        rate = measured * 1e12
+    elif target == "mfu":
+        rate = measured * gpu.peak_flops(precision)
+    else:  # model FLOPs of the tokens each GPU trains per second
+        rate = measured * model_flops_per_token(model, int(seq), causal=True)
+    if rate > gpu.peak_flops(precision) * (1.0 + 1e-9):
+        raise UnsupportedRowError(
+            f"{measured_col}={measured:g} means {rate / 1e12:,.0f} TFLOP/s per GPU, above "
+            f"{gpu.key}'s {precision} dense peak of {gpu.peak_flops(precision) / 1e12:,.0f}: "
+            "not a per-GPU figure of this model"
+        )
     attention, why = attention_kernel(row, gpu.arch)
     if why:
         notes.append(why)
