@@ -247,6 +247,9 @@ def test_unsplit_model_parallelism_on_an_nvl72_rack() -> None:
         ("FSDP (full shard)", 4),
         ("distributed optimizer", 1),
         ("DDP", 0),
+        ("DDP (no dist-opt)", 0),  # a scheme named only to say it was not used
+        ("without ZeRO", 0),
+        ("ZeRO-1 (no FSDP)", 2),
     ],
 )
 def test_sharding_spellings(cell: str, sharding: int | None) -> None:
@@ -261,6 +264,8 @@ def test_sharding_spellings(cell: str, sharding: int | None) -> None:
         ("Full (uniform)", 2),
         ("activation checkpointing", 2),
         ("no", 0),
+        ("no activation checkpointing", 0),
+        ("without recomputation", 0),
         ("block", 3),
     ],
 )
@@ -269,7 +274,12 @@ def test_recompute_spellings(cell: str, mode: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("col", "cell"), [("recompute", "sometimes"), ("dist_optimizer_or_zero", "HSDP")]
+    ("col", "cell"),
+    [
+        ("recompute", "sometimes"),
+        ("dist_optimizer_or_zero", "HSDP"),
+        ("dist_optimizer_or_zero", "no ZeRO-3"),  # which stage it did use is unsaid
+    ],
 )
 def test_unknown_spellings_skip_the_row_with_the_cell(col: str, cell: str) -> None:
     from gpuscale.validate.training import UnsupportedRowError

@@ -34,8 +34,14 @@ SHARD_SPELLINGS = (
     (r"zero[\s_-]*(stage[\s_-]*)?2|stage[\s_-]*2", 3),
     (r"zero[\s_-]*(stage[\s_-]*)?1|stage[\s_-]*1", 2),
     (r"dist|distributed", 1),
-    (r"^(none|no|ddp|off|false|0|zero[\s_-]*0)$", 0),
+    (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0)$", 0),
 )
+NEGATED = re.compile(
+    r"\b(no|not|without|w/o|non)[\s_-]+(distributed|dist|zero|fsdp)[\w-]*"
+    r"([\s_-]+optimi[sz]er)?"
+)
+"""A sharding the cell says the run did not use ("DDP (no dist-opt)", "without ZeRO"):
+read as no sharding, not as the scheme it names."""
 
 
 def read_sharding(cell: str) -> int | None:
@@ -47,6 +53,11 @@ def read_sharding(cell: str) -> int | None:
     text = cell.strip().lower()
     if not text:
         return None
+    negated = NEGATED.search(text)
+    if negated and re.search(r"[0-9]", negated.group(0)):
+        # "no ZeRO-3" says which stage the run did not use, not which one it did
+        raise UnsupportedRowError(f"optimizer sharding {cell!r}: the sharding used is not named")
+    text = NEGATED.sub("none", text)
     for pattern, index in SHARD_SPELLINGS:
         if re.search(pattern, text):
             return index
@@ -58,6 +69,10 @@ def read_recompute(cell: str) -> str:
     text = cell.strip().lower()
     if not text:
         return ""
+    if re.fullmatch(
+        r"(no|not|without|w/o)[\s_-]+(activation[\s_-]+)?(recomput|checkpoint)\w*", text
+    ):
+        return "none"  # "no activation checkpointing", "without recomputation"
     for mode, pattern in (
         ("selective", r"selective|core attention"),
         ("partial", r"partial|block"),
