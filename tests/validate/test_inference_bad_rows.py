@@ -11,7 +11,8 @@ import pytest
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.cli import main
-from gpuscale.validate.inference import REQUIRED, validate_inference
+from gpuscale.validate.inference import validate_inference
+from gpuscale.validate.inference_rows import REQUIRED
 
 GOOD = {
     "id": "good",

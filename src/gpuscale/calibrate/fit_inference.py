@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
-from gpuscale.validate.inference import (
+from gpuscale.validate.inference import run_plan
+from gpuscale.validate.inference_rows import (
     REQUIRED,
     SCORED_METRICS,
     RowPlan,
     UnsupportedRowError,
     plan_row,
-    run_plan,
 )
 from gpuscale.validate.report import num, read_rows, signed_error_pct
 
