@@ -163,6 +163,26 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     text = explain(r)
     assert e.plans.label(r.best) in text
     assert f"runner-up {e.plans.label(ru)}" in text
+    # the gain and the memory clause are the two plans' own figures
+    gain = (float(e.step_s[ru]) - float(e.step_s[r.best])) / float(e.step_s[ru]) * 100
+    assert f"is {gain:.1f}% faster per step" in text
+    gib_b, gib_r = (float(e.memory.total[i]) / 2**30 for i in (r.best, ru))
+    if abs(gib_b - gib_r) < 0.05:
+        assert f"both use {gib_b:.1f} GiB" in text
+    else:
+        assert f"({gib_b:.1f} vs {gib_r:.1f} GiB)" in text
+    # each verb once: "saves a, b and c", "costs d"
+    assert text.count("saves") <= 1 and text.count("costs") <= 1
+
+
+@pytest.mark.parametrize(
+    ("items", "text"),
+    [(["a"], "a"), (["a", "b"], "a and b"), (["a", "b", "c"], "a, b and c")],
+)
+def test_terms_are_listed_as_a_sentence(items: list[str], text: str) -> None:
+    from gpuscale.search.plans import _listed
+
+    assert _listed(items) == text
 
 
 def test_explain_with_a_single_fitting_plan() -> None:

@@ -296,6 +296,11 @@ def _combine(chunks: list[TrainingEstimate]) -> TrainingEstimate:
     )
 
 
+def _listed(items: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def explain(result: SearchResult) -> str:
     """In words: why the best plan beats the runner-up (the terms that differ most)."""
     e = result.estimate
@@ -306,15 +311,30 @@ def explain(result: SearchResult) -> str:
     diffs = sorted(
         ((k, float(v[r] - v[b])) for k, v in e.step.terms().items()), key=lambda kv: -abs(kv[1])
     )
-    parts = []
+    saves: list[str] = []
+    costs: list[str] = []
     for k, d in diffs[:3]:
         if abs(d) < 1e-4 * float(e.step_s[b]):
             continue
-        word = "saves" if d > 0 else "costs"
-        parts.append(f"{word} {abs(d) * 1e3:.1f} ms of {k.removesuffix('_s').replace('_', ' ')}")
-    mem = (e.memory.total[b] - e.memory.total[r]) / 2**30
+        (saves if d > 0 else costs).append(
+            f"{abs(d) * 1e3:.1f} ms of {k.removesuffix('_s').replace('_', ' ')}"
+        )
+    clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
+    total_b, total_r = float(e.memory.total[b]) / 2**30, float(e.memory.total[r]) / 2**30
+    if abs(total_b - total_r) < 0.05:
+        mem = f"both use {total_b:.1f} GiB of memory per GPU"
+    else:
+        more = "more" if total_b > total_r else "less"
+        mem = (
+            f"it uses {abs(total_b - total_r):.1f} GiB {more} memory per GPU "
+            f"({total_b:.1f} vs {total_r:.1f} GiB)"
+        )
+    speed = (
+        f"is {gain:.1f}% faster per step than"
+        if gain >= 0.05
+        else "is as fast per step (within 0.05 %) as"
+    )
     return (
-        f"{e.plans.label(b)} is {gain:.1f}% faster per step than the runner-up "
-        f"{e.plans.label(r)}: it {', '.join(parts) or 'differs only marginally'}; "
-        f"it uses {mem:+.1f} GiB of memory per GPU relative to it."
+        f"{e.plans.label(b)} {speed} the runner-up {e.plans.label(r)}: it "
+        f"{' but '.join(clauses) or 'differs only marginally'}; {mem}."
     )
