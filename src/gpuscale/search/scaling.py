@@ -4,7 +4,7 @@ Strong scaling keeps the global batch; weak scaling grows it with the GPU count 
 given is the one at the largest count; smaller counts get it scaled down proportionally,
 see :func:`weak_batch`). Efficiency is tokens/s per GPU relative to the first point
 where a plan fits; the "growing term" is the step-time term whose share grew most since
-that point. A count where nothing fits has no figures (None), only the reason.
+that point (where efficiency is above 1, the term whose share shrank most, as "gain: ..."). A count where nothing fits has no figures (None), only the reason.
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ class ScalingPoint:
         return asdict(self)
 
 
+GAIN_TOL = 0.005
+"""Efficiency above 1 + this is a gain over the first point: its column names the term
+whose share shrank most."""
+
+
 def gpu_counts(n_max: int, start: int = 8) -> list[int]:
     counts, n = [], start
     while n < n_max:
@@ -83,10 +88,22 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
         if base_tps is None:
             base_tps, base_shares = tps, shares
         grow = {k: shares[k] - base_shares.get(k, 0.0) for k in shares if k != "compute"}
-        loss = max(grow, key=lambda k: grow[k])
-        loss_txt = (
-            f"{loss.replace('_', ' ')} +{100 * grow[loss]:.1f} pts" if grow[loss] > 0.005 else "-"
-        )
+        if tps > base_tps * (1.0 + GAIN_TOL):
+            # faster per GPU than the first point (a plan that no longer recomputes, a
+            # smaller bubble): name the term that shrank, not the one the shares push up
+            gain = min(grow, key=lambda k: grow[k])
+            loss_txt = (
+                f"gain: {gain.replace('_', ' ')} {100 * grow[gain]:.1f} pts"
+                if grow[gain] < -0.005
+                else "-"
+            )
+        else:
+            loss = max(grow, key=lambda k: grow[k])
+            loss_txt = (
+                f"{loss.replace('_', ' ')} +{100 * grow[loss]:.1f} pts"
+                if grow[loss] > 0.005
+                else "-"
+            )
         if used < n:
             loss_txt = f"{n - used} of {n} GPUs idle (no plan uses all)" + (
                 "" if loss_txt == "-" else f"; {loss_txt}"
