@@ -315,7 +315,8 @@ def test_unfused_attention_pays_the_score_matrix_in_hbm_traffic() -> None:
     fwd, bwd = _core("unfused", "a100-sxm-80gb")
     g = get_gpu("a100-sxm-80gb")
     heads = 96 / 8
-    peak = g.peak_flops("bf16")
+    peak = g.peak_flops("bf16") * 0.869  # the A100's measured matmul ceiling (MAMF)
+    assert g.matmul_eff == 0.869
     # QK^T: (s x d) @ (d x s); PV: (s x s) @ (s x d), one GEMM per head
     bmm = gemm_s(4096.0, 4096.0, 128.0, heads, peak, g.sms, CAL) + gemm_s(
         4096.0, 128.0, 4096.0, heads, peak, g.sms, CAL
@@ -459,3 +460,30 @@ def test_nvfp4_gemms_scale_fp8_by_the_fp4_peak_ratio(gpu: str, ratio: float) -> 
     gemm = g8 / (1 - 1 / s8)
     assert g4 == pytest.approx(gemm * (1 - 1 / (s8 * ratio)), rel=1e-9)
     assert times["fp4"] < times["fp8"] < times["bf16"]
+
+
+def test_gemms_run_at_the_gpus_measured_matmul_ceiling() -> None:
+    # catalog matmul_eff = MAMF / dense peak from the MAMF table (stas00/ml-engineering)
+    for key, mamf, peak in (
+        ("a100-sxm-80gb", 271.2, 312),
+        ("h100-sxm", 794.5, 989),
+        ("b200", 1745.0, 2250),
+        ("gb200", 1822.0, 2500),
+        ("mi300x", 668.4, 1300),
+    ):
+        assert get_gpu(key).matmul_eff == pytest.approx(mamf / peak, abs=5e-4)
+    # GEMM time is inverse to the ceiling, attention (its own kernels) and memory-bound
+    # work are not: compute = G / x + A, so compute(x/4) - compute(x/2) = 2 (compute(x/2) -
+    # compute(x))
+    w = workload()
+    plan = {"tp": 8, "pp": 8, "dp": 16, "mbs": 1}
+
+    def at(scale: float) -> StepBreakdown:
+        g = w.gpu.model_copy(update={"matmul_eff": w.gpu.matmul_eff * scale})
+        return step(replace(w, gpu=g), **plan)
+
+    full, half, quarter = at(1.0), at(0.5), at(0.25)
+    gemm = float(half.compute_s[0] - full.compute_s[0])
+    assert gemm > 0.5 * float(full.compute_s[0])  # GEMMs are most of a 175B layer
+    assert float(quarter.compute_s[0] - half.compute_s[0]) == pytest.approx(2 * gemm, rel=1e-9)
+    assert float(quarter.memory_bound_s[0]) == pytest.approx(float(full.memory_bound_s[0]))

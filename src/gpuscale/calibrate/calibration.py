@@ -24,8 +24,9 @@ from gpuscale.errors import InputError
 @dataclass(frozen=True)
 class Calibration:
     # --- compute (training and prefill GEMMs) ---
-    gemm_eff_max: float = 0.80
-    """Achieved fraction of dense peak FLOP/s on large, well-shaped GEMMs."""
+    gemm_eff_max: float = 0.92
+    """Achieved fraction of the GPU's maximum achievable matmul rate (dense peak x the
+    catalog's measured ``matmul_eff``) on large, well-shaped training GEMMs."""
     gemm_tile: float = 128.0
     """Edge of the output tile one SM computes; a GEMM runs in ceil(tiles / SMs) waves and the
     last, partial wave leaves SMs idle (wave quantisation)."""

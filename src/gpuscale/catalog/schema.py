@@ -46,6 +46,11 @@ class GPU(_Entry):
     same tensor-core peak. Blackwell Ultra (B300, GB300) doubles the special-function
     units' exponential rate that bounds attention's softmax on Blackwell; NVIDIA measured
     about 35 % more attention forward throughput than GB200 (FP8, DeepSeek-V3), so 1.35."""
+    matmul_eff: float = Field(gt=0, le=1)
+    """Maximum achievable BF16 matmul FLOP/s over the dense peak (MAMF / peak): what the
+    best-shaped GEMM reaches with the vendor BLAS at the clock the part sustains under load
+    (A100 SXM 0.87, H100 SXM 0.80, B200 0.78, GB200 0.73, MI300X 0.51). The training step
+    model's GEMMs run at a fitted fraction of it (``Calibration.gemm_eff_max``)."""
     power_cap_w: float | None = None
     """Board power limit when a deployment runs the part below its rated TDP."""
 

@@ -36,6 +36,7 @@ def gemm_s(
 ) -> FloatArray:
     """Seconds for ``count`` GEMMs of (M x K) @ (K x N), run as one grouped launch.
 
+    ``peak`` is the rate the part can reach (its peak x ``matmul_eff``).
     Efficiency = gemm_eff_max x wave quantisation of the output tiles over the SMs
     x K / (K + gemm_half_dim) (a short reduction cannot hide the tile's load latency).
     """
@@ -76,8 +77,9 @@ def attention_core_s(
     if w.attention == "unfused":
         heads = mbs * m.heads / tp  # (sequence, head) pairs per GPU, one batched GEMM each
         s_kv = float(w.seq_len)
-        bmm = gemm_s(s_loc, s_kv, qk_w / m.heads, heads, peak16, w.gpu.sms, cal) + gemm_s(
-            s_loc, v_w / m.heads, s_kv, heads, peak16, w.gpu.sms, cal
+        mm16 = peak16 * w.gpu.matmul_eff  # batched cuBLAS GEMMs, as the model's others
+        bmm = gemm_s(s_loc, s_kv, qk_w / m.heads, heads, mm16, w.gpu.sms, cal) + gemm_s(
+            s_loc, v_w / m.heads, s_kv, heads, mm16, w.gpu.sms, cal
         )
         scores = heads * s_loc * s_kv
         fwd = bmm + UNFUSED_FWD_BYTES * scores / bw

@@ -3,8 +3,10 @@
 Per micro-batch, on the slowest pipeline stage (ceil(L / pp) layers, plus the output layer
 on the last stage, plus multi-token-prediction depths as their FLOP-equivalent of layers,
 spread over the stages; a hybrid model's layers are its blocks, each costed by its kind):
-  GEMMs       FLOPs / (peak x eff), eff = gemm_eff_max x d / (d + gemm_half_dim) for the
-              smallest per-GPU GEMM dimension d (tensor parallelism shrinks N or K);
+  GEMMs       FLOPs / (peak x matmul_eff x eff): peak x matmul_eff is the GPU's measured
+              maximum achievable matmul rate (catalog), eff = gemm_eff_max x d / (d +
+              gemm_half_dim) for the smallest per-GPU GEMM dimension d (tensor parallelism
+              shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16; NVFP4 GEMMs that times
               the GPU's FP4/FP8 peak ratio (the same fraction of their peak as FP8's);
               the output layer and the MoE router stay 16-bit.
@@ -166,7 +168,8 @@ def step_breakdown(
 
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
     peak16 *= w.gpu.clock_fraction  # a power-capped part sustains a lower clock
-    gemm_peak = peak16 * low_precision_speedup(w, cal)
+    mm16 = peak16 * w.gpu.matmul_eff  # the GEMM rate the part can reach (MAMF)
+    gemm_peak = mm16 * low_precision_speedup(w, cal)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
 
     # --- GEMMs, forward, one layer, one micro-batch (per GPU) -------------------------
@@ -207,7 +210,7 @@ def step_breakdown(
             *(((tokens, mw / tp, h), (tokens, h, mw / tp)) if m.moe_latent else ()),
         )
         # the router stays in 16-bit precision (a plain linear layer outside the TE modules)
-        moe_t = moe_t + gemm_s(tokens, float(m.num_experts), h, 1.0, peak16, sms, cal)
+        moe_t = moe_t + gemm_s(tokens, float(m.num_experts), h, 1.0, mm16, sms, cal)
     else:
         moe_t = np.zeros_like(tokens)
         moe_c = (moe_t, moe_t)
@@ -259,7 +262,7 @@ def step_breakdown(
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     # in 16-bit precision: Megatron-Core's output layer is not a Transformer Engine module,
     # and torchtitan's float8 conversion leaves it out
-    logits_fwd = gemm_s(tokens, m.vocab / tp, h, 1.0, peak16, sms, cal)
+    logits_fwd = gemm_s(tokens, m.vocab / tp, h, 1.0, mm16, sms, cal)
     logits_mem = 3.0 * 4.0 * tokens * m.vocab / tp / bw
 
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)

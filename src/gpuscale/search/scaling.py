@@ -4,7 +4,8 @@ Strong scaling keeps the global batch; weak scaling grows it with the GPU count 
 given is the one at the largest count; smaller counts get it scaled down proportionally,
 see :func:`weak_batch`). Efficiency is tokens/s per GPU relative to the first point
 where a plan fits; the "growing term" is the step-time term whose share grew most since
-that point (where efficiency is above 1, the term whose share shrank most, as "gain: ..."). A count where nothing fits has no figures (None), only the reason.
+that point (where efficiency is above 1, the term whose share shrank most, as "gain: ...").
+A count where nothing fits has no figures (None), only the reason.
 """
 
 from __future__ import annotations
