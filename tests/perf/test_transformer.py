@@ -55,6 +55,20 @@ from gpuscale.perf.transformer import (
         ("dbrx", 132e9, 5e-3),
         # Black et al. 2022 (GPT-NeoX-20B, arXiv 2204.06745): 20.6 B
         ("gpt-neox-20b", 20.6e9, 3e-3),
+        # LLaMA 7B/13B/33B (HF conversions of the released weights): 6,738,415,616,
+        # 13,015,864,320 and 32,528,943,616 parameters
+        ("llama-7b", 6_738_415_616, 1e-9),
+        ("llama-13b", 13_015_864_320, 1e-9),
+        ("llama-33b", 32_528_943_616, 1e-9),
+        # tiiuae/falcon-7b: 6.92 B; 01-ai/Yi-34B: 34.4 B; DeepSeek LLM 7B / 67B: 6.9 B / 67.4 B
+        ("falcon-7b", 6.92e9, 2e-3),
+        ("yi-34b", 34.4e9, 2e-3),
+        ("deepseek-llm-7b", 6.91e9, 2e-3),
+        ("deepseek-llm-67b", 67.4e9, 2e-3),
+        # Gemma report (arXiv 2403.08295) Table 2: 786 M embedding + 7,751 M non-embedding
+        ("gemma-7b", 8.537e9, 1e-3),
+        # Phi-3 report (arXiv 2404.14219): 3.8 B
+        ("phi-3-mini", 3.8e9, 1e-2),
     ],
 )
 def test_param_count_matches_published(model: str, published: float, rel: float) -> None:
