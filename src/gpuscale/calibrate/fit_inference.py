@@ -34,7 +34,7 @@ DEFAULT_RUNS = Path("../shared/validation/inference_runs.csv")
 # constant -> (lower bound, upper bound): physically plausible ranges
 BOUNDS: dict[str, tuple[float, float]] = {
     "inf_hbm_eff": (0.4, 0.95),
-    "inf_gemm_eff": (0.25, 0.9),
+    "inf_gemm_eff": (0.3, 1.0),
     "inf_lowp_gemm_rel": (0.4, 1.0),
     "inf_gemm_half_dim": (16.0, 4096.0),
     "inf_attn_eff": (0.2, 0.9),

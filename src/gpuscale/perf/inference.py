@@ -4,7 +4,7 @@ One engine iteration processes ``T`` new tokens (prefill chunks plus one token p
 sequence) and reads the KV cache of every decoding sequence. On one GPU of a TP x PP
 replica its time is
 
-    t = max(linear FLOPs / (peak x gemm_eff), weight bytes read / (HBM x hbm_eff))   GEMMs
+    t = max(linear FLOPs / (peak x matmul_eff x gemm_eff), weights / (HBM x hbm_eff)) GEMMs
       + prefill attention FLOPs / (peak16 x attn_eff)                                  FMHA
       + KV bytes read / (HBM x hbm_eff)                                                decode attn
       + 2 x layers x all_reduce(T x hidden x 2 B)                                       TP comm
@@ -335,6 +335,7 @@ def build_step_model(
     d = model.hidden / tp
     gemm_rate = (
         gpu.peak_flops(precision.compute)
+        * gpu.matmul_eff  # the GPU's measured matmul ceiling (MAMF / peak)
         * cal.inf_gemm_eff
         * cal.inf_lowp_gemm_rel**halvings
         * d
