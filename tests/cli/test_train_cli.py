@@ -100,6 +100,8 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
     assert {"compute_s", "bubble_s", "tp_comm_s", "dp_comm_s", "optimizer_s"} <= set(steps)
     assert d["step_time_s"] == pytest.approx(sum(steps.values()), rel=1e-9)
     assert 0.0 < d["mfu"] < 1.0
+    # the MFU's real bar: the A100's measured BF16 matmul ceiling (271.2 of 312 TFLOP/s)
+    assert d["gpu_bf16_matmul_ceiling"] == 0.869 and d["mfu"] < d["gpu_bf16_matmul_ceiling"]
     # tokens/s/GPU from the step time: 1536 x 2048 / (step x 1024)
     assert d["tokens_per_s_per_gpu"] == pytest.approx(1536 * 2048 / (d["step_time_s"] * 1024))
     # GPU-hours = tokens / (tokens/s/GPU) / 3600

@@ -59,7 +59,11 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
             )
     t.add_row("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}")
     t.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
-    t.add_row("MFU", f"{100 * s['mfu']:.1f}% of {e.workload.precision} dense peak")
+    mfu = f"{100 * s['mfu']:.1f}% of {e.workload.precision} dense peak"
+    if e.workload.precision in ("bf16", "fp16"):
+        # what a GEMM can reach on this GPU, the bar an MFU is fairly compared with
+        mfu += f" (its best GEMM reaches {100 * e.workload.gpu.matmul_eff:.0f}%)"
+    t.add_row("MFU", mfu)
     if train_tokens is not None:
         t.add_row(
             "time to train",

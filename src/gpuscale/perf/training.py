@@ -79,6 +79,8 @@ class TrainingEstimate:
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
             "model_tflops_per_gpu": float(self.model_tflops_per_gpu[i]),
             "mfu": float(self.mfu[i]),
+            # the best a GEMM reaches on this GPU (BF16 MAMF / peak): an MFU's real ceiling
+            "gpu_bf16_matmul_ceiling": float(w.gpu.matmul_eff),
         }
         notes = self.notes(i)
         if notes:
