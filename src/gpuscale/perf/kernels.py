@@ -9,7 +9,7 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.plan import FloatArrayT, Workload
-from gpuscale.perf.transformer import attn_core_dims, keys_per_query, ssd_flops_per_token
+from gpuscale.perf.transformer import attn_core_dims, keys_per_query
 
 FloatArray = FloatArrayT
 
@@ -106,8 +106,12 @@ def ssd_scan_s(
 ) -> FloatArray:
     """Forward time of one Mamba-2 SSD scan (chunked state-space duality kernels).
 
-    Its block matmuls (``ssd_flops_per_token``) run on the tensor cores at flash attention's
-    efficiency; on top, the five kernels' HBM traffic per token (Mamba-2's Triton
+    Its block matmuls (``ssd_flops_per_token``) are batched GEMMs, one per chunk of Q tokens
+    and head (group for C B^T), priced as the model's other GEMMs at the GPU's matmul
+    ceiling: C B^T (Q x Q over the state N, causal half), the masked scores times X (Q x P
+    over Q, causal half), the chunk states B^T X (N x P over Q) and their read-out C h
+    (Q x P over N). Their short reductions (N = Q = 128 in Nemotron 3) keep them well below
+    a large GEMM's rate. On top, the five kernels' HBM traffic per token (Mamba-2's Triton
     implementation): x read three times and y written (3 d), B and C read twice (4 G N),
     16-bit; the fp32 C B^T chunk scores written and read (2 G Q), the fp32 chunk states
     written, passed along (read + write) and read (4 H P N / Q). Heads and groups split
@@ -117,11 +121,21 @@ def ssd_scan_s(
     if m.mamba is None:
         return np.zeros_like(tokens)
     x = m.mamba
-    flops = tokens * ssd_flops_per_token(m) / tp
+    q, n, p = float(x.chunk), float(x.state), float(x.head_dim)
+    chunks = tokens / q
+    heads, groups = x.heads / tp, x.groups / tp
+    mm16 = peak16 * w.gpu.matmul_eff
+    sms = w.gpu.sms
+    matmuls = (
+        gemm_s(q / 2.0, q, n, chunks * groups, mm16, sms, cal)  # C B^T, causal half
+        + gemm_s(q / 2.0, p, q, chunks * heads, mm16, sms, cal)  # scores x X, causal half
+        + gemm_s(n, p, q, chunks * heads, mm16, sms, cal)  # chunk states B^T X
+        + gemm_s(q, p, n, chunks * heads, mm16, sms, cal)  # read-out C h
+    )
     per_token = 2.0 * (3.0 * x.inner + 4.0 * x.groups * x.state)
     per_token += 4.0 * 2.0 * x.groups * x.chunk
     per_token += 4.0 * 4.0 * x.heads * x.head_dim * x.state / x.chunk
-    return flops / (peak16 * cal.attn_eff) + tokens * per_token / tp / bw
+    return matmuls + tokens * per_token / tp / bw
 
 
 def low_precision_speedup(w: Workload, cal: Calibration) -> float:
