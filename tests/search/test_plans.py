@@ -167,7 +167,7 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     gain = (float(e.step_s[ru]) - float(e.step_s[r.best])) / float(e.step_s[ru]) * 100
     assert f"is {gain:.1f}% faster per step" in text
     gib_b, gib_r = (float(e.memory.total[i]) / 2**30 for i in (r.best, ru))
-    if abs(gib_b - gib_r) < 0.05:
+    if f"{gib_b:.1f}" == f"{gib_r:.1f}":
         assert f"both use {gib_b:.1f} GiB" in text
     else:
         assert f"({gib_b:.1f} vs {gib_r:.1f} GiB)" in text

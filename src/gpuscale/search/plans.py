@@ -321,7 +321,7 @@ def explain(result: SearchResult) -> str:
         )
     clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
     total_b, total_r = float(e.memory.total[b]) / 2**30, float(e.memory.total[r]) / 2**30
-    if abs(total_b - total_r) < 0.05:
+    if f"{total_b:.1f}" == f"{total_r:.1f}":  # the same to the printed figure
         mem = f"both use {total_b:.1f} GiB of memory per GPU"
     else:
         more = "more" if total_b > total_r else "less"

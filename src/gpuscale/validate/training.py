@@ -172,18 +172,24 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
     if precision not in gpu.peak_tflops:
         raise UnsupportedRowError(f"{gpu.key} has no {precision} peak in the catalog")
-    if target == "tflops_per_gpu":
-        rate = measured * 1e12
-    elif target == "mfu":
-        rate = measured * gpu.peak_flops(precision)
-    else:  # model FLOPs of the tokens each GPU trains per second
-        rate = measured * model_flops_per_token(model, int(seq), causal=True)
-    if rate > gpu.peak_flops(precision) * (1.0 + 1e-9):
-        raise UnsupportedRowError(
-            f"{measured_col}={measured:g} means {rate / 1e12:,.0f} TFLOP/s per GPU, above "
-            f"{gpu.key}'s {precision} dense peak of {gpu.peak_flops(precision) / 1e12:,.0f}: "
-            "not a per-GPU figure of this model"
-        )
+    # a figure beyond the GPU's dense peak is no per-GPU measurement of this model (an MFU
+    # cannot be: it is at most 1, checked above)
+    if target != "mfu":
+        if target == "tflops_per_gpu":
+            rate, figure = measured * 1e12, f"{measured_col}={measured:g}"
+        else:  # the model FLOPs of the tokens each GPU trains per second
+            rate = measured * model_flops_per_token(model, int(seq), causal=True)
+            figure = (
+                f"{measured_col}={measured:g}"
+                if row.get(measured_col, "").strip()
+                else f"measured_step_time_s={step_s:g} ({measured:,.0f} tokens/s per GPU)"
+            )
+        if rate > gpu.peak_flops(precision) * (1.0 + 1e-9):
+            raise UnsupportedRowError(
+                f"{figure} means {rate / 1e12:,.0f} TFLOP/s per GPU, above {gpu.key}'s "
+                f"{precision} dense peak of {gpu.peak_flops(precision) / 1e12:,.0f}: not a "
+                "per-GPU figure of this model"
+            )
     attention, why = attention_kernel(row, gpu.arch)
     if why:
         notes.append(why)

@@ -30,38 +30,71 @@ GPT_VOCAB = 51200  # GPT-2 BPE (50,257) padded as Megatron does, when a row omit
 
 SHARD_SPELLINGS = (
     # (pattern, SHARDING index), first match wins; a cell is read lower-cased
+    (r"no[\s_-]*shard", 0),  # FSDP's NO_SHARD is plain data parallelism
+    (r"shard[\s_-]*grad[\s_-]*op", 3),  # FSDP's SHARD_GRAD_OP is ZeRO-2
     (r"fsdp|zero[\s_-]*(stage[\s_-]*)?3|stage[\s_-]*3", 4),
     (r"zero[\s_-]*(stage[\s_-]*)?2|stage[\s_-]*2", 3),
     (r"zero[\s_-]*(stage[\s_-]*)?1|stage[\s_-]*1", 2),
     (r"dist|distributed", 1),
     (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0)$", 0),
 )
-NEGATED = re.compile(
-    r"\b(no|not|without|w/o|non)[\s_-]+(distributed|dist|zero|fsdp)[\w-]*"
-    r"([\s_-]+optimi[sz]er)?"
+_OFF = r"(off|false|no|none|disabled?|0)"
+"""A value that switches the named feature off ("FSDP: off", "dist_opt=0")."""
+_SCHEME = (
+    r"(fsdp[\w-]*|zero[\w-]*(\s*stage[\s_-]*\d)?|(use_)?dist[\w.-]*(\s+optimi[sz]er)?"
+    r"|distributed(\s+optimi[sz]er)?)"
 )
-"""A sharding the cell says the run did not use ("DDP (no dist-opt)", "without ZeRO"):
-read as no sharding, not as the scheme it names."""
+NEGATED = re.compile(
+    rf"\b(no|not|without|w/o|non)[\s_-]*{_SCHEME}"
+    rf"|{_SCHEME}\s*[:=(]?\s*{_OFF}\s*\)?\s*(?=$|[,;/])"
+)
+"""A sharding the cell says the run did not use, before or after its name ("DDP (no
+dist-opt)", "without ZeRO", "FSDP: off", "use_distributed_optimizer=False"): not the scheme
+the run used."""
 
 
 def read_sharding(cell: str) -> int | None:
     """The SHARDING index a row's sharding cell names; None when empty.
 
     Accepts the spellings published tables use ("ZeRO-1", "ZeRO stage 3", "FSDP (full
-    shard)", "distributed optimizer", "DDP"); anything else is a row gpuscale cannot read.
+    shard)", FSDP's SHARD_GRAD_OP and NO_SHARD, "distributed optimizer", "DDP"), with the
+    schemes a cell says were not used set aside ("distributed optimizer (not ZeRO-3)");
+    anything else is a row gpuscale cannot read.
     """
     text = cell.strip().lower()
     if not text:
         return None
-    negated = NEGATED.search(text)
-    if negated and re.search(r"[0-9]", negated.group(0)):
-        # "no ZeRO-3" says which stage the run did not use, not which one it did
-        raise UnsupportedRowError(f"optimizer sharding {cell!r}: the sharding used is not named")
-    text = NEGATED.sub("none", text)
+    if re.search(r"hybrid[\s_-]*shard|hsdp", text):
+        raise UnsupportedRowError(
+            f"optimizer sharding {cell!r}: hybrid sharding (HSDP) is not modelled"
+        )
+    negated = [m.group(0) for m in NEGATED.finditer(text)]
+    rest = NEGATED.sub(" ", text)
+    if negated and not re.search(r"[a-z0-9]", rest):
+        if any(re.search(r"(zero|stage)[\s_-]*(stage[\s_-]*)?[1-3]", n) for n in negated):
+            # "no ZeRO-3" says which stage the run did not use, not which one it did
+            raise UnsupportedRowError(
+                f"optimizer sharding {cell!r}: the sharding used is not named"
+            )
+        return SHARDING_NONE
     for pattern, index in SHARD_SPELLINGS:
-        if re.search(pattern, text):
+        if re.search(pattern, rest):
             return index
     raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
+
+
+SHARDING_NONE = 0
+"""SHARDING index of plain data parallelism (DDP)."""
+
+_RECOMPUTE = r"((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*"
+RECOMPUTE_OFF = re.compile(
+    rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
+    rf"|{_RECOMPUTE}\s*[:=(]?\s*{_OFF}\s*\)?"
+    r"|(none|off|disabled)\b.*"
+)
+"""A recompute cell that says there was none: "no activation checkpointing", "without
+recomputation", "activation checkpointing: off", "gradient checkpointing=False",
+"none (no recompute)"."""
 
 
 def read_recompute(cell: str) -> str:
@@ -69,10 +102,8 @@ def read_recompute(cell: str) -> str:
     text = cell.strip().lower()
     if not text:
         return ""
-    if re.fullmatch(
-        r"(no|not|without|w/o)[\s_-]+(activation[\s_-]+)?(recomput|checkpoint)\w*", text
-    ):
-        return "none"  # "no activation checkpointing", "without recomputation"
+    if RECOMPUTE_OFF.fullmatch(text):
+        return "none"
     for mode, pattern in (
         ("selective", r"selective|core attention"),
         ("partial", r"partial|block"),
