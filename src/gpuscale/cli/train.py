@@ -15,12 +15,11 @@ from gpuscale.cli.train_report import print_estimate, report_search
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import (
-    MAX_BATCH,
-    MAX_GPUS,
     RECOMPUTE,
     SHARDING,
     Plans,
     Workload,
+    check_degrees,
     check_plan,
 )
 from gpuscale.perf.training import estimate
@@ -132,6 +131,7 @@ def _workload(
 
 
 def _fixed(
+    w: Workload,
     tp: int | None,
     pp: int | None,
     vpp: int | None,
@@ -143,10 +143,7 @@ def _fixed(
     sp: bool | None,
 ) -> dict[str, Any]:
     fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
-    for key in ("tp", "pp", "vpp", "cp", "ep", "mbs"):
-        v, cap = fx[key], MAX_BATCH if key == "mbs" else MAX_GPUS
-        if v is not None and not 1 <= v <= cap:
-            raise InputError(key, v, f"a whole number from 1 to {cap:,}")
+    check_degrees(w, fx)  # before any product or array of them
     if recompute is not None:
         if recompute not in RECOMPUTE:
             raise InputError("recompute", recompute, f"one of {', '.join(RECOMPUTE)}")
@@ -233,8 +230,8 @@ def estimate_cmd(
     sharding = "dist-opt" if dist_opt else (zero or "none")
     if sharding == "fsdp":
         sharding = "zero3"
-    fx = _fixed(tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
-    if tp * pp * cp <= 0 or gpus % (tp * pp * cp):
+    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
+    if gpus % (tp * pp * cp):
         raise InputError(
             "tp*pp*cp", tp * pp * cp, f"must divide --gpus {gpus} (tp={tp}, pp={pp}, cp={cp})"
         )
@@ -345,7 +342,7 @@ def search_cmd(
         tokens = job.tokens
     if top < 1:
         raise InputError("top", top, "a positive integer")
-    fx = _fixed(tp, pp, vpp, cp, ep, mbs, recompute, "zero3" if zero == "fsdp" else zero, None)
+    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, "zero3" if zero == "fsdp" else zero, None)
     cal = load_calibration(calibration)
     if json:
         res = search_plans(w, cal, fx)

@@ -256,14 +256,12 @@ def check_degrees(w: Workload, degrees: Mapping[str, object]) -> None:
         v = degrees.get(key)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(key, v, "a whole number of at least 1")
         top, what = {
             "mbs": (w.global_batch, "the global batch"),
             "vpp": (w.model.layers, "the layers"),
         }.get(key, (w.num_gpus, "the GPU count"))
-        if v > top:
-            raise InputError(key, v, f"at most {top:,} ({what})")
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+            raise InputError(key, v, f"a whole number from 1 to {top:,} ({what})")
 
 
 def check_plan(w: Workload, p: Plans) -> None:
