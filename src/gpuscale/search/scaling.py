@@ -89,22 +89,16 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
         if base_tps is None:
             base_tps, base_shares = tps, shares
         grow = {k: shares[k] - base_shares.get(k, 0.0) for k in shares if k != "compute"}
-        if tps > base_tps * (1.0 + GAIN_TOL):
-            # faster per GPU than the first point (a plan that no longer recomputes, a
-            # smaller bubble): name the term that shrank, not the one the shares push up
-            gain = min(grow, key=lambda k: grow[k])
-            loss_txt = (
-                f"gain: {gain.replace('_', ' ')} {100 * grow[gain]:.1f} pts"
-                if grow[gain] < -0.005
-                else "-"
-            )
-        else:
-            loss = max(grow, key=lambda k: grow[k])
-            loss_txt = (
-                f"{loss.replace('_', ' ')} +{100 * grow[loss]:.1f} pts"
-                if grow[loss] > 0.005
-                else "-"
-            )
+        # faster per GPU than the first point (a plan that no longer recomputes, a smaller
+        # bubble): name the term that shrank, not the one the shares push up
+        gained = tps > base_tps * (1.0 + GAIN_TOL)
+        term = (min if gained else max)(grow, key=grow.__getitem__)
+        moved = grow[term]
+        loss_txt = (
+            f"{'gain: ' if gained else ''}{term.replace('_', ' ')} {100 * moved:+.1f} pts"
+            if abs(moved) > 0.005 and (moved < 0) == gained
+            else "-"
+        )
         if used < n:
             loss_txt = f"{n - used} of {n} GPUs idle (no plan uses all)" + (
                 "" if loss_txt == "-" else f"; {loss_txt}"
