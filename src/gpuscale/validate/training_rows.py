@@ -76,15 +76,12 @@ def read_sharding(cell: str) -> int | None:
             raise UnsupportedRowError(
                 f"optimizer sharding {cell!r}: the sharding used is not named"
             )
-        return SHARDING_NONE
+        return SHARDING.index("none")
     for pattern, index in SHARD_SPELLINGS:
         if re.search(pattern, rest):
             return index
     raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
 
-
-SHARDING_NONE = 0
-"""SHARDING index of plain data parallelism (DDP)."""
 
 _RECOMPUTE = r"((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*"
 RECOMPUTE_OFF = re.compile(
