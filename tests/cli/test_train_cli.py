@@ -210,6 +210,8 @@ def test_unknown_model_suggests_closest() -> None:
         (["--tp", "64"], ("tp", "64", "96 attention heads")),
         # expert parallelism on a dense model says so, not that ep must divide the experts
         (["--tp", "8", "--ep", "4"], ("ep=4", "gpt3-175b is a dense model")),
+        # an MoE dispatcher gpuscale does not model names the two it does
+        (["--tp", "8", "--ep-dispatch", "deepep"], ("ep-dispatch", "deepep", "all_to_all")),
     ],
 )
 def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) -> None:

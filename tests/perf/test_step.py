@@ -353,6 +353,29 @@ def test_expert_all_to_all_overlap_never_hides_more_than_the_compute() -> None:
     assert float(half.ep_comm_s[0]) == pytest.approx(max(a2a / 2, a2a - compute))
 
 
+def test_hierarchical_dispatch_sends_a_token_once_per_remote_node() -> None:
+    # Qwen3-30B-A3B (128 experts, top-8), EP 32 over 4 H100 nodes, overlap off: the
+    # all-to-all time is bandwidth-bound on the NIC, so the hierarchical dispatch costs the
+    # share of network copies it keeps, 2.72 nodes per token of the 8 x 24/32 = 6 copies
+    w = workload("qwen3-30b-a3b", gpus=64, seq=4096, gbs=256, gpu="h100-sxm")
+    p = Plans.of(tp=1, pp=1, dp=64, ep=32, mbs=1, recompute=0)
+    cal = CAL.replace(ep_overlap=0.0)
+    flat = float(step_breakdown(replace(w, ep_dispatch="all_to_all"), p, cal).ep_comm_s[0])
+    tree = float(step_breakdown(w, p, cal).ep_comm_s[0])
+    assert tree / flat == pytest.approx(2.7218 / 6.0, rel=0.02)
+    # inside one node the two dispatchers move the same bytes
+    p8 = Plans.of(tp=1, pp=1, dp=64, ep=8, mbs=1, recompute=0)
+    a = step_breakdown(replace(w, ep_dispatch="all_to_all"), p8, cal).ep_comm_s[0]
+    assert float(a) == pytest.approx(float(step_breakdown(w, p8, cal).ep_comm_s[0]))
+
+
+def test_unknown_ep_dispatch_is_refused() -> None:
+    from gpuscale.errors import InputError
+
+    with pytest.raises(InputError, match="ep-dispatch"):
+        replace(workload(), ep_dispatch="deepep")
+
+
 def test_per_param_zero3_gathers_run_at_the_implementation_rate() -> None:
     # DeepSpeed ZeRO-3 of GPT-3 175B over 1,536 A100s, full recompute, one micro-batch: the
     # weights (2 bytes each) move four times at the implementation's rate - gathered for the

@@ -11,6 +11,7 @@ from gpuscale.validate.training import prepare
 from gpuscale.validate.training_rows import (
     attention_kernel,
     elementwise_kernels,
+    ep_dispatch,
     model_for,
     nics_per_node,
     zero3_gathers,
@@ -89,6 +90,26 @@ def test_elementwise_kernels_follow_the_stack(source: str, notes: str, mode: str
     got, why = elementwise_kernels({"source": source, "notes": notes})
     assert got == mode
     assert (why == "") == (mode == "fused")
+
+
+@pytest.mark.parametrize(
+    ("source", "notes", "mode"),
+    [
+        (
+            "Megatron-Bridge performance summary",
+            "MoE: token distribution force-balanced",
+            "hierarchical",
+        ),
+        ("some H100 run", "Megatron-Core alltoall dispatcher, EP 32", "all_to_all"),
+        ("some run", "moe_token_dispatcher_type='alltoall'", "all_to_all"),
+        ("torchtitan benchmarks", "DeepSeek-V3 16B, EP 8", "all_to_all"),
+        ("some run", "flex dispatcher with DeepEP", "hierarchical"),
+    ],
+)
+def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> None:
+    got, why = ep_dispatch({"source": source, "notes": notes})
+    assert got == mode
+    assert (why == "") == (mode == "hierarchical")
 
 
 COLUMNS = [

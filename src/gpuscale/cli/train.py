@@ -67,6 +67,15 @@ ElemOpt = Annotated[
         "or eager (one PyTorch kernel per op).",
     ),
 ]
+DispatchOpt = Annotated[
+    str,
+    typer.Option(
+        "--ep-dispatch",
+        help="MoE token dispatch: hierarchical (once per remote NVLink domain, forwarded "
+        "over NVLink: DeepEP, HybridEP; default) or all_to_all (one NCCL all-to-all of "
+        "every top-k copy).",
+    ),
+]
 SysOpt = Annotated[
     str | None, typer.Option("--system", help="Catalog system (default: the GPU's reference node).")
 ]
@@ -96,6 +105,7 @@ def _workload(
     zero3_gathers: str = "coalesced",
     elementwise: str = "fused",
     mtp: int | None = None,
+    ep_dispatch: str = "hierarchical",
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one, of its generation
@@ -127,6 +137,7 @@ def _workload(
         attention,
         zero3_gathers,
         elementwise,
+        ep_dispatch,
     )
 
 
@@ -178,6 +189,7 @@ def estimate_cmd(
     attention: AttnOpt = "fused",
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
+    ep_dispatch: DispatchOpt = "hierarchical",
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
@@ -224,6 +236,7 @@ def estimate_cmd(
         zero3_gathers,
         elementwise,
         mtp,
+        ep_dispatch,
     )
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
@@ -273,6 +286,9 @@ def search_cmd(
     elementwise: Annotated[
         str | None, typer.Option("--elementwise", help="fused or eager.")
     ] = None,
+    ep_dispatch: Annotated[
+        str | None, typer.Option("--ep-dispatch", help="hierarchical or all_to_all.")
+    ] = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
@@ -316,6 +332,7 @@ def search_cmd(
         "attention": attention,
         "zero3_gathers": zero3_gathers,
         "elementwise": elementwise,
+        "ep_dispatch": ep_dispatch,
         "mtp": mtp,
     }
     try:
@@ -331,6 +348,7 @@ def search_cmd(
             pick(zero3_gathers, "zero3_gathers", "coalesced"),
             pick(elementwise, "elementwise", "fused"),
             mtp if mtp is not None else (job.mtp if job else None),
+            pick(ep_dispatch, "ep_dispatch", "hierarchical"),
         )
     except InputError as exc:
         key = exc.field.replace("-", "_")
@@ -369,6 +387,7 @@ def scaling_cmd(
     attention: AttnOpt = "fused",
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
+    ep_dispatch: DispatchOpt = "hierarchical",
     system: SysOpt = None,
     mtp: MtpOpt = None,
     mode: Annotated[
@@ -393,6 +412,7 @@ def scaling_cmd(
         zero3_gathers,
         elementwise,
         mtp,
+        ep_dispatch,
     )
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)

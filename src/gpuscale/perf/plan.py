@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from gpuscale.catalog import GPU, Model, System, check_precision
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.comm.moe import EP_DISPATCH
 
 IntArray = NDArray[np.int64]
 FloatArrayT = NDArray[np.float64]
@@ -84,6 +85,8 @@ class Workload:
     """One of :data:`ZERO3_GATHERS` (matters only to ZeRO-3 plans)."""
     elementwise: str = "fused"
     """One of :data:`ELEMENTWISE`."""
+    ep_dispatch: str = "hierarchical"
+    """One of :data:`~gpuscale.perf.comm.moe.EP_DISPATCH` (matters only to MoE plans)."""
 
     def __post_init__(self) -> None:
         # named as the command-line flags are (--gpus, --seq-len, --global-batch); the caps
@@ -103,6 +106,8 @@ class Workload:
             raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
         if self.elementwise not in ELEMENTWISE:
             raise InputError("elementwise", self.elementwise, f"one of {', '.join(ELEMENTWISE)}")
+        if self.ep_dispatch not in EP_DISPATCH:
+            raise InputError("ep-dispatch", self.ep_dispatch, f"one of {', '.join(EP_DISPATCH)}")
         if self.zero3_gathers not in ZERO3_GATHERS:
             raise InputError(
                 "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"

@@ -43,12 +43,14 @@ The iteration is m x (per-micro-batch stage time) + bubble (p - 1)/v x that time
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm import Fabric, collective_time_s
+from gpuscale.perf.comm.moe import moe_dispatch_time_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
     attention_core_s,
@@ -118,7 +120,19 @@ def _collective(
     f: Fabric,
     cal: Calibration,
 ) -> FloatArray:
-    """``collective_time_s`` evaluated once per distinct (size, group, placement).
+    """``collective_time_s`` evaluated once per distinct (size, group, placement)."""
+    return _per_distinct(
+        lambda s, nn, kk: collective_time_s(op, s, nn, f, cal, members_per_domain=kk), size, n, k
+    )
+
+
+def _per_distinct(
+    cost: Callable[[FloatArray, FloatArray, FloatArray], FloatArray],
+    size: FloatArray,
+    n: FloatArray | float,
+    k: FloatArray | float,
+) -> FloatArray:
+    """``cost(size, group, members per domain)`` evaluated once per distinct triple.
 
     Plans that differ only in switches (recompute, sharding, overlap) share their
     collectives, so de-duplicating first makes a search several times faster.
@@ -129,12 +143,12 @@ def _collective(
         np.asarray(k, dtype=np.float64),
     )
     if size_a.size < 64:
-        return collective_time_s(op, size_a, n_a, f, cal, members_per_domain=k_a)
+        return cost(size_a, n_a, k_a)
     # one complex key per point: size in the real part, (group, placement) in the imaginary
     keys = size_a.ravel() + 1j * (n_a.ravel() * 65536.0 + k_a.ravel())
     uniq, inv = np.unique(keys, return_inverse=True)
     n_u = np.floor(uniq.imag / 65536.0)
-    t = collective_time_s(op, uniq.real, n_u, f, cal, members_per_domain=uniq.imag - n_u * 65536.0)
+    t = cost(uniq.real, n_u, uniq.imag - n_u * 65536.0)
     return t[inv.ravel()].reshape(size_a.shape)
 
 
@@ -312,7 +326,14 @@ def step_breakdown(
     if m.is_moe:
         a2a_bytes = tokens / tp * m.top_k * mw * 2.0  # sequence-parallel shards dispatch
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
-        a2a = _collective("all_to_all", a2a_bytes, p.ep.astype(np.float64), ep_k, f, cal)
+        a2a = _per_distinct(
+            lambda s, nn, kk: moe_dispatch_time_s(
+                s, nn, kk, m.top_k, m.num_experts, f, cal, w.ep_dispatch
+            ),
+            a2a_bytes,
+            p.ep.astype(np.float64),
+            ep_k,
+        )
         n_a2a = 4.0 + 2.0 * full_frac
         ep_all = layers_stage_mtp * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
         ep_mb = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - compute_mb)

@@ -41,6 +41,7 @@ from gpuscale.validate.training_rows import (
     UnsupportedRowError,
     attention_kernel,
     elementwise_kernels,
+    ep_dispatch,
     megatron_split,
     model_for,
     nics_per_node,
@@ -199,6 +200,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     elementwise, why = elementwise_kernels(row)
     if why:
         notes.append(why)
+    dispatch, why = ep_dispatch(row)
+    if why and model.is_moe:
+        notes.append(why)
     system = system_for_gpu(gpu)
     nics = nics_per_node(row, system.nic_gbps)
     if nics is not None and nics != system.nics_per_node:
@@ -217,6 +221,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         attention,
         gathers,
         elementwise,
+        dispatch,
     )
     fixed: dict[str, Any] = {}
     for col, key in (

@@ -351,6 +351,23 @@ def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
     return "coalesced", ""
 
 
+ALL_TO_ALL_DISPATCH = (
+    r"alltoall dispatcher|dispatcher[ _-]type[ =:]*['\"]?alltoall|all[_-]to[_-]all dispatch"
+    r"|torchtitan"
+)
+"""Stacks and notes whose MoE layers dispatch tokens by one NCCL all-to-all of every top-k
+copy: Megatron-Core's ``alltoall`` token dispatcher, named; torchtitan (``all_to_all_single``).
+Every other stack is taken to send a token once per remote domain (DeepEP, HybridEP), as the
+Megatron-Bridge MoE recipes do."""
+
+
+def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
+    """How a row's MoE layers move tokens between expert-parallel ranks, and why."""
+    if re.search(ALL_TO_ALL_DISPATCH, stack_text(row)):
+        return "all_to_all", "MoE dispatch: one NCCL all-to-all of every top-k copy"
+    return "hierarchical", ""
+
+
 def megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | None:
     """TP and PP for a stated model-parallel size: TP fills the node, PP the rest.
 

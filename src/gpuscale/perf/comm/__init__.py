@@ -2,7 +2,8 @@
 
 ``from gpuscale.perf.comm import Fabric, collective_time_s, estimate`` is the contract;
 :mod:`.nccl` holds NCCL's published constants, :mod:`.fabric` the group placement,
-:mod:`.algorithms` the per-algorithm alpha-beta costs, :mod:`.model` the choice.
+:mod:`.algorithms` the per-algorithm alpha-beta costs, :mod:`.model` the choice, :mod:`.moe`
+expert-parallel token dispatch.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from gpuscale.perf.comm.model import (
     collective_time_s,
     estimate,
 )
+from gpuscale.perf.comm.moe import EP_DISPATCH, domains_hit, moe_dispatch_time_s
 from gpuscale.perf.comm.nccl import PROTOCOLS
 
 __all__ = [
     "ALGORITHMS",
+    "EP_DISPATCH",
     "OPS",
     "PROTOCOLS",
     "CommEstimate",
@@ -32,6 +35,8 @@ __all__ = [
     "bytes_per_rank",
     "check_op",
     "collective_time_s",
+    "domains_hit",
     "estimate",
+    "moe_dispatch_time_s",
     "place",
 ]

@@ -1,0 +1,92 @@
+"""Expert-parallel token dispatch: network crossings per token, hand-computed; invariants."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import prod
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_system
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric, collective_time_s, domains_hit, moe_dispatch_time_s
+
+CAL = default_calibration()
+HGX_B200 = Fabric.from_system(get_system("hgx-b200"), total_gpus=1024)
+NVL72 = Fabric.from_system(get_system("gb200-nvl72"), total_gpus=1024)
+MB = 1e6
+
+
+def test_qwen3_235b_over_four_nodes_crosses_2_72_nodes_not_6_copies() -> None:
+    # 128 experts, top-8, EP 32 over 4 nodes (32 experts each): a token misses one other
+    # node when all 8 draws land among the 96 experts elsewhere
+    miss = Fraction(prod(range(89, 97)), prod(range(121, 129)))
+    expected = 3 * (1 - miss)
+    assert float(expected) == pytest.approx(2.7218, abs=1e-4)
+    got = domains_hit(8, 128, np.array([4.0]))[0]
+    assert got == pytest.approx(float(expected), rel=1e-12)
+    # NCCL's all-to-all sends 8 * 24/32 = 6 copies of the token over the network
+    assert got / 6.0 == pytest.approx(0.4537, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("top_k", "experts", "domains", "expected"),
+    [
+        (1, 64, 8, 7 / 8),  # one expert: a remote domain with probability (m-1)/m
+        (4, 64, 1, 0.0),  # one domain: nothing crosses
+        (9, 16, 2, 1.0),  # 9 draws among 16 experts, 8 per domain: both domains hit
+        (2, 4, 2, 5 / 6),  # 2 of 4 experts: both in the own domain w.p. 2/4 * 1/3
+    ],
+)
+def test_domains_hit_limits_by_hand(
+    top_k: int, experts: int, domains: int, expected: float
+) -> None:
+    assert domains_hit(top_k, experts, np.array([float(domains)]))[0] == pytest.approx(expected)
+
+
+def test_inside_one_nvlink_domain_both_dispatchers_cost_an_all_to_all() -> None:
+    size = 256 * MB
+    nccl = collective_time_s("all_to_all", size, 64, NVL72, CAL, members_per_domain=64)
+    for how in ("hierarchical", "all_to_all"):
+        t = moe_dispatch_time_s(size, 64, 64, 22, 512, NVL72, CAL, how)
+        assert t == pytest.approx(nccl, rel=1e-9)
+
+
+def test_across_nodes_the_network_carries_one_copy_per_domain_hit() -> None:
+    # Nemotron 3 Super's 512 experts, top-22, EP 64 over 8 HGX B200 nodes
+    size = 369 * MB  # all 22 copies of a rank's tokens in its latent width
+    flat = moe_dispatch_time_s(size, 64, 8, 22, 512, HGX_B200, CAL, "all_to_all")
+    tree = moe_dispatch_time_s(size, 64, 8, 22, 512, HGX_B200, CAL, "hierarchical")
+    # bandwidth-bound: the time ratio is the ratio of network copies, 6.65 / 19.25
+    ratio = domains_hit(22, 512, np.array([8.0]))[0] / (22 * 56 / 64)
+    assert ratio == pytest.approx(0.3456, abs=1e-4)
+    assert tree / flat == pytest.approx(ratio, rel=0.01)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([8, 16, 32, 64, 128, 256]),
+    st.sampled_from([1, 2, 4, 8, 22]),
+    st.sampled_from([64, 128, 256, 512]),
+    st.floats(1e3, 1e9),
+)
+def test_hierarchical_never_sends_more_than_nccl_all_to_all(
+    ep: int, top_k: int, experts: int, size: float
+) -> None:
+    k = min(8, ep)
+    flat = moe_dispatch_time_s(size, ep, k, top_k, experts, HGX_B200, CAL, "all_to_all")
+    tree = moe_dispatch_time_s(size, ep, k, top_k, experts, HGX_B200, CAL, "hierarchical")
+    assert tree <= flat * (1 + 1e-12)
+    hits = domains_hit(top_k, experts, np.array([ep / k]))[0]
+    assert 0.0 <= hits <= min(ep / k - 1, top_k) + 1e-12
+
+
+def test_an_unknown_dispatcher_is_an_input_error_naming_the_flag() -> None:
+    with pytest.raises(InputError) as exc:
+        moe_dispatch_time_s(MB, 16, 8, 8, 128, HGX_B200, CAL, "deepep")
+    assert exc.value.field == "ep-dispatch"
+    assert "hierarchical" in exc.value.valid
