@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from gpuscale.calibrate import default_calibration
 from gpuscale.calibrate.fit_training import _informed, _rows
 from gpuscale.validate.training import choose_plan
@@ -64,3 +67,22 @@ def test_constants_of_absent_features_are_not_informed(tmp_path: Path) -> None:
         assert not _informed(name, CAL, pairs), name
     for name in ("gemm_eff_max", "zero3_overlap", "step_overhead_s"):
         assert _informed(name, CAL, pairs), name
+
+
+def test_the_scan_leaves_a_shallow_valley_for_the_deeper_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuscale.calibrate import fit_training
+
+    # residuals with two valleys in the first constant: a shallow one near 0.84 (where the
+    # search starts) and a deeper one near 0.3; the second constant is already at its best
+    def residuals(x: np.ndarray, *_: object) -> np.ndarray:
+        shallow = 0.05 + (x[0] - 0.84) ** 2
+        deep = (x[0] - 0.3) ** 2
+        return np.array([min(shallow, deep), x[1] - 0.5])
+
+    monkeypatch.setattr(fit_training, "_residuals", residuals)
+    lo, hi = np.zeros(2), np.ones(2)
+    x = fit_training._scan(np.array([0.84, 0.5]), CAL, [], ["a", "b"], lo, hi, 0.03)
+    assert x[0] == 0.25  # the scan point in the deep valley
+    assert x[1] == 0.5

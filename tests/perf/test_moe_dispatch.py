@@ -90,3 +90,23 @@ def test_an_unknown_dispatcher_is_an_input_error_naming_the_flag() -> None:
         moe_dispatch_time_s(MB, 16, 8, 8, 128, HGX_B200, CAL, "deepep")
     assert exc.value.field == "ep-dispatch"
     assert "hierarchical" in exc.value.valid
+
+
+def test_the_estimate_says_how_often_a_token_crosses_the_network() -> None:
+    from dataclasses import replace
+
+    from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+    from gpuscale.perf.plan import Plans, Workload
+    from gpuscale.perf.training import estimate
+
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("qwen3-30b-a3b"), g, s, Fabric.from_system(s, 64), 64, 4096, 256)
+    over_nodes = Plans.of(tp=1, pp=1, dp=64, ep=32, mbs=1, recompute=0)
+    (note,) = estimate(w, over_nodes, CAL).notes(0)
+    assert "spans 4 NVLink domains" in note
+    assert "2.72 times" in note and "would make 6.00" in note  # 8 x 24/32 copies
+    (flat,) = estimate(replace(w, ep_dispatch="all_to_all"), over_nodes, CAL).notes(0)
+    assert "6.00 times" in flat and "would make 2.72" in flat
+    in_node = Plans.of(tp=1, pp=1, dp=64, ep=8, mbs=1, recompute=0)
+    assert estimate(w, in_node, CAL).notes(0) == []

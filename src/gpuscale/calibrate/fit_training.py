@@ -5,7 +5,8 @@
 Minimises the mean absolute log error of all scored rows together over a handful of
 physically meaningful constants (GEMM and attention efficiency, HBM efficiency, the FP8
 speed-up, DP overlap and fixed per-micro-batch / per-step costs), within physical bounds.
-Plans of rows with unstated degrees are re-chosen after each round. A constant that no row's
+Plans of rows with unstated degrees are re-chosen after each round. Each round first scans
+every constant over a few points of its range, one at a time, then refines all together. A constant that no row's
 prediction depends on (a feature absent from the file) keeps its value. Writes the fitted
 keys into ``calibration.json`` (other keys are kept).
 """
@@ -89,6 +90,42 @@ def _residuals(
     return np.array([np.log(predict(pr, pl, c) / pr.measured) for pr, pl in pairs])
 
 
+SCAN = (0.02, 0.25, 0.5, 0.75, 0.98)
+"""Points of each constant's range (0 = lower bound, 1 = upper) tried one constant at a time
+before the local least-squares search, so that a constant whose loss has two valleys (an
+overlap fraction against a fixed cost that explains the same rows) is not left in the valley
+where the previous calibration happened to sit."""
+
+
+def _soft_l1(r: np.ndarray, scale: float) -> float:
+    """The loss least_squares minimises with loss="soft_l1": sum of 2 ((1 + z)^0.5 - 1)."""
+    z = (r / scale) ** 2
+    return float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+
+def _scan(
+    x: np.ndarray,
+    base: Calibration,
+    pairs: list[tuple[PreparedRow, Plans]],
+    names: list[str],
+    lo: np.ndarray,
+    hi: np.ndarray,
+    scale: float,
+) -> np.ndarray:
+    """One pass of coordinate scanning over :data:`SCAN`: each constant moves to the point of
+    its range with the lowest loss, the others held."""
+    x = x.copy()
+    best = _soft_l1(_residuals(x, base, pairs, names, lo, hi), scale)
+    for i in range(len(names)):
+        for v in SCAN:
+            trial = x.copy()
+            trial[i] = v
+            loss = _soft_l1(_residuals(trial, base, pairs, names, lo, hi), scale)
+            if loss < best:
+                best, x = loss, trial
+    return x
+
+
 def _informed(name: str, cal: Calibration, pairs: list[tuple[PreparedRow, Plans]]) -> bool:
     """Whether any row's prediction moves when the constant moves across its bounds."""
     lo, hi = BOUNDS[name]
@@ -122,9 +159,10 @@ def fit(
         lo = np.array([BOUNDS[n][0] for n in names])
         hi = np.array([BOUNDS[n][1] for n in names])
         x0 = np.array([(getattr(cal, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
+        x0 = _scan(np.clip(x0, 1e-3, 1 - 1e-3), cal, pairs, names, lo, hi, loss_scale)
         res = least_squares(
             _residuals,
-            np.clip(x0, 1e-3, 1 - 1e-3),
+            x0,
             bounds=(0.0, 1.0),
             loss="soft_l1",
             f_scale=loss_scale,

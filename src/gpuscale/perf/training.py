@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpuscale.calibrate import Calibration
+from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.step import StepBreakdown, step_breakdown
@@ -46,6 +47,27 @@ class TrainingEstimate:
             out.append(
                 f"{m.layers} layers over {chunks} pipeline chunks are uneven: the step is "
                 f"priced on the fullest stage ({-(-m.layers // pp)} layers)"
+            )
+        ep = int(self.plans.ep[i])
+        dom = w.fabric.domain_gpus
+        if m.is_moe and ep > dom and ep % dom == 0:
+            # expert-parallel ranks are the innermost, so EP fills whole scale-up domains
+            domains = ep // dom
+            hits = float(domains_hit(m.top_k, m.num_experts, np.array([float(domains)]))[0])
+            flat = m.top_k * (domains - 1) / domains
+            if w.ep_dispatch == "hierarchical":
+                how = (
+                    f"{hits:.2f} times, once per remote domain holding one of its experts "
+                    f"(an NCCL all-to-all of every top-{m.top_k} copy would make {flat:.2f})"
+                )
+            else:
+                how = (
+                    f"{flat:.2f} times, once per top-{m.top_k} copy bound for a remote domain "
+                    f"(a hierarchical dispatch, DeepEP or HybridEP, would make {hits:.2f})"
+                )
+            out.append(
+                f"expert parallelism spans {domains} NVLink domains: a token crosses the "
+                f"network {how}"
             )
         return out
 
