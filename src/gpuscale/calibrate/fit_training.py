@@ -6,9 +6,9 @@ Minimises the mean absolute log error of all scored rows together over a handful
 physically meaningful constants (GEMM and attention efficiency, HBM efficiency, the FP8
 speed-up, DP overlap and fixed per-micro-batch / per-step costs), within physical bounds.
 Plans of rows with unstated degrees are re-chosen after each round. Each round first scans
-every constant over a few points of its range, one at a time, then refines all together. A constant that no row's
-prediction depends on (a feature absent from the file) keeps its value. Writes the fitted
-keys into ``calibration.json`` (other keys are kept).
+every constant over a few points of its range, one at a time, then refines all together.
+A constant that no row's prediction depends on (a feature absent from the file) keeps its
+value. Writes the fitted keys into ``calibration.json`` (other keys are kept).
 """
 
 from __future__ import annotations
