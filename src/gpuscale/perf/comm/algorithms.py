@@ -166,13 +166,18 @@ def _p2p_lat(lat: _Lat, pl: Placement, p: int) -> FloatArray:
     )
 
 
-def all_to_all(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
+def p2p_candidates(bw_s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
+    """A point-to-point exchange of ``bw_s`` seconds of bytes at full rate, with NCCL's LL
+    and Simple protocols (one hop, over the network when the group spans domains)."""
     lat = _Lat(f, cal)
+    return [("p2p", p, _p2p_lat(lat, pl, p), bw_s / nccl.PROTO_BW_FACTOR[p]) for p in (LL, SIMPLE)]
+
+
+def all_to_all(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
     n, k = pl.n, pl.k
     t_up = (k - 1.0) / n * s / pl.up_Bps
     t_net = (n - k) / n * s / pl.net_one_nic_Bps
-    bw_t = np.maximum(t_up, t_net)
-    return [("p2p", p, _p2p_lat(lat, pl, p), bw_t / nccl.PROTO_BW_FACTOR[p]) for p in (LL, SIMPLE)]
+    return p2p_candidates(np.maximum(t_up, t_net), pl, f, cal)
 
 
 def send_recv(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:

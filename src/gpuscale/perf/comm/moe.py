@@ -26,9 +26,9 @@ from numpy.typing import ArrayLike
 
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
-from gpuscale.perf.comm import nccl
-from gpuscale.perf.comm.algorithms import SIMPLE, _Lat
+from gpuscale.perf.comm.algorithms import p2p_candidates
 from gpuscale.perf.comm.fabric import Fabric, FloatArray, place
+from gpuscale.perf.comm.model import collective_time_s
 
 EP_DISPATCH: tuple[str, ...] = ("hierarchical", "all_to_all")
 """How expert-parallel tokens travel: once per remote domain, or once per expert."""
@@ -60,6 +60,8 @@ def moe_dispatch_time_s(
     them per scale-up domain."""
     if dispatch not in EP_DISPATCH:
         raise InputError("ep-dispatch", dispatch, f"one of {', '.join(EP_DISPATCH)}")
+    if dispatch == "all_to_all":
+        return collective_time_s("all_to_all", size_bytes, n, fabric, cal, members_per_domain)
     s, nn, kk = np.broadcast_arrays(
         np.asarray(size_bytes, dtype=np.float64),
         np.asarray(n, dtype=np.float64),
@@ -69,19 +71,12 @@ def moe_dispatch_time_s(
     n_, k, m = pl.n, pl.k, pl.m
     local = (k - 1.0) / n_ * s  # copies to experts on other GPUs of the own domain
     remote = (n_ - k) / n_ * s  # copies to experts in other domains
-    if dispatch == "all_to_all":
-        up_b, net_b = local, remote
-    else:
-        net_b = s / top_k * domains_hit(top_k, experts, m)
-        # the GPU a remote copy lands on forwards it over NVLink to its expert's GPU
-        up_b = local + remote * (k - 1.0) / np.maximum(k, 1.0)
+    net_b = s / top_k * domains_hit(top_k, experts, m)
+    # the GPU a remote copy lands on forwards it over NVLink to its expert's GPU
+    up_b = local + remote * (k - 1.0) / np.maximum(k, 1.0)
     bw_t = np.maximum(up_b / pl.up_Bps, net_b / pl.net_one_nic_Bps)
-    lat = _Lat(fabric, cal)
-    hop = np.where(m > 1.0, lat.inter("p2p", SIMPLE), lat.intra("p2p", SIMPLE))
-    lat_s = (
-        nccl.BASE_LATENCY_S["p2p"][SIMPLE]
-        + hop
-        + np.where(m > 1.0, cal.scaleout_call_latency_s, 0.0)
-    )
-    t: FloatArray = np.where(nn <= 1.0, 0.0, lat_s + bw_t / nccl.PROTO_BW_FACTOR[SIMPLE])
+    # NCCL's protocols and latencies, as its all-to-all: the fastest of LL and Simple
+    best = np.min([lat + bw for _, _, lat, bw in p2p_candidates(bw_t, pl, fabric, cal)], axis=0)
+    lat_s = np.where(m > 1.0, cal.scaleout_call_latency_s, 0.0)
+    t: FloatArray = np.where(nn <= 1.0, 0.0, best + lat_s)
     return t
