@@ -67,22 +67,37 @@ def test_across_nodes_the_network_carries_one_copy_per_domain_hit() -> None:
     assert tree / flat == pytest.approx(ratio, rel=0.01)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
-    st.sampled_from([8, 16, 32, 64, 128, 256]),
+    st.sampled_from([(HGX_B200, 8), (NVL72, 72)]),
+    st.sampled_from([8, 12, 16, 20, 32, 64, 80, 96, 128, 144, 256]),
     st.sampled_from([1, 2, 4, 8, 22]),
-    st.sampled_from([64, 128, 256, 512]),
+    st.sampled_from([64, 96, 128, 160, 256, 512]),
     st.floats(1e3, 1e9),
 )
 def test_hierarchical_never_sends_more_than_nccl_all_to_all(
-    ep: int, top_k: int, experts: int, size: float
+    system: tuple[Fabric, int], ep: int, top_k: int, experts: int, size: float
 ) -> None:
-    k = min(8, ep)
-    flat = moe_dispatch_time_s(size, ep, k, top_k, experts, HGX_B200, CAL, "all_to_all")
-    tree = moe_dispatch_time_s(size, ep, k, top_k, experts, HGX_B200, CAL, "hierarchical")
+    # as the training step places an EP group: whole domains, the last one perhaps partly
+    fabric, dom = system
+    k = min(dom, ep)
+    flat = moe_dispatch_time_s(size, ep, k, top_k, experts, fabric, CAL, "all_to_all")
+    tree = moe_dispatch_time_s(size, ep, k, top_k, experts, fabric, CAL, "hierarchical")
     assert tree <= flat * (1 + 1e-12)
     hits = domains_hit(top_k, experts, np.array([ep / k]))[0]
-    assert 0.0 <= hits <= min(ep / k - 1, top_k) + 1e-12
+    assert 0.0 <= hits <= top_k * (ep - k) / ep + 1e-12
+
+
+def test_a_partly_filled_last_domain_counts_as_its_fraction() -> None:
+    # Llama 4 Maverick (128 experts, top-1) with EP 128 on NVL72: 72 + 56 GPUs; a token's one
+    # expert is in the other rack with probability 56/128, never more often
+    assert domains_hit(1, 128, np.array([128 / 72]))[0] == pytest.approx(56 / 128)
+
+
+def test_without_nvlink_every_copy_travels_on_its_own() -> None:
+    pcie = Fabric.from_system(get_system("pcie-8gpu-gen5"), total_gpus=64)
+    flat = moe_dispatch_time_s(64 * MB, 8, 1, 8, 128, pcie, CAL, "all_to_all")
+    assert moe_dispatch_time_s(64 * MB, 8, 1, 8, 128, pcie, CAL) == pytest.approx(flat)
 
 
 def test_an_unknown_dispatcher_is_an_input_error_naming_the_flag() -> None:
@@ -110,3 +125,22 @@ def test_the_estimate_says_how_often_a_token_crosses_the_network() -> None:
     assert "6.00 times" in flat and "would make 2.72" in flat
     in_node = Plans.of(tp=1, pp=1, dp=64, ep=8, mbs=1, recompute=0)
     assert estimate(w, in_node, CAL).notes(0) == []
+
+
+def test_the_note_counts_a_partly_filled_rack_and_skips_pcie() -> None:
+    from gpuscale.catalog import get_gpu, get_model
+    from gpuscale.perf.plan import Plans, Workload
+    from gpuscale.perf.training import estimate
+
+    g = get_gpu("gb200")
+    sys_ = get_system("gb200-nvl72")
+    w = Workload(
+        get_model("llama4-maverick"), g, sys_, Fabric.from_system(sys_, 256), 256, 4096, 256
+    )
+    (note,) = estimate(w, Plans.of(tp=1, pp=1, dp=256, ep=128, mbs=1, recompute=0), CAL).notes(0)
+    # 72 + 56 GPUs: two racks, 56/128 of the top-1 copies leave the rack either way
+    assert "spans 2 NVLink domains" in note and "0.44 times" in note
+    h = get_gpu("h100-pcie")
+    pcie = get_system("pcie-8gpu-gen5")
+    w = Workload(get_model("qwen3-30b-a3b"), h, pcie, Fabric.from_system(pcie, 8), 8, 4096, 64)
+    assert estimate(w, Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=0), CAL).notes(0) == []

@@ -104,6 +104,21 @@ def test_elementwise_kernels_follow_the_stack(source: str, notes: str, mode: str
         ("some run", "moe_token_dispatcher_type='alltoall'", "all_to_all"),
         ("torchtitan benchmarks", "DeepSeek-V3 16B, EP 8", "all_to_all"),
         ("some run", "flex dispatcher with DeepEP", "hierarchical"),
+        ("some run", "token dispatcher: alltoall", "all_to_all"),
+        ("some run", "alltoall token dispatcher, EP 16", "all_to_all"),
+        ("some run", "A2A dispatcher", "all_to_all"),
+        ("some run", "moe_token_dispatcher_type=allgather", "all_to_all"),
+        ("some run", "NCCL all-to-all for expert parallelism", "all_to_all"),
+        ("some run", "DeepSpeed-MoE, EP 8", "all_to_all"),
+        # a named DeepEP/HybridEP wins over a mention of the collective it replaces
+        ("some run", "flex dispatcher (DeepEP) instead of the alltoall dispatcher", "hierarchical"),
+        ("some run", "HybridEP replaces the all-to-all dispatch", "hierarchical"),
+        (
+            "torchtitan",
+            "DeepSeek-V3 with DeepEP (expert_parallel_comm_backend=deepep)",
+            "hierarchical",
+        ),
+        ("some run", "all-to-all time measured apart", "hierarchical"),
     ],
 )
 def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> None:

@@ -50,11 +50,12 @@ class TrainingEstimate:
             )
         ep = int(self.plans.ep[i])
         dom = w.fabric.domain_gpus
-        if m.is_moe and ep > dom and ep % dom == 0:
-            # expert-parallel ranks are the innermost, so EP fills whole scale-up domains
-            domains = ep // dom
-            hits = float(domains_hit(m.top_k, m.num_experts, np.array([float(domains)]))[0])
-            flat = m.top_k * (domains - 1) / domains
+        if m.is_moe and dom > 1 and ep > dom:
+            # expert-parallel ranks are the innermost: EP fills whole scale-up domains, the
+            # last one perhaps partly (as step.py places the group)
+            domains = -(-ep // dom)
+            hits = float(domains_hit(m.top_k, m.num_experts, np.array([ep / dom]))[0])
+            flat = m.top_k * (ep - dom) / ep
             if w.ep_dispatch == "hierarchical":
                 how = (
                     f"{hits:.2f} times, once per remote domain holding one of its experts "

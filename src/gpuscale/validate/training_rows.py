@@ -351,19 +351,27 @@ def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
     return "coalesced", ""
 
 
-ALL_TO_ALL_DISPATCH = (
-    r"alltoall dispatcher|dispatcher[ _-]type[ =:]*['\"]?alltoall|all[_-]to[_-]all dispatch"
-    r"|torchtitan"
+HIERARCHICAL_DISPATCH = (
+    r"deep-?ep|hybrid-?ep|flex (token )?dispatcher|dispatcher[ _-]*type[ =:]*['\"]?flex"
 )
-"""Stacks and notes whose MoE layers dispatch tokens by one NCCL all-to-all of every top-k
-copy: Megatron-Core's ``alltoall`` token dispatcher, named; torchtitan (``all_to_all_single``).
-Every other stack is taken to send a token once per remote domain (DeepEP, HybridEP), as the
-Megatron-Bridge MoE recipes do."""
+"""Dispatchers that send a token once per remote domain: DeepEP, HybridEP (Megatron-Core's
+``flex`` dispatcher)."""
+ALL_TO_ALL_DISPATCH = (
+    r"(token )?dispatcher[ _-]*(type)?[ =:]*['\"]?(alltoall|all-to-all|allgather)\b"
+    r"|(alltoall|all[-_ ]to[-_ ]all|a2a) (token )?dispatch"
+    r"|nccl all-to-all|deepspeed-moe|torchtitan"
+)
+"""Stacks and notes whose MoE layers move every top-k copy of a token by a plain collective:
+Megatron-Core's ``alltoall`` (or ``allgather``) token dispatcher, named; an NCCL all-to-all;
+DeepSpeed-MoE; torchtitan (``all_to_all_single``). A row naming DeepEP or HybridEP, or no
+dispatcher, is taken to send a token once per remote domain, as the Megatron-Bridge MoE
+recipes do."""
 
 
 def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
     """How a row's MoE layers move tokens between expert-parallel ranks, and why."""
-    if re.search(ALL_TO_ALL_DISPATCH, stack_text(row)):
+    text = stack_text(row)
+    if not re.search(HIERARCHICAL_DISPATCH, text) and re.search(ALL_TO_ALL_DISPATCH, text):
         return "all_to_all", "MoE dispatch: one NCCL all-to-all of every top-k copy"
     return "hierarchical", ""
 

@@ -36,7 +36,9 @@ EP_DISPATCH: tuple[str, ...] = ("hierarchical", "all_to_all")
 
 def domains_hit(top_k: int, experts: int, domains: FloatArray) -> FloatArray:
     """Expected number of *other* domains a token's ``top_k`` distinct experts fall in, with
-    ``experts`` spread evenly over ``domains`` domains and uniform routing."""
+    ``experts`` spread evenly over ``domains`` domains and uniform routing. A fractional
+    count (a group that fills its last domain only partly) holds ``experts / domains`` in
+    the token's own domain and the rest elsewhere, weighted as ``domains - 1`` domains."""
     m = np.maximum(np.asarray(domains, dtype=np.float64), 1.0)
     per_domain = experts / m
     miss = np.ones_like(m)
@@ -60,18 +62,26 @@ def moe_dispatch_time_s(
     them per scale-up domain."""
     if dispatch not in EP_DISPATCH:
         raise InputError("ep-dispatch", dispatch, f"one of {', '.join(EP_DISPATCH)}")
-    if dispatch == "all_to_all":
+    # forwarding needs a scale-up fabric (DeepEP and HybridEP run over NVLink): without one,
+    # every copy travels on its own
+    if dispatch == "all_to_all" or fabric.domain_gpus <= 1:
         return collective_time_s("all_to_all", size_bytes, n, fabric, cal, members_per_domain)
     s, nn, kk = np.broadcast_arrays(
         np.asarray(size_bytes, dtype=np.float64),
         np.asarray(n, dtype=np.float64),
         np.asarray(members_per_domain, dtype=np.float64),
     )
+    if np.any(nn < 1.0) or np.any(nn > fabric.total_gpus):
+        raise InputError("ep", float(nn.max()), f"a group of 1 to {fabric.total_gpus} GPUs")
+    if np.any(s < 0.0):
+        raise InputError("size_bytes", float(s.min()), "a non-negative byte count")
     pl = place(fabric, cal, nn, kk)
     n_, k, m = pl.n, pl.k, pl.m
     local = (k - 1.0) / n_ * s  # copies to experts on other GPUs of the own domain
     remote = (n_ - k) / n_ * s  # copies to experts in other domains
-    net_b = s / top_k * domains_hit(top_k, experts, m)
+    # n / k domains of E k / n experts each: a last, partly filled domain counts as the
+    # fraction it is, so a token's remote copies never exceed top_k (n - k) / n
+    net_b = s / top_k * domains_hit(top_k, experts, n_ / k)
     # the GPU a remote copy lands on forwards it over NVLink to its expert's GPU
     up_b = local + remote * (k - 1.0) / np.maximum(k, 1.0)
     bw_t = np.maximum(up_b / pl.up_Bps, net_b / pl.net_one_nic_Bps)
