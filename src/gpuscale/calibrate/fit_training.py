@@ -145,7 +145,6 @@ def fit(
 
     rows = _rows(path)
     cal = start if start is not None else default_calibration()
-    err = float("nan")
     for _ in range(rounds):
         pairs: list[tuple[PreparedRow, Plans]] = []
         for pr in rows:
@@ -171,7 +170,15 @@ def fit(
             args=(cal, pairs, names, lo, hi),
         )
         cal = cal.replace(**dict(zip(names, lo + res.x * (hi - lo), strict=True)))
-        err = float(np.mean(np.abs(res.fun)))
+    # the error the fitted constants leave with the plans they choose themselves (the last
+    # round's plans were chosen under the constants it started from)
+    errs = []
+    for pr in rows:
+        try:
+            errs.append(abs(np.log(predict(pr, choose_plan(pr, cal)[0], cal) / pr.measured)))
+        except UnsupportedRowError:
+            continue
+    err = float(np.mean(errs)) if errs else float("nan")
     return cal, err
 
 
