@@ -134,10 +134,10 @@ def _workload(
         seq_len,
         global_batch,
         precision,
-        attention,
-        zero3_gathers,
-        elementwise,
-        ep_dispatch,
+        attention=attention,
+        zero3_gathers=zero3_gathers,
+        elementwise=elementwise,
+        ep_dispatch=ep_dispatch,
     )
 
 

@@ -218,10 +218,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         int(seq),
         int(gbs),
         precision,
-        attention,
-        gathers,
-        elementwise,
-        dispatch,
+        attention=attention,
+        zero3_gathers=gathers,
+        elementwise=elementwise,
+        ep_dispatch=dispatch,
     )
     fixed: dict[str, Any] = {}
     for col, key in (
