@@ -212,6 +212,8 @@ def test_unknown_model_suggests_closest() -> None:
         (["--tp", "8", "--ep", "4"], ("ep=4", "gpt3-175b is a dense model")),
         # an MoE dispatcher gpuscale does not model names the two it does
         (["--tp", "8", "--ep-dispatch", "deepep"], ("ep-dispatch", "deepep", "all_to_all")),
+        # a recompute module Megatron-Core does not have names the ones it does
+        (["--tp", "8", "--recompute-modules", "qkv"], ("recompute-modules", "qkv", "moe_act")),
     ],
 )
 def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) -> None:

@@ -22,6 +22,7 @@ from gpuscale.perf.plan import (
     check_degrees,
     check_plan,
 )
+from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
 from gpuscale.perf.training import estimate
 from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import scaling_curve
@@ -67,6 +68,15 @@ ElemOpt = Annotated[
         "or eager (one PyTorch kernel per op).",
     ),
 ]
+ModulesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--recompute-modules",
+        help="What --recompute selective runs again, comma-separated Megatron-Core module "
+        "names: core_attn (default), layernorm, mla_up_proj, mlp, moe, moe_act, "
+        "shared_experts, mamba.",
+    ),
+]
 DispatchOpt = Annotated[
     str,
     typer.Option(
@@ -106,6 +116,7 @@ def _workload(
     elementwise: str = "fused",
     mtp: int | None = None,
     ep_dispatch: str = "hierarchical",
+    recompute_modules: str | None = None,
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one, of its generation
@@ -138,6 +149,11 @@ def _workload(
         zero3_gathers=zero3_gathers,
         elementwise=elementwise,
         ep_dispatch=ep_dispatch,
+        recompute_modules=(
+            parse_modules(recompute_modules.split(","))
+            if recompute_modules is not None
+            else DEFAULT_MODULES
+        ),
     )
 
 
@@ -190,6 +206,7 @@ def estimate_cmd(
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
     ep_dispatch: DispatchOpt = "hierarchical",
+    recompute_modules: ModulesOpt = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
@@ -237,6 +254,7 @@ def estimate_cmd(
         elementwise,
         mtp,
         ep_dispatch,
+        recompute_modules,
     )
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
@@ -289,6 +307,7 @@ def search_cmd(
     ep_dispatch: Annotated[
         str | None, typer.Option("--ep-dispatch", help="hierarchical or all_to_all.")
     ] = None,
+    recompute_modules: ModulesOpt = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
@@ -333,6 +352,7 @@ def search_cmd(
         "zero3_gathers": zero3_gathers,
         "elementwise": elementwise,
         "ep_dispatch": ep_dispatch,
+        "recompute_modules": recompute_modules,
         "mtp": mtp,
     }
     try:
@@ -349,6 +369,9 @@ def search_cmd(
             pick(elementwise, "elementwise", "fused"),
             mtp if mtp is not None else (job.mtp if job else None),
             pick(ep_dispatch, "ep_dispatch", "hierarchical"),
+            recompute_modules
+            if recompute_modules is not None
+            else (job.recompute_modules if job else None),
         )
     except InputError as exc:
         key = exc.field.replace("-", "_")
@@ -388,6 +411,7 @@ def scaling_cmd(
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
     ep_dispatch: DispatchOpt = "hierarchical",
+    recompute_modules: ModulesOpt = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     mode: Annotated[
@@ -413,6 +437,7 @@ def scaling_cmd(
         elementwise,
         mtp,
         ep_dispatch,
+        recompute_modules,
     )
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)

@@ -159,8 +159,34 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         split = split - s * b * (
             a_frac * q + mlp_frac * f_dense + moe_frac * f_moe + mamba_frac * d_mamba
         )
+    # selective recomputation of Megatron-Core modules drops what they alone keep: the norms'
+    # outputs (the QKV and fc1 inputs), the experts' activation output (fc2's input), a
+    # dense MLP's, a whole MoE layer's, the shared experts' or a Mamba mixer's activations;
+    # MLA's up-projection outputs are not counted (its time is)
+    lowp = 1.0 if w.precision in ("fp8", "fp4") else 2.0  # bytes a GEMM input is kept in
+    mods = set(w.recompute_modules)
+    keep_moe = "moe" not in mods
+    saved_rep = sub * 2.0 * lowp * s * b * h if "layernorm" in mods else 0.0
+    saved_split = (
+        s
+        * b
+        * (
+            (moe_frac * f_moe * lowp if "moe_act" in mods and keep_moe else 0.0)
+            + (mlp_frac * mlp_mult * f_dense if "mlp" in mods else 0.0)
+            + (moe_frac * moe if "moe" in mods else 0.0)
+            + (
+                moe_frac * mlp_mult * m.shared_experts * m.ffn_hidden
+                if "shared_experts" in mods and keep_moe
+                else 0.0
+            )
+            + (mamba_frac * mamba if "mamba" in mods else 0.0)
+        )
+    )
+    sel = p.recompute == 1
+    replicated = np.where(sel, replicated - saved_rep, replicated)
+    split = np.where(sel, np.maximum(split - saved_split, 0.0), split)
     scores = a_frac * 5.0 * m.heads * s * s * b
-    no_scores = p.recompute >= 1
+    no_scores = (p.recompute >= 2) | (sel & ("core_attn" in mods))
     if w.flash_attention:
         no_scores = np.ones_like(no_scores)
     act = np.where(p.sp, (replicated + split) / t, replicated + split / t)

@@ -19,6 +19,7 @@ from gpuscale.catalog import GPU, Model, System, check_precision
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.moe import EP_DISPATCH
+from gpuscale.perf.recompute import parse_modules
 
 IntArray = NDArray[np.int64]
 FloatArrayT = NDArray[np.float64]
@@ -87,6 +88,9 @@ class Workload:
     """One of :data:`ELEMENTWISE`."""
     ep_dispatch: str = "hierarchical"
     """One of :data:`~gpuscale.perf.comm.moe.EP_DISPATCH` (matters only to MoE plans)."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
+    default: the attention core, Korthikanti et al.'s selective recomputation)."""
 
     def __post_init__(self) -> None:
         # named as the command-line flags are (--gpus, --seq-len, --global-batch); the caps
@@ -106,6 +110,12 @@ class Workload:
             raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
         if self.elementwise not in ELEMENTWISE:
             raise InputError("elementwise", self.elementwise, f"one of {', '.join(ELEMENTWISE)}")
+        if parse_modules(self.recompute_modules) != tuple(self.recompute_modules):
+            raise InputError(
+                "recompute-modules",
+                ",".join(self.recompute_modules),
+                "canonical module names, once each, in RECOMPUTE_MODULES order (parse_modules)",
+            )
         if self.ep_dispatch not in EP_DISPATCH:
             raise InputError("ep-dispatch", self.ep_dispatch, f"one of {', '.join(EP_DISPATCH)}")
         if self.zero3_gathers not in ZERO3_GATHERS:

@@ -61,6 +61,7 @@ from gpuscale.perf.kernels import (
 )
 from gpuscale.perf.memory import memory_breakdown, params_per_gpu
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.recompute import selective_forward_s
 from gpuscale.perf.transformer import attn_dims, layer_shapes, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
@@ -220,13 +221,16 @@ def step_breakdown(
         moe_t, moe_c = gemms(
             (tok_e, gate * f_e, mw, local),
             (tok_e, mw, f_e, local),
-            *(((tokens, gate * f_s / tp, h), (tokens, h, f_s / tp)) if f_s else ()),
             *(((tokens, mw / tp, h), (tokens, h, mw / tp)) if m.moe_latent else ()),
         )
+        shared_t, shared_c = gemms(
+            *(((tokens, gate * f_s / tp, h), (tokens, h, f_s / tp)) if f_s else ())
+        )
+        moe_c = (moe_c[0] + shared_c[0], moe_c[1] + shared_c[1])
         # the router stays in 16-bit precision (a plain linear layer outside the TE modules)
-        moe_t = moe_t + gemm_s(tokens, float(m.num_experts), h, 1.0, mm16, sms, cal)
+        moe_t = moe_t + shared_t + gemm_s(tokens, float(m.num_experts), h, 1.0, mm16, sms, cal)
     else:
-        moe_t = np.zeros_like(tokens)
+        moe_t = shared_t = np.zeros_like(tokens)
         moe_c = (moe_t, moe_t)
     if m.mamba is not None:
         # Mamba-2 in_proj (z, x, B, C, dt; heads and groups split over TP) and out_proj
@@ -293,9 +297,33 @@ def step_breakdown(
         full_frac = memory_breakdown(w, p, cal).recompute_fraction
     else:
         full_frac = np.where(p.recompute == 2, 1.0, 0.0)
+    # selective: the chosen modules' forwards once more (default: the attention core)
+    if m.mla is not None and "mla_up_proj" in w.recompute_modules:
+        x_mla = m.mla
+        qk_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.qk_rope_head_dim) / tp
+        kv_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.v_head_dim) / tp
+        up_t, _ = gemms(
+            *(((tokens, qk_w, float(x_mla.q_lora_rank)),) if x_mla.q_lora_rank else ()),
+            (tokens, kv_w, float(x_mla.kv_lora_rank)),
+        )
+    else:
+        up_t = np.zeros_like(tokens)
+    norm_bytes = sub * 2.0 * 4.0 * h * tokens  # two norms per layer: read and write, 16-bit
+    moe_act_bytes = gate_rw * moe_frac * m.ffn_hidden * (m.top_k + m.shared_experts) * 2.0
+    parts = {
+        "core_attn": a_frac * attn_fwd,
+        "layernorm": np.where(p.sp, norm_bytes / tp, norm_bytes) / bw,
+        "mla_up_proj": a_frac * up_t,
+        "mlp": mlp_frac * (dense_mlp_t + gate_rw * m.dense_ffn_hidden * tokens * 2.0 / tp / bw),
+        "moe": moe_frac * (moe_t + moe_fixed) + (moe_bytes + moe_act_bytes * tokens / tp) / bw,
+        "moe_act": moe_act_bytes * tokens / tp / bw,
+        "shared_experts": moe_frac * shared_t,
+        "mamba": mamba_frac * (mamba_t + ssd_fwd) + mamba_bytes / bw,
+    }
+    selective = selective_forward_s(w.recompute_modules, parts)
     recompute_mb = full_frac * layers_stage_mtp * (
         layer_fwd * overlap_slow + mem_fwd + layer_fixed + cast_fwd
-    ) + np.where(p.recompute == 1, layers_stage_mtp * a_frac * attn_fwd, 0.0)
+    ) + np.where(p.recompute == 1, layers_stage_mtp * selective, 0.0)
 
     # --- tensor-parallel communication ---------------------------------------------------
     act_bytes = tokens * h * 2.0

@@ -10,7 +10,7 @@ for TFLOP/s figures, its ``flop_convention``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from gpuscale.validate.training_rows import (
     nics_per_node,
     pipeline_schedule,
     read_recompute,
+    read_recompute_modules,
     read_sharding,
     sizes_from_notes,
     zero3_gathers,
@@ -277,6 +278,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         notes.append("full recompute as stated in the notes")
     if rc:
         fixed["recompute"] = RECOMPUTE.index(rc)
+    modules = read_recompute_modules(row.get("recompute", ""))
+    if rc == "selective" and modules is not None and modules != w.recompute_modules:
+        w = replace(w, recompute_modules=modules)
+        notes.append(f"selective recompute of {', '.join(modules)} (Megatron-Core modules)")
     sharding = read_sharding(row.get("dist_optimizer_or_zero", ""))
     if sharding is not None:
         fixed["sharding"] = sharding

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import SHARDING, Workload
+from gpuscale.perf.recompute import parse_modules
 from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SkipRow, num
 
@@ -110,6 +111,19 @@ def read_recompute(cell: str) -> str:
         if re.search(pattern, text):
             return mode
     raise UnsupportedRowError(f"recompute {cell!r} not modelled")
+
+
+def read_recompute_modules(cell: str) -> tuple[str, ...] | None:
+    """The modules a selective recompute cell names, as Megatron-Core's
+    ``--recompute-modules`` ("selective (layernorm, moe)"), or None when it names none."""
+    found = re.search(r"selective\s*\(([^)]*)\)", cell, re.IGNORECASE)
+    if found is None:
+        return None
+    names = [re.sub(r"\s+", "_", n.strip()) for n in re.split(r"[,;/+]", found.group(1))]
+    try:
+        return parse_modules(names, "recompute")
+    except InputError as exc:
+        raise UnsupportedRowError(f"recompute module {exc.value!r} not modelled") from None
 
 
 MTP_VARIANT = re.compile(r"(?:w/|with)(o|out| no)?\s*MTP", re.IGNORECASE)

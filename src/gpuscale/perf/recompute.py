@@ -1,0 +1,83 @@
+"""Selective recomputation by module: which parts of a layer's forward run again.
+
+Korthikanti et al. 2022 (sec. 5) recompute the attention core: the cheap-to-redo, costly-
+to-keep part of a layer. Megatron-Core generalises it, ``--recompute-granularity selective
+--recompute-modules ...``, to any of the modules in :data:`RECOMPUTE_MODULES`; each one
+recomputed runs its forward once more in the backward pass. The default is the attention
+core alone, Korthikanti's selective recomputation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscale.errors import InputError
+
+FloatArrayT = NDArray[np.float64]
+
+RECOMPUTE_MODULES: tuple[str, ...] = (
+    "core_attn",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "moe_act",
+    "shared_experts",
+    "mamba",
+)
+"""Megatron-Core's ``--recompute-modules`` names: the attention core, the norms, MLA's
+up-projections, a dense layer's MLP, a whole MoE layer (experts, shared experts, token
+permutation; not its dispatch), the experts' activation function, the shared experts, and
+a Mamba-2 mixer."""
+
+ALIASES = {
+    "core_attention": "core_attn",
+    "attention": "core_attn",
+    "attn": "core_attn",
+    "norm": "layernorm",
+    "rmsnorm": "layernorm",
+    "up_proj": "mla_up_proj",
+    "act": "moe_act",
+    "shared_expert": "shared_experts",
+}
+"""Spellings that tables and notes use for the same modules."""
+
+DEFAULT_MODULES: tuple[str, ...] = ("core_attn",)
+
+# a whole MoE layer already includes its activation function and shared experts
+_INSIDE = {"moe_act": "moe", "shared_experts": "moe"}
+
+
+def parse_modules(names: Iterable[str], field: str = "recompute-modules") -> tuple[str, ...]:
+    """Canonical module names, in :data:`RECOMPUTE_MODULES` order, or an error naming the
+    first unknown one."""
+    out = set()
+    for raw in names:
+        name = raw.strip().lower().replace("-", "_")
+        if not name:
+            continue
+        name = ALIASES.get(name, name)
+        if name not in RECOMPUTE_MODULES:
+            raise InputError(field, raw, f"module names among {', '.join(RECOMPUTE_MODULES)}")
+        out.add(name)
+    if not out:
+        raise InputError(field, ",".join(names), "at least one module")
+    return tuple(m for m in RECOMPUTE_MODULES if m in out)
+
+
+def selective_forward_s(
+    modules: Iterable[str], parts: Mapping[str, FloatArrayT | float]
+) -> FloatArrayT:
+    """Forward seconds recomputed per layer: the sum of ``parts`` (each module's forward
+    time, averaged over the model's layers) for the modules chosen, a module contained in
+    another chosen one counted once."""
+    chosen = set(modules)
+    total: FloatArrayT = np.zeros(1)
+    for name in chosen:
+        if _INSIDE.get(name) in chosen:
+            continue
+        total = total + np.asarray(parts[name], dtype=np.float64)
+    return total
