@@ -11,6 +11,7 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.kernels import attention_core_s
 from gpuscale.perf.memory import activation_bytes_per_layer
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.recompute import parse_modules, selective_forward_s
@@ -53,36 +54,72 @@ def test_a_module_inside_a_chosen_one_counts_once() -> None:
     assert float(selective_forward_s(("moe_act", "shared_experts"), parts)[0]) == 3.0
 
 
-def test_the_default_is_the_attention_core() -> None:
+def test_the_default_is_the_attention_core_once_more() -> None:
+    # Llama 3 8B: 32 layers, 8 micro-batches of one 4096-token sequence per GPU
     w = workload("llama3-8b")
     p = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=1)
-    core = step_breakdown(replace(w, recompute_modules=("core_attn",)), p, CAL)
-    assert float(step_breakdown(w, p, CAL).recompute_s[0]) == float(core.recompute_s[0])
-
-
-def test_norm_recompute_reads_and_writes_both_norms_at_hbm_speed() -> None:
-    # Llama 3 8B, 32 layers, hidden 4096, one micro-batch of 4096 tokens per GPU, 8 of them:
-    # two norms per layer, each reading and writing 4096 x 4096 16-bit values
-    w = replace(workload("llama3-8b"), recompute_modules=("layernorm",))
-    p = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=1)
+    fwd, _ = attention_core_s(
+        w,
+        np.array([1.0]),
+        np.array([4096.0]),
+        np.array([1.0]),
+        w.gpu.peak_flops("bf16") * w.gpu.clock_fraction,
+        w.gpu.hbm_bw_Bps * CAL.hbm_eff,
+        CAL,
+    )
     got = float(step_breakdown(w, p, CAL).recompute_s[0])
-    per_layer = 2 * 4 * 4096 * 4096 / (w.gpu.hbm_bw_Bps * CAL.hbm_eff)
-    assert got == pytest.approx(32 * 8 * per_layer, rel=1e-9)
+    assert got == pytest.approx(32 * 8 * float(fwd[0]), rel=1e-9)
+
+
+def test_norm_recompute_covers_the_norms_that_are_modules_of_their_own() -> None:
+    # Qwen3-30B-A3B: an MoE layer's pre-norm is its own module (read and write 2048 x 4096
+    # 16-bit values per layer, 48 layers, 8 micro-batches); Llama's norms are fused into
+    # the QKV and fc1 GEMMs, so recomputing "layernorm" costs nothing there
+    w = replace(workload("qwen3-30b-a3b"), recompute_modules=("layernorm",))
+    p = Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=1)
+    got = float(step_breakdown(w, p, CAL).recompute_s[0])
+    per_layer = 4 * 2048 * 4096 / (w.gpu.hbm_bw_Bps * CAL.hbm_eff)
+    assert got == pytest.approx(48 * 8 * per_layer, rel=1e-9)
+    llama = replace(workload("llama3-8b"), recompute_modules=("layernorm",))
+    q = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=1)
+    assert float(step_breakdown(llama, q, CAL).recompute_s[0]) == 0.0
+
+
+def test_a_whole_moe_layer_includes_its_activation_and_reruns_its_dispatch() -> None:
+    w = workload("qwen3-30b-a3b", gpus=16, gbs=128)
+    p = Plans.of(tp=1, pp=1, dp=16, ep=16, mbs=1, recompute=1)  # EP over two nodes
+    moe = step_breakdown(replace(w, recompute_modules=("moe",)), p, CAL)
+    both = step_breakdown(replace(w, recompute_modules=("moe", "moe_act")), p, CAL)
+    assert float(both.recompute_s[0]) == float(moe.recompute_s[0])
+    attn = step_breakdown(w, p, CAL)
+    cal0 = CAL.replace(ep_overlap=0.0)
+    a2a_moe = float(step_breakdown(replace(w, recompute_modules=("moe",)), p, cal0).ep_comm_s[0])
+    a2a_attn = float(step_breakdown(w, p, cal0).ep_comm_s[0])
+    # dispatch and combine forward once more: 6 all-to-alls per layer instead of 4
+    assert a2a_moe / a2a_attn == pytest.approx(6 / 4, rel=1e-9)
+    assert float(moe.recompute_s[0]) > float(attn.recompute_s[0])
 
 
 def test_module_recompute_frees_what_the_modules_alone_keep() -> None:
-    # Qwen3-30B-A3B in BF16, 4096 tokens per micro-batch, no TP: recomputing the experts'
-    # activation frees fc2's input, top-8 x 768 values per token, 2 bytes each; the norms
-    # free their outputs, 2 x 2048 values per token
+    # Qwen3-30B-A3B, 4096 tokens per micro-batch, no TP: the experts' activation frees fc2's
+    # input (top-8 x 768 values per token); the MoE pre-norm its output (2048 per token);
+    # the whole MoE layer its 6 x 6144 expert values and 2 x 8 x 2048 permuted copies
     w = workload("qwen3-30b-a3b")
     p = Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=1)
-    base = activation_bytes_per_layer(w, p)
-    act = activation_bytes_per_layer(replace(w, recompute_modules=("moe_act",)), p)
-    norms = activation_bytes_per_layer(replace(w, recompute_modules=("layernorm",)), p)
-    assert float(base[0] - act[0]) == pytest.approx(4096 * 8 * 768 * 2)
-    assert float(base[0] - norms[0]) == pytest.approx(4096 * 2 * 2048 * 2)
-    whole = activation_bytes_per_layer(replace(w, recompute_modules=("moe",)), p)
-    assert whole[0] < act[0]
+    for precision, gemm_input in (("bf16", 2), ("fp8", 1)):
+        wp = replace(w, precision=precision)
+        base = float(activation_bytes_per_layer(wp, p)[0])
+
+        def freed(*mods: str, wp: Workload = wp, base: float = base) -> float:
+            return base - float(
+                activation_bytes_per_layer(replace(wp, recompute_modules=mods), p)[0]
+            )
+
+        assert freed("moe_act") == pytest.approx(4096 * 8 * 768 * gemm_input)
+        assert freed("layernorm") == pytest.approx(4096 * 2048 * 2)
+        whole = 6 * 6144 + 2 * 8 * 2048 - (2 - gemm_input) * 6144
+        assert freed("moe") == pytest.approx(4096 * whole)
+        assert freed("moe", "moe_act") == freed("moe")
     # no recompute and full recompute do not depend on the modules
     for mode in (0, 2):
         q = Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=mode)

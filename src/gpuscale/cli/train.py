@@ -157,6 +157,11 @@ def _workload(
     )
 
 
+def _modules_text(value: str | list[str] | None) -> str | None:
+    """A workload file's module list, as the flag spells it (comma-separated)."""
+    return ",".join(value) if isinstance(value, list) else value
+
+
 def _fixed(
     w: Workload,
     tp: int | None,
@@ -371,7 +376,7 @@ def search_cmd(
             pick(ep_dispatch, "ep_dispatch", "hierarchical"),
             recompute_modules
             if recompute_modules is not None
-            else (job.recompute_modules if job else None),
+            else _modules_text(job.recompute_modules if job else None),
         )
     except InputError as exc:
         key = exc.field.replace("-", "_")

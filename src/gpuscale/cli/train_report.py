@@ -36,9 +36,12 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
     s = e.summary(i, train_tokens)
     t = Table(title=title, show_header=False)
     t.add_row("model", model_line(e.workload.model))
+    label = e.plans.label(i).replace(
+        "rc:selective", f"rc:selective({','.join(s['recompute_modules'])})"
+    )
     t.add_row(
         "plan",
-        e.plans.label(i) + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
+        label + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
         f"{s['microbatches']} micro-batch{'' if s['microbatches'] == 1 else 'es'})",
     )
     mem = s["memory_bytes"]

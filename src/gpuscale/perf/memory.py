@@ -159,27 +159,35 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         split = split - s * b * (
             a_frac * q + mlp_frac * f_dense + moe_frac * f_moe + mamba_frac * d_mamba
         )
-    # selective recomputation of Megatron-Core modules drops what they alone keep: the norms'
-    # outputs (the QKV and fc1 inputs), the experts' activation output (fc2's input), a
-    # dense MLP's, a whole MoE layer's, the shared experts' or a Mamba mixer's activations;
-    # MLA's up-projection outputs are not counted (its time is)
-    lowp = 1.0 if w.precision in ("fp8", "fp4") else 2.0  # bytes a GEMM input is kept in
+    # selective recomputation of Megatron-Core modules drops what they alone keep: the
+    # outputs of the norms that are modules of their own (an MoE layer's pre-norm, MLA's
+    # input norm; Transformer Engine fuses the others into the next GEMM), the experts'
+    # activation output (fc2's input), a dense MLP's, a whole MoE layer's, the shared
+    # experts' or a Mamba mixer's activations, each as the lines above store it (a GEMM
+    # input kept in FP8 is 1 byte); MLA's up-projection outputs are not counted (its time is)
+    fp8_cut = 1.0 if w.precision in ("fp8", "fp4") else 0.0  # bytes saved on a GEMM input
     mods = set(w.recompute_modules)
     keep_moe = "moe" not in mods
-    saved_rep = sub * 2.0 * lowp * s * b * h if "layernorm" in mods else 0.0
+    norms = moe_frac * 2.0 + (a_frac * (2.0 - fp8_cut) if m.mla is not None else 0.0)
+    saved_rep = norms * s * b * h if "layernorm" in mods else 0.0
+    shared = float(m.shared_experts * m.ffn_hidden)
     saved_split = (
         s
         * b
         * (
-            (moe_frac * f_moe * lowp if "moe_act" in mods and keep_moe else 0.0)
-            + (mlp_frac * mlp_mult * f_dense if "mlp" in mods else 0.0)
-            + (moe_frac * moe if "moe" in mods else 0.0)
+            (moe_frac * f_moe * (2.0 - fp8_cut) if "moe_act" in mods and keep_moe else 0.0)
+            + (mlp_frac * (mlp_mult - fp8_cut) * f_dense if "mlp" in mods else 0.0)
+            + (moe_frac * (moe - fp8_cut * f_moe) if "moe" in mods else 0.0)
             + (
-                moe_frac * mlp_mult * m.shared_experts * m.ffn_hidden
+                moe_frac * (mlp_mult - fp8_cut) * shared
                 if "shared_experts" in mods and keep_moe
                 else 0.0
             )
-            + (mamba_frac * mamba if "mamba" in mods else 0.0)
+            + (
+                mamba_frac * (mamba - fp8_cut * (m.mamba.inner if m.mamba else 0.0))
+                if "mamba" in mods
+                else 0.0
+            )
         )
     )
     sel = p.recompute == 1

@@ -28,10 +28,11 @@ RECOMPUTE_MODULES: tuple[str, ...] = (
     "shared_experts",
     "mamba",
 )
-"""Megatron-Core's ``--recompute-modules`` names: the attention core, the norms, MLA's
-up-projections, a dense layer's MLP, a whole MoE layer (experts, shared experts, token
-permutation; not its dispatch), the experts' activation function, the shared experts, and
-a Mamba-2 mixer."""
+"""Megatron-Core's ``--recompute-modules`` names: the attention core, the norms that are
+modules of their own (an MoE layer's pre-norm, MLA's input norm; Transformer Engine fuses
+the others into the next GEMM), MLA's up-projections, a dense layer's MLP, a whole MoE layer
+(router, dispatch, experts, shared experts, combine), the experts' activation function, the
+shared experts, and a Mamba-2 mixer."""
 
 ALIASES = {
     "core_attention": "core_attn",

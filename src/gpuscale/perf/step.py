@@ -25,7 +25,9 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
   quantise    FP8/NVFP4 quantise every GEMM input (X forward, dY backward) at HBM speed,
               fp8_cast_bytes per element (NVFP4: 7.125 / 4 of that).
   recompute   full: the whole forward again; partial: that for the fraction of layers that
-              must be recomputed to fit; selective: the attention core again.
+              must be recomputed to fit; selective: the chosen modules' forwards again
+              (default the attention core; perf/recompute.py), with the TP and EP
+              collectives of a recomputed MLP or MoE layer.
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
               values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
   CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute;
@@ -308,7 +310,10 @@ def step_breakdown(
         )
     else:
         up_t = np.zeros_like(tokens)
-    norm_bytes = sub * 2.0 * 4.0 * h * tokens  # two norms per layer: read and write, 16-bit
+    # the norms that are modules of their own (an MoE layer's pre-norm, MLA's input norm;
+    # Transformer Engine fuses the others into the next GEMM): read and write, 16-bit
+    n_norms = moe_frac + (a_frac if m.mla is not None else 0.0)
+    norm_bytes = n_norms * 4.0 * h * tokens
     moe_act_bytes = gate_rw * moe_frac * m.ffn_hidden * (m.top_k + m.shared_experts) * 2.0
     parts = {
         "core_attn": a_frac * attn_fwd,
@@ -317,7 +322,8 @@ def step_breakdown(
         "mlp": mlp_frac * (dense_mlp_t + gate_rw * m.dense_ffn_hidden * tokens * 2.0 / tp / bw),
         "moe": moe_frac * (moe_t + moe_fixed) + (moe_bytes + moe_act_bytes * tokens / tp) / bw,
         "moe_act": moe_act_bytes * tokens / tp / bw,
-        "shared_experts": moe_frac * shared_t,
+        "shared_experts": moe_frac
+        * (shared_t + gate_rw * m.ffn_hidden * m.shared_experts * tokens * 2.0 / tp / bw),
         "mamba": mamba_frac * (mamba_t + ssd_fwd) + mamba_bytes / bw,
     }
     selective = selective_forward_s(w.recompute_modules, parts)
@@ -329,7 +335,10 @@ def step_breakdown(
     act_bytes = tokens * h * 2.0
     tp_k = np.minimum(tp, float(f.domain_gpus))
     tp_one = _collective("all_reduce", act_bytes, tp, tp_k, f, cal)
-    n_tp = (4.0 + 2.0 * full_frac) * sub
+    # a selectively recomputed MLP or MoE layer repeats its forward TP collective
+    mods = w.recompute_modules
+    sel_tp = mlp_frac * ("mlp" in mods) + moe_frac * ("moe" in mods)
+    n_tp = (4.0 + 2.0 * full_frac) * sub + np.where(p.recompute == 1, sel_tp, 0.0)
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
     tp_mb = layers_stage_mtp * n_tp * tp_one * (1.0 - tp_hidden)
     tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
@@ -362,7 +371,9 @@ def step_breakdown(
             p.ep.astype(np.float64),
             ep_k,
         )
-        n_a2a = 4.0 + 2.0 * full_frac
+        # recomputing a whole MoE layer (Megatron-Core checkpoints router, dispatch,
+        # experts and combine together) repeats its forward dispatch and combine
+        n_a2a = 4.0 + 2.0 * full_frac + np.where((p.recompute == 1) & ("moe" in mods), 2.0, 0.0)
         ep_all = layers_stage_mtp * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
         ep_mb = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - compute_mb)
     else:

@@ -10,7 +10,8 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload
+from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.transformer import model_flops_per_token
 
@@ -48,6 +49,7 @@ class TrainingEstimate:
                 f"{m.layers} layers over {chunks} pipeline chunks are uneven: the step is "
                 f"priced on the fullest stage ({-(-m.layers // pp)} layers)"
             )
+        out.extend(self._recompute_notes(i))
         ep = int(self.plans.ep[i])
         dom = w.fabric.domain_gpus
         if m.is_moe and dom > 1 and ep > dom:
@@ -72,6 +74,29 @@ class TrainingEstimate:
             )
         return out
 
+    def _recompute_notes(self, i: int) -> list[str]:
+        """Recompute modules that change nothing for plan ``i``: the plan does not recompute
+        selectively, or the model has no such module."""
+        w, m = self.workload, self.workload.model
+        mods = w.recompute_modules
+        if mods == DEFAULT_MODULES:
+            return []
+        if int(self.plans.recompute[i]) != RECOMPUTE.index("selective"):
+            return [f"recompute modules {', '.join(mods)} apply to selective recompute only"]
+        absent = {
+            "mlp": m.mlp_layers == 0,
+            "moe": not m.is_moe,
+            "moe_act": not m.is_moe,
+            "shared_experts": not m.shared_experts,
+            "mla_up_proj": m.mla is None,
+            "mamba": m.mamba is None,
+            "core_attn": m.attn_layers == 0,
+        }
+        none = [x for x in mods if absent.get(x, False)]
+        if none:
+            return [f"{m.name} has no {', '.join(none)} to recompute"]
+        return []
+
     def summary(self, i: int = 0, train_tokens: float | None = None) -> dict[str, Any]:
         """A JSON-ready description of plan ``i``: plan, memory and step breakdowns, rates."""
         w = self.workload
@@ -86,6 +111,7 @@ class TrainingEstimate:
             "global_batch": w.global_batch,
             "precision": w.precision,
             "plan": self.plans.row(i),
+            "recompute_modules": list(w.recompute_modules),
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": {
                 "weights": float(self.memory.weights[i]),

@@ -11,7 +11,7 @@ attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
 ep_dispatch: hierarchical   # optional: hierarchical (DeepEP, HybridEP) | all_to_all (NCCL)
-recompute_modules: core_attn,moe_act   # optional: what selective recompute runs again
+recompute_modules: [layernorm, moe_act]   # optional: what selective recompute runs again
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)
 tokens: 15T                 # optional: time and GPU-hours to train
 """
@@ -40,7 +40,7 @@ class TrainingJob(BaseModel):
     zero3_gathers: str | None = None
     elementwise: str | None = None
     ep_dispatch: str | None = None
-    recompute_modules: str | None = None
+    recompute_modules: str | list[str] | None = None
     mtp: int | None = Field(default=None, ge=0)
     system: str | None = None
     tokens: str | None = None
