@@ -45,14 +45,14 @@ The iteration is m x (per-micro-batch stage time) + bubble (p - 1)/v x that time
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.comm import Fabric, collective_time_s
+from gpuscale.perf.comm.distinct import collective_s, per_distinct
 from gpuscale.perf.comm.moe import moe_dispatch_time_s
+from gpuscale.perf.data_parallel import data_parallel_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
     attention_core_s,
@@ -61,7 +61,7 @@ from gpuscale.perf.kernels import (
     low_precision_speedup,
     ssd_scan_s,
 )
-from gpuscale.perf.memory import memory_breakdown, params_per_gpu
+from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.recompute import selective_forward_s
 from gpuscale.perf.transformer import attn_dims, layer_shapes, mtp_layer_equivalents
@@ -82,9 +82,6 @@ EAGER_ROPE_BYTES = 16.0
 EAGER_GLU_BYTES = 4.0
 """The same per FFN element of a gated activation, silu(a) * b as two kernels: silu
 (2 + 2), multiply (4 + 2) = 10 bytes against a fused kernel's 6."""
-ADAM_BYTES_PER_PARAM = 30.0
-"""HBM traffic of one fused Adam update per parameter: read fp32 param, grad, m, v (16 B),
-write param, m, v (12 B) and the 16-bit model copy (2 B)."""
 
 
 @dataclass(frozen=True)
@@ -113,46 +110,6 @@ class StepBreakdown:
 
     def terms(self) -> dict[str, FloatArray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def _collective(
-    op: str,
-    size: FloatArray,
-    n: FloatArray | float,
-    k: FloatArray | float,
-    f: Fabric,
-    cal: Calibration,
-) -> FloatArray:
-    """``collective_time_s`` evaluated once per distinct (size, group, placement)."""
-    return _per_distinct(
-        lambda s, nn, kk: collective_time_s(op, s, nn, f, cal, members_per_domain=kk), size, n, k
-    )
-
-
-def _per_distinct(
-    cost: Callable[[FloatArray, FloatArray, FloatArray], FloatArray],
-    size: FloatArray,
-    n: FloatArray | float,
-    k: FloatArray | float,
-) -> FloatArray:
-    """``cost(size, group, members per domain)`` evaluated once per distinct triple.
-
-    Plans that differ only in switches (recompute, sharding, overlap) share their
-    collectives, so de-duplicating first makes a search several times faster.
-    """
-    size_a, n_a, k_a = np.broadcast_arrays(
-        np.asarray(size, dtype=np.float64),
-        np.asarray(n, dtype=np.float64),
-        np.asarray(k, dtype=np.float64),
-    )
-    if size_a.size < 64:
-        return cost(size_a, n_a, k_a)
-    # one complex key per point: size in the real part, (group, placement) in the imaginary
-    keys = size_a.ravel() + 1j * (n_a.ravel() * 65536.0 + k_a.ravel())
-    uniq, inv = np.unique(keys, return_inverse=True)
-    n_u = np.floor(uniq.imag / 65536.0)
-    t = cost(uniq.real, n_u, uniq.imag - n_u * 65536.0)
-    return t[inv.ravel()].reshape(size_a.shape)
 
 
 def step_breakdown(
@@ -334,7 +291,7 @@ def step_breakdown(
     # --- tensor-parallel communication ---------------------------------------------------
     act_bytes = tokens * h * 2.0
     tp_k = np.minimum(tp, float(f.domain_gpus))
-    tp_one = _collective("all_reduce", act_bytes, tp, tp_k, f, cal)
+    tp_one = collective_s("all_reduce", act_bytes, tp, tp_k, f, cal)
     # a selectively recomputed MLP or MoE layer repeats its forward TP collective
     mods = w.recompute_modules
     sel_tp = mlp_frac * ("mlp" in mods) + moe_frac * ("moe" in mods)
@@ -346,15 +303,15 @@ def step_breakdown(
     # --- context parallel (ring attention K/V exchange) --------------------------------
     kv_chunk = 2.0 * p.mbs * s_loc * (kv if m.mla is None else m.mla.kv_lora_rank * 4) / tp * 2.0
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
-    cp_fwd = _collective("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
+    cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
     cp_exposed = np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(2.0 * cp_fwd - attn_bwd, 0.0)
     cp_mb = layers_stage_mtp * a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
     if m.mamba is not None:
         # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
         # turns the mixer's input from sequence- to head-sharded by an all-to-all and its
         # output back, forward and backward, exposed (the scan waits for its input)
-        a2a_in = _collective("all_to_all", tokens * in_w / tp * 2.0, cp, cp_k, f, cal)
-        a2a_out = _collective("all_to_all", tokens * d_in / tp * 2.0, cp, cp_k, f, cal)
+        a2a_in = collective_s("all_to_all", tokens * in_w / tp * 2.0, cp, cp_k, f, cal)
+        a2a_out = collective_s("all_to_all", tokens * d_in / tp * 2.0, cp, cp_k, f, cal)
         cp_mb = cp_mb + layers_stage_mtp * mamba_frac * np.where(
             p.cp > 1, 2.0 * (a2a_in + a2a_out), 0.0
         )
@@ -363,7 +320,7 @@ def step_breakdown(
     if m.is_moe:
         a2a_bytes = tokens / tp * m.top_k * mw * 2.0  # sequence-parallel shards dispatch
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
-        a2a = _per_distinct(
+        a2a = per_distinct(
             lambda s, nn, kk: moe_dispatch_time_s(
                 s, nn, kk, m.top_k, m.num_experts, f, cal, w.ep_dispatch
             ),
@@ -382,7 +339,7 @@ def step_breakdown(
     # --- pipeline point-to-point -----------------------------------------------------------
     p2p_bytes = np.where(p.sp, act_bytes / tp, act_bytes)
     pp_cross = (tp * cp * p.dp) < f.domain_gpus
-    p2p = _collective("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
+    p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
     pp_mb = np.where(p.pp > 1, 2.0 * p.vpp * p2p * (1.0 - cal.pp_overlap), 0.0)
 
     t_mb = (
@@ -398,55 +355,9 @@ def step_breakdown(
     )
     bubble = (p.pp - 1) / p.vpp * t_mb
 
-    # --- data-parallel gradient / parameter communication ------------------------------
-    dense, expert, _ = params_per_gpu(w, p)
-    d = (p.dp * p.cp).astype(np.float64)
-    d_exp = np.maximum(d * tp / p.ep, 1.0)
-    dp_k = np.clip(f.domain_gpus / tp, 1.0, d)
-    grad_b = np.select([p.sharding <= 1, p.sharding == 4], [4.0, 4.0], 2.0)
-
-    # expert parallelism takes the innermost ranks (expert TP = 1), so an expert-DP group
-    # has only domain / EP members in each scale-up domain
-    k_exp = np.clip(f.domain_gpus / p.ep, 1.0, d_exp)
-
-    def dp_time(
-        op: str, nbytes_per_param: FloatArray | float, pieces: FloatArray | float = 1.0
-    ) -> FloatArray:
-        """DP collective over the stage's parameters, issued as ``pieces`` equal calls."""
-        t_dense = _collective(op, dense * nbytes_per_param / pieces, d, dp_k, f, cal)
-        t_exp = (
-            _collective(op, expert * nbytes_per_param / pieces, d_exp, k_exp, f, cal)
-            if w.model.is_moe
-            else np.zeros_like(d)
-        )
-        return pieces * (np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0))
-
-    grads = np.where(
-        p.sharding == 0, dp_time("all_reduce", grad_b), dp_time("reduce_scatter", grad_b)
+    dp_comm, optimizer = data_parallel_s(
+        w, p, cal, compute_mb + mem_mb + quant_mb, compute_mb, mb, layers_stage, full_frac
     )
-    gather = dp_time("all_gather", 2.0)
-    # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
-    window = (compute_mb + mem_mb + quant_mb) * (2.0 / 3.0)
-    per_step = grads + np.where(p.sharding >= 1, gather, 0.0)
-    exposed_step = np.maximum(per_step * (1.0 - cal.dp_overlap), per_step - window)
-    # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
-    # its gradients, layer by layer, every micro-batch (one collective per layer each)
-    rs_z3 = dp_time("reduce_scatter", grad_b, layers_stage)
-    ag_z3 = dp_time("all_gather", 2.0, layers_stage)
-    if w.zero3_gathers == "per-param":
-        # per-tensor gathers from module hooks: the implementation's rate bounds each pass
-        # over the stage's 16-bit weights, and recomputation gathers them once more
-        impl = (dense + expert) * 2.0 / cal.zero3_param_gather_Bps
-        per_mb_z3 = np.maximum(rs_z3, impl) + (2.0 + full_frac) * np.maximum(ag_z3, impl)
-    else:
-        per_mb_z3 = rs_z3 + 2.0 * ag_z3
-    exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.zero3_overlap), per_mb_z3 - compute_mb)
-    dp_comm = np.where(p.sharding == 4, exposed_z3, exposed_step)
-
-    # --- optimizer ---------------------------------------------------------------------------
-    sharded = p.sharding >= 1
-    opt_params = np.where(sharded, dense / d + expert / d_exp, dense + expert)
-    optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
 
     z = np.zeros(len(p))
     return StepBreakdown(

@@ -3,7 +3,8 @@
 ``from gpuscale.perf.comm import Fabric, collective_time_s, estimate`` is the contract;
 :mod:`.nccl` holds NCCL's published constants, :mod:`.fabric` the group placement,
 :mod:`.algorithms` the per-algorithm alpha-beta costs, :mod:`.model` the choice, :mod:`.moe`
-expert-parallel token dispatch.
+expert-parallel token dispatch, :mod:`.distinct` each distinct (size, group, placement)
+costed once for many plans.
 """
 
 from __future__ import annotations

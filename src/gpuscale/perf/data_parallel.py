@@ -1,0 +1,94 @@
+"""Data-parallel communication and the optimizer step of a training iteration.
+
+Gradients are reduced (all-reduce, or reduce-scatter with a sharded optimizer) and sharded
+parameters all-gathered once per step, hidden behind the last micro-batch's backward and the
+first's forward up to ``dp_overlap`` and that window; ZeRO-3/FSDP gathers each layer's
+weights in forward and backward and reduce-scatters its gradients every micro-batch, hidden
+up to ``zero3_overlap`` and the micro-batch's compute. Expert weights reduce over their own,
+smaller expert-data-parallel group. The optimizer reads and writes every local parameter's
+Adam state at HBM speed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscale.calibrate import Calibration
+from gpuscale.perf.comm.distinct import collective_s
+from gpuscale.perf.memory import params_per_gpu
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+
+FloatArray = FloatArrayT
+
+ADAM_BYTES_PER_PARAM = 30.0
+"""HBM traffic of one fused Adam update per parameter: read fp32 param, grad, m, v (16 B),
+write param, m, v (12 B) and the 16-bit model copy (2 B)."""
+
+
+def data_parallel_s(
+    w: Workload,
+    p: Plans,
+    cal: Calibration,
+    busy_mb: FloatArray,
+    compute_mb: FloatArray,
+    mb: FloatArray,
+    layers_stage: FloatArray,
+    full_frac: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """(exposed DP communication, optimizer) seconds per step of each plan. ``busy_mb`` is a
+    micro-batch's GPU work on the stage (GEMMs, attention, memory-bound, quantisation),
+    ``compute_mb`` its GEMMs and attention, ``mb`` the micro-batches per step."""
+    f = w.fabric
+    tp = p.tp.astype(np.float64)
+    bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
+    # --- data-parallel gradient / parameter communication ------------------------------
+    dense, expert, _ = params_per_gpu(w, p)
+    d = (p.dp * p.cp).astype(np.float64)
+    d_exp = np.maximum(d * tp / p.ep, 1.0)
+    dp_k = np.clip(f.domain_gpus / tp, 1.0, d)
+    grad_b = np.select([p.sharding <= 1, p.sharding == 4], [4.0, 4.0], 2.0)
+
+    # expert parallelism takes the innermost ranks (expert TP = 1), so an expert-DP group
+    # has only domain / EP members in each scale-up domain
+    k_exp = np.clip(f.domain_gpus / p.ep, 1.0, d_exp)
+
+    def dp_time(
+        op: str, nbytes_per_param: FloatArray | float, pieces: FloatArray | float = 1.0
+    ) -> FloatArray:
+        """DP collective over the stage's parameters, issued as ``pieces`` equal calls."""
+        t_dense = collective_s(op, dense * nbytes_per_param / pieces, d, dp_k, f, cal)
+        t_exp = (
+            collective_s(op, expert * nbytes_per_param / pieces, d_exp, k_exp, f, cal)
+            if w.model.is_moe
+            else np.zeros_like(d)
+        )
+        return pieces * (np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0))
+
+    grads = np.where(
+        p.sharding == 0, dp_time("all_reduce", grad_b), dp_time("reduce_scatter", grad_b)
+    )
+    gather = dp_time("all_gather", 2.0)
+    # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
+    window = busy_mb * (2.0 / 3.0)
+    per_step = grads + np.where(p.sharding >= 1, gather, 0.0)
+    exposed_step = np.maximum(per_step * (1.0 - cal.dp_overlap), per_step - window)
+    # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
+    # its gradients, layer by layer, every micro-batch (one collective per layer each)
+    rs_z3 = dp_time("reduce_scatter", grad_b, layers_stage)
+    ag_z3 = dp_time("all_gather", 2.0, layers_stage)
+    if w.zero3_gathers == "per-param":
+        # per-tensor gathers from module hooks: the implementation's rate bounds each pass
+        # over the stage's 16-bit weights, and recomputation gathers them once more
+        impl = (dense + expert) * 2.0 / cal.zero3_param_gather_Bps
+        per_mb_z3 = np.maximum(rs_z3, impl) + (2.0 + full_frac) * np.maximum(ag_z3, impl)
+    else:
+        per_mb_z3 = rs_z3 + 2.0 * ag_z3
+    exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.zero3_overlap), per_mb_z3 - compute_mb)
+    dp_comm = np.where(p.sharding == 4, exposed_z3, exposed_step)
+
+    # --- optimizer ---------------------------------------------------------------------------
+    sharded = p.sharding >= 1
+    opt_params = np.where(sharded, dense / d + expert / d_exp, dense + expert)
+    optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
+
+    return dp_comm, optimizer
