@@ -112,6 +112,7 @@ class TrainingEstimate:
             "precision": w.precision,
             "plan": self.plans.row(i),
             "recompute_modules": list(w.recompute_modules),
+            "ep_dispatch": w.ep_dispatch,
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": {
                 "weights": float(self.memory.weights[i]),
