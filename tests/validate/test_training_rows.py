@@ -563,3 +563,29 @@ def test_a_figure_above_the_gpus_peak_skips_the_row_with_both_rates(cells: dict[
     with pytest.raises(UnsupportedRowError, match=r"above h100-sxm's bf16 dense peak of 989"):
         prepare(_row(**cells), "test")
     assert prepare(_row(), "test").measured == 1000.0  # 470 TFLOP/s: a possible figure
+
+
+def test_a_row_recomputing_named_modules_prices_those_modules() -> None:
+    row = _row(
+        source="Megatron MoE Model Zoo",
+        model="Qwen3_235B_a22B",
+        num_gpus="256",
+        seq_len="4096",
+        global_batch_seqs="2048",
+        tp="2",
+        pp="8",
+        ep="32",
+        micro_batch="1",
+        recompute="selective (norm, act)",
+    )
+    pr = prepare(row, "row")
+    assert pr.workload.recompute_modules == ("layernorm", "moe_act")
+    assert pr.fixed["recompute"] == 1
+    assert any("selective recompute of layernorm, moe_act" in n for n in pr.notes)
+    plain = prepare({**row, "recompute": "selective"}, "row")
+    assert plain.workload.recompute_modules == ("core_attn",)
+    # a module gpuscale does not know skips the row, naming it
+    from gpuscale.validate.training import UnsupportedRowError
+
+    with pytest.raises(UnsupportedRowError, match="'indexer'"):
+        prepare({**row, "recompute": "selective (indexer)"}, "row")
