@@ -77,6 +77,17 @@ def _rows(path: Path) -> list[PreparedRow]:
     return out
 
 
+def _pairs(rows: list[PreparedRow], cal: Calibration) -> list[tuple[PreparedRow, Plans]]:
+    """Each row with the plan ``cal`` chooses for it (rows whose plan is invalid left out)."""
+    pairs: list[tuple[PreparedRow, Plans]] = []
+    for pr in rows:
+        try:
+            pairs.append((pr, choose_plan(pr, cal)[0]))
+        except UnsupportedRowError:
+            continue
+    return pairs
+
+
 def _residuals(
     x: np.ndarray,
     base: Calibration,
@@ -146,12 +157,7 @@ def fit(
     rows = _rows(path)
     cal = start if start is not None else default_calibration()
     for _ in range(rounds):
-        pairs: list[tuple[PreparedRow, Plans]] = []
-        for pr in rows:
-            try:
-                pairs.append((pr, choose_plan(pr, cal)[0]))
-            except UnsupportedRowError:
-                continue
+        pairs = _pairs(rows, cal)
         # a constant no row depends on (e.g. the DeepSpeed ZeRO-3 rate without a DeepSpeed
         # ZeRO-3 row) keeps its value: a flat direction gives the optimiser no information
         names = [n for n in BOUNDS if _informed(n, cal, pairs)]
@@ -172,12 +178,7 @@ def fit(
         cal = cal.replace(**dict(zip(names, lo + res.x * (hi - lo), strict=True)))
     # the error the fitted constants leave with the plans they choose themselves (the last
     # round's plans were chosen under the constants it started from)
-    errs = []
-    for pr in rows:
-        try:
-            errs.append(abs(np.log(predict(pr, choose_plan(pr, cal)[0], cal) / pr.measured)))
-        except UnsupportedRowError:
-            continue
+    errs = [abs(np.log(predict(pr, pl, cal) / pr.measured)) for pr, pl in _pairs(rows, cal)]
     err = float(np.mean(errs)) if errs else float("nan")
     return cal, err
 

@@ -149,23 +149,22 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
             + mamba_frac * mamba
         )
     )
-    if w.precision in ("fp8", "fp4"):
-        # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte; NVFP4 is costed
-        # the same, its 0.56-byte copies plus column-wise ones for the weight gradient): the
-        # QKV and fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's
-        # (2 s b f); a hybrid block has one of each pair (in_proj's, out_proj's for Mamba)
-        replicated = replicated - sub * 2.0 * s * b * h
-        d_mamba = float(m.mamba.inner) if m.mamba is not None else 0.0
-        split = split - s * b * (
-            a_frac * q + mlp_frac * f_dense + moe_frac * f_moe + mamba_frac * d_mamba
-        )
+    # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte; NVFP4 is costed the
+    # same, its 0.56-byte copies plus column-wise ones for the weight gradient): the QKV and
+    # fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's (2 s b f); a
+    # hybrid block has one of each pair (in_proj's, out_proj's for Mamba)
+    fp8_cut = 1.0 if w.precision in ("fp8", "fp4") else 0.0  # bytes saved on a GEMM input
+    d_mamba = float(m.mamba.inner) if m.mamba is not None else 0.0
+    replicated = replicated - fp8_cut * sub * 2.0 * s * b * h
+    split = split - fp8_cut * s * b * (
+        a_frac * q + mlp_frac * f_dense + moe_frac * f_moe + mamba_frac * d_mamba
+    )
     # selective recomputation of Megatron-Core modules drops what they alone keep: the
     # outputs of the norms that are modules of their own (an MoE layer's pre-norm, MLA's
     # input norm; Transformer Engine fuses the others into the next GEMM), the experts'
     # activation output (fc2's input), a dense MLP's, a whole MoE layer's, the shared
     # experts' or a Mamba mixer's activations, each as the lines above store it (a GEMM
     # input kept in FP8 is 1 byte); MLA's up-projection outputs are not counted (its time is)
-    fp8_cut = 1.0 if w.precision in ("fp8", "fp4") else 0.0  # bytes saved on a GEMM input
     mods = set(w.recompute_modules)
     keep_moe = "moe" not in mods
     norms = moe_frac * 2.0 + (a_frac * (2.0 - fp8_cut) if m.mla is not None else 0.0)
@@ -183,11 +182,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
                 if "shared_experts" in mods and keep_moe
                 else 0.0
             )
-            + (
-                mamba_frac * (mamba - fp8_cut * (m.mamba.inner if m.mamba else 0.0))
-                if "mamba" in mods
-                else 0.0
-            )
+            + (mamba_frac * (mamba - fp8_cut * d_mamba) if "mamba" in mods else 0.0)
         )
     )
     sel = p.recompute == 1

@@ -19,7 +19,7 @@ from gpuscale.catalog import GPU, Model, System, check_precision
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.moe import EP_DISPATCH
-from gpuscale.perf.recompute import parse_modules
+from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
 
 IntArray = NDArray[np.int64]
 FloatArrayT = NDArray[np.float64]
@@ -88,7 +88,7 @@ class Workload:
     """One of :data:`ELEMENTWISE`."""
     ep_dispatch: str = "hierarchical"
     """One of :data:`~gpuscale.perf.comm.moe.EP_DISPATCH` (matters only to MoE plans)."""
-    recompute_modules: tuple[str, ...] = ("core_attn",)
+    recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""
 

@@ -257,7 +257,8 @@ def step_breakdown(
     else:
         full_frac = np.where(p.recompute == 2, 1.0, 0.0)
     # selective: the chosen modules' forwards once more (default: the attention core)
-    if m.mla is not None and "mla_up_proj" in w.recompute_modules:
+    mods = w.recompute_modules
+    if m.mla is not None and "mla_up_proj" in mods:
         x_mla = m.mla
         qk_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.qk_rope_head_dim) / tp
         kv_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.v_head_dim) / tp
@@ -283,7 +284,7 @@ def step_breakdown(
         * (shared_t + gate_rw * m.ffn_hidden * m.shared_experts * tokens * 2.0 / tp / bw),
         "mamba": mamba_frac * (mamba_t + ssd_fwd) + mamba_bytes / bw,
     }
-    selective = selective_forward_s(w.recompute_modules, parts)
+    selective = selective_forward_s(mods, parts)
     recompute_mb = full_frac * layers_stage_mtp * (
         layer_fwd * overlap_slow + mem_fwd + layer_fixed + cast_fwd
     ) + np.where(p.recompute == 1, layers_stage_mtp * selective, 0.0)
@@ -293,7 +294,6 @@ def step_breakdown(
     tp_k = np.minimum(tp, float(f.domain_gpus))
     tp_one = collective_s("all_reduce", act_bytes, tp, tp_k, f, cal)
     # a selectively recomputed MLP or MoE layer repeats its forward TP collective
-    mods = w.recompute_modules
     sel_tp = mlp_frac * ("mlp" in mods) + moe_frac * ("moe" in mods)
     n_tp = (4.0 + 2.0 * full_frac) * sub + np.where(p.recompute == 1, sel_tp, 0.0)
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)

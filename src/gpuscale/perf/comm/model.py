@@ -83,6 +83,17 @@ class CommEstimate:
         return np.asarray(PROTOCOLS)[self.protocol_idx]
 
 
+def check_group(size: FloatArray, n: FloatArray, fabric: Fabric) -> None:
+    """Groups of 1 to the cluster's GPUs and byte counts of 0 or more, else an error naming
+    the first bad value."""
+    if np.any(n < 1.0):
+        raise InputError("n", float(n.min()), "a group of at least 1 GPU")
+    if np.any(n > fabric.total_gpus):
+        raise InputError("gpus", float(n.max()), f"at most the cluster's {fabric.total_gpus} GPUs")
+    if np.any(size < 0.0):
+        raise InputError("size_bytes", float(size.min()), "a non-negative byte count")
+
+
 def estimate(
     op: str,
     size_bytes: ArrayLike,
@@ -113,12 +124,7 @@ def estimate(
             np.asarray(n, dtype=np.float64),
             np.asarray(members_per_domain, dtype=np.float64),
         )
-    if np.any(nn < 1.0):
-        raise InputError("n", float(nn.min()), "a group of at least 1 GPU")
-    if np.any(nn > fabric.total_gpus):
-        raise InputError("gpus", float(nn.max()), f"at most the cluster's {fabric.total_gpus} GPUs")
-    if np.any(size < 0.0):
-        raise InputError("size_bytes", float(size.min()), "a non-negative byte count")
+    check_group(size, nn, fabric)
     pl = place(fabric, cal, nn, kk)
     cands = CANDIDATES[op](size, pl, fabric, cal)
     if algorithm is not None:

@@ -28,7 +28,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.perf.comm.algorithms import p2p_candidates
 from gpuscale.perf.comm.fabric import Fabric, FloatArray, place
-from gpuscale.perf.comm.model import collective_time_s
+from gpuscale.perf.comm.model import check_group, collective_time_s
 
 EP_DISPATCH: tuple[str, ...] = ("hierarchical", "all_to_all")
 """How expert-parallel tokens travel: once per remote domain, or once per expert."""
@@ -71,10 +71,7 @@ def moe_dispatch_time_s(
         np.asarray(n, dtype=np.float64),
         np.asarray(members_per_domain, dtype=np.float64),
     )
-    if np.any(nn < 1.0) or np.any(nn > fabric.total_gpus):
-        raise InputError("ep", float(nn.max()), f"a group of 1 to {fabric.total_gpus} GPUs")
-    if np.any(s < 0.0):
-        raise InputError("size_bytes", float(s.min()), "a non-negative byte count")
+    check_group(s, nn, fabric)
     pl = place(fabric, cal, nn, kk)
     n_, k, m = pl.n, pl.k, pl.m
     local = (k - 1.0) / n_ * s  # copies to experts on other GPUs of the own domain
