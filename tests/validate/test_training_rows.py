@@ -9,13 +9,11 @@ import pytest
 
 from gpuscale.validate.training import prepare
 from gpuscale.validate.training_rows import (
-    attention_kernel,
-    elementwise_kernels,
-    ep_dispatch,
     model_for,
     nics_per_node,
     zero3_gathers,
 )
+from gpuscale.validate.training_stack import attention_kernel, elementwise_kernels, ep_dispatch
 
 
 @pytest.mark.parametrize(

@@ -39,9 +39,6 @@ from gpuscale.validate.report import (
 )
 from gpuscale.validate.training_rows import (
     UnsupportedRowError,
-    attention_kernel,
-    elementwise_kernels,
-    ep_dispatch,
     megatron_split,
     model_for,
     nics_per_node,
@@ -52,6 +49,7 @@ from gpuscale.validate.training_rows import (
     sizes_from_notes,
     zero3_gathers,
 )
+from gpuscale.validate.training_stack import attention_kernel, elementwise_kernels, ep_dispatch
 
 __all__ = [
     "REQUIRED",

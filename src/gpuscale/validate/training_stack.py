@@ -1,0 +1,89 @@
+"""What a published training row's software stack implies: the attention kernel, fused or
+eager elementwise kernels, and the MoE token dispatch.
+
+The stack is read from where a row names it, its source and notes; each function returns
+gpuscale's setting and the reason printed with the row (empty when the default applies).
+The rules are listed in ``validate/README.md``.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def stack_text(row: dict[str, str]) -> str:
+    """Where a row names its software stack: the source and the notes, lower-cased."""
+    return f"{row.get('source', '')} {row.get('notes', '')}".lower()
+
+
+# Stacks whose flash attention is the flash-attn package's FlashAttention-2 (or a Triton
+# port of it), which does not use Hopper's asynchronous tensor-core instructions (Shah et
+# al. 2024, FlashAttention-3 Sec. 1): MosaicML llm-foundry/Composer (attn_impl flash or
+# triton), GPT-NeoX, Hugging Face, Nanotron, or a row naming FA2 / flash_attn.
+FLASH2_STACKS = (
+    r"llm-foundry|mosaicml|composer|gpt-neox|hugging ?face|nanotron"
+    r"|flash-?attention-?2|\bfa2\b|flash[_-]attn"
+)
+
+
+def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
+    """The attention kernel a run used, from its stack as the row names it, and why.
+
+    torchtitan calls PyTorch's SDPA, whose flash backend is FlashAttention-2. Megatron-LM
+    and Megatron-DeepSpeed on Volta/Ampere ran the unfused path (batched GEMMs + fused
+    softmax kernel) unless flash attention is named: that is the path Korthikanti et al.'s
+    5as/h activation term describes. Stacks built on the flash-attn package (FLASH2_STACKS)
+    run FlashAttention-2; a row naming FlashAttention-3 or cuDNN, or naming no stack, gets
+    the GPU's fastest fused kernel.
+    """
+    text = stack_text(row)
+    if "torchtitan" in text or "sdpa" in text:
+        return "flash2", "attention: PyTorch SDPA (FlashAttention-2 kernels)"
+    if (
+        arch in ("volta", "ampere")
+        and re.search(r"megatron|deepspeed", text)
+        and ("flash" not in text)
+    ):
+        return "unfused", "attention: Megatron's unfused softmax path (no flash attention named)"
+    if re.search(r"flash-?attention-?3|\bfa3\b|cudnn", text):
+        return "fused", "attention: FlashAttention-3 / cuDNN fused kernels, as the row names"
+    if re.search(FLASH2_STACKS, text):
+        return "flash2", "attention: FlashAttention-2-class kernels (flash-attn or Triton)"
+    return "fused", ""
+
+
+def elementwise_kernels(row: dict[str, str]) -> tuple[str, str]:
+    """Whether a run's norms, RoPE and activations ran fused or op by op, and why.
+
+    torchtitan is plain PyTorch: without torch.compile its RMSNorm, rotary embedding and
+    SwiGLU run eagerly, one kernel per op. Megatron-based stacks use fused kernels.
+    """
+    text = stack_text(row)
+    if "torchtitan" in text and "compile" not in text:
+        return "eager", "elementwise: eager PyTorch ops (torchtitan without torch.compile)"
+    return "fused", ""
+
+
+HIERARCHICAL_DISPATCH = (
+    r"deep-?ep|hybrid-?ep|flex (token )?dispatcher|dispatcher[ _-]*type[ =:]*['\"]?flex"
+)
+"""Dispatchers that send a token once per remote domain: DeepEP, HybridEP (Megatron-Core's
+``flex`` dispatcher)."""
+ALL_TO_ALL_DISPATCH = (
+    r"(token )?dispatcher[ _-]*(type)?[ =:]*['\"]?(alltoall|all-to-all|allgather)\b"
+    r"|(alltoall|all[-_ ]to[-_ ]all|a2a) (token )?dispatch"
+    r"|nccl all-to-all|deepspeed-moe|torchtitan"
+)
+"""Stacks and notes whose MoE layers move every top-k copy of a token by a plain collective:
+Megatron-Core's ``alltoall`` (or ``allgather``) token dispatcher, named; an NCCL all-to-all;
+DeepSpeed-MoE; torchtitan (``all_to_all_single``). A row naming DeepEP or HybridEP, or no
+dispatcher, is taken to send a token once per remote domain, as the Megatron-Bridge MoE
+recipes do."""
+
+
+def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
+    """How a row's MoE layers move tokens between expert-parallel ranks, and why."""
+    text = stack_text(row)
+    if not re.search(HIERARCHICAL_DISPATCH, text) and re.search(ALL_TO_ALL_DISPATCH, text):
+        return "all_to_all", "MoE dispatch: one NCCL all-to-all of every top-k copy"
+    return "hierarchical", ""
