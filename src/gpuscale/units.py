@@ -136,3 +136,4 @@ def fmt_rate(x: float, unit: str) -> str:
 TFLOPS = 1e12
 GB = 1e9
 GiB = 2.0**30
+MiB = 2.0**20

@@ -95,7 +95,7 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
     assert mem["total"] == pytest.approx(
         sum(mem[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
     )
-    assert mem["capacity"] == 80e9
+    assert mem["capacity"] == 80 * 2**30  # A100 80GB: 81,920 MiB
     steps = d["step_time_breakdown_s"]
     assert {"compute_s", "bubble_s", "tp_comm_s", "dp_comm_s", "optimizer_s"} <= set(steps)
     assert d["step_time_s"] == pytest.approx(sum(steps.values()), rel=1e-9)

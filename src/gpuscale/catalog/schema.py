@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpuscale.units import GB
+from gpuscale.units import GB, GiB, MiB
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -35,6 +35,12 @@ class GPU(_Entry):
     form_factor: str
     peak_tflops: dict[Precision, float]
     hbm_gb: float
+    """The vendor's memory size. NVIDIA and AMD quote HBM in binary units: "80 GB" is
+    80 GiB of stacks (an A100 80GB's driver reports 81,920 MiB)."""
+    device_memory_mib: float | None = Field(default=None, gt=0)
+    """Total device memory the driver reports (``nvidia-smi`` memory.total), MiB: what a
+    memory fit is checked against. Given where it is not ``hbm_gb`` GiB exactly (H100
+    81,559 MiB, B200 183,359 MiB; ECC-reserved GDDR on L40S/L4); absent, ``hbm_gb`` GiB."""
     hbm_tb_per_s: float
     nvlink_gb_per_s: float = 0.0
     pcie_gen: int = 4
@@ -67,7 +73,10 @@ class GPU(_Entry):
 
     @property
     def memory_bytes(self) -> float:
-        return self.hbm_gb * GB
+        """Device memory in bytes: the driver's total, else ``hbm_gb`` in GiB."""
+        if self.device_memory_mib is not None:
+            return self.device_memory_mib * MiB
+        return self.hbm_gb * GiB
 
     @property
     def hbm_bw_Bps(self) -> float:
