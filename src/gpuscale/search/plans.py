@@ -212,7 +212,8 @@ def search_plans(
             raise InputError(
                 "model",
                 w.model.key,
-                f"no plan fits in {w.gpu.memory_bytes / 2**30:.1f} GiB per GPU on {w.num_gpus} GPUs; the "
+                f"no plan fits in {w.gpu.memory_bytes / 2**30:.1f} GiB per GPU on "
+                f"{w.num_gpus} GPUs; the "
                 f"closest ({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a "
                 "larger-memory GPU",
             )
