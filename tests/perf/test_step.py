@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.comm.model import collective_time_s
 from gpuscale.perf.kernels import attention_core_s
 from gpuscale.perf.plan import Plans, Workload, validity
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.training import estimate
-from gpuscale.perf.transformer import model_flops_per_token
+from gpuscale.perf.transformer import model_flops_per_token, param_count
 
 # non-zero fixed costs so the overhead term is visible in every reconstruction below, and
 # FP8's input quantisation at its unfused traffic (4 bytes per element)
@@ -516,3 +517,22 @@ def test_gemms_run_at_the_gpus_measured_matmul_ceiling() -> None:
     assert gemm > 0.5 * float(full.compute_s[0])  # GEMMs are most of a 175B layer
     assert float(quarter.compute_s[0] - half.compute_s[0]) == pytest.approx(2 * gemm, rel=1e-9)
     assert float(quarter.memory_bound_s[0]) == pytest.approx(float(full.memory_bound_s[0]))
+
+
+def test_zero2_reduce_scatters_every_micro_batch_and_gathers_once() -> None:
+    # ZeRO-2 keeps gradients only as shards, so each of the m micro-batches' backward
+    # reduce-scatters them (DeepSpeed stage 2 reduces at every micro-step); the parameters
+    # are gathered once per step. With nothing hidden: m x RS + 1 x AG, where ZeRO-1 pays
+    # 1 x RS + 1 x AG (the full gradients accumulate locally).
+    w = workload(model="llama3-8b", gpus=64, seq=4096, gbs=512, gpu="h100-sxm")
+    cal = CAL.replace(zero3_overlap=0.0, dp_overlap=0.0)
+    p2 = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=3)  # 512 / 64 = 8 micro-batches
+    p1 = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=2)
+    z2 = float(step_breakdown(w, p2, cal).dp_comm_s[0])
+    z1 = float(step_breakdown(w, p1, cal).dp_comm_s[0])
+    params = float(param_count(get_model("llama3-8b")))  # TP1 PP1: every weight on each GPU
+    f = w.fabric
+    rs = float(collective_time_s("reduce_scatter", np.array([params * 2.0]), 64, f, cal, 8)[0])
+    ag = float(collective_time_s("all_gather", np.array([params * 2.0]), 64, f, cal, 8)[0])
+    assert z1 == pytest.approx(rs + ag, rel=1e-6)
+    assert z2 == pytest.approx(8 * rs + ag, rel=1e-6)

@@ -14,7 +14,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, validity
 from gpuscale.perf.training import estimate
-from gpuscale.search.plans import SearchResult, explain, search_plans
+from gpuscale.search.plans import SearchResult, enumerate_plans, explain, search_plans
 
 CAL = default_calibration()
 
@@ -258,3 +258,28 @@ def test_weak_scaling_batch_stays_near_proportional() -> None:
     for batch, n, total in ((512, 8, 12), (512, 64, 100), (2520, 8, 5128), (7, 2, 8)):
         exact = batch * n / total
         assert abs(weak_batch(batch, n, total) - exact) <= exact / 8 + 0.5
+
+
+def test_pipeline_degrees_include_uneven_powers_of_two() -> None:
+    # DeepSeek-V3's 61 layers: divisors of 61 and 63 give PP 1, 3, 7, 9, 21, 61 only;
+    # DeepSeek trained on PP16 (uneven stages), so the powers of two are searched too
+    w = workload("deepseek-v3", "h800", 2048, 4096, 1920, "fp8")
+    plans = enumerate_plans(w, {"tp": 1, "cp": 1, "ep": 64, "mbs": 1, "recompute": 0})
+    pps = set(np.unique(plans.pp).tolist())
+    assert {2, 4, 8, 16, 32}.issubset(pps) and {3, 7, 9, 21}.issubset(pps)
+    # the fullest of 16 stages holds ceil(61 / 16) = 4 layers
+    assert Plans.of(pp=16).stage_layers(61)[0] == 4.0
+
+
+def test_uneven_interleaving_prices_memory_and_time_on_one_stage() -> None:
+    # Llama 3 70B on PP8 x VPP3: 24 chunks of ceil(80 / 24) = 4 layers, 12 on a stage,
+    # in the step, the memory and the note alike
+    w = workload("llama3-70b", "h100-sxm", 64, 8192, 64)
+    p = Plans.of(tp=8, pp=8, dp=1, vpp=3, mbs=1, sp=True, sharding=1)
+    assert p.stage_layers(80)[0] == 12.0
+    e = estimate(w, p, CAL)
+    assert any("fullest stage (12 layers: 3 chunks of 4)" in n for n in e.notes(0))
+    even = estimate(w, Plans.of(tp=8, pp=8, dp=1, vpp=2, mbs=1, sp=True, sharding=1), CAL)
+    # 12 layers against 10: a sixth more weights on the stage
+    ratio = float(e.memory.weights[0]) / float(even.memory.weights[0])
+    assert ratio == pytest.approx(12 / 10, rel=0.05)

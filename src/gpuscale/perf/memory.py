@@ -91,7 +91,7 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     m = w.model
     s = layer_shapes(m)
     tp = p.tp.astype(np.float64)
-    layers_stage = np.ceil(m.layers / p.pp)
+    layers_stage = p.stage_layers(m.layers)
     moe_frac = m.moe_layers / m.layers
     split = (
         m.attn_layers * s.attn
@@ -215,7 +215,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         z3 = p.sharding == 4
         weights = weights + np.where(z3, dense / d + expert / d_exp, dense + expert)
     # activations in flight on the first stage
-    layers_stage = np.ceil(m.layers / p.pp)
+    layers_stage = p.stage_layers(m.layers)
     mb = p.microbatches(w).astype(np.float64)
     in_flight = np.minimum(mb, p.pp.astype(np.float64))
     interleave = np.where(p.vpp > 1, 1.0 + (p.pp - 1) / (p.pp * p.vpp), 1.0)

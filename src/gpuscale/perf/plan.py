@@ -177,6 +177,13 @@ class Plans:
     def gpus_used(self) -> IntArray:
         return self.tp * self.pp * self.dp * self.cp
 
+    def stage_layers(self, layers: int) -> FloatArrayT:
+        """Layers on the fullest pipeline stage: ``vpp`` chunks of ceil(L / (pp vpp)) layers
+        (chunks sized alike, as Megatron's layers-per-virtual-stage makes them; with uneven
+        stages the fullest one sets the pipeline's pace and its memory)."""
+        chunks = self.pp * self.vpp
+        return (np.ceil(layers / chunks) * self.vpp).astype(np.float64)
+
     def microbatches(self, w: Workload) -> IntArray:
         out: IntArray = w.global_batch // np.maximum(self.dp * self.mbs, 1)
         return out

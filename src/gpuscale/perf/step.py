@@ -132,7 +132,7 @@ def step_breakdown(
     moe_frac = m.moe_layers / m.layers
     mamba_frac = m.mamba_layers / m.layers
     sub = m.sublayers_per_layer / 2.0  # norms, residuals and TP reductions per layer, / 2
-    layers_stage: FloatArray = (np.ceil(m.layers / (p.pp * p.vpp)) * p.vpp).astype(np.float64)
+    layers_stage = p.stage_layers(m.layers)
     # multi-token prediction: its depths as their FLOP-equivalent of average layers and one
     # more output head each; with pipeline stages, spread over them, as the layouts that
     # place MTP beside the loss balance them (Megatron-Core pipeline_model_parallel_layout)

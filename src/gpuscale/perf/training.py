@@ -41,13 +41,15 @@ class TrainingEstimate:
                 f"{m.max_seq:,}: priced as a context-extension run"
             )
         pp = int(self.plans.pp[i])
-        chunks = pp * int(self.plans.vpp[i])
+        vpp = int(self.plans.vpp[i])
+        chunks = pp * vpp
         # with the embedding and the loss in chunks of their own (Megatron's
         # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly
         if m.layers % chunks and not (pp > 1 and (m.layers + 2) % chunks == 0):
             out.append(
                 f"{m.layers} layers over {chunks} pipeline chunks are uneven: the step is "
-                f"priced on the fullest stage ({-(-m.layers // pp)} layers)"
+                f"priced on the fullest stage ({self.plans.stage_layers(m.layers)[i]:.0f} "
+                f"layers{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''})"
             )
         out.extend(self._recompute_notes(i))
         ep = int(self.plans.ep[i])

@@ -34,6 +34,11 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def _powers_of_two(n: int) -> list[int]:
+    """1, 2, 4, ... up to n."""
+    return [1 << k for k in range(n.bit_length()) if 1 << k <= n]
+
+
 @dataclass(frozen=True)
 class SearchResult:
     estimate: TrainingEstimate
@@ -95,11 +100,17 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         ],
     )
     # pipeline degrees that split the layers evenly, or evenly once the embedding and the
-    # output layer count as one layer each (Megatron's account-for-embedding/loss split)
+    # output layer count as one layer each (Megatron's account-for-embedding/loss split),
+    # and the powers of two with uneven stages (Megatron's first/last-stage layer counts:
+    # DeepSeek-V3's 61 layers ran on PP16), priced on the fullest stage
     pps = opts(
         "pp",
         sorted(
-            {p for p in _divisors(m.layers) + _divisors(m.layers + 2) if 1 <= p <= min(n, m.layers)}
+            {
+                p
+                for p in _divisors(m.layers) + _divisors(m.layers + 2) + _powers_of_two(m.layers)
+                if 1 <= p <= min(n, m.layers)
+            }
         ),
     )
     eps = opts("ep", [e for e in _divisors(m.num_experts) if e <= n] if m.is_moe else [1])
