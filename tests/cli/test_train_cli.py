@@ -108,6 +108,19 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
     assert d["gpu_hours"] == pytest.approx(300e9 / d["tokens_per_s_per_gpu"] / 3600, rel=1e-9)
 
 
+def test_a_plan_that_does_not_fit_gets_no_time_to_train() -> None:
+    # GPT-3 175B on TP2 PP1 (DP512): 87 B parameters' weights alone overflow an 80 GB GPU
+    plan = ("--tp", "2", "--pp", "1", "--mbs", "1", "--tokens", "3e11")
+    r = gpuscale(*EST, *plan, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["fits"] is False
+    assert d["time_to_train_s"] is None and d["gpu_hours"] is None
+    table = gpuscale(*EST, *plan)
+    words = " ".join(table.stdout.replace("│", " ").split())
+    assert "none: the plan does not fit in memory" in words
+
+
 def test_search_json_returns_plans() -> None:
     r = gpuscale(
         "train",

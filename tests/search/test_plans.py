@@ -283,3 +283,18 @@ def test_uneven_interleaving_prices_memory_and_time_on_one_stage() -> None:
     # 12 layers against 10: a sixth more weights on the stage
     ratio = float(e.memory.weights[0]) / float(even.memory.weights[0])
     assert ratio == pytest.approx(12 / 10, rel=0.05)
+
+
+def test_partial_recompute_says_how_much_it_recomputes() -> None:
+    w = workload("llama3-405b", "h100-sxm", 16384, 8192, 2048)
+    p = Plans.of(tp=8, pp=16, dp=128, mbs=1, sp=True, recompute=RECOMPUTE.index("partial"))
+    e = estimate(w, p, CAL)
+    frac = float(e.memory.recompute_fraction[0])
+    assert 0.0 < frac < 1.0 and bool(e.memory.fits[0])
+    # the least recomputation that fits: the memory is full
+    assert float(e.memory.total[0]) == pytest.approx(e.memory.capacity, rel=1e-6)
+    note = next(n for n in e.notes(0) if n.startswith("partial recompute"))
+    assert (
+        f"{100 * frac:.0f} % of the layers" in note and f"~{frac * 8:.1f} of the stage's 8" in note
+    )
+    assert e.summary(0)["recompute_fraction"] == frac

@@ -67,11 +67,13 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
         # what a GEMM can reach on this GPU, the bar an MFU is fairly compared with
         mfu += f" (its best GEMM reaches {100 * e.workload.gpu.matmul_eff:.0f}%)"
     t.add_row("MFU", mfu)
-    if train_tokens is not None:
+    if train_tokens is not None and s["time_to_train_s"] is None:
+        t.add_row("time to train", "none: the plan does not fit in memory")
+    elif train_tokens is not None:
         t.add_row(
             "time to train",
-            f"{fmt_time(s['time_to_train_s'])} "
-            f"({s['gpu_hours']:,.0f} GPU-hours for {train_tokens:.3g} tokens)",
+            f"{fmt_time(s['time_to_train_s'])} ({s['gpu_hours']:,.0f} GPU-hours of the "
+            f"{s['gpus_used']:,} GPUs it uses, for {train_tokens:.3g} tokens)",
         )
     out.print(t)
     for note in s.get("notes", []):

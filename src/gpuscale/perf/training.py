@@ -52,6 +52,15 @@ class TrainingEstimate:
                 f"layers{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''})"
             )
         out.extend(self._recompute_notes(i))
+        if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
+            frac = float(self.memory.recompute_fraction[i])
+            stage = float(self.plans.stage_layers(m.layers)[i])
+            out.append(
+                f"partial recompute: the activations of {100 * frac:.0f} % of the layers are "
+                f"recomputed (~{frac * stage:.1f} of the stage's {stage:.0f}), the least that "
+                "fits; in Megatron, --recompute-num-layers of whole layers, or selective "
+                "--recompute-modules that free as much"
+            )
         ep = int(self.plans.ep[i])
         dom = w.fabric.domain_gpus
         if m.is_moe and dom > 1 and ep > dom:
@@ -114,6 +123,7 @@ class TrainingEstimate:
             "precision": w.precision,
             "plan": self.plans.row(i),
             "recompute_modules": list(w.recompute_modules),
+            "recompute_fraction": float(self.memory.recompute_fraction[i]),
             "ep_dispatch": w.ep_dispatch,
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": {
@@ -138,10 +148,12 @@ class TrainingEstimate:
         if notes:
             out["notes"] = notes
         if train_tokens is not None:
+            # a plan that does not fit trains nothing: no time is given for it
+            fits = bool(self.memory.fits[i])
             secs = train_tokens / (self.tokens_per_s_per_gpu[i] * used)
             out["train_tokens"] = train_tokens
-            out["time_to_train_s"] = float(secs)
-            out["gpu_hours"] = float(secs * used / 3600.0)
+            out["time_to_train_s"] = float(secs) if fits else None
+            out["gpu_hours"] = float(secs * used / 3600.0) if fits else None
         return out
 
 
