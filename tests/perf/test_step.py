@@ -536,3 +536,14 @@ def test_zero2_reduce_scatters_every_micro_batch_and_gathers_once() -> None:
     ag = float(collective_time_s("all_gather", np.array([params * 2.0]), 64, f, cal, 8)[0])
     assert z1 == pytest.approx(rs + ag, rel=1e-6)
     assert z2 == pytest.approx(8 * rs + ag, rel=1e-6)
+
+
+def test_per_layer_launch_cost_is_overhead_not_memory_traffic() -> None:
+    w = workload()  # GPT-3 175B: 96 layers, 2 sublayers (attention, MLP) each
+    p = Plans.of(tp=8, pp=8, dp=16, mbs=1)  # 12 layers per stage, 1536 / 16 = 96 mbs
+    a = step_breakdown(w, p, CAL.replace(layer_overhead_s=0.0))
+    b = step_breakdown(w, p, CAL.replace(layer_overhead_s=1e-4))
+    assert float(b.memory_bound_s[0]) == pytest.approx(float(a.memory_bound_s[0]))
+    # 96 micro-batches x 12 layers x 3 passes (forward, 2x backward) x 1e-4 s
+    extra = float(b.overhead_s[0] - a.overhead_s[0])
+    assert extra == pytest.approx(96 * 12 * 3 * 1e-4)

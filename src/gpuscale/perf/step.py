@@ -19,8 +19,7 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
               Unfused (Megatron's original path): batched GEMMs over the full s x s
               scores + softmax/dropout bytes.
   memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
-              replicated over TP ranks unless sequence parallelism splits them; plus a
-              fixed layer_overhead_s per layer (kernel launches and small kernels); eager
+              replicated over TP ranks unless sequence parallelism splits them; eager
               PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move.
   quantise    FP8/NVFP4 quantise every GEMM input (X forward, dY backward) at HBM speed,
               fp8_cast_bytes per element (NVFP4: 7.125 / 4 of that).
@@ -36,11 +35,12 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
               ep_overlap of them hidden behind other micro-batches' compute.
   PP comm     one activation send forward and one gradient send backward per chunk.
   DP comm     gradient reduce(-scatter) and parameter all-gather once per step, exposed
-              beyond dp_overlap; ZeRO-3/FSDP gathers per layer every micro-batch, exposed beyond
-              zero3_overlap, and per-parameter gathers (DeepSpeed) no faster than
-              zero3_param_gather_Bps.
+              beyond dp_overlap (ZeRO-2: a reduce-scatter every micro-batch); ZeRO-3/FSDP
+              gathers per layer every micro-batch, exposed beyond zero3_overlap, and
+              per-parameter gathers (DeepSpeed) no faster than zero3_param_gather_Bps.
 The iteration is m x (per-micro-batch stage time) + bubble (p - 1)/v x that time
-+ exposed data-parallel communication + optimizer step + fixed overhead.
++ exposed data-parallel communication + optimizer step + fixed overhead (per step, per
+micro-batch, and layer_overhead_s per layer and pass: kernel launches and small kernels).
 """
 
 from __future__ import annotations
@@ -247,7 +247,10 @@ def step_breakdown(
         layers_stage_mtp * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * heads * logits_fwd
     ) * overlap_slow
     layer_fixed = sub * cal.layer_overhead_s
-    mem_mb = layers_stage_mtp * (mem_fwd + layer_fixed) * 3.0 + 3.0 * heads * logits_mem
+    # kernel launches and small kernels: a fixed cost per layer and pass, reported with the
+    # other fixed costs (overhead), not as HBM traffic
+    fixed_mb = layers_stage_mtp * layer_fixed * 3.0
+    mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem + fixed_mb
     quant_mb = layers_stage_mtp * (cast_fwd + cast_bwd)
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
     if recompute_fraction is not None:
@@ -363,7 +366,7 @@ def step_breakdown(
     return StepBreakdown(
         compute_s=mb * compute_mb,
         recompute_s=mb * recompute_mb,
-        memory_bound_s=mb * mem_mb,
+        memory_bound_s=mb * (mem_mb - fixed_mb),
         quantise_s=mb * quant_mb,
         tp_comm_s=mb * tp_mb,
         cp_comm_s=mb * cp_mb,
@@ -372,5 +375,5 @@ def step_breakdown(
         bubble_s=bubble,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
-        overhead_s=z + cal.step_overhead_s + mb * cal.microbatch_overhead_s,
+        overhead_s=z + cal.step_overhead_s + mb * (cal.microbatch_overhead_s + fixed_mb),
     )
