@@ -147,7 +147,7 @@ def test_search_json_returns_plans() -> None:
     assert steps == sorted(steps)
     for p in d["plans"]:
         assert p["fits"] and p["gpus_used"] <= 1024 and 0 < p["mfu"] < 1
-    assert "runner-up" in d["why_best"]
+    assert "fastest plan with another parallel layout" in d["why_best"]
 
 
 def test_scaling_json() -> None:

@@ -63,7 +63,11 @@ def test_best_is_fastest_fitting_plan(gpt3: tuple[Workload, SearchResult]) -> No
     e = r.estimate
     fits = e.memory.fits
     assert float(e.step_s[r.best]) == float(e.step_s[fits].min())
-    assert (np.diff(e.step_s[r.order]) >= 0).all()
+    # fastest first; within a microsecond, the plan with less memory first
+    steps = np.round(e.step_s[r.order], 6)
+    assert (np.diff(steps) >= 0).all()
+    tie = np.diff(steps) == 0
+    assert (np.diff(e.memory.total[r.order])[tie] >= 0).all()
     # the best plan re-estimated on its own gives the same step time (no chunking effects)
     alone = estimate(r.estimate.workload, e.plans.take(np.array([r.best])), CAL)
     assert float(alone.step_s[0]) == pytest.approx(float(e.step_s[r.best]), rel=1e-12)
@@ -162,7 +166,8 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     assert float(e.step_s[ru]) >= float(e.step_s[r.best])
     text = explain(r)
     assert e.plans.label(r.best) in text
-    assert f"runner-up {e.plans.label(ru)}" in text
+    rank = int(np.flatnonzero(r.order == ru)[0]) + 1
+    assert f"fastest plan with another parallel layout, {e.plans.label(ru)} (#{rank})" in text
     # the gain and the memory clause are the two plans' own figures
     gain = (float(e.step_s[ru]) - float(e.step_s[r.best])) / float(e.step_s[ru]) * 100
     assert f"is {gain:.1f}% faster per step" in text
