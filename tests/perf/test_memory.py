@@ -304,3 +304,27 @@ def test_fits_compares_total_with_capacity() -> None:
     # 70.6 B params x 18 B / 8 GPUs = 159 GB > 80 GB: Megatron DDP on one node cannot fit
     assert not bool(mem.fits[0])
     assert float(mem.headroom[0]) < 0
+
+
+def test_a_model_without_dropout_keeps_no_masks() -> None:
+    # Llama 3 8B (no dropout), TP1, no recomputation, 4096 x 1 tokens: per layer the norms'
+    # inputs and the QKV / MLP inputs (8 sbh), Q, K, V and the attention output
+    # (4 s b q + 4 s b kv, q = 4096, kv = 1024) and SwiGLU's gate, up and product
+    # (6 s b f, f = 14336); with dropout its two 1-byte masks add 2 sbh
+    m = get_model("llama3-8b")
+    assert not m.dropout
+    g = get_gpu("h100-sxm")
+    sys_ = system_for_gpu(g)
+    w = Workload(m, g, sys_, Fabric.from_system(sys_, 8), 8, 4096, 8)
+    p = Plans.of(tp=1, pp=1, dp=8, mbs=1)
+    got = float(activation_bytes_per_layer(w, p)[0])
+    assert got == 4096 * (8 * 4096 + 4 * 4096 + 4 * 1024 + 6 * 14336)
+    wd = replace(w, model=m.model_copy(update={"dropout": True}))
+    assert float(activation_bytes_per_layer(wd, p)[0]) - got == 2 * 4096 * 4096
+    # the unfused path keeps the softmax output (2 bytes a score), with dropout also its
+    # mask and output (5): 32 heads x 4096^2 scores
+    un = replace(w, attention="unfused")
+    und = replace(wd, attention="unfused")
+    scores = 32 * 4096 * 4096
+    assert float(activation_bytes_per_layer(un, p)[0]) - got == 2 * scores
+    assert float(activation_bytes_per_layer(und, p)[0]) - got == 2 * 4096 * 4096 + 5 * scores

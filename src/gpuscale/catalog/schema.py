@@ -179,6 +179,12 @@ class Model(_Entry):
     max_seq: int = Field(default=2048, gt=0)
     position: Literal["learned", "rope", "alibi", "none"] = "rope"
     tied_embeddings: bool = False
+    dropout: bool = False
+    """Trained with dropout (GPT-3, Megatron's GPT configs, OPT: 0.1): its 1-byte masks are
+    kept for the backward pass, after attention and after the MLP (2sbh of Korthikanti et
+    al.'s 10sbh) and, on the unfused attention path, one per attention score. Models
+    trained without it (LLaMA and later) keep none: PyTorch's dropout at p = 0 returns its
+    input."""
     num_experts: int = 1
     top_k: int = 1
     shared_experts: int = 0

@@ -138,7 +138,9 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     if m.mamba is not None:
         mx = m.mamba
         mamba = 2.0 * (mx.in_proj_width + mx.conv_channels + 2 * mx.inner)
-    replicated = sub * 10.0 * s * b * h
+    # Korthikanti et al.'s 10sbh: both norms' inputs, the QKV and MLP inputs (2sbh each) and,
+    # with dropout, its two 1-byte masks (after attention, after the MLP)
+    replicated = sub * (10.0 if m.dropout else 8.0) * s * b * h
     split = (
         s
         * b
@@ -188,7 +190,9 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     sel = p.recompute == 1
     replicated = np.where(sel, replicated - saved_rep, replicated)
     split = np.where(sel, np.maximum(split - saved_split, 0.0), split)
-    scores = a_frac * 5.0 * m.heads * s * s * b
+    # unfused attention keeps the softmax output (2 bytes per score) and, with dropout, its
+    # mask (1) and output (2): Korthikanti et al.'s 5as^2b, or 2as^2b without dropout
+    scores = a_frac * (5.0 if m.dropout else 2.0) * m.heads * s * s * b
     no_scores = (p.recompute >= 2) | (sel & ("core_attn" in mods))
     if w.flash_attention:
         no_scores = np.ones_like(no_scores)
