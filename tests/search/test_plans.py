@@ -303,3 +303,27 @@ def test_partial_recompute_says_how_much_it_recomputes() -> None:
         f"{100 * frac:.0f} % of the layers" in note and f"~{frac * 8:.1f} of the stage's 8" in note
     )
     assert e.summary(0)["recompute_fraction"] == frac
+
+
+@pytest.mark.parametrize(
+    ("seq", "plan", "rule"),
+    [
+        # causal CP splits the sequence into 2 x cp load-balanced chunks
+        (8200, {"cp": 8, "dp": 8}, "not divisible by 2 x cp"),
+        (8192, {"cp": 8, "dp": 8}, None),
+        # Megatron overlaps TP collectives only under sequence parallelism
+        (8192, {"tp": 8, "dp": 8, "tp_overlap": True}, "tp communication overlap needs"),
+        (8192, {"tp": 8, "dp": 8, "tp_overlap": True, "sp": True}, None),
+    ],
+)
+def test_context_parallel_chunks_and_tp_overlap_rules(
+    seq: int, plan: dict[str, object], rule: str | None
+) -> None:
+    w = workload("llama3-8b", "h100-sxm", 64, seq, 64)
+    p = Plans.of(**{"mbs": 1, **plan})
+    ok, rules = validity(w, p)
+    broken = [why for mask, why in rules if not mask[0]]
+    if rule is None:
+        assert bool(ok[0]) and not broken
+    else:
+        assert not bool(ok[0]) and any(rule in why for why in broken)

@@ -241,7 +241,12 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             f"kv heads ({m.kv_heads}) and tp do not divide one another",
         ),
         (m.ffn_hidden % p.tp == 0, f"ffn hidden ({m.ffn_hidden}) not divisible by tp"),
-        (w.seq_len % p.cp == 0, f"sequence ({w.seq_len}) not divisible by cp"),
+        # causal context parallelism balances its load by splitting the sequence into 2 x cp
+        # chunks, each rank taking one from either end (Megatron-Core, Transformer Engine)
+        (
+            (p.cp == 1) | (w.seq_len % (2 * p.cp) == 0),
+            f"sequence ({w.seq_len}) not divisible by 2 x cp (load-balanced causal chunks)",
+        ),
         # the embedding and the loss may each take a pipeline chunk of their own (Megatron's
         # account_for_embedding/loss_in_pipeline_split: 126 layers + 2 on PP16 x VPP8)
         (
@@ -258,6 +263,9 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             "ep must divide the experts and tp x dp x cp",
         ),
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
+        # Megatron overlaps the TP collectives with GEMMs only under sequence parallelism
+        # (tp_comm_overlap asserts sequence_parallel)
+        (~p.tp_overlap | p.sp, "tp communication overlap needs sequence parallelism"),
         (mamba_ok, "Mamba-2 heads and groups not divisible by tp"),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]
