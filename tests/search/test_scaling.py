@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
-from gpuscale.search.scaling import GAIN_TOL, scaling_curve
+from gpuscale.search.scaling import GAIN_TOL, gpu_counts, scaling_curve
 
 
 def test_each_point_names_the_term_that_moved_most() -> None:
@@ -33,3 +35,11 @@ def test_each_point_names_the_term_that_moved_most() -> None:
             kinds.add("loss")
     assert kinds == {"gain", "loss"}
     assert pts[-1].efficiency is not None and pts[-1].efficiency < 1.0
+
+
+@pytest.mark.parametrize(
+    ("n", "counts"),
+    [(3, [1, 2, 3]), (8, [8]), (100, [8, 16, 32, 64, 100]), (16384, [8 << k for k in range(12)])],
+)
+def test_gpu_counts_double_from_8_or_from_1_below_it(n: int, counts: list[int]) -> None:
+    assert gpu_counts(n) == counts

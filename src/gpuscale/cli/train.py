@@ -408,7 +408,9 @@ def search_cmd(
 def scaling_cmd(
     model: ModelOpt,
     gpu: GpuOpt,
-    gpus: Annotated[int, typer.Option("--gpus", help="Largest GPU count (curve from 8).")],
+    gpus: Annotated[
+        int, typer.Option("--gpus", help="Largest GPU count (curve from 8, or from 1 below 8).")
+    ],
     seq_len: SeqOpt = 2048,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",

@@ -1,4 +1,5 @@
-"""Scaling curves: the best plan at each GPU count from 8 to N, and where efficiency goes.
+"""Scaling curves: the best plan at each GPU count from 8 (from 1 below 8) to N, and where
+efficiency goes.
 
 Strong scaling keeps the global batch; weak scaling grows it with the GPU count (the batch
 given is the one at the largest count; smaller counts get it scaled down proportionally,
@@ -55,7 +56,8 @@ whose share shrank most."""
 
 
 def gpu_counts(n_max: int, start: int = 8) -> list[int]:
-    counts, n = [], start
+    """Doublings from ``start`` (from 1 when N is below it) up to N, and N."""
+    counts, n = [], start if n_max >= start else 1
     while n < n_max:
         counts.append(n)
         n *= 2
