@@ -327,3 +327,11 @@ def test_context_parallel_chunks_and_tp_overlap_rules(
         assert bool(ok[0]) and not broken
     else:
         assert not bool(ok[0]) and any(rule in why for why in broken)
+
+
+def test_a_plan_leaving_gpus_idle_says_so() -> None:
+    w = workload("gpt3-175b", "a100-sxm-80gb", 1000, 2048, 1536)
+    e = estimate(w, Plans.of(tp=8, pp=8, dp=12, mbs=1, sp=True), CAL)  # 768 of 1000
+    assert any(n.startswith("the plan uses 768 of the 1,000 GPUs (232 idle)") for n in e.notes(0))
+    full = estimate(w, Plans.of(tp=8, pp=5, dp=24, mbs=1, sp=True), CAL)  # 960: still idle
+    assert any("(40 idle)" in n for n in full.notes(0))

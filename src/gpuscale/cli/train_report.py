@@ -99,9 +99,9 @@ def report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) 
     for col in (
         "#",
         "plan",
-        "GPUs",
+        "GPUs used",
         "step",
-        "tokens/s/GPU",
+        "tokens/s/GPU used",
         "MFU",
         "memory/GPU",
         "largest overhead",

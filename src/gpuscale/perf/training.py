@@ -51,6 +51,12 @@ class TrainingEstimate:
                 f"priced on the fullest stage ({self.plans.stage_layers(m.layers)[i]:.0f} "
                 f"layers{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''})"
             )
+        used = int(self.plans.gpus_used()[i])
+        if used < w.num_gpus:
+            out.append(
+                f"the plan uses {used:,} of the {w.num_gpus:,} GPUs ({w.num_gpus - used:,} "
+                "idle): its rates per GPU count the GPUs it uses (train scaling counts all)"
+            )
         out.extend(self._recompute_notes(i))
         if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
             frac = float(self.memory.recompute_fraction[i])
