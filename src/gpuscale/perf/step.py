@@ -234,7 +234,7 @@ def step_breakdown(
     # Mamba-2: depthwise causal conv over x, B, C (read + write) and the gated RMSNorm of the
     # scan's output (read y and z, write)
     mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
-    mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes) / bw + moe_frac * moe_fixed
+    mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes) / bw
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     # in 16-bit precision: Megatron-Core's output layer is not a Transformer Engine module,
@@ -246,9 +246,10 @@ def step_breakdown(
     compute_mb = (
         layers_stage_mtp * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * heads * logits_fwd
     ) * overlap_slow
-    layer_fixed = sub * cal.layer_overhead_s
-    # kernel launches and small kernels: a fixed cost per layer and pass, reported with the
-    # other fixed costs (overhead), not as HBM traffic
+    # kernel launches and small kernels (and an MoE layer's router, permutation and
+    # per-expert launches): a fixed cost per layer and pass, reported with the other fixed
+    # costs (overhead), not as HBM traffic
+    layer_fixed = sub * cal.layer_overhead_s + moe_frac * moe_fixed
     fixed_mb = layers_stage_mtp * layer_fixed * 3.0
     mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem + fixed_mb
     quant_mb = layers_stage_mtp * (cast_fwd + cast_bwd)
