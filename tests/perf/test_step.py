@@ -552,3 +552,10 @@ def test_per_layer_launch_cost_is_overhead_not_memory_traffic() -> None:
     # 96 micro-batches x 12 layers x 3 passes (forward, 2x backward) x 1e-4 s
     extra = float(b.overhead_s[0] - a.overhead_s[0])
     assert extra == pytest.approx(96 * 12 * 3 * 1e-4)
+
+
+def test_one_gpu_job_has_no_pipeline_send() -> None:
+    w = workload(model="llama3.2-1b", gpus=1, seq=4096, gbs=4, gpu="h100-sxm")
+    b = step_breakdown(w, Plans.of(tp=1, pp=1, dp=1, mbs=1), CAL)
+    assert float(b.pp_comm_s[0]) == 0.0 and float(b.dp_comm_s[0]) == 0.0
+    assert float(b.step_s[0]) > 0.0

@@ -343,7 +343,11 @@ def step_breakdown(
     # --- pipeline point-to-point -----------------------------------------------------------
     p2p_bytes = np.where(p.sp, act_bytes / tp, act_bytes)
     pp_cross = (tp * cp * p.dp) < f.domain_gpus
-    p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
+    # a pipeline needs two GPUs at least: on one GPU no plan sends anything
+    if f.total_gpus >= 2:
+        p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
+    else:
+        p2p = np.zeros_like(p2p_bytes)
     pp_mb = np.where(p.pp > 1, 2.0 * p.vpp * p2p * (1.0 - cal.pp_overlap), 0.0)
 
     t_mb = (
