@@ -171,6 +171,8 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     # the gain and the memory clause are the two plans' own figures
     gain = (float(e.step_s[ru]) - float(e.step_s[r.best])) / float(e.step_s[ru]) * 100
     assert f"is {gain:.1f}% faster per step" in text
+    net = (float(e.step_s[ru]) - float(e.step_s[r.best])) * 1e3
+    assert f"(net {net:.1f} ms a step over all terms)" in text
     gib_b, gib_r = (float(e.memory.total[i]) / 2**30 for i in (r.best, ru))
     if f"{gib_b:.1f}" == f"{gib_r:.1f}":
         assert f"both use {gib_b:.1f} GiB" in text
@@ -335,3 +337,18 @@ def test_a_plan_leaving_gpus_idle_says_so() -> None:
     assert any(n.startswith("the plan uses 768 of the 1,000 GPUs (232 idle)") for n in e.notes(0))
     full = estimate(w, Plans.of(tp=8, pp=5, dp=24, mbs=1, sp=True), CAL)  # 960: still idle
     assert any("(40 idle)" in n for n in full.notes(0))
+
+
+def test_mamba_heads_split_over_tp_and_cp() -> None:
+    # Nemotron-H 8B's 128 Mamba heads: TP8 leaves 16 a rank, which CP32 cannot re-split
+    # (Megatron-Core's MambaContextParallel asserts heads % (tp x cp) == 0)
+    w = workload("nemotron-h-8b", "h100-sxm", 512, 524288, 2)
+    ok, _ = validity(w, Plans.of(tp=[8, 4], cp=[32, 32], dp=[2, 2], mbs=1, sp=True))
+    assert ok.tolist() == [False, True]
+
+
+def test_partial_recompute_that_cannot_fit_says_so() -> None:
+    w = workload("llama3-70b", "h100-sxm", 8, 4096, 8)
+    e = estimate(w, Plans.of(tp=8, dp=1, mbs=1, sp=True, recompute=RECOMPUTE.index("partial")), CAL)
+    assert not bool(e.memory.fits[0])
+    assert "partial recompute: even recomputing every layer, the plan does not fit" in e.notes(0)

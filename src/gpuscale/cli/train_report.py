@@ -106,7 +106,9 @@ def report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) 
         "memory/GPU",
         "largest term after compute",
     ):
-        t.add_column(col, justify="left" if col in ("plan", "largest term after compute") else "right")
+        t.add_column(
+            col, justify="left" if col in ("plan", "largest term after compute") else "right"
+        )
     for r, i in enumerate(idx, 1):
         terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
         worst = max(terms, key=lambda k: terms[k])

@@ -3,10 +3,10 @@
 Gradients are reduced (all-reduce, or reduce-scatter with a sharded optimizer) and sharded
 parameters all-gathered once per step, hidden behind the last micro-batch's backward and the
 first's forward up to ``dp_overlap`` and that window. ZeRO-2 reduce-scatters every
-micro-batch's gradients (it keeps them only as shards) and gathers parameters once per
-step. ZeRO-3/FSDP gathers each layer's weights in forward and backward and reduce-scatters
-its gradients every micro-batch. Per-micro-batch collectives hide up to ``zero3_overlap``
-and the micro-batch's compute. Expert weights reduce over their own,
+micro-batch's gradients (it keeps them only as shards), each hidden as ZeRO-1's one is, and
+gathers parameters once per step. ZeRO-3/FSDP gathers each layer's weights in forward and
+backward and reduce-scatters its gradients every micro-batch, hidden up to
+``zero3_overlap`` and the micro-batch's compute. Expert weights reduce over their own,
 smaller expert-data-parallel group. The optimizer reads and writes every local parameter's
 Adam state at HBM speed.
 """
@@ -89,12 +89,12 @@ def data_parallel_s(
     # ZeRO-2 / FSDP SHARD_GRAD_OP: gradients live only as shards, so every micro-batch's
     # backward reduce-scatters them into their owners (DeepSpeed stage 2 reduces at each
     # micro-step); the parameters are gathered once per step, after the optimizer
-    # layer by layer during each backward, hidden as ZeRO-3's reduce-scatters are (FSDP's
-    # SHARD_GRAD_OP is ZeRO-3 without the backward's re-gather)
-    rs_z2 = dp_time("reduce_scatter", grad_b, layers_stage)
-    exposed_z2 = mb * np.maximum(
-        rs_z2 * (1.0 - cal.zero3_overlap), rs_z2 - compute_mb * (2.0 / 3.0)
-    ) + np.maximum(gather * (1.0 - cal.dp_overlap), gather - window)
+    # each hidden behind its micro-batch's backward as ZeRO-1's one reduction is behind the
+    # last (the same collective, so a one-micro-batch ZeRO-2 step times as ZeRO-1's)
+    rs_z2 = dp_time("reduce_scatter", grad_b)
+    exposed_z2 = mb * np.maximum(rs_z2 * (1.0 - cal.dp_overlap), rs_z2 - window) + np.maximum(
+        gather * (1.0 - cal.dp_overlap), gather - window
+    )
     dp_comm = np.select([p.sharding == 4, p.sharding == 3], [exposed_z3, exposed_z2], exposed_step)
 
     # --- optimizer ---------------------------------------------------------------------------

@@ -229,6 +229,9 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
     if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
         mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
+        # and context parallelism re-splits each TP rank's heads (Megatron-Core's
+        # MambaContextParallel: heads divisible by tp x cp)
+        mamba_ok &= m.mamba.heads % (p.tp * p.cp) == 0
     rules: list[tuple[BoolArray, str]] = [
         (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
         (
@@ -266,7 +269,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         # Megatron overlaps the TP collectives with GEMMs only under sequence parallelism
         # (tp_comm_overlap asserts sequence_parallel)
         (~p.tp_overlap | p.sp, "tp communication overlap needs sequence parallelism"),
-        (mamba_ok, "Mamba-2 heads and groups not divisible by tp"),
+        (mamba_ok, "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]
     ok = np.ones(len(p), dtype=bool)

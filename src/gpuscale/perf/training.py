@@ -43,11 +43,18 @@ class TrainingEstimate:
         pp = int(self.plans.pp[i])
         vpp = int(self.plans.vpp[i])
         chunks = pp * vpp
-        # with the embedding and the loss in chunks of their own (Megatron's
-        # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly
-        if m.layers % chunks and not (pp > 1 and (m.layers + 2) % chunks == 0):
+        if m.layers % chunks:
+            # with the embedding and the loss in chunks of their own (Megatron's
+            # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly; the
+            # step still prices a full stage and the output layer on it, a bound
+            own = pp > 1 and (m.layers + 2) % chunks == 0
+            why = (
+                "split evenly once the embedding and the loss take a chunk each, but"
+                if own
+                else "uneven:"
+            )
             out.append(
-                f"{m.layers} layers over {chunks} pipeline chunks are uneven: the step is "
+                f"{m.layers} layers over {chunks} pipeline chunks are {why} the step is "
                 f"priced on the fullest stage ({self.plans.stage_layers(m.layers)[i]:.0f} "
                 f"layers{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''})"
             )
@@ -61,12 +68,15 @@ class TrainingEstimate:
         if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
             frac = float(self.memory.recompute_fraction[i])
             stage = float(self.plans.stage_layers(m.layers)[i])
-            out.append(
-                f"partial recompute: the activations of {100 * frac:.0f} % of the layers are "
-                f"recomputed (~{frac * stage:.1f} of the stage's {stage:.0f}), the least that "
-                "fits; in Megatron, --recompute-num-layers of whole layers, or selective "
-                "--recompute-modules that free as much"
-            )
+            if not bool(self.memory.fits[i]):
+                out.append("partial recompute: even recomputing every layer, the plan does not fit")
+            else:
+                out.append(
+                    f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
+                    f"are recomputed (~{frac * stage:.1f} of the stage's {stage:.0f}), the "
+                    "least that fits; in Megatron, --recompute-num-layers of whole layers, or "
+                    "selective --recompute-modules that free as much"
+                )
         ep = int(self.plans.ep[i])
         dom = w.fabric.domain_gpus
         if m.is_moe and dom > 1 and ep > dom:

@@ -326,13 +326,17 @@ def explain(result: SearchResult) -> str:
     )
     saves: list[str] = []
     costs: list[str] = []
-    for k, d in diffs[:3]:
-        if abs(d) < 1e-4 * float(e.step_s[b]):
+    # every term that moves the step by more than 1 % of it, largest first
+    for k, d in diffs:
+        if abs(d) < 1e-2 * float(e.step_s[b]):
             continue
         (saves if d > 0 else costs).append(
             f"{abs(d) * 1e3:.1f} ms of {k.removesuffix('_s').replace('_', ' ')}"
         )
     clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
+    net = float(e.step_s[r] - e.step_s[b])
+    if clauses:
+        clauses[-1] += f" (net {net * 1e3:.1f} ms a step over all terms)"
     total_b, total_r = float(e.memory.total[b]) / 2**30, float(e.memory.total[r]) / 2**30
     if f"{total_b:.1f}" == f"{total_r:.1f}":  # the same to the printed figure
         mem = f"both use {total_b:.1f} GiB of memory per GPU"
