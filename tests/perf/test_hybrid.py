@@ -336,4 +336,4 @@ def test_tensor_parallelism_must_split_the_mamba_heads_and_groups() -> None:
     ok, rules = validity(w, Plans.of(tp=np.array([8, 16]), pp=1, dp=np.array([2, 1]), mbs=1))
     assert ok.tolist() == [True, False]
     broken = [name for mask, name in rules if not mask[1]]
-    assert broken == ["Mamba-2 heads and groups not divisible by tp"]
+    assert broken == ["Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"]
