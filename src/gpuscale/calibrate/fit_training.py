@@ -44,6 +44,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     # into the preceding kernel; at most a separate read plus an amax pass and both writes
     "fp8_cast_bytes": (2.0, 8.0),
     "dp_overlap": (0.0, 1.0),
+    "tp_overlap": (0.0, 1.0),
     "zero3_overlap": (0.0, 1.0),
     "zero3_param_gather_Bps": (5e9, 100e9),
     "pp_overlap": (0.0, 1.0),

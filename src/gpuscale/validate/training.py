@@ -288,6 +288,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
         fixed["sharding"] = SHARDING.index("zero1")
         notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
+    if re.search(r"megatron-bridge|nemo", row["source"].lower()) and int(fixed.get("tp", 1)) > 1:
+        # the performance recipes overlap TP communication with the GEMMs whenever TP > 1
+        # (tp_comm_overlap: Transformer Engine's userbuffers, under sequence parallelism)
+        fixed["tp_overlap"] = True
+        notes.append("TP communication overlapped with GEMMs (the recipes' tp_comm_overlap)")
     free = [k for k in ("tp", "pp", "dp", "mbs") if k not in fixed]
     if free:
         notes.append(f"not stated, chosen by gpuscale's plan search: {', '.join(free)}")
