@@ -181,6 +181,26 @@ def _row(**cells: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
+    ("source", "tp", "overlap"),
+    [
+        # the performance recipes overlap TP collectives with GEMMs whenever TP > 1
+        ("Megatron-Bridge performance summary", "4", True),
+        ("NeMo performance summary", "2", True),
+        ("Megatron-Bridge performance summary", "1", None),
+        ("Megatron-Bridge performance summary", "", None),  # TP searched: no overlap forced
+        ("some paper", "4", None),
+    ],
+)
+def test_megatron_recipes_overlap_tp_communication(
+    source: str, tp: str, overlap: bool | None
+) -> None:
+    pr = prepare(_row(source=source, tp=tp), "test")
+    assert pr.fixed.get("tp_overlap") == overlap
+    said = any("tp_comm_overlap" in n for n in pr.notes)
+    assert said == bool(overlap)
+
+
+@pytest.mark.parametrize(
     ("source", "zero", "sharding"),
     [
         # Megatron's distributed optimizer with bf16 gradients: ZeRO-1 memory and traffic
