@@ -147,3 +147,22 @@ def test_the_note_counts_a_partly_filled_rack_and_skips_pcie() -> None:
     pcie = get_system("pcie-8gpu-gen5")
     w = Workload(get_model("qwen3-30b-a3b"), h, pcie, Fabric.from_system(pcie, 8), 8, 4096, 64)
     assert estimate(w, Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=0), CAL).notes(0) == []
+
+
+def test_group_limited_routing_reaches_at_most_its_groups_domains() -> None:
+    # DeepSeek-V3: 256 experts in 8 groups, a token's top-8 drawn from 4 of them. Over 8
+    # domains (one group each) its experts lie in 4 domains' 128 experts: it touches
+    # 4 (1 - prod_{i<8} (96 - i) / (128 - i)) of them, the own domain a 1/8 share
+    miss = np.prod([(96 - i) / (128 - i) for i in range(8)])
+    want = 7 / 8 * 4 * (1 - miss)
+    got = float(domains_hit(8, 256, np.array([8.0]), 8, 4)[0])
+    assert got == pytest.approx(want, rel=1e-12)
+    uniform = float(domains_hit(8, 256, np.array([8.0]))[0])
+    assert got < uniform
+    # two groups a domain (4 domains): domains holding one of the 4 chosen groups of 8
+    hold = 4 * (1 - (6 / 8) * (5 / 7) * (4 / 6) * (3 / 5))
+    assert float(domains_hit(8, 256, np.array([4.0]), 8, 4)[0]) == pytest.approx(3 / 4 * hold)
+    # no limit (topk_groups 0, or every group) is the uniform count; one domain, none
+    for kg in (0, 8):
+        assert float(domains_hit(8, 256, np.array([8.0]), 8, kg)[0]) == uniform
+    assert float(domains_hit(8, 256, np.array([1.0]), 8, 4)[0]) == 0.0

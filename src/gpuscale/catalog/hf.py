@@ -207,6 +207,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "num_experts": experts,
         "top_k": ints("num_experts_per_tok", "experts_per_token", default=1, minimum=1),
         "shared_experts": shared,
+        # group-limited routing (DeepSeek-V2/V3): n_group groups, topk_group of them a token
+        "route_groups": ints("n_group", default=1, minimum=1),
+        "route_topk_groups": ints("topk_group"),
         "first_dense_layers": ints("first_k_dense_replace"),
         "moe_layer_step": ints("interleave_moe_layer_step", default=1, minimum=1),
         "mla": mla,

@@ -188,6 +188,12 @@ class Model(_Entry):
     num_experts: int = 1
     top_k: int = 1
     shared_experts: int = 0
+    route_groups: int = Field(default=1, ge=1)
+    """Group-limited routing (DeepSeek-V2/V3 ``n_group``): the routed experts in this many
+    contiguous groups, of which a token may use ``route_topk_groups``."""
+    route_topk_groups: int = Field(default=0, ge=0)
+    """``topk_group``: groups a token's experts are drawn from (DeepSeek-V3: 4 of 8, so a
+    token reaches at most 4 nodes over EP64; report sec. 2.1.2); 0 = no limit."""
     dense_ffn_hidden: int = 0
     first_dense_layers: int = 0
     moe_layer_step: int = Field(default=1, ge=1)

@@ -326,7 +326,16 @@ def step_breakdown(
         ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
         a2a = per_distinct(
             lambda s, nn, kk: moe_dispatch_time_s(
-                s, nn, kk, m.top_k, m.num_experts, f, cal, w.ep_dispatch
+                s,
+                nn,
+                kk,
+                m.top_k,
+                m.num_experts,
+                f,
+                cal,
+                w.ep_dispatch,
+                m.route_groups,
+                m.route_topk_groups,
             ),
             a2a_bytes,
             p.ep.astype(np.float64),

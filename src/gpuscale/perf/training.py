@@ -83,11 +83,24 @@ class TrainingEstimate:
             # expert-parallel ranks are the innermost: EP fills whole scale-up domains, the
             # last one perhaps partly (as step.py places the group)
             domains = -(-ep // dom)
-            hits = float(domains_hit(m.top_k, m.num_experts, np.array([ep / dom]))[0])
+            hits = float(
+                domains_hit(
+                    m.top_k,
+                    m.num_experts,
+                    np.array([ep / dom]),
+                    m.route_groups,
+                    m.route_topk_groups,
+                )[0]
+            )
             flat = m.top_k * (ep - dom) / ep
+            limit = (
+                f", drawn from {m.route_topk_groups} of {m.route_groups} expert groups,"
+                if 0 < m.route_topk_groups < m.route_groups
+                else ""
+            )
             if w.ep_dispatch == "hierarchical":
                 how = (
-                    f"{hits:.2f} times, once per remote domain holding one of its experts "
+                    f"{hits:.2f} times, once per remote domain holding one of its experts{limit} "
                     f"(an NCCL all-to-all of every top-{m.top_k} copy would make {flat:.2f})"
                 )
             else:

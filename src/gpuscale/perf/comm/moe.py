@@ -34,17 +34,44 @@ EP_DISPATCH: tuple[str, ...] = ("hierarchical", "all_to_all")
 """How expert-parallel tokens travel: once per remote domain, or once per expert."""
 
 
-def domains_hit(top_k: int, experts: int, domains: FloatArray) -> FloatArray:
+def domains_hit(
+    top_k: int, experts: int, domains: FloatArray, groups: int = 1, topk_groups: int = 0
+) -> FloatArray:
     """Expected number of *other* domains a token's ``top_k`` distinct experts fall in, with
     ``experts`` spread evenly over ``domains`` domains and uniform routing. A fractional
     count (a group that fills its last domain only partly) holds ``experts / domains`` in
-    the token's own domain and the rest elsewhere, weighted as ``domains - 1`` domains."""
+    the token's own domain and the rest elsewhere, weighted as ``domains - 1`` domains.
+
+    Group-limited routing (DeepSeek-V2/V3: the experts in ``groups`` contiguous groups, a
+    token's experts drawn from ``topk_groups`` of them) bounds the domains: with at least a
+    group per domain's worth of domains, the token's experts lie in ``topk_groups`` groups'
+    domains; with several groups per domain, in the domains holding a chosen group. The
+    token's own domain is one of those as often as any other (a (m - 1) / m share remote).
+    """
     m = np.maximum(np.asarray(domains, dtype=np.float64), 1.0)
-    per_domain = experts / m
-    miss = np.ones_like(m)
-    for i in range(top_k):
-        miss = miss * np.clip((experts - per_domain - i) / (experts - i), 0.0, 1.0)
-    return (m - 1.0) * (1.0 - miss)
+
+    def hit_any(e: float, d: FloatArray) -> FloatArray:
+        """Domains (own included) that top_k distinct experts of e over d domains touch."""
+        miss = np.ones_like(d)
+        for i in range(top_k):
+            miss = miss * np.clip((e - e / d - i) / (e - i), 0.0, 1.0)
+        return d * (1.0 - miss)
+
+    uniform = (m - 1.0) / m * hit_any(float(experts), m)
+    if topk_groups <= 0 or topk_groups >= groups:
+        return uniform
+    # domains per group >= 1: the chosen groups' domains, top_k experts among theirs
+    d_sel = np.maximum(m / groups, 1.0) * topk_groups
+    within = hit_any(experts * topk_groups / groups, d_sel)
+    # several groups a domain: the domains that hold at least one chosen group
+    per = np.maximum(groups / m, 1.0)
+    miss_g = np.ones_like(m)
+    for i in range(topk_groups):
+        miss_g = miss_g * np.clip((groups - per - i) / (groups - i), 0.0, 1.0)
+    holding = m * (1.0 - miss_g)
+    limited = np.where(m >= groups, within, np.minimum(holding, hit_any(float(experts), m)))
+    out: FloatArray = np.minimum(uniform, (m - 1.0) / m * limited)
+    return out
 
 
 def moe_dispatch_time_s(
@@ -56,10 +83,12 @@ def moe_dispatch_time_s(
     fabric: Fabric,
     cal: Calibration,
     dispatch: str = "hierarchical",
+    groups: int = 1,
+    topk_groups: int = 0,
 ) -> FloatArray:
     """Seconds of one dispatch (or combine) of ``size_bytes`` per rank (all ``top_k`` copies
     of its tokens) over an expert-parallel group of ``n`` ranks, ``members_per_domain`` of
-    them per scale-up domain."""
+    them per scale-up domain; ``groups`` / ``topk_groups``: group-limited routing."""
     if dispatch not in EP_DISPATCH:
         raise InputError("ep-dispatch", dispatch, f"one of {', '.join(EP_DISPATCH)}")
     # forwarding needs a scale-up fabric (DeepEP and HybridEP run over NVLink): without one,
@@ -78,7 +107,7 @@ def moe_dispatch_time_s(
     remote = (n_ - k) / n_ * s  # copies to experts in other domains
     # n / k domains of E k / n experts each: a last, partly filled domain counts as the
     # fraction it is, so a token's remote copies never exceed top_k (n - k) / n
-    net_b = s / top_k * domains_hit(top_k, experts, n_ / k)
+    net_b = s / top_k * domains_hit(top_k, experts, n_ / k, groups, topk_groups)
     # the GPU a remote copy lands on forwards it over NVLink to its expert's GPU
     up_b = local + remote * (k - 1.0) / np.maximum(k, 1.0)
     bw_t = np.maximum(up_b / pl.up_Bps, net_b / pl.net_one_nic_Bps)
