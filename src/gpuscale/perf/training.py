@@ -94,7 +94,7 @@ class TrainingEstimate:
             )
             flat = m.top_k * (ep - dom) / ep
             limit = (
-                f", drawn from {m.route_topk_groups} of {m.route_groups} expert groups,"
+                f", drawn from {m.route_topk_groups} of {m.route_groups} expert groups"
                 if 0 < m.route_topk_groups < m.route_groups
                 else ""
             )
