@@ -166,3 +166,17 @@ def test_group_limited_routing_reaches_at_most_its_groups_domains() -> None:
     for kg in (0, 8):
         assert float(domains_hit(8, 256, np.array([8.0]), 8, kg)[0]) == uniform
     assert float(domains_hit(8, 256, np.array([1.0]), 8, 4)[0]) == 0.0
+
+
+def test_the_note_names_deepseek_v3_s_group_limited_routing() -> None:
+    from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+    from gpuscale.perf.plan import Plans, Workload
+    from gpuscale.perf.training import estimate
+
+    g = get_gpu("h800")
+    s = system_for_gpu(g)
+    w = Workload(get_model("deepseek-v3"), g, s, Fabric.from_system(s, 128), 128, 4096, 256, "fp8")
+    e = estimate(w, Plans.of(tp=1, pp=2, dp=64, ep=64, mbs=1, recompute=0), CAL)
+    note = next(n for n in e.notes(0) if "NVLink domains" in n)
+    hits = float(domains_hit(8, 256, np.array([8.0]), 8, 4)[0])
+    assert f"{hits:.2f} times" in note and "drawn from 4 of 8 expert groups" in note
