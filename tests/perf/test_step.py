@@ -328,6 +328,16 @@ def test_unfused_attention_pays_the_score_matrix_in_hbm_traffic() -> None:
     assert (UNFUSED_FWD_BYTES, UNFUSED_BWD_BYTES) == (13.0, 19.0)
     # at s = 4096 the score traffic alone outweighs the fused kernel's whole forward
     assert 13.0 * scores / 1e12 > _core("fused", "a100-sxm-80gb")[0]
+    # a model trained without dropout (Llama 3 70B, 64 heads / TP8, head dim 128) skips
+    # the attention dropout's 5 bytes a score each way
+    lf, lb = _core("unfused", "a100-sxm-80gb", model="llama3-70b")
+    h8 = 64 / 8
+    bmm8 = gemm_s(4096.0, 4096.0, 128.0, h8, peak, g.sms, CAL) + gemm_s(
+        4096.0, 128.0, 4096.0, h8, peak, g.sms, CAL
+    )
+    sc8 = h8 * 4096.0**2
+    assert lf == pytest.approx(float(bmm8) + 8.0 * sc8 / 1e12)
+    assert lb == pytest.approx(2 * float(bmm8) + 14.0 * sc8 / 1e12)
 
 
 def test_each_local_expert_adds_its_fixed_cost_forward_and_backward() -> None:

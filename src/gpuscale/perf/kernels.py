@@ -17,12 +17,16 @@ FLASH_BWD_FACTOR = 2.5
 """Backward / forward FLOPs of flash attention (FlashAttention-2, arXiv 2307.08691, sec. 3)."""
 UNFUSED_FWD_BYTES = 13.0
 """HBM bytes per attention-score element, forward, of Megatron's unfused path (16-bit
-scores): QK^T writes 2, scaled masked softmax reads 2 and writes 2, dropout reads 2 and
-writes 2 plus a 1-byte mask, PV reads 2."""
+scores) with attention dropout: QK^T writes 2, scaled masked softmax reads 2 and writes 2,
+dropout reads 2 and writes 2 plus a 1-byte mask, PV reads 2."""
 UNFUSED_BWD_BYTES = 19.0
 """The same, backward: dP written 2; dropout backward reads 2 + mask 1, writes 2; softmax
 backward reads the probabilities 2 and the gradient 2, writes 2; dQ and dK read dS 2 each,
 dV reads the probabilities 2."""
+UNFUSED_DROPOUT_FWD_BYTES = 5.0
+UNFUSED_DROPOUT_BWD_BYTES = 5.0
+"""Of those, what the attention dropout adds (its read, mask and write, forward and
+backward): a model trained without dropout does not pay them."""
 
 
 def gemm_s(
@@ -82,8 +86,9 @@ def attention_core_s(
             s_loc, v_w / m.heads, s_kv, heads, mm16, w.gpu.sms, cal
         )
         scores = heads * s_loc * s_kv
-        fwd = bmm + UNFUSED_FWD_BYTES * scores / bw
-        bwd = 2.0 * bmm + UNFUSED_BWD_BYTES * scores / bw
+        drop = 0.0 if m.dropout else 1.0  # without dropout, none of its traffic
+        fwd = bmm + (UNFUSED_FWD_BYTES - drop * UNFUSED_DROPOUT_FWD_BYTES) * scores / bw
+        bwd = 2.0 * bmm + (UNFUSED_BWD_BYTES - drop * UNFUSED_DROPOUT_BWD_BYTES) * scores / bw
         return fwd, bwd
     # the kernel's QK^T reduces over the head dimension: a short one starves the tensor
     # cores (K / (K + K_half)); attn_eff is the efficiency at head dimension 128
