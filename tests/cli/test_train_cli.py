@@ -360,6 +360,24 @@ def test_a_system_of_another_gpu_generation_is_refused() -> None:
     assert ok.returncode == 0, ok.stderr
 
 
+@pytest.mark.parametrize(
+    ("gpu", "system", "refused"),
+    [
+        ("gb200", "hgx-b200", "houses blackwell GPUs as a baseboard module"),  # a superchip
+        ("h100-pcie", "dgx-h100", "houses hopper GPUs as a baseboard module"),  # a card
+        ("l40s", "pcie-8gpu-gen5", None),  # a generic PCIe server takes any PCIe card
+        ("gb300", "gb200-nvl72", None),  # same generation, same mount
+    ],
+)
+def test_a_system_of_another_mount_is_refused(gpu: str, system: str, refused: str | None) -> None:
+    args = ("train", "estimate", "--model", "llama3-8b", "--gpu", gpu, "--system", system)
+    r = gpuscale(*args, "--gpus", "8", "--json")
+    if refused:
+        assert_one_line_error(r, f"system='{system}'", refused)
+    else:
+        assert r.returncode == 0, r.stderr
+
+
 def test_notes_for_an_extended_context_and_uneven_stages() -> None:
     r = gpuscale(
         "train",

@@ -10,6 +10,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
+from gpuscale.catalog.schema import GPU
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
 from gpuscale.cli.train_report import print_estimate, report_search
 from gpuscale.errors import InputError
@@ -103,6 +104,14 @@ TokensOpt = Annotated[
 ]
 
 
+def _mount(g: GPU) -> str:
+    """How a GPU sits in its system: on a baseboard (SXM/OAM), as a superchip, or a card."""
+    ff = g.form_factor.lower()
+    if "superchip" in ff:
+        return "superchip"
+    return "PCIe card" if ff.startswith("pcie") else "baseboard module"
+
+
 def _workload(
     model: str,
     gpu: str,
@@ -120,16 +129,20 @@ def _workload(
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one, of its generation
-    # (an H200 in a DGX H100 chassis), not one of another (an A100 in a GB200 NVL72 rack)
+    # and mount (an H200 in a DGX H100 chassis), not one of another generation (an A100 in
+    # a GB200 NVL72 rack) or mount (a GB200 superchip on an HGX B200 baseboard); a generic
+    # PCIe server takes any PCIe card
     s = get_system(system) if system else system_for_gpu(g)
-    if system and get_gpu(s.gpu).arch != g.arch:
+    if system:
         home = get_gpu(s.gpu)
-        raise InputError(
-            "system",
-            system,
-            f"a system for {g.arch} GPUs like {g.key}; {s.key} houses {home.arch} "
-            f"GPUs ({home.key})",
-        )
+        generic = s.key.startswith("pcie-") and _mount(g) == "PCIe card"
+        if not generic and (home.arch != g.arch or _mount(home) != _mount(g)):
+            raise InputError(
+                "system",
+                system,
+                f"a system for {g.arch} GPUs as a {_mount(g)} like {g.key}; {s.key} houses "
+                f"{home.arch} GPUs as a {_mount(home)} ({home.key})",
+            )
     m = get_model(model)
     if mtp is not None:
         if mtp < 0:
