@@ -66,14 +66,18 @@ def data_parallel_s(
         )
         return pieces * (np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0))
 
-    grads = np.where(
-        p.sharding == 0, dp_time("all_reduce", grad_b), dp_time("reduce_scatter", grad_b)
-    )
+    reduce_scatter = dp_time("reduce_scatter", grad_b)
+    grads = np.where(p.sharding == 0, dp_time("all_reduce", grad_b), reduce_scatter)
     gather = dp_time("all_gather", 2.0)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
     window = busy_mb * (2.0 / 3.0)
-    per_step = grads + np.where(p.sharding >= 1, gather, 0.0)
-    exposed_step = np.maximum(per_step * (1.0 - cal.dp_overlap), per_step - window)
+
+    def exposed(t: FloatArray) -> FloatArray:
+        """What a per-step collective leaves exposed beyond dp_overlap and the window."""
+        out: FloatArray = np.maximum(t * (1.0 - cal.dp_overlap), t - window)
+        return out
+
+    exposed_step = exposed(grads + np.where(p.sharding >= 1, gather, 0.0))
     # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
     # its gradients, layer by layer, every micro-batch (one collective per layer each)
     rs_z3 = dp_time("reduce_scatter", grad_b, layers_stage)
@@ -88,13 +92,9 @@ def data_parallel_s(
     exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.zero3_overlap), per_mb_z3 - compute_mb)
     # ZeRO-2 / FSDP SHARD_GRAD_OP: gradients live only as shards, so every micro-batch's
     # backward reduce-scatters them into their owners (DeepSpeed stage 2 reduces at each
-    # micro-step); the parameters are gathered once per step, after the optimizer
-    # each hidden behind its micro-batch's backward as ZeRO-1's one reduction is behind the
-    # last (the same collective, so a one-micro-batch ZeRO-2 step times as ZeRO-1's)
-    rs_z2 = dp_time("reduce_scatter", grad_b)
-    exposed_z2 = mb * np.maximum(rs_z2 * (1.0 - cal.dp_overlap), rs_z2 - window) + np.maximum(
-        gather * (1.0 - cal.dp_overlap), gather - window
-    )
+    # micro-step), each hidden as ZeRO-1's one reduction is behind the last (a
+    # one-micro-batch ZeRO-2 step times as ZeRO-1's); parameters are gathered once per step
+    exposed_z2 = mb * exposed(reduce_scatter) + exposed(gather)
     dp_comm = np.select([p.sharding == 4, p.sharding == 3], [exposed_z3, exposed_z2], exposed_step)
 
     # --- optimizer ---------------------------------------------------------------------------

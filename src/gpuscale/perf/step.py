@@ -251,7 +251,7 @@ def step_breakdown(
     # costs (overhead), not as HBM traffic
     layer_fixed = sub * cal.layer_overhead_s + moe_frac * moe_fixed
     fixed_mb = layers_stage_mtp * layer_fixed * 3.0
-    mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem + fixed_mb
+    mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem
     quant_mb = layers_stage_mtp * (cast_fwd + cast_bwd)
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
     if recompute_fraction is not None:
@@ -362,6 +362,7 @@ def step_breakdown(
     t_mb = (
         compute_mb
         + mem_mb
+        + fixed_mb
         + quant_mb
         + recompute_mb
         + tp_mb
@@ -373,14 +374,21 @@ def step_breakdown(
     bubble = (p.pp - 1) / p.vpp * t_mb
 
     dp_comm, optimizer = data_parallel_s(
-        w, p, cal, compute_mb + mem_mb + quant_mb, compute_mb, mb, layers_stage, full_frac
+        w,
+        p,
+        cal,
+        compute_mb + mem_mb + fixed_mb + quant_mb,
+        compute_mb,
+        mb,
+        layers_stage,
+        full_frac,
     )
 
     z = np.zeros(len(p))
     return StepBreakdown(
         compute_s=mb * compute_mb,
         recompute_s=mb * recompute_mb,
-        memory_bound_s=mb * (mem_mb - fixed_mb),
+        memory_bound_s=mb * mem_mb,
         quantise_s=mb * quant_mb,
         tp_comm_s=mb * tp_mb,
         cp_comm_s=mb * cp_mb,

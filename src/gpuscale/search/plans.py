@@ -24,6 +24,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, check_degrees, validity
 from gpuscale.perf.training import TrainingEstimate, estimate
+from gpuscale.units import GiB
 
 MAX_MBS = 16
 MAX_VPP = 8
@@ -219,11 +220,11 @@ def search_plans(
     if not fits.any():
         if require_fit:
             i = int(np.argmax(np.where(keep, mem.headroom, -np.inf)))
-            short = -float(mem.headroom[i]) / 2**30
+            short = -float(mem.headroom[i]) / GiB
             raise InputError(
                 "model",
                 w.model.key,
-                f"no plan fits in {w.gpu.memory_bytes / 2**30:.1f} GiB per GPU on "
+                f"no plan fits in {w.gpu.memory_bytes / GiB:.1f} GiB per GPU on "
                 f"{w.num_gpus} GPUs; the "
                 f"closest ({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a "
                 "larger-memory GPU",
@@ -337,7 +338,7 @@ def explain(result: SearchResult) -> str:
     net = float(e.step_s[r] - e.step_s[b])
     if clauses:
         clauses[-1] += f" (net {net * 1e3:.1f} ms a step over all terms)"
-    total_b, total_r = float(e.memory.total[b]) / 2**30, float(e.memory.total[r]) / 2**30
+    total_b, total_r = float(e.memory.total[b]) / GiB, float(e.memory.total[r]) / GiB
     if f"{total_b:.1f}" == f"{total_r:.1f}":  # the same to the printed figure
         mem = f"both use {total_b:.1f} GiB of memory per GPU"
     else:

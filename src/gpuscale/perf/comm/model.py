@@ -83,15 +83,23 @@ class CommEstimate:
         return np.asarray(PROTOCOLS)[self.protocol_idx]
 
 
-def check_group(size: FloatArray, n: FloatArray, fabric: Fabric) -> None:
-    """Groups of 1 to the cluster's GPUs and byte counts of 0 or more, else an error naming
-    the first bad value."""
-    if np.any(n < 1.0):
-        raise InputError("n", float(n.min()), "a group of at least 1 GPU")
-    if np.any(n > fabric.total_gpus):
-        raise InputError("gpus", float(n.max()), f"at most the cluster's {fabric.total_gpus} GPUs")
+def group_arrays(
+    size_bytes: ArrayLike, n: ArrayLike, members_per_domain: ArrayLike | None, fabric: Fabric
+) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+    """Byte counts, group sizes and members per domain as float arrays of one shape, each
+    group of 1 to the cluster's GPUs and each byte count 0 or more, else an error naming the
+    first bad value."""
+    arrays = [np.asarray(size_bytes, dtype=np.float64), np.asarray(n, dtype=np.float64)]
+    if members_per_domain is not None:
+        arrays.append(np.asarray(members_per_domain, dtype=np.float64))
+    size, nn, *kk = np.broadcast_arrays(*arrays)
+    if np.any(nn < 1.0):
+        raise InputError("n", float(nn.min()), "a group of at least 1 GPU")
+    if np.any(nn > fabric.total_gpus):
+        raise InputError("gpus", float(nn.max()), f"at most the cluster's {fabric.total_gpus} GPUs")
     if np.any(size < 0.0):
         raise InputError("size_bytes", float(size.min()), "a non-negative byte count")
+    return size, nn, (kk[0] if kk else None)
 
 
 def estimate(
@@ -113,18 +121,7 @@ def estimate(
     check_op(op)
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise InputError("algorithm", algorithm, f"one of {', '.join(ALGORITHMS)}")
-    if members_per_domain is None:
-        size, nn = np.broadcast_arrays(
-            np.asarray(size_bytes, dtype=np.float64), np.asarray(n, dtype=np.float64)
-        )
-        kk: FloatArray | None = None
-    else:
-        size, nn, kk = np.broadcast_arrays(
-            np.asarray(size_bytes, dtype=np.float64),
-            np.asarray(n, dtype=np.float64),
-            np.asarray(members_per_domain, dtype=np.float64),
-        )
-    check_group(size, nn, fabric)
+    size, nn, kk = group_arrays(size_bytes, n, members_per_domain, fabric)
     pl = place(fabric, cal, nn, kk)
     cands = CANDIDATES[op](size, pl, fabric, cal)
     if algorithm is not None:

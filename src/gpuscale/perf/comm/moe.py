@@ -28,7 +28,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.perf.comm.algorithms import p2p_candidates
 from gpuscale.perf.comm.fabric import Fabric, FloatArray, place
-from gpuscale.perf.comm.model import check_group, collective_time_s
+from gpuscale.perf.comm.model import collective_time_s, group_arrays
 
 EP_DISPATCH: tuple[str, ...] = ("hierarchical", "all_to_all")
 """How expert-parallel tokens travel: once per remote domain, or once per expert."""
@@ -57,7 +57,8 @@ def domains_hit(
             miss = miss * np.clip((e - e / d - i) / (e - i), 0.0, 1.0)
         return d * (1.0 - miss)
 
-    uniform = (m - 1.0) / m * hit_any(float(experts), m)
+    any_expert = hit_any(float(experts), m)
+    uniform = (m - 1.0) / m * any_expert
     if topk_groups <= 0 or topk_groups >= groups:
         return uniform
     # domains per group >= 1: the chosen groups' domains, top_k experts among theirs
@@ -69,7 +70,7 @@ def domains_hit(
     for i in range(topk_groups):
         miss_g = miss_g * np.clip((groups - per - i) / (groups - i), 0.0, 1.0)
     holding = m * (1.0 - miss_g)
-    limited = np.where(m >= groups, within, np.minimum(holding, hit_any(float(experts), m)))
+    limited = np.where(m >= groups, within, np.minimum(holding, any_expert))
     out: FloatArray = np.minimum(uniform, (m - 1.0) / m * limited)
     return out
 
@@ -95,12 +96,7 @@ def moe_dispatch_time_s(
     # every copy travels on its own
     if dispatch == "all_to_all" or fabric.domain_gpus <= 1:
         return collective_time_s("all_to_all", size_bytes, n, fabric, cal, members_per_domain)
-    s, nn, kk = np.broadcast_arrays(
-        np.asarray(size_bytes, dtype=np.float64),
-        np.asarray(n, dtype=np.float64),
-        np.asarray(members_per_domain, dtype=np.float64),
-    )
-    check_group(s, nn, fabric)
+    s, nn, kk = group_arrays(size_bytes, n, members_per_domain, fabric)
     pl = place(fabric, cal, nn, kk)
     n_, k, m = pl.n, pl.k, pl.m
     local = (k - 1.0) / n_ * s  # copies to experts on other GPUs of the own domain
