@@ -209,6 +209,48 @@ def test_pipeline_first_stage_holds_pp_microbatches() -> None:
     )
 
 
+def test_interleaving_with_as_many_microbatches_as_stages_holds_them_all() -> None:
+    # m = p: Megatron's interleaved schedule runs every forward first (its warm-up is capped
+    # at the m v chunks there are), so the first stage holds exactly m micro-batches of its
+    # layers, not p (1 + (p-1)/(p v)); m = 2p keeps Korthikanti's factor
+    from gpuscale.perf.memory import in_flight
+
+    w = workload(gpus=128, gbs=16)
+    pp, vpp = 8, 2
+    # dp 1: m = 16 = 2p; first 8 + 7/2 = 11.5 (below 16), last ((2 - 1) 8 + 1)/2 = 4.5
+    p16 = Plans.of(tp=8, pp=pp, dp=1, vpp=vpp, mbs=1, sp=True, recompute=1)
+    first, last = in_flight(w, p16)
+    assert (float(first[0]), float(last[0])) == (11.5, 4.5)
+    p4 = Plans.of(tp=8, pp=pp, dp=2, vpp=vpp, mbs=1, sp=True, recompute=1)  # m = 8 = p
+    first, last = in_flight(w, p4)
+    # first: min(8 + 7/2, 8) = 8; last: ((2 - 1) 8 + 1)/2 = 4.5
+    assert (float(first[0]), float(last[0])) == (8.0, 4.5)
+    per_layer = act(w, tp=8, pp=pp, dp=2, sp=True, recompute=1, vpp=vpp)
+    mem = memory_breakdown(w, p4, CAL)
+    expected = per_layer * (48 / 8) * 8 * CAL.mem_activation_overhead  # 6 layers x 8
+    assert float(mem.activations[0]) == pytest.approx(expected, rel=1e-12)
+    # 1F1B: the last stage holds one micro-batch
+    first, last = in_flight(w, Plans.of(tp=8, pp=pp, dp=1, mbs=1))
+    assert (float(first[0]), float(last[0])) == (8.0, 1.0)
+
+
+def test_the_last_stage_with_its_logits_can_be_the_fuller_one() -> None:
+    # Llama 3 8B, 8K sequence, PP2, full recompute: the first stage keeps 2 micro-batches x
+    # 16 layers of 2 s b h inputs plus one re-materialised layer; the last keeps 1 x 16 of
+    # them, one layer, and the fp32 logits of the 128,256-token vocabulary, 4 s b V bytes
+    w = workload("llama3-8b", gpus=2, seq=8192, gbs=8, flash=True, gpu="h100-sxm")
+    plan = dict(tp=1, pp=2, dp=1, mbs=1)
+    s, h, v = 8192, 4096, 128256
+    none_layer = act(w, **plan, recompute=0)
+    full_layer = 2.0 * s * h
+    assert act(w, **plan, recompute=2) == full_layer
+    first = 2 * 16 * full_layer + none_layer
+    last = 1 * 16 * full_layer + none_layer + 4.0 * s * v
+    assert last > first
+    mem = memory_breakdown(w, Plans.of(**plan, recompute=2), CAL)
+    assert float(mem.activations[0]) == pytest.approx(last * CAL.mem_activation_overhead)
+
+
 # --- invariants (hypothesis) -----------------------------------------------------------
 
 TPS = st.sampled_from([1, 2, 4, 8])
@@ -328,3 +370,14 @@ def test_a_model_without_dropout_keeps_no_masks() -> None:
     scores = 32 * 4096 * 4096
     assert float(activation_bytes_per_layer(un, p)[0]) - got == 2 * scores
     assert float(activation_bytes_per_layer(und, p)[0]) - got == 2 * 4096 * 4096 + 5 * scores
+
+
+def test_tp_beyond_the_kv_heads_keeps_a_whole_kv_head_per_rank() -> None:
+    # Llama 3 70B (8 KV heads of 128) with flash attention, SP, no recompute: per layer
+    # s b (8 h + 4 q + 4 kv + 6 f) / t bytes (no dropout masks); at TP 16 each rank keeps
+    # one whole K and V head, so kv counts as 128 x 16 = 2,048 across the group, not 1,024
+    w = workload("llama3-70b", gpus=16, seq=4096, gbs=16, flash=True, gpu="h100-sxm")
+    s, h, q, f = 4096, 8192, 8192, 28672
+    for t, kv in ((8, 1024), (16, 128 * 16)):
+        expected = s * (8 * h + 4 * q + 4 * kv + 6 * f) / t
+        assert act(w, tp=t, dp=16 // t, sp=True, recompute=0) == pytest.approx(expected)

@@ -578,3 +578,64 @@ def test_one_micro_batch_zero2_times_as_zero1() -> None:
         for k in (2, 3)
     ]
     assert z[0] == pytest.approx(z[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("recompute", [0, 2])
+def test_mla_ring_attention_passes_full_key_and_value_heads(recompute: int) -> None:
+    # Kimi K2 (MLA, 64 heads of 128 + 64 key and 128 value dims), 32 H100, TP8 CP4: the ring
+    # passes each token's up-projected K and V, 64 x (192 + 128) = 20,480 values over TP 8,
+    # 2 bytes each; every CP rank sits in another node. Per layer and micro-batch the
+    # exposed time is max(ring fwd - attention fwd, 0) + max(2 x ring fwd - attention bwd,
+    # 0), the forward's once more when the layer is recomputed
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    f = Fabric.from_system(s, 32)
+    w = Workload(get_model("kimi-k2"), g, s, f, 32, 32768, 4, "bf16")
+    b = step(w, tp=8, pp=1, dp=1, cp=4, ep=32, mbs=1, sp=True, recompute=recompute)
+    s_loc, tp, cp = 8192.0, 8.0, 4.0
+    chunk = s_loc * 64 * (192 + 128) / tp * 2.0
+    ring = float(collective_time_s("all_gather", np.array([chunk * cp]), cp, f, CAL, 1.0)[0])
+    one = np.array([1.0])
+    peak = g.peak_flops("bf16") * g.clock_fraction
+    fwd, bwd = attention_core_s(
+        w, one, one * s_loc, one * tp, peak, g.hbm_bw_Bps * CAL.hbm_eff, CAL
+    )
+    per_layer = (1 + (recompute == 2)) * max(ring - float(fwd[0]), 0.0) + max(
+        2 * ring - float(bwd[0]), 0.0
+    )
+    assert ring > float(fwd[0])  # exposed: the test checks the bytes, not only a max(0)
+    assert float(b.cp_comm_s[0]) == pytest.approx(4 * 61 * per_layer, rel=1e-9)
+
+
+def test_routed_experts_take_no_tensor_parallel_collective() -> None:
+    # Mixtral 8x7B on 16 H100, TP2 SP, no recompute: each layer's attention block has one
+    # all-reduce-sized collective forward and one backward; its MoE block (no shared
+    # experts, expert TP 1) reaches its tokens by the all-to-all alone. Plus the embedding's
+    # and the output layer's reductions: (32 x 2 + 2) per micro-batch. With a shared expert
+    # (TP-split like a dense MLP) the MoE block pays its pair too: (32 x 4 + 2)
+    w = workload("mixtral-8x7b", gpus=16, seq=4096, gbs=32, gpu="h100-sxm")
+    tokens, h = 4096.0, 4096.0
+    one = float(
+        collective_time_s("all_reduce", np.array([tokens * h * 2.0]), 2, w.fabric, CAL, 2.0)[0]
+    )
+    m = 32 // 8  # dp 8, mbs 1
+    plan = dict(tp=2, pp=1, dp=8, ep=8, mbs=1, sp=True, recompute=0)
+    assert float(step(w, **plan).tp_comm_s[0]) == pytest.approx(m * (32 * 2 + 2) * one)
+    shared = replace(w, model=w.model.model_copy(update={"shared_experts": 1}))
+    assert float(step(shared, **plan).tp_comm_s[0]) == pytest.approx(m * (32 * 4 + 2) * one)
+
+
+def test_an_moe_model_under_tensor_parallelism_needs_sequence_parallelism() -> None:
+    # Megatron-LM asserts "When using MoE and tensor parallelism, sequence parallelism must
+    # be used"; a dense model may run TP without it
+    w = workload("mixtral-8x7b", gpus=16, seq=4096, gbs=32, gpu="h100-sxm")
+    p = Plans.of(
+        tp=np.array([2, 2, 1]), dp=np.array([8, 8, 16]), ep=8, sp=np.array([False, True, False])
+    )
+    ok, rules = validity(w, p)
+    assert ok.tolist() == [False, True, True]
+    assert [name for mask, name in rules if not mask[0]] == [
+        "an MoE model with tp > 1 needs sequence parallelism"
+    ]
+    dense = workload("llama3-8b", gpus=16, seq=4096, gbs=32, gpu="h100-sxm")
+    assert validity(dense, Plans.of(tp=2, dp=8, sp=False))[0].all()

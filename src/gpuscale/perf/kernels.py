@@ -117,10 +117,10 @@ def ssd_scan_s(
     over Q, causal half), the chunk states B^T X (N x P over Q) and their read-out C h
     (Q x P over N). Their short reductions (N = Q = 128 in Nemotron 3) keep them well below
     a large GEMM's rate. On top, the five kernels' HBM traffic per token (Mamba-2's Triton
-    implementation): x read three times and y written (3 d), B and C read twice (4 G N),
-    16-bit; the fp32 C B^T chunk scores written and read (2 G Q), the fp32 chunk states
-    written, passed along (read + write) and read (4 H P N / Q). Heads and groups split
-    over TP; the backward is taken as FLASH_BWD_FACTOR x this.
+    implementation): x read twice (chunk state, chunk scan) and y written (3 d), B and C
+    read twice (4 G N), 16-bit; the fp32 C B^T chunk scores written and read (2 G Q), the
+    fp32 chunk states written, passed along (read + write) and read (4 H P N / Q). Heads
+    and groups split over TP; the backward is taken as FLASH_BWD_FACTOR x this.
     """
     m = w.model
     if m.mamba is None:

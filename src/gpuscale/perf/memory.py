@@ -19,7 +19,9 @@ generalised to GQA and gated MLPs), s = sequence per GPU, b = micro-batch, t = T
   full recompute keeps only each layer's input, 2 s b h (/t with SP).
 GPT with f = 4h and MHA gives 34 s b h + 5 a s^2 b, the paper's figure. With FP8 GEMMs
 (Transformer Engine) the GEMM inputs saved for backward take 1 byte instead of 2.
-The first pipeline stage holds p micro-batches in flight (x (1 + (p-1)/(p v)) interleaved).
+The first pipeline stage holds p micro-batches in flight (x (1 + (p-1)/(p v)) interleaved,
+at most all m); the last one holds one (interleaved, ((v-1) p + 1)/v) and the fp32 logits of
+the output layer; memory is that of the fuller of the two.
 """
 
 from __future__ import annotations
@@ -84,9 +86,10 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     """(dense, expert, per_layer_dense) parameters held by one GPU of the first stage.
 
     Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first
-    stage also holds the input embedding; the output layer sits on the last stage, which
-    for memory is the same size or smaller (a pipeline layout balances MTP layers placed
-    there: they are spread over the stages here as in the step model).
+    stage also holds the input embedding, the last the output layer (or, tied, a copy of
+    the embedding): the same parameter count. A pipeline layout balances MTP layers placed
+    on the last stage; they are spread over the stages here as in the step model. The
+    stages' activations differ: :func:`memory_breakdown` prices the fuller one.
     """
     m = w.model
     s = layer_shapes(m)
@@ -123,6 +126,8 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     if m.mla is not None:
         q = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
         kv = m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) // 2
+    # GQA under more TP ranks than key/value heads: each rank keeps a whole K and V head
+    kv_split = np.maximum(kv, (m.head_dim if m.mla is None else 0) * t)
     mlp_mult = 6.0 if m.gated_mlp else 4.0
     a_frac = m.attn_layers / m.layers
     mlp_frac = m.mlp_layers / m.layers
@@ -145,7 +150,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         s
         * b
         * (
-            a_frac * (4.0 * q + 4.0 * kv)
+            a_frac * (4.0 * q + 4.0 * kv_split)
             + mlp_frac * mlp_mult * f_dense
             + moe_frac * moe
             + mamba_frac * mamba
@@ -218,47 +223,76 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         # sharded like the 16-bit weights under ZeRO-3/FSDP
         z3 = p.sharding == 4
         weights = weights + np.where(z3, dense / d + expert / d_exp, dense + expert)
-    # activations in flight on the first stage
-    layers_stage = p.stage_layers(m.layers)
-    mb = p.microbatches(w).astype(np.float64)
-    in_flight = np.minimum(mb, p.pp.astype(np.float64))
-    interleave = np.where(p.vpp > 1, 1.0 + (p.pp - 1) / (p.pp * p.vpp), 1.0)
-    cols_p = _cols(p)
+    # activations in flight: the first and the last pipeline stage (the same one without PP)
+    first_mbs, last_mbs = in_flight(w, p)
     # MTP depths spread over the stages, as in params_per_gpu
-    held = (layers_stage + mtp_layer_equivalents(m, w.seq_len) / p.pp) * (in_flight * interleave)
+    stage = p.stage_layers(m.layers) + mtp_layer_equivalents(m, w.seq_len) / p.pp
+    held_first, held_last = stage * first_mbs, stage * last_mbs
+    cols_p = _cols(p)
     per_layer_act = activation_bytes_per_layer(w, p)
     none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))
     full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))
-    # output layer and loss (fp32 logits, one per MTP depth too) when the last stage is
-    # also the first
+    # the last stage's output layer and loss: fp32 logits, one per MTP depth too
     s_loc = w.seq_len / p.cp
-    logits = np.where(p.pp == 1, (1 + m.mtp_layers) * 4.0 * s_loc * p.mbs * m.vocab / p.tp, 0.0)
+    logits = (1 + m.mtp_layers) * 4.0 * s_loc * p.mbs * m.vocab / p.tp
+    logits_first = np.where(p.pp == 1, logits, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit weights (and its gradients) while computing it,
     # with one more prefetched: 2 layers x (2 + 2) bytes per parameter
     zero3 = np.where(p.sharding == 4, 2.0 * per_layer * 4.0, 0.0)
     buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
     ovh = cal.mem_activation_overhead
-    # partial recompute: the fraction r of layers recomputed that just fills the memory left
-    # (a recomputed layer keeps its input; one layer is re-materialised at a time)
-    room = w.gpu.memory_bytes - (weights + grads + opt + buffers) - (logits + none_layer) * ovh
-    span = (none_layer - full_layer) * held * ovh
-    need = none_layer * held * ovh - room
+    room = w.gpu.memory_bytes - (weights + grads + opt + buffers)
+
+    def recompute_needed(held: FloatArray, extra: FloatArray) -> FloatArray:
+        """Partial recompute: the fraction r of a stage's layers recomputed that just fills
+        the memory left (a recomputed layer keeps its input; one layer is re-materialised
+        at a time)."""
+        need = none_layer * held * ovh - (room - (extra + none_layer) * ovh)
+        span = (none_layer - full_layer) * held * ovh
+        out: FloatArray = np.clip(need / np.maximum(span, 1.0), 0.0, 1.0)
+        return out
+
     # The fraction is continuous, not whole layers: besides --recompute-num-layers, Megatron
     # recomputes chosen modules of every layer (--recompute-modules: norms, activations,
     # MoE parts), which trims memory in steps well below a layer. Rounding up to whole
     # layers of a virtual chunk turns Llama 3.1 405B's GB200 plan (one layer per chunk)
-    # into full recomputation, 20 % slower than Megatron-Bridge measured.
-    r_partial = np.clip(need / np.maximum(span, 1.0), 0.0, 1.0)
-    frac = np.select([p.recompute == 2, p.recompute == 3], [1.0, r_partial], 0.0)
-    first = np.where(
-        p.recompute == 3,
-        held * (none_layer * (1.0 - frac) + full_layer * frac),
-        per_layer_act * held,
+    # into full recomputation, 20 % slower than Megatron-Bridge measured. Every stage
+    # recomputes the same fraction: the one the fuller stage needs.
+    r_partial = np.maximum(
+        recompute_needed(held_first, logits_first), recompute_needed(held_last, logits)
     )
-    # a recomputed layer is re-materialised whole, one at a time
-    first = first + np.where(frac > 0, none_layer, 0.0)
-    acts = (first + logits) * ovh
+    frac = np.select([p.recompute == 2, p.recompute == 3], [1.0, r_partial], 0.0)
+
+    def stage_acts(held: FloatArray, extra: FloatArray) -> FloatArray:
+        kept = np.where(
+            p.recompute == 3,
+            held * (none_layer * (1.0 - frac) + full_layer * frac),
+            per_layer_act * held,
+        )
+        # a recomputed layer is re-materialised whole, one at a time
+        out: FloatArray = (kept + np.where(frac > 0, none_layer, 0.0) + extra) * ovh
+        return out
+
+    acts = np.maximum(stage_acts(held_first, logits_first), stage_acts(held_last, logits))
     return MemoryBreakdown(weights, grads, opt, acts, buffers, w.gpu.memory_bytes, frac)
+
+
+def in_flight(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:
+    """Micro-batches' worth of a stage's layers that the first and the last pipeline stage
+    hold at their peak.
+
+    1F1B: the first stage holds min(m, p), the last one. Interleaved (v chunks per stage),
+    Megatron's warm-up runs 2(p - 1 - r) + (v - 1) p chunks on rank r before its first
+    backward, so at the peak the first stage holds p (1 + (p - 1)/(p v)) micro-batches'
+    worth (Korthikanti et al. 2022) and the last ((v - 1) p + 1)/v, both capped at all
+    m v chunks: with m = p Megatron runs every forward first and holds exactly m.
+    """
+    mb = p.microbatches(w).astype(np.float64)
+    pp = p.pp.astype(np.float64)
+    v = p.vpp.astype(np.float64)
+    first = np.where(p.vpp > 1, pp + (pp - 1.0) / v, pp)
+    last = np.where(p.vpp > 1, ((v - 1.0) * pp + 1.0) / v, 1.0)
+    return np.minimum(first, mb), np.minimum(last, mb)
 
 
 def _cols(p: Plans) -> dict[str, np.ndarray]:

@@ -266,6 +266,12 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             "ep must divide the experts and tp x dp x cp",
         ),
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
+        # Megatron-Core's MoE layers take the sequence-parallel shard (its arguments assert
+        # "When using MoE and tensor parallelism, sequence parallelism must be used")
+        (
+            ~(p.tp > 1) | p.sp | (not m.is_moe),
+            "an MoE model with tp > 1 needs sequence parallelism",
+        ),
         # Megatron overlaps the TP collectives with GEMMs only under sequence parallelism
         # (tp_comm_overlap asserts sequence_parallel)
         (~p.tp_overlap | p.sp, "tp communication overlap needs sequence parallelism"),

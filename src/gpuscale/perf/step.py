@@ -167,6 +167,10 @@ def step_breakdown(
     # attention projections: QKV (or MLA's), then the output projection; the per-GPU
     # widths shrink with TP. MLA's low-rank projections are costed as one QKV-shaped GEMM.
     qkv_n = (sh.attn / h - float(q)) / tp
+    # GQA under more TP ranks than key/value heads: each rank keeps one whole K and V head
+    kv_rank = np.maximum(kv / tp, float(m.head_dim))
+    if m.mla is None:
+        qkv_n = q / tp + 2.0 * kv_rank
     attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
     f_d = float(m.dense_ffn_hidden)
     dense_mlp_t, dense_mlp_c = gemms((tokens, gate * f_d / tp, h), (tokens, h, f_d / tp))
@@ -187,7 +191,9 @@ def step_breakdown(
         )
         moe_c = (moe_c[0] + shared_c[0], moe_c[1] + shared_c[1])
         # the router stays in 16-bit precision (a plain linear layer outside the TE modules)
-        moe_t = moe_t + shared_t + gemm_s(tokens, float(m.num_experts), h, 1.0, mm16, sms, cal)
+        # on the sequence-parallel shard
+        router_rows = np.where(p.sp, tokens / tp, tokens)
+        moe_t = moe_t + shared_t + gemm_s(router_rows, float(m.num_experts), h, 1.0, mm16, sms, cal)
     else:
         moe_t = shared_t = np.zeros_like(tokens)
         moe_c = (moe_t, moe_t)
@@ -297,18 +303,36 @@ def step_breakdown(
     act_bytes = tokens * h * 2.0
     tp_k = np.minimum(tp, float(f.domain_gpus))
     tp_one = collective_s("all_reduce", act_bytes, tp, tp_k, f, cal)
+    # one collective forward and one backward (and one more when recomputed) per TP-split
+    # block: attention, Mamba mixer, dense MLP; an MoE block only for its TP-split shared
+    # experts or latent projections, as its routed experts (expert TP = 1) take the
+    # sequence-parallel shard and reach their tokens by the all-to-all alone
+    moe_tp = 1.0 if (m.shared_experts or m.moe_latent) else 0.0
+    tp_blocks = 2.0 * sub - moe_frac * (1.0 - moe_tp)
     # a selectively recomputed MLP or MoE layer repeats its forward TP collective
-    sel_tp = mlp_frac * ("mlp" in mods) + moe_frac * ("moe" in mods)
-    n_tp = (4.0 + 2.0 * full_frac) * sub + np.where(p.recompute == 1, sel_tp, 0.0)
+    sel_tp = mlp_frac * ("mlp" in mods) + moe_frac * moe_tp * ("moe" in mods)
+    n_tp = (2.0 + full_frac) * tp_blocks + np.where(p.recompute == 1, sel_tp, 0.0)
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
     tp_mb = layers_stage_mtp * n_tp * tp_one * (1.0 - tp_hidden)
     tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
 
     # --- context parallel (ring attention K/V exchange) --------------------------------
-    kv_chunk = 2.0 * p.mbs * s_loc * (kv if m.mla is None else m.mla.kv_lora_rank * 4) / tp * 2.0
+    # K and V per token and TP rank as the ring passes them: per-head, so MLA's are
+    # up-projected (Megatron-Core's MLA hands Transformer Engine's attention full K and V
+    # heads)
+    if m.mla is not None:
+        x_kv = m.mla
+        kv_mla = m.heads * (x_kv.qk_nope_head_dim + x_kv.qk_rope_head_dim + x_kv.v_head_dim)
+        kv_rank = kv_mla / 2.0 / tp
+    kv_chunk = 2.0 * p.mbs * s_loc * kv_rank * 2.0
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
     cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
-    cp_exposed = np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(2.0 * cp_fwd - attn_bwd, 0.0)
+    # a recomputed attention core (full recompute, or selective of core_attn) runs its ring
+    # forward once more
+    cp_again = full_frac + np.where((p.recompute == 1) & ("core_attn" in mods), 1.0, 0.0)
+    cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
+        2.0 * cp_fwd - attn_bwd, 0.0
+    )
     cp_mb = layers_stage_mtp * a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
     if m.mamba is not None:
         # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
