@@ -108,3 +108,25 @@ def test_sizes_read_from_notes(notes: str, seq: int | None, batch: int) -> None:
     got_seq, got_batch, _ = sizes_from_notes(notes, seq, None)
     assert got_batch == batch
     assert got_seq == (seq or 1536)
+
+
+def test_a_table_as_a_spreadsheet_exports_it_is_read(tmp_path: Path) -> None:
+    # header names with spaces and capitals, "not stated" marks, thousands separators,
+    # a trailing comma and a blank line: the same row as the plain one, scored alike
+    plain = _file(tmp_path, ROW.format(measured="5000"))
+    expected = validate_training(plain, default_calibration()).rows[0]
+    path = tmp_path / "sheet.csv"
+    header = ", ".join(c.capitalize() for c in HEADER.split(",")) + ",Precision,Recompute"
+    row = 'r1,torchtitan,llama3-8b,H100-SXM5-80GB,8,"8,192",64,tokens_per_s_per_gpu,"5,000",-,n/a,'
+    path.write_text("\n".join([header, row, ",,,,,,,,,,", ""]))
+    rep = validate_training(path, default_calibration())
+    assert [r.status for r in rep.rows] == ["scored"]
+    assert rep.rows[0].predicted == expected.predicted
+    assert rep.rows[0].measured == 5000.0
+
+
+def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as exc:
+        validate_training(_file(tmp_path, ROW.format(measured="5k tokens")), default_calibration())
+    assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
+    assert "8,192" in exc.value.valid

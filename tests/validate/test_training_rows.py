@@ -312,6 +312,11 @@ def test_unsplit_model_parallelism_on_an_nvl72_rack() -> None:
         ("FSDP (SHARD_GRAD_OP)", 3),  # FSDP's own names: ZeRO-2 and plain DP
         ("FSDP (NO_SHARD)", 0),
         ("ZeRO-0", 0),
+        ("FULL_SHARD", 4),  # FSDP's strategy enum and FSDP2's API name
+        ("fully_shard", 4),
+        ("FSDP (reshard_after_forward=False)", 3),  # FSDP2 keeping weights: SHARD_GRAD_OP
+        ("FSDP SHARD_GRAD_OP (no reshard after forward)", 3),
+        ("Yes", 1),  # a "distributed optimizer" column ticked
     ],
 )
 def test_sharding_spellings(cell: str, sharding: int | None) -> None:
@@ -607,3 +612,104 @@ def test_a_row_recomputing_named_modules_prices_those_modules() -> None:
 
     with pytest.raises(UnsupportedRowError, match="'indexer'"):
         prepare({**row, "recompute": "selective (indexer)"}, "row")
+
+
+@pytest.mark.parametrize(
+    ("cells", "seq", "gbs"),
+    [
+        ({"seq_len": "8,192", "global_batch_seqs": "1,024"}, 8192, 1024),
+        ({"seq_len": "8K", "global_batch_seqs": "128"}, 8192, 128),
+        ({"seq_len": "128k", "global_batch_seqs": "~64"}, 131072, 64),
+    ],
+)
+def test_numbers_as_tables_print_them(cells: dict[str, str], seq: int, gbs: int) -> None:
+    pr = prepare(_row(**cells), "test")
+    assert (pr.workload.seq_len, pr.workload.global_batch) == (seq, gbs)
+
+
+def test_a_percent_mfu_is_a_fraction() -> None:
+    row = _row(target="mfu", measured_mfu="43%", flop_convention="megatron_model_causal")
+    assert prepare(row, "test").measured == pytest.approx(0.43)
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["meta-llama/Meta-Llama-3-70B", "meta-llama/Llama-3.1-70B-Instruct", "Llama-3.1-70B"],
+)
+def test_hugging_face_repository_ids_name_the_catalog_model(model: str) -> None:
+    assert prepare(_row(model=model), "test").workload.model.key == "llama3-70b"
+
+
+def test_a_model_built_from_the_row_shape_says_so() -> None:
+    row = _row(model="Foo 13B", layers="40", hidden="5120", heads="40", vocab="32000")
+    pr = prepare(row, "test")
+    assert pr.workload.model.layers == 40
+    assert any("not in the catalog: built from the row's shape" in n for n in pr.notes)
+
+
+def test_sequence_parallel_ticked_with_tp_1_is_off_and_said() -> None:
+    pr = prepare(_row(tp="1", pp="1", dp="64", seq_parallel="yes"), "test")
+    assert pr.fixed["sp"] is False
+    assert any("sequence parallelism stated with TP 1" in n for n in pr.notes)
+
+
+def test_an_empty_flop_convention_on_a_tflops_row_is_unspecified() -> None:
+    row = _row(target="tflops_per_gpu", measured_tflops_per_gpu="400")
+    assert prepare(row, "test").convention == "unspecified"
+    # a tokens/s row needs none
+    assert prepare(_row(), "test").convention == ""
+
+
+@pytest.mark.parametrize(
+    ("cell", "nics"),
+    [
+        ("8x400Gbps", 8),
+        ("InfiniBand 8x50 GB/s per node", 8),  # bytes: 8 x 400 Gb/s
+        ("4\u00d7 Omni-Path 100 Gbps", 1),  # 400 Gb/s a node: one 400 Gb/s NIC's worth
+        ("8x 0.4 Tbps", 8),
+        ("400 Gb/s per GPU", None),  # a per-GPU figure states no node total
+    ],
+)
+def test_scale_out_units(cell: str, nics: int | None) -> None:
+    assert nics_per_node({"inter_node": cell}, 400.0) == nics
+
+
+@pytest.mark.parametrize(
+    ("source", "notes", "arch", "kernel"),
+    [
+        ("Megatron-LM", "no flash attention", "ampere", "unfused"),
+        ("Megatron-LM", "flash attention on", "ampere", "fused"),
+        ("NeMo", "FlashAttention-2 disabled", "hopper", "fused"),
+        # a config taken from the Hugging Face hub is not the Hugging Face training stack
+        (
+            "NeMo https://huggingface.co/x",
+            "shape from the Hugging Face config.json",
+            "hopper",
+            "fused",
+        ),
+        ("Hugging Face transformers Trainer", "", "hopper", "flash2"),
+    ],
+)
+def test_negated_or_incidental_stack_names_do_not_count(
+    source: str, notes: str, arch: str, kernel: str
+) -> None:
+    assert attention_kernel({"source": source, "notes": notes}, arch)[0] == kernel
+
+
+@pytest.mark.parametrize(
+    ("notes", "mode"),
+    [
+        ("torchtitan without torch.compile", "eager"),
+        ("compile=False", "eager"),
+        ("torch.compile", "fused"),
+    ],
+)
+def test_a_negated_compile_is_eager(notes: str, mode: str) -> None:
+    assert elementwise_kernels({"source": "torchtitan", "notes": notes})[0] == mode
+
+
+def test_deepspeed_named_in_the_sharding_cell_selects_its_gathers() -> None:
+    from gpuscale.validate.training_rows import zero3_gathers
+
+    row = {"source": "a blog", "notes": "", "dist_optimizer_or_zero": "DeepSpeed ZeRO-3"}
+    assert zero3_gathers(row)[0] == "per-param"

@@ -172,7 +172,23 @@ def get_model(name: str, field: str = "model") -> Model:
         from gpuscale.catalog.hf import load_hf_config
 
         return load_hf_config(Path(name), field)
-    return _lookup(name, models(), _model_index(), field)
+    try:
+        return _lookup(name, models(), _model_index(), field)
+    except InputError:
+        # a Hugging Face repository id names the same model: "meta-llama/Llama-2-7b-hf",
+        # "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B-Instruct" (a tuned variant has the
+        # base model's shape)
+        bare = _HF_VARIANT.sub("", name.rsplit("/", 1)[-1])
+        if bare and bare != name:
+            try:
+                return _lookup(bare, models(), _model_index(), field)
+            except InputError:
+                pass
+        raise
+
+
+_HF_VARIANT = re.compile(r"([-_ ](hf|instruct|chat|base|it|v\d+(\.\d+)+))+$", re.IGNORECASE)
+"""Suffixes of a Hugging Face repository name that do not change the model's shape."""
 
 
 def system_for_gpu(gpu: GPU) -> System:

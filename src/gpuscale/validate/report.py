@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -150,18 +151,33 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError("--runs", str(path), f"not a readable UTF-8 CSV file ({exc})") from exc
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = reader.fieldnames or []
+    # column names as the schema spells them, also when written "Id, Source, ..."
+    header = [name.strip().lower() for name in reader.fieldnames or []]
+    reader.fieldnames = header
     missing = [c for c in required if c not in header]
     if missing:
-        raise InputError("--runs", str(path), f"missing column(s) {', '.join(missing)}")
+        hint = (
+            "; the header has one column: is the file separated by something else than commas?"
+            if len(header) == 1
+            else ""
+        )
+        raise InputError("--runs", str(path), f"missing column(s) {', '.join(missing)}{hint}")
     first_line: dict[str, int] = {}
     for lineno, row in enumerate(reader, start=2):
         if None in row:  # more cells than header columns
-            raise InputError(
-                f"{path.name}:line {lineno}",
-                row.get("id", ""),
-                f"row has more cells than the {len(header)} header columns",
-            )
+            if any((cell or "").strip() for cell in row[None]):
+                raise InputError(
+                    f"{path.name}:line {lineno}",
+                    row.get("id", ""),
+                    f"row has more cells than the {len(header)} header columns",
+                )
+            del row[None]  # a trailing comma: empty extra cells
+        if not any((cell or "").strip() for cell in row.values()):
+            continue  # a blank line a spreadsheet left behind
+        for col, cell in row.items():
+            # a table's "not applicable" marks are empty cells: the source does not say
+            if col not in ("id", "source", "notes") and (cell or "").strip().lower() in NOT_STATED:
+                row[col] = ""
         rid = (row.get("id") or "").strip()
         if rid and rid in first_line:
             raise InputError(
@@ -173,15 +189,34 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
         raise InputError("--runs", str(path), "no data rows under the header")
 
 
+NOT_STATED = ("-", "\u2013", "\u2014", "n/a", "na", "?")
+"""Cells that published tables use for "not stated" or "not applicable": read as empty."""
+
+_THOUSANDS = re.compile(r"\d{1,3}([,\u202f\u00a0 _]\d{3})+(\.\d+)?")
+
+
 def num(row: dict[str, str], col: str, where: str) -> float | None:
-    """A numeric cell; empty -> None; malformed -> InputError naming the cell."""
-    text = row.get(col, "")
+    """A numeric cell; empty -> None; malformed -> InputError naming the cell.
+
+    Accepts the forms published tables print: thousands separators ("8,192"), an
+    approximate mark ("~5762"), a percent sign (43 % -> 0.43) and, for a sequence length,
+    a K suffix in binary thousands ("8K" -> 8192, as context lengths are quoted)."""
+    text = row.get(col, "").strip().lstrip("~\u2248").strip()
     if text == "":
         return None
+    scale = 1.0
+    if text.endswith("%"):
+        text, scale = text[:-1].strip(), 0.01
+    elif col == "seq_len" and text[-1:] in ("k", "K"):
+        text, scale = text[:-1].strip(), 1024.0
+    if _THOUSANDS.fullmatch(text):
+        text = re.sub(r"[,\u202f\u00a0 _]", "", text)
     try:
-        v = float(text)
+        v = float(text) * scale
     except ValueError:
-        raise InputError(f"{where}:{col}", text, "a number or an empty cell") from None
+        raise InputError(
+            f"{where}:{col}", row.get(col, ""), "a number (8192, 8,192, 43%) or an empty cell"
+        ) from None
     if math.isnan(v):
         return None
     if math.isinf(v):

@@ -115,11 +115,13 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target = row["target"]
     if target not in TARGETS:
         raise InputError(f"{where}:target", target, f"one of {', '.join(TARGETS)}")
-    conv = row.get("flop_convention", "")
+    conv = row.get("flop_convention", "").strip()
     if conv not in CONVENTIONS:
         raise InputError(
             f"{where}:flop_convention", conv, f"one of {', '.join(c for c in CONVENTIONS if c)}"
         )
+    if not conv and target in ("tflops_per_gpu", "mfu"):
+        conv = "unspecified"  # an empty cell: the source does not say how it counts
     measured_col = {
         "tokens_per_s_per_gpu": "measured_tokens_per_s_per_gpu",
         "tflops_per_gpu": "measured_tflops_per_gpu",
@@ -251,6 +253,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
                 f"seq_parallel={row['seq_parallel']!r}: one of {', '.join(TRUTHY + FALSY)}"
             )
         fixed["sp"] = sp in TRUTHY
+        if fixed["sp"] and fixed.get("tp") == 1:
+            # Megatron switches it off ("Disabling sequence parallelism because tensor model
+            # parallel size is 1"): a table's SP column may be ticked for every row
+            fixed["sp"] = False
+            notes.append("sequence parallelism stated with TP 1: off, as Megatron turns it off")
     elif attention == "unfused":
         fixed["sp"] = False
         notes.append("sequence parallelism not stated: off, as in Megatron's unfused-attention era")

@@ -35,10 +35,14 @@ SHARD_SPELLINGS = (
     # (pattern, SHARDING index), first match wins; a cell is read lower-cased
     (r"no[\s_-]*shard", 0),  # FSDP's NO_SHARD is plain data parallelism
     (r"shard[\s_-]*grad[\s_-]*op", 3),  # FSDP's SHARD_GRAD_OP is ZeRO-2
-    (r"fsdp|zero[\s_-]*(stage[\s_-]*)?3|stage[\s_-]*3", 4),
+    # and so is FSDP2 keeping the gathered weights from forward to backward
+    (r"(no|without)[\s_-]*reshard|reshard[\s_-]*after[\s_-]*forward\s*[=:]?\s*(false|0|no|off)", 3),
+    # FSDP's FULL_SHARD strategy and FSDP2's fully_shard are ZeRO-3
+    (r"fsdp|full(y)?[\s_-]*shard|zero[\s_-]*(stage[\s_-]*)?3|stage[\s_-]*3", 4),
     (r"zero[\s_-]*(stage[\s_-]*)?2|stage[\s_-]*2", 3),
     (r"zero[\s_-]*(stage[\s_-]*)?1|stage[\s_-]*1", 2),
-    (r"dist|distributed", 1),
+    # a "distributed optimizer" column ticked yes
+    (r"dist|distributed|^(yes|true|on|1)$", 1),
     (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0)$", 0),
 )
 _OFF = r"(off|false|no|none|disabled?|0)"
@@ -222,6 +226,10 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             notes.append("heads not stated: head size 128 assumed")
         if not shape["vocab"]:
             notes.append(f"vocab not stated: {GPT_VOCAB} assumed")
+        notes.append(
+            f"model {row['model']!r} not in the catalog: built from the row's shape, GPT-style "
+            "(learned positions, tied embeddings) where the row does not say"
+        )
         body: dict[str, Any] = {
             "name": row["model"],
             "source": "validation row",
@@ -286,9 +294,11 @@ def nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
     GPU') states no node total and leaves the reference node as it is."""
     text = row.get("inter_node", "")
     per_node = None
-    m = re.search(r"(\d+)\s*x\s*[^,;]*?(\d+(?:\.\d+)?)\s*Gb(?:p|/)s", text, re.IGNORECASE)
+    # "8x400Gbps", "8 x 400 Gb/s", "4× 100G", "8x 0.4 Tbps", "8x50 GB/s" (bytes: x 8)
+    m = re.search(r"(\d+)\s*[x\u00d7]\s*[^,;]*?(\d+(?:\.\d+)?)\s*([GgTt])([bB]?)(?:ps|/s|\b)", text)
     if m:
-        per_node = float(m.group(1)) * float(m.group(2))
+        unit = (1000.0 if m.group(3) in "Tt" else 1.0) * (8.0 if m.group(4) == "B" else 1.0)
+        per_node = float(m.group(1)) * float(m.group(2)) * unit
     else:
         m = re.search(r"inter_node_bandwidth\s*=\s*(\d+(?:\.\d+)?)", row.get("notes", ""))
         if m:

@@ -12,8 +12,26 @@ import re
 
 
 def stack_text(row: dict[str, str]) -> str:
-    """Where a row names its software stack: the source and the notes, lower-cased."""
-    return f"{row.get('source', '')} {row.get('notes', '')}".lower()
+    """Where a row names its software stack, lower-cased: the source, the notes, the
+    sharding cell ("DeepSpeed ZeRO-3") and the model cell ("GPT 3.6B (Megatron-DeepSpeed)")."""
+    cells = ("source", "notes", "dist_optimizer_or_zero", "model")
+    return " ".join(row.get(c, "") for c in cells).lower()
+
+
+_NOT_BEFORE = re.compile(r"\b(no|not|without|w/o|non|disabled?)[\s_-]*$")
+_NOT_AFTER = re.compile(r"\s*[(:=]?\s*(disabled?|off|false|no|none|0)\b")
+
+
+def mentions(text: str, pattern: str) -> bool:
+    """Whether ``text`` names ``pattern`` as used: "no flash attention", "without
+    torch.compile", "compile=False" or "FlashAttention disabled" name it as not used."""
+    for m in re.finditer(pattern, text):
+        before = text[max(0, m.start() - 16) : m.start()]
+        # the rest of the name ("flash attention" after "flash") before the switch
+        after = re.sub(r"^[\w.-]*(\s+attention)?", "", text[m.end() : m.end() + 40])
+        if not (_NOT_BEFORE.search(before) or _NOT_AFTER.match(after)):
+            return True
+    return False
 
 
 # Stacks whose flash attention is the flash-attn package's FlashAttention-2 (or a Triton
@@ -21,7 +39,8 @@ def stack_text(row: dict[str, str]) -> str:
 # al. 2024, FlashAttention-3 Sec. 1): MosaicML llm-foundry/Composer (attn_impl flash or
 # triton), GPT-NeoX, Hugging Face, Nanotron, or a row naming FA2 / flash_attn.
 FLASH2_STACKS = (
-    r"llm-foundry|mosaicml|composer|gpt-neox|hugging ?face|nanotron"
+    # Hugging Face as the training stack, not a link to its hub or a config taken from it
+    r"llm-foundry|mosaicml|composer|gpt-neox|hugging ?face(?!\.co| config| hub)|nanotron"
     r"|flash-?attention-?2|\bfa2\b|flash[_-]attn"
 )
 
@@ -42,12 +61,12 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     if (
         arch in ("volta", "ampere")
         and re.search(r"megatron|deepspeed", text)
-        and ("flash" not in text)
+        and not mentions(text, r"flash")
     ):
         return "unfused", "attention: Megatron's unfused softmax path (no flash attention named)"
-    if re.search(r"flash-?attention-?3|\bfa3\b|cudnn", text):
+    if mentions(text, r"flash-?attention-?3|\bfa3\b|cudnn"):
         return "fused", "attention: FlashAttention-3 / cuDNN fused kernels, as the row names"
-    if re.search(FLASH2_STACKS, text):
+    if mentions(text, FLASH2_STACKS):
         return "flash2", "attention: FlashAttention-2-class kernels (flash-attn or Triton)"
     return "fused", ""
 
@@ -59,7 +78,7 @@ def elementwise_kernels(row: dict[str, str]) -> tuple[str, str]:
     SwiGLU run eagerly, one kernel per op. Megatron-based stacks use fused kernels.
     """
     text = stack_text(row)
-    if "torchtitan" in text and "compile" not in text:
+    if "torchtitan" in text and not mentions(text, r"(torch\.)?compile"):
         return "eager", "elementwise: eager PyTorch ops (torchtitan without torch.compile)"
     return "fused", ""
 
