@@ -203,3 +203,18 @@ def test_cli_estimate_json_rows() -> None:
     rows = json.loads(r.stdout)["rows"]
     assert [x["size_bytes"] for x in rows] == [8, 256, 8192, 262144, 8388608, 268435456]
     assert rows[0]["protocol"] == "LL" and rows[-1]["protocol"] == "Simple"
+
+
+def test_a_full_mesh_gives_a_subgroup_only_its_direct_links() -> None:
+    # MI300X platform: 8 OAM fully connected by 7 Infinity Fabric links of 64 GB/s; a TP2
+    # group reaches its peer over one link, TP4 over three, TP8 over all seven (448 GB/s).
+    # An NVSwitch node gives any subgroup the whole per-GPU rate
+    from gpuscale.perf.comm.fabric import place
+
+    cal = CAL
+    amd = Fabric.from_system(get_system("mi300x-platform"), 64)
+    for k, links in ((2, 1), (4, 3), (8, 7)):
+        up = float(place(amd, cal, k, k).up_Bps)
+        assert up == pytest.approx(links * 64e9 * cal.scaleup_eff)
+    dgx = Fabric.from_system(get_system("dgx-h100"), 64)
+    assert float(place(dgx, cal, 2, 2).up_Bps) == float(place(dgx, cal, 8, 8).up_Bps)

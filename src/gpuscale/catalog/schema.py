@@ -103,6 +103,9 @@ class System(_Entry):
     nvlink_domain_gpus: int = Field(gt=0)
     scaleup_gb_per_s: float = Field(gt=0)
     nvls: bool = False
+    scaleup_mesh: bool = False
+    """GPUs fully connected by direct links (AMD Infinity Fabric), not through a switch: a
+    GPU reaches the k - 1 other members of its group over k - 1 of its links only."""
     nics_per_node: int = Field(ge=0)
     nic_gbps: float = Field(ge=0)
     pcie_gen: int

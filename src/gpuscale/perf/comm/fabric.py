@@ -30,6 +30,9 @@ class Fabric:
     """Scale-out injection bandwidth per GPU, one direction (node NICs / GPUs per node)."""
     nvls: bool = False
     """In-switch reduction (NVLink SHARP) available in the scale-up domain."""
+    scaleup_mesh: bool = False
+    """Scale-up by direct GPU-to-GPU links (a full mesh, AMD Infinity Fabric): a group of k
+    GPUs in the domain gets k - 1 of each GPU's domain - 1 links, not the whole rate."""
     total_gpus: int = 1 << 30
     """GPUs in the cluster (groups larger than this are rejected)."""
     leaf_gpus: int = 1 << 30
@@ -55,6 +58,7 @@ class Fabric:
             scaleup_bw_Bps=system.scaleup_bw_Bps,
             nic_bw_Bps_per_gpu=system.nic_bw_Bps_per_gpu,
             nvls=system.nvls,
+            scaleup_mesh=system.scaleup_mesh,
             total_gpus=total_gpus,
             nics_per_node=system.nics_per_node,
             nvls_efficiency=nvls_efficiency(system.gpu),
@@ -118,4 +122,7 @@ def place(
     cross = np.where(leaves > 1.0, (leaves - 1.0) / leaves, 0.0)
     slow = 1.0 + cross * (max(fabric.oversubscription, 1.0) - 1.0)
     up = np.full_like(nn, fabric.scaleup_bw_Bps * cal.scaleup_eff)
+    if fabric.scaleup_mesh and dom > 1:
+        # on a full mesh a member reaches the group's other k - 1 GPUs over as many links
+        up = up * np.minimum(np.maximum(k - 1.0, 1.0) / (dom - 1.0), 1.0)
     return Placement(n=nn, k=k, m=m, up_Bps=up, net_Bps=net / slow, net_one_nic_Bps=one_nic / slow)
