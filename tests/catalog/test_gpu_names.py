@@ -14,6 +14,7 @@ from gpuscale.errors import InputError
         ("a100-sxm-80gb", "a100-sxm-80gb"),  # key
         ("A100-SXM4-40GB", "a100-sxm-40gb"),  # alias
         ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # nvidia-smi's name
+        ("A100-40G", "a100-sxm-40gb"),  # the size without its B, as some papers write it
         ("H100 SXM5", "h100-sxm"),
         ("DGX H100", "h100-sxm"),
         ("H100 PCIe", "h100-pcie"),

@@ -145,7 +145,7 @@ def _gpu_by_description(name: str) -> str | None:
     if family is None:
         return None
     cands = [k for k in gpus() if k.split("-")[0] == family]
-    sizes = [int(m.group(1)) for m in re.finditer(r"(\d+) ?gb\b", name.lower())]
+    sizes = [int(m.group(1)) for m in re.finditer(r"(\d+) ?gb?\b", name.lower())]
     if sizes:
         gap = {k: abs(gpus()[k].hbm_gb - sizes[0]) for k in cands}
         cands = [k for k in cands if gap[k] <= 0.1 * sizes[0] and gap[k] == min(gap.values())]
