@@ -713,3 +713,12 @@ def test_deepspeed_named_in_the_sharding_cell_selects_its_gathers() -> None:
 
     row = {"source": "a blog", "notes": "", "dist_optimizer_or_zero": "DeepSpeed ZeRO-3"}
     assert zero3_gathers(row)[0] == "per-param"
+
+
+def test_stated_degrees_beyond_the_gpu_count_name_the_cells() -> None:
+    from gpuscale.calibrate import default_calibration
+    from gpuscale.validate.training import UnsupportedRowError, choose_plan
+
+    pr = prepare(_row(tp="4", pp="4", dp="4", cp="2"), "test")  # 128 GPUs of 64
+    with pytest.raises(UnsupportedRowError, match=r"tpxppxdpxcp = 4x4x4x2 = 128 GPUs, more"):
+        choose_plan(pr, default_calibration())

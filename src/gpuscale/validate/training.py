@@ -311,10 +311,19 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
 def choose_plan(pr: PreparedRow, cal: Calibration) -> tuple[Plans, str]:
     """The row's plan: its stated degrees, the rest from the search (fastest that fits)."""
     w, fx = pr.workload, pr.fixed
+    if all(k in fx for k in ("tp", "pp", "dp")):
+        degrees = [fx[k] for k in ("tp", "pp", "dp", "cp") if k in fx]
+        used = int(np.prod(degrees))
+        if used > w.num_gpus:
+            names = "x".join(k for k in ("tp", "pp", "dp", "cp") if k in fx)
+            raise UnsupportedRowError(
+                f"stated {names} = {'x'.join(map(str, degrees))} = {used} GPUs, more than "
+                f"num_gpus ({w.num_gpus})"
+            )
     try:
         res = search_plans(w, cal, fx, require_fit=False, exact_gpus=True)
     except InputError as exc:
-        raise UnsupportedRowError(f"stated plan is not valid here: {exc.valid}") from None
+        raise UnsupportedRowError(f"stated plan is not valid here: {exc}") from None
     i = res.best
     plans = res.estimate.plans.take(np.array([i]))
     note = "" if res.estimate.memory.fits[i] else "predicted memory exceeds capacity"
