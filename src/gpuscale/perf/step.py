@@ -165,12 +165,19 @@ def step_breakdown(
         return t, (x_el, dy_el)
 
     # attention projections: QKV (or MLA's), then the output projection; the per-GPU
-    # widths shrink with TP. MLA's low-rank projections are costed as one QKV-shaped GEMM.
-    qkv_n = (sh.attn / h - float(q)) / tp
-    # GQA under more TP ranks than key/value heads: each rank keeps one whole K and V head
-    kv_rank = np.maximum(kv / tp, float(m.head_dim))
+    # widths shrink with TP. kv_rank: the K (and the V) width a TP rank holds, as the QKV
+    # GEMM writes it and the context-parallel ring passes it
     if m.mla is None:
+        # GQA under more TP ranks than key/value heads: each rank keeps one whole head
+        kv_rank = np.maximum(kv / tp, float(m.head_dim))
         qkv_n = q / tp + 2.0 * kv_rank
+    else:
+        # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
+        # up-projected per-head K and V (Megatron-Core hands Transformer Engine full heads)
+        x_kv = m.mla
+        kv_mla = m.heads * (x_kv.qk_nope_head_dim + x_kv.qk_rope_head_dim + x_kv.v_head_dim)
+        kv_rank = kv_mla / 2.0 / tp
+        qkv_n = (sh.attn / h - float(q)) / tp
     attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
     f_d = float(m.dense_ffn_hidden)
     dense_mlp_t, dense_mlp_c = gemms((tokens, gate * f_d / tp, h), (tokens, h, f_d / tp))
@@ -317,13 +324,7 @@ def step_breakdown(
     tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
 
     # --- context parallel (ring attention K/V exchange) --------------------------------
-    # K and V per token and TP rank as the ring passes them: per-head, so MLA's are
-    # up-projected (Megatron-Core's MLA hands Transformer Engine's attention full K and V
-    # heads)
-    if m.mla is not None:
-        x_kv = m.mla
-        kv_mla = m.heads * (x_kv.qk_nope_head_dim + x_kv.qk_rope_head_dim + x_kv.v_head_dim)
-        kv_rank = kv_mla / 2.0 / tp
+    # K and V of each local token, per TP rank
     kv_chunk = 2.0 * p.mbs * s_loc * kv_rank * 2.0
     cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
     cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)

@@ -192,7 +192,9 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
 NOT_STATED = ("-", "\u2013", "\u2014", "n/a", "na", "?")
 """Cells that published tables use for "not stated" or "not applicable": read as empty."""
 
-_THOUSANDS = re.compile(r"\d{1,3}([,\u202f\u00a0 _]\d{3})+(\.\d+)?")
+_SEPARATOR = r"[,\u202f\u00a0 _]"
+"""Thousands separators: comma, (narrow) no-break space, space, underscore."""
+_THOUSANDS = re.compile(rf"\d{{1,3}}({_SEPARATOR}\d{{3}})+(\.\d+)?")
 
 
 def num(row: dict[str, str], col: str, where: str) -> float | None:
@@ -210,7 +212,7 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     elif col == "seq_len" and text[-1:] in ("k", "K"):
         text, scale = text[:-1].strip(), 1024.0
     if _THOUSANDS.fullmatch(text):
-        text = re.sub(r"[,\u202f\u00a0 _]", "", text)
+        text = re.sub(_SEPARATOR, "", text)
     try:
         v = float(text) * scale
     except ValueError:

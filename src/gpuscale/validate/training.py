@@ -312,13 +312,12 @@ def choose_plan(pr: PreparedRow, cal: Calibration) -> tuple[Plans, str]:
     """The row's plan: its stated degrees, the rest from the search (fastest that fits)."""
     w, fx = pr.workload, pr.fixed
     if all(k in fx for k in ("tp", "pp", "dp")):
-        degrees = [fx[k] for k in ("tp", "pp", "dp", "cp") if k in fx]
-        used = int(np.prod(degrees))
+        stated = {k: fx[k] for k in ("tp", "pp", "dp", "cp") if k in fx}
+        used = int(np.prod(list(stated.values())))
         if used > w.num_gpus:
-            names = "x".join(k for k in ("tp", "pp", "dp", "cp") if k in fx)
             raise UnsupportedRowError(
-                f"stated {names} = {'x'.join(map(str, degrees))} = {used} GPUs, more than "
-                f"num_gpus ({w.num_gpus})"
+                f"stated {'x'.join(stated)} = {'x'.join(map(str, stated.values()))} = {used} "
+                f"GPUs, more than num_gpus ({w.num_gpus})"
             )
     try:
         res = search_plans(w, cal, fx, require_fit=False, exact_gpus=True)

@@ -22,7 +22,7 @@ from gpuscale.perf.plan import SHARDING, Workload
 from gpuscale.perf.recompute import parse_modules
 from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SkipRow, num
-from gpuscale.validate.training_stack import stack_text
+from gpuscale.validate.training_stack import NEGATOR, OFF, stack_text
 
 UnsupportedRowError = SkipRow
 """A row gpuscale cannot model yet; the message is the reason."""
@@ -45,15 +45,13 @@ SHARD_SPELLINGS = (
     (r"dist|distributed|^(yes|true|on|1)$", 1),
     (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0)$", 0),
 )
-_OFF = r"(off|false|no|none|disabled?|0)"
-"""A value that switches the named feature off ("FSDP: off", "dist_opt=0")."""
 _SCHEME = (
     r"(fsdp[\w-]*|zero[\w-]*(\s*stage[\s_-]*\d)?|(use_)?dist[\w.-]*(\s+optimi[sz]er)?"
     r"|distributed(\s+optimi[sz]er)?)"
 )
 NEGATED = re.compile(
-    rf"\b(no|not|without|w/o|non)[\s_-]*{_SCHEME}"
-    rf"|{_SCHEME}\s*[:=(]?\s*{_OFF}\s*\)?\s*(?=$|[,;/])"
+    rf"\b{NEGATOR}[\s_-]*{_SCHEME}"
+    rf"|{_SCHEME}\s*[:=(]?\s*{OFF}\s*\)?\s*(?=$|[,;/])"
 )
 """A sharding the cell says the run did not use, before or after its name ("DDP (no
 dist-opt)", "without ZeRO", "FSDP: off", "use_distributed_optimizer=False"): not the scheme
@@ -93,7 +91,7 @@ def read_sharding(cell: str) -> int | None:
 _RECOMPUTE = r"((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*"
 RECOMPUTE_OFF = re.compile(
     rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
-    rf"|{_RECOMPUTE}\s*[:=(]?\s*{_OFF}\s*\)?"
+    rf"|{_RECOMPUTE}\s*[:=(]?\s*{OFF}\s*\)?"
     r"|(none|off|disabled)\b.*"
 )
 """A recompute cell that says there was none: "no activation checkpointing", "without

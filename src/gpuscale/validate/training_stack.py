@@ -18,8 +18,12 @@ def stack_text(row: dict[str, str]) -> str:
     return " ".join(row.get(c, "") for c in cells).lower()
 
 
-_NOT_BEFORE = re.compile(r"\b(no|not|without|w/o|non|disabled?)[\s_-]*$")
-_NOT_AFTER = re.compile(r"\s*[(:=]?\s*(disabled?|off|false|no|none|0)\b")
+NEGATOR = r"(no|not|without|w/o|non)"
+"""A word before a feature's name that says it was not used ("without ZeRO")."""
+OFF = r"(off|false|no|none|disabled?|0)"
+"""A value that switches the named feature off ("FSDP: off", "dist_opt=0")."""
+_NOT_BEFORE = re.compile(rf"\b({NEGATOR}|disabled?)[\s_-]*$")
+_NOT_AFTER = re.compile(rf"\s*[(:=]?\s*{OFF}\b")
 
 
 def mentions(text: str, pattern: str) -> bool:
