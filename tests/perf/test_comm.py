@@ -218,3 +218,39 @@ def test_a_full_mesh_gives_a_subgroup_only_its_direct_links() -> None:
         assert up == pytest.approx(links * 64e9 * cal.scaleup_eff)
     dgx = Fabric.from_system(get_system("dgx-h100"), 64)
     assert float(place(dgx, cal, 2, 2).up_Bps) == float(place(dgx, cal, 8, 8).up_Bps)
+
+
+# --- latency assembly and NIC sharing ------------------------------------------------------
+def test_a_ring_across_nodes_floors_each_nvlink_hop_at_the_net_overhead() -> None:
+    # tuning.cc: once a ring spans nodes, each intra-node step costs max(NVLink hop, net
+    # overhead) (1 us on Intel/ARM hosts, LL), not their sum. 8 B over 2 DGX H100 nodes,
+    # ring LL: base 6.6 us + (30 - 2) intra steps + 2 network steps, plus the once-per-call
+    # network latency
+    e = estimate("all_reduce", 8, 16, H100, CAL, algorithm="ring")
+    assert str(e.protocol) == "LL"
+    intra = max(CAL.scaleup_latency_s, 1e-6)  # the fitted NVLink hop is the ring/LL entry
+    want = 6.6e-6 + 28 * intra + 2 * CAL.scaleout_latency_s + CAL.scaleout_call_latency_s
+    assert float(e.latency_s) == pytest.approx(want, rel=1e-9)
+    # inside one node there is no net overhead: 14 steps of the NVLink hop alone
+    one = estimate("all_reduce", 8, 8, H100, CAL, algorithm="ring")
+    assert float(one.latency_s) == pytest.approx(6.6e-6 + 14 * CAL.scaleup_latency_s)
+
+
+def test_concurrent_groups_share_a_nodes_few_nics() -> None:
+    # 8 GPUs and 2 NICs a node, one member per node: a lone group (nccl-tests) has a whole
+    # NIC per member, 4x its share; in training every GPU of the node runs such a group at
+    # once, so each gets a quarter NIC, as if there were one NIC per GPU of the same rate
+    node_bw = H100.nic_bw_Bps_per_gpu
+    shared = Fabric(**{**H100.__dict__, "nics_per_node": 2, "nic_bw_Bps_per_gpu": node_bw})
+    own = Fabric(**{**H100.__dict__, "nics_per_node": 8})
+
+    def t(f: Fabric, conc: bool) -> float:
+        return float(
+            estimate(
+                "all_gather", GiB, 16, f, CAL, members_per_domain=1, concurrent=conc
+            ).bandwidth_s
+        )
+
+    assert t(shared, False) == pytest.approx(t(own, False) / 4, rel=1e-9)
+    assert t(shared, True) == pytest.approx(t(own, True), rel=1e-9)
+    assert t(own, True) == pytest.approx(t(own, False), rel=1e-9)  # one NIC a GPU: no change

@@ -639,3 +639,61 @@ def test_an_moe_model_under_tensor_parallelism_needs_sequence_parallelism() -> N
     ]
     dense = workload("llama3-8b", gpus=16, seq=4096, gbs=32, gpu="h100-sxm")
     assert validity(dense, Plans.of(tp=2, dp=8, sp=False))[0].all()
+
+
+def test_a_pcie_servers_tp_group_stays_inside_the_node() -> None:
+    # H100 PCIe in an 8-GPU Gen5 server (no NVLink): a TP4 group's all-reduces go through
+    # the host's PCIe switches, 4 members in one node, never over the network
+    w = workload(model="llama3-8b", gpus=16, seq=4096, gbs=16, gpu="h100-pcie")
+    assert w.fabric.domain_gpus == 1 and w.fabric.gpus_per_node == 8
+    p = Plans.of(tp=4, pp=1, dp=4, mbs=1, sp=False)
+    cal = CAL.replace(tp_overlap=0.0)
+    got = float(step_breakdown(w, p, cal).tp_comm_s[0])
+    one = float(
+        collective_time_s("all_reduce", 4096 * 4096 * 2.0, 4, w.fabric, cal, 4, concurrent=True)
+    )
+    # 4 micro-batches x (32 layers x 2 blocks x 2 (forward, backward) + the embedding and
+    # output-layer reductions)
+    assert got == pytest.approx(4 * (32 * 4 + 2) * one, rel=1e-9)
+    net = float(
+        collective_time_s("all_reduce", 4096 * 4096 * 2.0, 4, w.fabric, cal, 1, concurrent=True)
+    )
+    assert one < net
+
+
+def test_deepspeed_zero3_reduces_16_bit_gradients_fsdp_32_bit() -> None:
+    # ZeRO-3 of Llama 3 8B over 64 H100s, one micro-batch, nothing hidden: the layer-wise
+    # reduce-scatters move 2-byte gradients under DeepSpeed (communication_data_type = the
+    # model's) and 4-byte ones under FSDP's fp32 reduce_dtype; the gathers are 2 bytes both
+    w = workload(model="llama3-8b", gpus=64, seq=4096, gbs=64, gpu="h100-sxm")
+    cal = CAL.replace(zero3_overlap=0.0, zero3_param_gather_Bps=1e15)
+    p = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=4)
+    layers = 32.0
+    params = float(param_count(get_model("llama3-8b")))
+    f = w.fabric
+
+    def coll(op: str, nbytes: float) -> float:
+        size = np.array([params * nbytes / layers])
+        return layers * float(collective_time_s(op, size, 64, f, cal, 8, concurrent=True)[0])
+
+    ag = coll("all_gather", 2.0)
+    fsdp = float(step_breakdown(w, p, cal).dp_comm_s[0])
+    assert fsdp == pytest.approx(coll("reduce_scatter", 4.0) + 2 * ag, rel=1e-6)
+    ds = float(step_breakdown(replace(w, zero3_gathers="per-param"), p, cal).dp_comm_s[0])
+    assert ds == pytest.approx(coll("reduce_scatter", 2.0) + 2 * ag, rel=1e-6)
+
+
+def test_zero2_under_a_pipeline_reduces_once_a_step_like_zero1() -> None:
+    # a pipeline schedule accumulates whole gradients and reduce-scatters them after the last
+    # micro-batch (PyTorch pipelining with FSDP, Llama 3's FSDP with PP): ZeRO-1's traffic
+    # and gradient memory, where without PP ZeRO-2 reduces every micro-batch
+    w = workload(model="llama3-70b", gpus=64, seq=4096, gbs=64, gpu="h100-sxm")
+    cal = CAL.replace(dp_overlap=0.0)
+    z1, z2 = (Plans.of(tp=8, pp=2, dp=4, mbs=1, recompute=2, sharding=k) for k in (2, 3))
+    a, b = step_breakdown(w, z1, cal), step_breakdown(w, z2, cal)
+    assert float(b.dp_comm_s[0]) == pytest.approx(float(a.dp_comm_s[0]), rel=1e-12)
+    from gpuscale.perf.memory import memory_breakdown
+
+    ma, mb_ = memory_breakdown(w, z1, cal), memory_breakdown(w, z2, cal)
+    assert float(mb_.gradients[0]) == pytest.approx(float(ma.gradients[0]), rel=1e-12)
+    assert float(mb_.optimizer[0]) == pytest.approx(float(ma.optimizer[0]), rel=1e-12)

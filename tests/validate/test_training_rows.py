@@ -722,3 +722,32 @@ def test_stated_degrees_beyond_the_gpu_count_name_the_cells() -> None:
     pr = prepare(_row(tp="4", pp="4", dp="4", cp="2"), "test")  # 128 GPUs of 64
     with pytest.raises(UnsupportedRowError, match=r"tpxppxdpxcp = 4x4x4x2 = 128 GPUs, more"):
         choose_plan(pr, default_calibration())
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "E=16, k=4",
+        "num_experts=16, top_k=4",
+        "MoE with 16 routed experts, topk 4",
+        "16 experts, 4 active experts per token",
+        "E: 16; moe_topk: 4",
+    ],
+)
+def test_expert_counts_are_read_as_configs_write_them(said: str) -> None:
+    m, notes = model_for({**DBRX_ROW, "notes": said}, "row 1")
+    assert (m.num_experts, m.top_k) == (16, 4)
+    assert "16 experts, top-4, as the row says" in notes
+
+
+def test_a_global_batch_given_in_tokens_is_skipped_naming_the_cell() -> None:
+    from gpuscale.validate.training import UnsupportedRowError
+
+    # 4M tokens written in the sequences column: 4,194,304 x 2,048 = 8.6e9 tokens a step
+    with pytest.raises(UnsupportedRowError) as err:
+        prepare(_row(seq_len="2048", global_batch_seqs="4194304"), "test")
+    msg = str(err.value)
+    assert "global_batch_seqs=4,194,304" in msg and "2,048 sequences" in msg
+    # DeepSeek-V3's 15,360 sequences of 4,096 (63 M tokens) is a real batch and is read
+    pr = prepare(_row(seq_len="4096", global_batch_seqs="15360", num_gpus="2048"), "test")
+    assert pr.workload.global_batch == 15360

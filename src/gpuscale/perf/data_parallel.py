@@ -47,12 +47,16 @@ def data_parallel_s(
     dense, expert, _ = params_per_gpu(w, p)
     d = (p.dp * p.cp).astype(np.float64)
     d_exp = np.maximum(d * tp / p.ep, 1.0)
-    dp_k = np.clip(f.domain_gpus / tp, 1.0, d)
-    grad_b = np.select([p.sharding <= 1, p.sharding == 4], [4.0, 4.0], 2.0)
+    dp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, d)
+    # gradients reduce in fp32 under Megatron's DDP and distributed optimizer and FSDP's
+    # mixed precision (reduce_dtype fp32); in the 16-bit dtype under DeepSpeed's ZeRO,
+    # stage 3 included (its communication_data_type defaults to the model's)
+    fsdp = (p.sharding == 4) & (w.zero3_gathers != "per-param")
+    grad_b = np.where((p.sharding <= 1) | fsdp, 4.0, 2.0)
 
     # expert parallelism takes the innermost ranks (expert TP = 1), so an expert-DP group
     # has only domain / EP members in each scale-up domain
-    k_exp = np.clip(f.domain_gpus / p.ep, 1.0, d_exp)
+    k_exp = np.clip(f.scaleup_domain_gpus / p.ep, 1.0, d_exp)
 
     def dp_time(
         op: str, nbytes_per_param: FloatArray | float, pieces: FloatArray | float = 1.0
@@ -95,7 +99,11 @@ def data_parallel_s(
     # micro-step), each hidden as ZeRO-1's one reduction is behind the last (a
     # one-micro-batch ZeRO-2 step times as ZeRO-1's); parameters are gathered once per step
     exposed_z2 = mb * exposed(reduce_scatter) + exposed(gather)
-    dp_comm = np.select([p.sharding == 4, p.sharding == 3], [exposed_z3, exposed_z2], exposed_step)
+    # under a pipeline schedule gradients accumulate whole and are reduce-scattered once,
+    # after the last micro-batch (PyTorch's pipelining turns FSDP's gradient sync off until
+    # then; Llama 3's FSDP with PP): ZeRO-1's traffic. DeepSpeed refuses ZeRO-2 with PP.
+    z2 = (p.sharding == 3) & (p.pp == 1)
+    dp_comm = np.select([p.sharding == 4, z2], [exposed_z3, exposed_z2], exposed_step)
 
     # --- optimizer ---------------------------------------------------------------------------
     sharded = p.sharding >= 1

@@ -218,6 +218,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         sh = np.select([p.sharding == k for k in _BYTES], [_BYTES[k][j][1] for k in _BYTES])
         cols.append(dense * (un + sh / d) + expert * (un + sh / d_exp))
     weights, grads, opt = cols
+    # ZeRO-2 under a pipeline schedule accumulates whole 16-bit gradients until the last
+    # micro-batch's reduce-scatter (see data_parallel): ZeRO-1's gradient memory
+    grads = np.where((p.sharding == 3) & (p.pp > 1), (dense + expert) * 2.0, grads)
     if w.precision in ("fp8", "fp4"):
         # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
         # sharded like the 16-bit weights under ZeRO-3/FSDP

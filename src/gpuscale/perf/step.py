@@ -308,7 +308,7 @@ def step_breakdown(
 
     # --- tensor-parallel communication ---------------------------------------------------
     act_bytes = tokens * h * 2.0
-    tp_k = np.minimum(tp, float(f.domain_gpus))
+    tp_k = np.minimum(tp, float(f.scaleup_domain_gpus))
     tp_one = collective_s("all_reduce", act_bytes, tp, tp_k, f, cal)
     # one collective forward and one backward (and one more when recomputed) per TP-split
     # block: attention, Mamba mixer, dense MLP; an MoE block only for its TP-split shared
@@ -326,7 +326,7 @@ def step_breakdown(
     # --- context parallel (ring attention K/V exchange) --------------------------------
     # K and V of each local token, per TP rank
     kv_chunk = 2.0 * p.mbs * s_loc * kv_rank * 2.0
-    cp_k = np.clip(f.domain_gpus / tp, 1.0, cp)
+    cp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, cp)
     cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
     # a recomputed attention core (full recompute, or selective of core_attn) runs its ring
     # forward once more
@@ -348,7 +348,7 @@ def step_breakdown(
     # --- expert parallel all-to-all ----------------------------------------------------
     if m.is_moe:
         a2a_bytes = tokens / tp * m.top_k * mw * 2.0  # sequence-parallel shards dispatch
-        ep_k = np.clip(float(f.domain_gpus), 1.0, p.ep)
+        ep_k = np.clip(float(f.scaleup_domain_gpus), 1.0, p.ep)
         a2a = per_distinct(
             lambda s, nn, kk: moe_dispatch_time_s(
                 s,
@@ -361,6 +361,7 @@ def step_breakdown(
                 w.ep_dispatch,
                 m.route_groups,
                 m.route_topk_groups,
+                concurrent=True,
             ),
             a2a_bytes,
             p.ep.astype(np.float64),
@@ -376,7 +377,7 @@ def step_breakdown(
 
     # --- pipeline point-to-point -----------------------------------------------------------
     p2p_bytes = np.where(p.sp, act_bytes / tp, act_bytes)
-    pp_cross = (tp * cp * p.dp) < f.domain_gpus
+    pp_cross = (tp * cp * p.dp) < f.scaleup_domain_gpus
     # a pipeline needs two GPUs at least: on one GPU no plan sends anything
     if f.total_gpus >= 2:
         p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)

@@ -101,6 +101,11 @@ class PreparedRow:
     notes: tuple[str, ...]
 
 
+MAX_TOKENS_PER_STEP = 2**27
+"""Tokens in one optimizer step above which a row's global batch is taken to be in tokens,
+not sequences: twice DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest
+batch published for an LLM pre-training run we know of; Llama 3 405B used 16 M."""
+
 TRUTHY = ("1", "true", "yes", "on")
 FALSY = ("0", "false", "no", "off")
 """How a yes/no cell (seq_parallel) may be spelled, in any case."""
@@ -152,6 +157,13 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
+    if gbs * seq > MAX_TOKENS_PER_STEP and gbs >= seq:
+        raise UnsupportedRowError(
+            f"global_batch_seqs={gbs:,.0f} with seq_len={seq:,.0f} is {gbs * seq:,.0f} tokens "
+            f"a step, beyond any published run's (at most {MAX_TOKENS_PER_STEP:,}); the cell "
+            f"looks like a batch in tokens ({gbs:,.0f} tokens = {gbs / seq:,.6g} sequences): "
+            "give it in sequences"
+        )
     if measured is None:
         if target not in ("tokens_per_s_per_gpu", "excluded") or not step_s:
             raise UnsupportedRowError(f"no {measured_col} value")

@@ -161,9 +161,25 @@ def _catalog_model(name: str, notes: list[str]) -> Model | None:
     return model
 
 
-EXPERTS = re.compile(r"(\d+)\s+(?:routed\s+)?experts", re.IGNORECASE)
-TOP_K = re.compile(r"top[\s-]?(\d+)", re.IGNORECASE)
-"""A model's experts as a row's model name or notes state them ("16 experts, top-4")."""
+EXPERTS = re.compile(
+    r"(\d+)\s+(?:routed\s+)?experts|\b(?:num_experts|n_experts|E)\s*[=:]\s*(\d+)",
+    re.IGNORECASE,
+)
+TOP_K = re.compile(
+    r"top[\s_-]?(?:k\s*[=:]?\s*)?(\d+)|\b(?:moe_topk|k)\s*[=:]\s*(\d+)|(\d+)\s+active\s+experts",
+    re.IGNORECASE,
+)
+"""A model's experts as a row's model name or notes state them: "16 experts, top-4",
+"E=64, k=8", "num_experts=64, top_k=8", "64 experts, 8 active experts"."""
+
+
+def _first_int(hit: re.Match[str] | None) -> int | None:
+    """The first group a pattern of alternatives matched, as a whole number."""
+    if hit is None:
+        return None
+    return int(next(g for g in hit.groups() if g is not None))
+
+
 SIZE_TOLERANCE = 0.25
 """Largest relative gap between the parameters a row states and those its shape gives."""
 
@@ -246,9 +262,9 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         if shape["kv_heads"]:
             body["kv_heads"] = int(shape["kv_heads"])
         said = f"{row['model']} {row.get('notes', '')}"
-        experts, top_k = EXPERTS.search(said), TOP_K.search(said)
-        if experts and top_k and int(experts.group(1)) > 1:
-            body["num_experts"], body["top_k"] = int(experts.group(1)), int(top_k.group(1))
+        experts, top_k = _first_int(EXPERTS.search(said)), _first_int(TOP_K.search(said))
+        if experts and top_k and experts > 1:
+            body["num_experts"], body["top_k"] = experts, top_k
             notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
         try:
             return _as_stated(body, num(row, "params_b", where), notes), notes

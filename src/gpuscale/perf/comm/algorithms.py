@@ -60,8 +60,10 @@ def _ring_lat(
     lat: _Lat, pl: Placement, p: int, nsteps: FloatArray, ninter: FloatArray
 ) -> FloatArray:
     multi = pl.m > 1.0
+    # a ring that spans nodes still launches every step through the network proxy:
+    # tuning.cc raises the intra-node hop latency to that overhead (a floor, not a sum)
     over = nccl.NET_OVERHEAD_S * (3.0 if p == SIMPLE else 1.0)
-    intra = lat.intra("ring", p) + np.where(multi, over, 0.0)
+    intra = np.where(multi, max(lat.intra("ring", p), over), lat.intra("ring", p))
     # one GPU per node: tuning.cc takes the Tree NET latency for the ring's network hops
     inter = np.where(pl.k <= 1.0, lat.inter("tree", p), lat.inter("ring", p))
     return nccl.BASE_LATENCY_S["ring"][p] + (nsteps - ninter) * intra + ninter * inter

@@ -23,9 +23,15 @@ def collective_s(
     f: Fabric,
     cal: Calibration,
 ) -> FloatArray:
-    """``collective_time_s`` evaluated once per distinct (size, group, placement)."""
+    """``collective_time_s`` evaluated once per distinct (size, group, placement), for a
+    training step: every GPU of a node runs a group of the same kind at once."""
     return per_distinct(
-        lambda s, nn, kk: collective_time_s(op, s, nn, f, cal, members_per_domain=kk), size, n, k
+        lambda s, nn, kk: collective_time_s(
+            op, s, nn, f, cal, members_per_domain=kk, concurrent=True
+        ),
+        size,
+        n,
+        k,
     )
 
 

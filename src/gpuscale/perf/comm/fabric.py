@@ -93,9 +93,18 @@ class Placement:
 
 
 def place(
-    fabric: Fabric, cal: Calibration, n: ArrayLike, members_per_domain: ArrayLike | None
+    fabric: Fabric,
+    cal: Calibration,
+    n: ArrayLike,
+    members_per_domain: ArrayLike | None,
+    concurrent: bool = False,
 ) -> Placement:
-    """Group geometry: balanced over domains by default (two racks of 64 for 128 ranks)."""
+    """Group geometry: balanced over domains by default (two racks of 64 for 128 ranks).
+
+    ``concurrent``: every GPU of a node runs a group like this one at the same time, as in
+    training, where each tensor/pipeline rank has its own data-parallel group. The node's
+    NICs are then shared by all its GPUs, whatever a single group's members per node.
+    """
     nn = np.asarray(n, dtype=np.float64)
     dom = float(fabric.scaleup_domain_gpus)
     if members_per_domain is None:
@@ -112,8 +121,9 @@ def place(
     nics = float(fabric.nics_per_node or fabric.gpus_per_node)
     node_total = fabric.nic_bw_Bps_per_gpu * g
     # members of one node stripe over the NICs they can reach; a lone member still gets a
-    # whole NIC where NICs are fewer than GPUs (NCCL PXN) and its own share where more.
-    node_share = np.minimum(1.0, np.maximum(k_node / g, 1.0 / nics))
+    # whole NIC where NICs are fewer than GPUs (NCCL PXN) and its own share where more,
+    # unless the node's other GPUs run groups of their own at the same time
+    node_share = k_node / g if concurrent else np.minimum(1.0, np.maximum(k_node / g, 1.0 / nics))
     net = node_total * node_share / k_node * cal.scaleout_eff
     one_nic = np.minimum(net, node_total / nics * cal.scaleout_eff)
     # traffic crossing the oversubscribed tier: (L-1)/L of it when the group spans L leaves

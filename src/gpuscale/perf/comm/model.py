@@ -110,6 +110,7 @@ def estimate(
     cal: Calibration,
     members_per_domain: ArrayLike | None = None,
     algorithm: str | None = None,
+    concurrent: bool = False,
 ) -> CommEstimate:
     """Time, algbw and busbw of one collective per point, with the chosen algorithm.
 
@@ -117,12 +118,14 @@ def estimate(
     (default: the group spread evenly over as few domains as hold it). A data-parallel
     group behind TP = 8 has ``members_per_domain = 1`` and moves every byte over its own
     NIC. ``algorithm`` forces one (like ``NCCL_ALGO``): ring, tree, nvls, nvls_tree, pat, p2p.
+    ``concurrent``: every GPU of a node runs such a group at once (training), so a group
+    with fewer members per node than GPUs does not get spare NICs (see :func:`.fabric.place`).
     """
     check_op(op)
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise InputError("algorithm", algorithm, f"one of {', '.join(ALGORITHMS)}")
     size, nn, kk = group_arrays(size_bytes, n, members_per_domain, fabric)
-    pl = place(fabric, cal, nn, kk)
+    pl = place(fabric, cal, nn, kk, concurrent)
     cands = CANDIDATES[op](size, pl, fabric, cal)
     if algorithm is not None:
         cands = [c for c in cands if c[0] == algorithm]
@@ -171,6 +174,9 @@ def collective_time_s(
     fabric: Fabric,
     cal: Calibration,
     members_per_domain: ArrayLike | None = None,
+    concurrent: bool = False,
 ) -> FloatArray:
     """Time of one collective of ``size_bytes`` over groups of ``n`` GPUs (see :func:`estimate`)."""
-    return estimate(op, size_bytes, n, fabric, cal, members_per_domain).time_s
+    return estimate(
+        op, size_bytes, n, fabric, cal, members_per_domain, concurrent=concurrent
+    ).time_s

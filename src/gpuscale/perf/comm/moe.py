@@ -86,18 +86,22 @@ def moe_dispatch_time_s(
     dispatch: str = "hierarchical",
     groups: int = 1,
     topk_groups: int = 0,
+    concurrent: bool = False,
 ) -> FloatArray:
     """Seconds of one dispatch (or combine) of ``size_bytes`` per rank (all ``top_k`` copies
     of its tokens) over an expert-parallel group of ``n`` ranks, ``members_per_domain`` of
-    them per scale-up domain; ``groups`` / ``topk_groups``: group-limited routing."""
+    them per scale-up domain; ``groups`` / ``topk_groups``: group-limited routing;
+    ``concurrent``: every GPU of a node dispatches at once (see :func:`.fabric.place`)."""
     if dispatch not in EP_DISPATCH:
         raise InputError("ep-dispatch", dispatch, f"one of {', '.join(EP_DISPATCH)}")
     # forwarding needs a scale-up fabric (DeepEP and HybridEP run over NVLink): without one,
     # every copy travels on its own
     if dispatch == "all_to_all" or fabric.domain_gpus <= 1:
-        return collective_time_s("all_to_all", size_bytes, n, fabric, cal, members_per_domain)
+        return collective_time_s(
+            "all_to_all", size_bytes, n, fabric, cal, members_per_domain, concurrent
+        )
     s, nn, kk = group_arrays(size_bytes, n, members_per_domain, fabric)
-    pl = place(fabric, cal, nn, kk)
+    pl = place(fabric, cal, nn, kk, concurrent)
     n_, k, m = pl.n, pl.k, pl.m
     local = (k - 1.0) / n_ * s  # copies to experts on other GPUs of the own domain
     remote = (n_ - k) / n_ * s  # copies to experts in other domains
