@@ -352,3 +352,14 @@ def test_partial_recompute_that_cannot_fit_says_so() -> None:
     e = estimate(w, Plans.of(tp=8, dp=1, mbs=1, sp=True, recompute=RECOMPUTE.index("partial")), CAL)
     assert not bool(e.memory.fits[0])
     assert "partial recompute: even recomputing every layer, the plan does not fit" in e.notes(0)
+
+
+def test_zero2_under_a_pipeline_is_searched_only_when_asked_for() -> None:
+    # with pp > 1 ZeRO-2 reduces once a step, as ZeRO-1: the search lists it once
+    w = workload("llama3-8b", "h100-sxm", 64, 4096, 256)
+    z2 = SHARDING.index("zero2")
+    free = enumerate_plans(w)
+    assert ((free.sharding == z2) & (free.pp == 1)).any()
+    assert not ((free.sharding == z2) & (free.pp > 1)).any()
+    asked = enumerate_plans(w, {"sharding": z2, "pp": 2})
+    assert len(asked) > 0 and (asked.sharding == z2).all()

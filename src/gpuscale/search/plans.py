@@ -177,8 +177,11 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         sp=s[:, 2].astype(bool),
         tp_overlap=s[:, 3].astype(bool),
     )
-    # switches that do nothing at TP = 1 are dropped (they would only duplicate plans)
+    # switches that do nothing at TP = 1 are dropped (they would only duplicate plans), and
+    # so is ZeRO-2 under a pipeline unless asked for: it reduces once a step there, as ZeRO-1
     keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
+    if "sharding" not in fx or fx["sharding"] is None:
+        keep &= (plans.pp == 1) | (plans.sharding != SHARDING.index("zero2"))
     return plans.take(keep)
 
 
