@@ -139,3 +139,30 @@ def test_unsupported_precision_is_an_input_error() -> None:
         precision_plan(get_gpu("h100-sxm"), "fp4")
     with pytest.raises(InputError):
         precision_plan(get_gpu("h100-sxm"), "int3")
+
+
+def test_pipeline_hops_between_nodes_cost_the_network_latency() -> None:
+    # Llama 3 405B in FP8 on DGX H100 (8 GPUs a node): TP4 PP2 keeps both stages in one
+    # node, TP8 PP2 puts each stage in its own node, TP2 PP8 crosses once in 7 boundaries
+    from gpuscale.catalog import get_system
+    from gpuscale.perf.comm import Fabric
+    from gpuscale.perf.comm.model import collective_time_s
+
+    cal = Calibration()
+    m, gpu = get_model("llama3-405b"), get_gpu("h100-sxm")
+    prec = precision_plan(gpu, "fp8")
+    fabric = Fabric.from_system(get_system("dgx-h100"))
+    size = m.hidden * 2.0
+
+    def hop(k: int) -> float:
+        return float(collective_time_s("send_recv", size, 2, fabric, cal, k))
+
+    def alpha(tp: int, pp: int) -> float:
+        return build_step_model(m, gpu, prec, tp, pp, cal, tokens_per_seq=2048).pp_hop_alpha_s
+
+    beta_in = float(collective_time_s("send_recv", size * 1025, 2, fabric, cal, 2)) - hop(2)
+    assert alpha(4, 2) == pytest.approx(hop(2) - beta_in / 1024, rel=1e-9)
+    assert alpha(8, 2) > alpha(4, 2)
+    mixed = alpha(2, 8)
+    assert alpha(4, 2) < mixed < alpha(8, 2)
+    assert mixed == pytest.approx(alpha(4, 2) + (alpha(8, 2) - alpha(4, 2)) / 7, rel=1e-9)

@@ -731,13 +731,26 @@ def test_stated_degrees_beyond_the_gpu_count_name_the_cells() -> None:
         "num_experts=16, top_k=4",
         "MoE with 16 routed experts, topk 4",
         "16 experts, 4 active experts per token",
-        "E: 16; moe_topk: 4",
+        "E = 16; k = 4",
+        "k=8 nodes, 16 experts, top-4",  # a bare k= elsewhere is not the top-k
+        "n_routed_experts=16, num_experts_per_tok=4",
     ],
 )
 def test_expert_counts_are_read_as_configs_write_them(said: str) -> None:
     m, notes = model_for({**DBRX_ROW, "notes": said}, "row 1")
     assert (m.num_experts, m.top_k) == (16, 4)
     assert "16 experts, top-4, as the row says" in notes
+
+
+def test_an_e_or_k_in_other_words_names_no_experts() -> None:
+    # "E: 2024" is no expert count: the dense shape is kept (and here misses params_b, so
+    # the row is skipped for its size, not read as a 2,024-expert model)
+    from gpuscale.validate.training import UnsupportedRowError
+
+    row = {**DBRX_ROW, "notes": "dense; E: 2024 paper, k: 2"}
+    with pytest.raises(UnsupportedRowError) as err:
+        model_for(row, "row 1")
+    assert "gives 12.1 B parameters" in str(err.value)  # DBRX's shape without experts
 
 
 def test_a_global_batch_given_in_tokens_is_skipped_naming_the_cell() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm.distinct import collective_s
 from gpuscale.perf.memory import params_per_gpu
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
 
 FloatArray = FloatArrayT
 
@@ -48,11 +48,14 @@ def data_parallel_s(
     d = (p.dp * p.cp).astype(np.float64)
     d_exp = np.maximum(d * tp / p.ep, 1.0)
     dp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, d)
+    # ZeRO-2 under a pipeline gathers and reduces once a step, as the distributed
+    # optimizer does (plan.pipelined_fsdp)
+    shard = cost_sharding(w, p)
     # gradients reduce in fp32 under Megatron's DDP and distributed optimizer and FSDP's
     # mixed precision (reduce_dtype fp32); in the 16-bit dtype under DeepSpeed's ZeRO,
     # stage 3 included (its communication_data_type defaults to the model's)
-    fsdp = (p.sharding == 4) & (w.zero3_gathers != "per-param")
-    grad_b = np.where((p.sharding <= 1) | fsdp, 4.0, 2.0)
+    fsdp = (shard == 4) & (w.zero3_gathers != "per-param")
+    grad_b = np.where((shard <= 1) | fsdp, 4.0, 2.0)
 
     # expert parallelism takes the innermost ranks (expert TP = 1), so an expert-DP group
     # has only domain / EP members in each scale-up domain
@@ -71,7 +74,7 @@ def data_parallel_s(
         return pieces * (np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0))
 
     reduce_scatter = dp_time("reduce_scatter", grad_b)
-    grads = np.where(p.sharding == 0, dp_time("all_reduce", grad_b), reduce_scatter)
+    grads = np.where(shard == 0, dp_time("all_reduce", grad_b), reduce_scatter)
     gather = dp_time("all_gather", 2.0)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
     window = busy_mb * (2.0 / 3.0)
@@ -81,7 +84,7 @@ def data_parallel_s(
         out: FloatArray = np.maximum(t * (1.0 - cal.dp_overlap), t - window)
         return out
 
-    exposed_step = exposed(grads + np.where(p.sharding >= 1, gather, 0.0))
+    exposed_step = exposed(grads + np.where(shard >= 1, gather, 0.0))
     # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
     # its gradients, layer by layer, every micro-batch (one collective per layer each)
     rs_z3 = dp_time("reduce_scatter", grad_b, layers_stage)
@@ -99,14 +102,10 @@ def data_parallel_s(
     # micro-step), each hidden as ZeRO-1's one reduction is behind the last (a
     # one-micro-batch ZeRO-2 step times as ZeRO-1's); parameters are gathered once per step
     exposed_z2 = mb * exposed(reduce_scatter) + exposed(gather)
-    # under a pipeline schedule gradients accumulate whole and are reduce-scattered once,
-    # after the last micro-batch (PyTorch's pipelining turns FSDP's gradient sync off until
-    # then; Llama 3's FSDP with PP): ZeRO-1's traffic. DeepSpeed refuses ZeRO-2 with PP.
-    z2 = (p.sharding == 3) & (p.pp == 1)
-    dp_comm = np.select([p.sharding == 4, z2], [exposed_z3, exposed_z2], exposed_step)
+    dp_comm = np.select([shard == 4, shard == 3], [exposed_z3, exposed_z2], exposed_step)
 
     # --- optimizer ---------------------------------------------------------------------------
-    sharded = p.sharding >= 1
+    sharded = shard >= 1
     opt_params = np.where(sharded, dense / d + expert / d_exp, dense + expert)
     optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
 

@@ -272,15 +272,21 @@ class StepModel:
 
 
 def _alpha_beta(
-    op: str, n: int, bytes_per_token: float, fabric: Fabric, cal: Calibration
+    op: str,
+    n: int,
+    bytes_per_token: float,
+    fabric: Fabric,
+    cal: Calibration,
+    members_per_domain: int | None = None,
 ) -> tuple[float, float]:
     """Linearise one collective in the number of tokens it carries: time = a + b x tokens.
 
     The collective model is evaluated at 1 and 1,025 tokens; serving steps then cost their
     communication in closed form for any batch.
     """
-    one = float(collective_time_s(op, bytes_per_token, n, fabric, cal))
-    big = float(collective_time_s(op, bytes_per_token * 1025, n, fabric, cal))
+    k = members_per_domain
+    one = float(collective_time_s(op, bytes_per_token, n, fabric, cal, k))
+    big = float(collective_time_s(op, bytes_per_token * 1025, n, fabric, cal, k))
     beta = (big - one) / 1024.0
     return one - beta, beta
 
@@ -367,8 +373,17 @@ def build_step_model(
     else:
         ar_alpha = ar_beta = 0.0
     if pp > 1:
-        # stage boundary: send/recv of the activations; inside a node when PP x TP fits it
-        hop_alpha, hop_beta = _alpha_beta("send_recv", 2, model.hidden * 2.0, fabric, cal)
+        # stage boundary: send/recv of the activations, inside the scale-up domain or across
+        # it; the stages fill domains in order, so of the pp - 1 boundaries those between
+        # domains cross (all of them when one stage fills a domain or more)
+        hop = model.hidden * 2.0
+        a_in, b_in = _alpha_beta("send_recv", 2, hop, fabric, cal, 2)
+        a_out, b_out = _alpha_beta("send_recv", 2, hop, fabric, cal, 1)
+        dom = fabric.scaleup_domain_gpus
+        crossing = pp - 1 if tp >= dom else min(pp - 1, math.ceil(tp * pp / dom) - 1)
+        share = crossing / (pp - 1)
+        hop_alpha = (1.0 - share) * a_in + share * a_out
+        hop_beta = (1.0 - share) * b_in + share * b_out
     else:
         hop_alpha = hop_beta = 0.0
     hbm_bps = gpu.hbm_bw_Bps * cal.inf_hbm_eff

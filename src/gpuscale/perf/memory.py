@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
 from gpuscale.perf.transformer import (
     attn_dims,
     embedding_params,
@@ -212,19 +212,19 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     dense, expert, per_layer = params_per_gpu(w, p)
     d = (p.dp * p.cp).astype(np.float64)
     d_exp = np.maximum(d * p.tp / p.ep, 1.0)
+    # ZeRO-2 under a pipeline holds whole weights and fp32 gradients, as the distributed
+    # optimizer does (plan.pipelined_fsdp)
+    shard = cost_sharding(w, p)
     cols = []
     for j in range(3):
-        un = np.select([p.sharding == k for k in _BYTES], [_BYTES[k][j][0] for k in _BYTES])
-        sh = np.select([p.sharding == k for k in _BYTES], [_BYTES[k][j][1] for k in _BYTES])
+        un = np.select([shard == k for k in _BYTES], [_BYTES[k][j][0] for k in _BYTES])
+        sh = np.select([shard == k for k in _BYTES], [_BYTES[k][j][1] for k in _BYTES])
         cols.append(dense * (un + sh / d) + expert * (un + sh / d_exp))
     weights, grads, opt = cols
-    # ZeRO-2 under a pipeline schedule accumulates whole 16-bit gradients until the last
-    # micro-batch's reduce-scatter (see data_parallel): ZeRO-1's gradient memory
-    grads = np.where((p.sharding == 3) & (p.pp > 1), (dense + expert) * 2.0, grads)
     if w.precision in ("fp8", "fp4"):
         # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
         # sharded like the 16-bit weights under ZeRO-3/FSDP
-        z3 = p.sharding == 4
+        z3 = shard == 4
         weights = weights + np.where(z3, dense / d + expert / d_exp, dense + expert)
     # activations in flight: the first and the last pipeline stage (the same one without PP)
     first_mbs, last_mbs = in_flight(w, p)
@@ -241,7 +241,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     logits_first = np.where(p.pp == 1, logits, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit weights (and its gradients) while computing it,
     # with one more prefetched: 2 layers x (2 + 2) bytes per parameter
-    zero3 = np.where(p.sharding == 4, 2.0 * per_layer * 4.0, 0.0)
+    zero3 = np.where(shard == 4, 2.0 * per_layer * 4.0, 0.0)
     buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
     ovh = cal.mem_activation_overhead
     room = w.gpu.memory_bytes - (weights + grads + opt + buffers)

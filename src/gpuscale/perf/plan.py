@@ -222,6 +222,31 @@ class Plans:
         return " ".join(parts)
 
 
+def pipelined_fsdp(w: Workload, p: Plans) -> BoolArray:
+    """Plans whose ZeRO-2 sharding runs under a pipeline.
+
+    ZeRO-2 under a pipeline is FSDP that keeps its weights gathered after the forward
+    (reshard_after_forward=False) while PyTorch's pipeline schedules turn its gradient sync
+    off until the last micro-batch: the gradients accumulate whole in fp32 (FSDP's
+    reduce_dtype) and are reduce-scattered once a step, as Llama 3 405B trained (Dubey et
+    al. 2024, sec. 3.3). That costs what Megatron's distributed optimizer costs: 2 + 4
+    bytes a parameter held whole, the optimizer sharded, one gather and one reduce-scatter a
+    step. DeepSpeed refuses ZeRO-2 with pipeline parallelism. FSDP with full sharding
+    (ZeRO-3) under a pipeline stays priced per micro-batch, layer by layer: torchtitan's
+    Llama 3.1 405B runs on 512 H100 (its paper's 1F1B and interleaved tables) are measured
+    at that cost, not at one gather a step.
+    """
+    out: BoolArray = (p.sharding == SHARDING.index("zero2")) & (p.pp > 1)
+    return out
+
+
+def cost_sharding(w: Workload, p: Plans) -> IntArray:
+    """The sharding each plan is costed as (memory and DP traffic): the distributed
+    optimizer for :func:`pipelined_fsdp` plans, the plan's own otherwise."""
+    out: IntArray = np.where(pipelined_fsdp(w, p), SHARDING.index("dist-opt"), p.sharding)
+    return out
+
+
 def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, str]]]:
     """Which plans are structurally valid, and the named rules each violates."""
     m = w.model

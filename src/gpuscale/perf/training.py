@@ -10,7 +10,7 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload
+from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.transformer import model_flops_per_token
@@ -65,6 +65,13 @@ class TrainingEstimate:
                 "idle): its rates per GPU count the GPUs it uses (train scaling counts all)"
             )
         out.extend(self._recompute_notes(i))
+        if bool(pipelined_fsdp(w, self.plans.take(np.array([i])))[0]):
+            out.append(
+                "zero2 under a pipeline: the weights stay gathered and the fp32 gradients "
+                "whole until the last micro-batch (FSDP under PyTorch's pipeline schedules), "
+                "so it is priced as the distributed optimizer (one gather and one "
+                "reduce-scatter a step, 6 bytes a parameter held)"
+            )
         if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
             frac = float(self.memory.recompute_fraction[i])
             stage = float(self.plans.stage_layers(m.layers)[i])

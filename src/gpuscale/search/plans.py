@@ -22,7 +22,15 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, check_degrees, validity
+from gpuscale.perf.plan import (
+    RECOMPUTE,
+    SHARDING,
+    Plans,
+    Workload,
+    check_degrees,
+    pipelined_fsdp,
+    validity,
+)
 from gpuscale.perf.training import TrainingEstimate, estimate
 from gpuscale.units import GiB
 
@@ -178,10 +186,11 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         tp_overlap=s[:, 3].astype(bool),
     )
     # switches that do nothing at TP = 1 are dropped (they would only duplicate plans), and
-    # so is ZeRO-2 under a pipeline unless asked for: it reduces once a step there, as ZeRO-1
+    # so is ZeRO-2 under a pipeline unless asked for: it costs there what the distributed
+    # optimizer costs (plan.pipelined_fsdp)
     keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
     if "sharding" not in fx or fx["sharding"] is None:
-        keep &= (plans.pp == 1) | (plans.sharding != SHARDING.index("zero2"))
+        keep &= ~pipelined_fsdp(w, plans)
     return plans.take(keep)
 
 

@@ -161,23 +161,32 @@ def _catalog_model(name: str, notes: list[str]) -> Model | None:
     return model
 
 
-EXPERTS = re.compile(
-    r"(\d+)\s+(?:routed\s+)?experts|\b(?:num_experts|n_experts|E)\s*[=:]\s*(\d+)",
-    re.IGNORECASE,
+_E_K = r"(?-i:\bE)\s*[=:]\s*(\d+)\s*[,;]?\s*(?-i:\bk)\s*[=:]\s*(\d+)"
+"""The "E=64, k=8" shorthand (upper-case E, lower-case k, side by side)."""
+EXPERTS = (
+    re.compile(r"(\d+)\s+(?:routed\s+)?experts", re.IGNORECASE),
+    re.compile(r"\b(?:num_experts|n_routed_experts|n_experts)\s*[=:]\s*(\d+)", re.IGNORECASE),
+    re.compile(_E_K),
 )
-TOP_K = re.compile(
-    r"top[\s_-]?(?:k\s*[=:]?\s*)?(\d+)|\b(?:moe_topk|k)\s*[=:]\s*(\d+)|(\d+)\s+active\s+experts",
-    re.IGNORECASE,
+TOP_K = (
+    re.compile(r"\btop[\s_-]?(?:k\s*[=:]?\s*)?(\d+)", re.IGNORECASE),
+    re.compile(r"\b(?:moe_topk|num_experts_per_tok)\s*[=:]\s*(\d+)", re.IGNORECASE),
+    re.compile(r"(\d+)\s+active\s+experts", re.IGNORECASE),
+    re.compile(_E_K),
 )
-"""A model's experts as a row's model name or notes state them: "16 experts, top-4",
-"E=64, k=8", "num_experts=64, top_k=8", "64 experts, 8 active experts"."""
+"""A model's experts as a row's model name or notes state them, each list in order of
+precedence: "16 experts, top-4", "num_experts=64, top_k=8", "64 experts, 8 active
+experts", "E=64, k=8"."""
 
 
-def _first_int(hit: re.Match[str] | None) -> int | None:
-    """The first group a pattern of alternatives matched, as a whole number."""
-    if hit is None:
-        return None
-    return int(next(g for g in hit.groups() if g is not None))
+def _first_int(patterns: tuple[re.Pattern[str], ...], text: str, last: bool) -> int | None:
+    """The number the first pattern that matches ``text`` gives: its first group, or its
+    last with ``last`` (the k of "E=64, k=8")."""
+    for pat in patterns:
+        hit = pat.search(text)
+        if hit is not None:
+            return int(hit.group(pat.groups if last else 1))
+    return None
 
 
 SIZE_TOLERANCE = 0.25
@@ -262,7 +271,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         if shape["kv_heads"]:
             body["kv_heads"] = int(shape["kv_heads"])
         said = f"{row['model']} {row.get('notes', '')}"
-        experts, top_k = _first_int(EXPERTS.search(said)), _first_int(TOP_K.search(said))
+        experts, top_k = _first_int(EXPERTS, said, False), _first_int(TOP_K, said, True)
         if experts and top_k and experts > 1:
             body["num_experts"], body["top_k"] = experts, top_k
             notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
