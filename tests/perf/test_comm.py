@@ -231,6 +231,11 @@ def test_a_ring_across_nodes_floors_each_nvlink_hop_at_the_net_overhead() -> Non
     intra = max(CAL.scaleup_latency_s, 1e-6)  # the fitted NVLink hop is the ring/LL entry
     want = 6.6e-6 + 28 * intra + 2 * CAL.scaleout_latency_s + CAL.scaleout_call_latency_s
     assert float(e.latency_s) == pytest.approx(want, rel=1e-9)
+    # DGX A100's AMD EPYC hosts: NCCL takes a 2 us overhead (getNetOverhead)
+    assert A100.net_overhead_s == 2e-6
+    amd = estimate("all_reduce", 8, 16, A100, CAL, algorithm="ring")
+    want_amd = 6.6e-6 + 28 * 2e-6 + 2 * CAL.scaleout_latency_s + CAL.scaleout_call_latency_s
+    assert float(amd.latency_s) == pytest.approx(want_amd, rel=1e-9)
     # inside one node there is no net overhead: 14 steps of the NVLink hop alone
     one = estimate("all_reduce", 8, 8, H100, CAL, algorithm="ring")
     assert float(one.latency_s) == pytest.approx(6.6e-6 + 14 * CAL.scaleup_latency_s)

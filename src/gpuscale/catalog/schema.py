@@ -108,6 +108,10 @@ class System(_Entry):
     GPU reaches the k - 1 other members of its group over k - 1 of its links only."""
     nics_per_node: int = Field(ge=0)
     nic_gbps: float = Field(ge=0)
+    host_cpu: Literal["intel", "amd", "arm"] = "intel"
+    """The host CPUs' vendor: NCCL launches each network step through a proxy thread whose
+    overhead it takes as 2 us on AMD x86 hosts and 1 us elsewhere (tuning.cc
+    getNetOverhead)."""
     pcie_gen: int
     pcie_slots: int
     node_power_kw: float

@@ -20,7 +20,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, get_gpu, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric, busbw_factor, estimate
-from gpuscale.perf.comm.nccl import nvls_efficiency
+from gpuscale.perf.comm.nccl import NET_OVERHEAD_S, nvls_efficiency
 from gpuscale.units import GB
 from gpuscale.validate.report import (
     RowResult,
@@ -147,6 +147,10 @@ def parse_nics(text: str) -> tuple[float, int] | None:
     return None
 
 
+HOST_CPU_WORDS = {"epyc": "amd", "xeon": "intel", "grace": "arm"}
+"""Host CPU names a row's system text may give, and their vendor."""
+
+
 def row_fabric(row: dict[str, str], where: str) -> RowFabric:
     gpu = _gpu(row["gpu"])
     system = system_for_gpu(gpu)
@@ -171,6 +175,9 @@ def row_fabric(row: dict[str, str], where: str) -> RowFabric:
         nics_from = system.key
     low = (inter + " " + row["system"]).lower()
     transport = "efa" if ("efa" in low or "aws" in low) else "roce" if "roce" in low else "ib"
+    # the host CPUs, where the row names them, else the GPU's reference system's
+    named = [v for k, v in HOST_CPU_WORDS.items() if k in low]
+    host = named[0] if named else system.host_cpu
     fabric = Fabric(
         domain_gpus=domain,
         gpus_per_node=gpn,
@@ -180,6 +187,7 @@ def row_fabric(row: dict[str, str], where: str) -> RowFabric:
         nics_per_node=nics,
         nvls_efficiency=nvls_efficiency(gpu.key),
         transport=transport,
+        net_overhead_s=NET_OVERHEAD_S[host],
     )
     return RowFabric(fabric, nics_from)
 

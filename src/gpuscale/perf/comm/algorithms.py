@@ -44,6 +44,7 @@ class _Lat:
         self.up_scale = cal.scaleup_latency_s / nccl.REFERENCE_HOP["nvlink"]
         net = cal.scaleout_latency_efa_s if fabric.transport == "efa" else cal.scaleout_latency_s
         self.net_scale = net / nccl.REFERENCE_HOP["net"]
+        self.net_overhead = fabric.net_overhead_s
 
     def intra(self, algo: str, p: int) -> float:
         return nccl.HW_LATENCY_S[self.intra_path][algo][p] * self.up_scale
@@ -62,7 +63,7 @@ def _ring_lat(
     multi = pl.m > 1.0
     # a ring that spans nodes still launches every step through the network proxy:
     # tuning.cc raises the intra-node hop latency to that overhead (a floor, not a sum)
-    over = nccl.NET_OVERHEAD_S * (3.0 if p == SIMPLE else 1.0)
+    over = lat.net_overhead * (3.0 if p == SIMPLE else 1.0)
     intra = np.where(multi, max(lat.intra("ring", p), over), lat.intra("ring", p))
     # one GPU per node: tuning.cc takes the Tree NET latency for the ring's network hops
     inter = np.where(pl.k <= 1.0, lat.inter("tree", p), lat.inter("ring", p))

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import System
 from gpuscale.errors import InputError
-from gpuscale.perf.comm.nccl import nvls_efficiency
+from gpuscale.perf.comm.nccl import NET_OVERHEAD_S, nvls_efficiency
 
 FloatArray = NDArray[np.float64]
 
@@ -45,6 +45,8 @@ class Fabric:
     """NCCL's nvlsEfficiency of the GPU generation (Hopper 0.85, Blackwell 0.74)."""
     transport: str = "ib"
     """Scale-out transport: ib, roce (same latency class) or efa (AWS SRD, higher latency)."""
+    net_overhead_s: float = NET_OVERHEAD_S["intel"]
+    """NCCL's per-step network proxy overhead on the hosts' CPUs (1 us Intel/ARM, 2 us AMD)."""
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -62,6 +64,7 @@ class Fabric:
             total_gpus=total_gpus,
             nics_per_node=system.nics_per_node,
             nvls_efficiency=nvls_efficiency(system.gpu),
+            net_overhead_s=NET_OVERHEAD_S[system.host_cpu],
         )
 
     @property

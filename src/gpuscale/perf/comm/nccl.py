@@ -68,8 +68,9 @@ REFERENCE_HOP = {
 }
 """The entry a fitted hop latency replaces (ring/LL); the others keep NCCL's ratios to it."""
 
-NET_OVERHEAD_S = 1.0 * US
-"""Extra intra-node step latency once a ring spans nodes (x3 for Simple), Intel/ARM hosts."""
+NET_OVERHEAD_S = {"intel": 1.0 * US, "arm": 1.0 * US, "amd": 2.0 * US}
+"""Floor of a ring's intra-node step latency once it spans nodes (x3 for Simple), by host
+CPU vendor (tuning.cc getNetOverhead: 2 us on AMD x86 hosts, 1 us otherwise)."""
 
 PROTO_BW_FACTOR: tuple[float, float, float] = (0.5, 0.92, 1.0)
 """Fraction of the Simple protocol's bandwidth reached by LL, LL128, Simple."""
