@@ -166,3 +166,8 @@ def test_pipeline_hops_between_nodes_cost_the_network_latency() -> None:
     mixed = alpha(2, 8)
     assert alpha(4, 2) < mixed < alpha(8, 2)
     assert mixed == pytest.approx(alpha(4, 2) + (alpha(8, 2) - alpha(4, 2)) / 7, rel=1e-9)
+    # TP5 does not divide the 8-GPU node: one whole stage a node, every boundary crosses
+    m5 = get_model("llama3-8b").model_copy(update={"heads": 40, "kv_heads": 8})
+    hop5 = build_step_model(m5, gpu, prec, 5, 3, cal, tokens_per_seq=2048).pp_hop_alpha_s
+    one5 = build_step_model(m5, gpu, prec, 5, 2, cal, tokens_per_seq=2048).pp_hop_alpha_s
+    assert hop5 == pytest.approx(one5, rel=1e-9) and hop5 > alpha(4, 2)

@@ -355,7 +355,7 @@ def test_partial_recompute_that_cannot_fit_says_so() -> None:
 
 
 def test_zero2_under_a_pipeline_is_searched_only_when_asked_for() -> None:
-    # with pp > 1 ZeRO-2 reduces once a step, as ZeRO-1: the search lists it once
+    # with pp > 1 ZeRO-2 costs what the distributed optimizer costs: listed once, as that
     w = workload("llama3-8b", "h100-sxm", 64, 4096, 256)
     z2 = SHARDING.index("zero2")
     free = enumerate_plans(w)

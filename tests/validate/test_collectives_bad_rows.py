@@ -94,3 +94,29 @@ def test_malformed_cell_is_one_line_exit_2(
     assert exc.value.code == 2
     assert field in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("system", "gpu", "overhead_us"),
+    [
+        # NCCL's net overhead follows the host CPUs (tuning.cc getNetOverhead): 2 us on AMD
+        ("AWS p5.48xlarge", "H100", 2.0),  # EPYC 7R13
+        ("AWS p5en.48xlarge", "H200", 1.0),  # Xeon Sapphire Rapids
+        ("AWS p4de.24xlarge", "A100-SXM4-80GB", 1.0),  # Xeon 8275CL, not DGX A100's EPYC
+        ("NVIDIA DGX-A100 (NVIDIA internal)", "A100-SXM4-80GB", 2.0),  # the catalog's EPYC
+        ("8x H200 node, dual EPYC 9654", "H200", 2.0),
+        ("OCI BM.GPU.GB200.4", "GB200", 1.0),  # Grace
+    ],
+)
+def test_a_rows_host_cpu_sets_nccls_net_overhead(system: str, gpu: str, overhead_us: float) -> None:
+    from gpuscale.validate.collectives import row_fabric
+
+    row = {
+        "system": system,
+        "gpu": gpu,
+        "gpus_per_node": "8",
+        "intra_node": "NVSwitch",
+        "inter_node": "",
+    }
+    rf = row_fabric(row, "row 1")
+    assert rf.fabric.net_overhead_s == pytest.approx(overhead_us * 1e-6)

@@ -734,6 +734,8 @@ def test_stated_degrees_beyond_the_gpu_count_name_the_cells() -> None:
         "E = 16; k = 4",
         "k=8 nodes, 16 experts, top-4",  # a bare k= elsewhere is not the top-k
         "n_routed_experts=16, num_experts_per_tok=4",
+        "moe_router_topk=4, num_experts=16",
+        "desktop 3 runs; 16 experts, top-4",  # "top" inside a word is no top-k
     ],
 )
 def test_expert_counts_are_read_as_configs_write_them(said: str) -> None:

@@ -374,13 +374,14 @@ def build_step_model(
         ar_alpha = ar_beta = 0.0
     if pp > 1:
         # stage boundary: send/recv of the activations, inside the scale-up domain or across
-        # it; the stages fill domains in order, so of the pp - 1 boundaries those between
-        # domains cross (all of them when one stage fills a domain or more)
+        # it; a stage (its TP group) never splits over domains, so a domain holds
+        # dom // tp whole stages and every that-many-th boundary crosses (all of them when
+        # one stage fills a domain or more)
         hop = model.hidden * 2.0
         a_in, b_in = _alpha_beta("send_recv", 2, hop, fabric, cal, 2)
         a_out, b_out = _alpha_beta("send_recv", 2, hop, fabric, cal, 1)
         dom = fabric.scaleup_domain_gpus
-        crossing = pp - 1 if tp >= dom else min(pp - 1, math.ceil(tp * pp / dom) - 1)
+        crossing = (pp - 1) // max(dom // tp, 1)
         share = crossing / (pp - 1)
         hop_alpha = (1.0 - share) * a_in + share * a_out
         hop_beta = (1.0 - share) * b_in + share * b_out

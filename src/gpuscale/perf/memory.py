@@ -5,7 +5,7 @@ Bytes per parameter with mixed-precision Adam (ZeRO paper, arXiv 1910.02054; Meg
   none (Megatron DDP, fp32 main grads): 2 + 4 + 12        = 18
   dist-opt (Megatron distributed opt.): 2 + 4 + 12/d
   zero1:                                2 + 2 + 12/d
-  zero2:                                2 + (2 + 12)/d
+  zero2:                                2 + (2 + 12)/d   (under a pipeline: dist-opt's)
   zero3 / FSDP:                         (2 + 2 + 12)/d
 FP8 training keeps an extra 1-byte copy of each weight (Transformer Engine).
 

@@ -70,7 +70,7 @@ class TrainingEstimate:
                 "zero2 under a pipeline: the weights stay gathered and the fp32 gradients "
                 "whole until the last micro-batch (FSDP under PyTorch's pipeline schedules), "
                 "so it is priced as the distributed optimizer (one gather and one "
-                "reduce-scatter a step, 6 bytes a parameter held)"
+                "reduce-scatter a step; 16-bit weights and fp32 gradients held whole)"
             )
         if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
             frac = float(self.memory.recompute_fraction[i])

@@ -147,8 +147,18 @@ def parse_nics(text: str) -> tuple[float, int] | None:
     return None
 
 
-HOST_CPU_WORDS = {"epyc": "amd", "xeon": "intel", "grace": "arm"}
-"""Host CPU names a row's system text may give, and their vendor."""
+HOST_CPUS: tuple[tuple[str, str], ...] = (
+    (r"\bepyc\b|\bgenoa\b|\bmilan\b|\brome\b", "amd"),
+    (r"\bxeon\b|(sapphire|emerald|granite) rapids|cascade lake", "intel"),
+    (r"\bgrace\b", "arm"),
+    # AWS instances by their published hosts: p4d/p4de Xeon 8275CL, p5/p5e EPYC 7R13,
+    # p5en Xeon Sapphire Rapids, p6 Xeon Emerald Rapids
+    (r"\bp5en\b", "intel"),
+    (r"\bp5e?\b", "amd"),
+    (r"\bp4de?\b|\bp6\b", "intel"),
+)
+"""Host CPU names and instance types a row's system text may give, and the CPU vendor, the
+first match winning."""
 
 
 def row_fabric(row: dict[str, str], where: str) -> RowFabric:
@@ -176,7 +186,7 @@ def row_fabric(row: dict[str, str], where: str) -> RowFabric:
     low = (inter + " " + row["system"]).lower()
     transport = "efa" if ("efa" in low or "aws" in low) else "roce" if "roce" in low else "ib"
     # the host CPUs, where the row names them, else the GPU's reference system's
-    named = [v for k, v in HOST_CPU_WORDS.items() if k in low]
+    named = [v for pat, v in HOST_CPUS if re.search(pat, low)]
     host = named[0] if named else system.host_cpu
     fabric = Fabric(
         domain_gpus=domain,

@@ -169,8 +169,9 @@ EXPERTS = (
     re.compile(_E_K),
 )
 TOP_K = (
-    re.compile(r"\btop[\s_-]?(?:k\s*[=:]?\s*)?(\d+)", re.IGNORECASE),
-    re.compile(r"\b(?:moe_topk|num_experts_per_tok)\s*[=:]\s*(\d+)", re.IGNORECASE),
+    # "top" not inside a word, but after an underscore: moe_router_topk=2
+    re.compile(r"(?<![A-Za-z])top[\s_-]?(?:k\s*[=:]?\s*)?(\d+)", re.IGNORECASE),
+    re.compile(r"\b(?:num_experts_per_tok|n_activated_experts)\s*[=:]\s*(\d+)", re.IGNORECASE),
     re.compile(r"(\d+)\s+active\s+experts", re.IGNORECASE),
     re.compile(_E_K),
 )
