@@ -53,7 +53,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "layer_overhead_s": (0.0, 0.002),
     "moe_layer_overhead_s": (0.0, 0.005),
     "moe_expert_overhead_s": (0.0, 0.0005),
-    "step_overhead_s": (0.0, 0.1),
+    "step_overhead_s": (0.0, 0.3),
 }
 
 LOSS_SCALE = 0.03
