@@ -766,3 +766,23 @@ def test_a_global_batch_given_in_tokens_is_skipped_naming_the_cell() -> None:
     # DeepSeek-V3's 15,360 sequences of 4,096 (63 M tokens) is a real batch and is read
     pr = prepare(_row(seq_len="4096", global_batch_seqs="15360", num_gpus="2048"), "test")
     assert pr.workload.global_batch == 15360
+
+
+@pytest.mark.parametrize(
+    ("notes", "overlap"),
+    [
+        ("FSDP32 x TP8 + torch.compile + Float8; 2d", False),
+        ("FSDP32 x TP8 + torch.compile + Float8; 2d+AsyncTP", True),
+        ("FSDP x TP8 x PP8 + compile + Float8 + Async TP", True),
+    ],
+)
+def test_torchtitan_tp_is_sequence_parallel_and_overlapped_only_with_async_tp(
+    notes: str, overlap: bool
+) -> None:
+    pr = prepare(_row(source="torchtitan benchmarks", tp="8", notes=notes), "test")
+    assert pr.fixed["sp"] is True and pr.fixed["tp_overlap"] is overlap
+    said = "overlapped with the matmuls (AsyncTP)" if overlap else "not overlapped"
+    assert any(said in n for n in pr.notes)
+    # TP 1: neither switch is set
+    pr1 = prepare(_row(source="torchtitan benchmarks", tp="1", notes=notes), "test")
+    assert "tp_overlap" not in pr1.fixed

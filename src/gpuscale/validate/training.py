@@ -49,7 +49,13 @@ from gpuscale.validate.training_rows import (
     sizes_from_notes,
     zero3_gathers,
 )
-from gpuscale.validate.training_stack import attention_kernel, elementwise_kernels, ep_dispatch
+from gpuscale.validate.training_stack import (
+    attention_kernel,
+    elementwise_kernels,
+    ep_dispatch,
+    mentions,
+    stack_text,
+)
 
 __all__ = [
     "REQUIRED",
@@ -273,6 +279,20 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     elif attention == "unfused":
         fixed["sp"] = False
         notes.append("sequence parallelism not stated: off, as in Megatron's unfused-attention era")
+    titan_tp = "torchtitan" in stack_text(row) and int(fixed.get("tp", 1)) > 1
+    if titan_tp and "sp" not in fixed:
+        # torchtitan's TP plan shards the norms over the sequence (SequenceParallel)
+        fixed["sp"] = True
+        notes.append("sequence parallelism: on, as torchtitan's TP plan shards the norms")
+    if titan_tp:
+        # its TP collectives overlap the matmuls only with AsyncTP (micro-pipelined, through
+        # symmetric memory); plain TP runs them in turn
+        fixed["tp_overlap"] = mentions(stack_text(row), r"async[ -]?tp")
+        notes.append(
+            "TP communication overlapped with the matmuls (AsyncTP)"
+            if fixed["tp_overlap"]
+            else "TP communication not overlapped (torchtitan without AsyncTP)"
+        )
     rc = read_recompute(row.get("recompute", ""))
     if not rc and conv == "megatron_sc21_hfu":
         rc = "full"
