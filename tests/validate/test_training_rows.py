@@ -786,3 +786,27 @@ def test_torchtitan_tp_is_sequence_parallel_and_overlapped_only_with_async_tp(
     # TP 1: neither switch is set
     pr1 = prepare(_row(source="torchtitan benchmarks", tp="1", notes=notes), "test")
     assert "tp_overlap" not in pr1.fixed
+
+
+@pytest.mark.parametrize(
+    ("notes", "skipped"),
+    [
+        ("MLPerf Training Llama 2 70B LoRA fine-tuning", True),
+        ("QLoRA, 4-bit base", True),
+        ("PEFT adapters on a frozen base", True),
+        ("MLA: kv_lora_rank 512, q_lora_rank 1536", False),  # MLA's ranks are no LoRA
+        ("8 host channel adapters per node", False),
+        ("no LoRA: full pre-training", False),
+    ],
+)
+def test_parameter_efficient_fine_tuning_is_skipped_with_its_reason(
+    notes: str, skipped: bool
+) -> None:
+    from gpuscale.validate.training import UnsupportedRowError
+
+    row = _row(notes=notes)
+    if skipped:
+        with pytest.raises(UnsupportedRowError, match="parameter-efficient fine-tuning"):
+            prepare(row, "test")
+    else:
+        assert prepare(row, "test").workload.num_gpus == 64

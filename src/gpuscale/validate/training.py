@@ -107,6 +107,9 @@ class PreparedRow:
     notes: tuple[str, ...]
 
 
+PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
+"""Names of parameter-efficient fine-tuning in a row's stack text."""
+
 MAX_TOKENS_PER_STEP = 2**27
 """Tokens in one optimizer step above which a row's global batch is taken to be in tokens,
 not sequences: twice DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest
@@ -151,6 +154,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         gpu = get_gpu(row["gpu"])
     except InputError:
         raise UnsupportedRowError(f"GPU {row['gpu']!r} not in the catalog") from None
+    if mentions(stack_text(row), PEFT):
+        raise UnsupportedRowError(
+            "parameter-efficient fine-tuning (LoRA, adapters) is not modelled: its frozen "
+            "weights take no weight gradients, optimizer state or gradient reduction"
+        )
     model, notes = model_for(row, where)
     n_gpus = count(row, "num_gpus", where)
     seq, gbs, from_notes = sizes_from_notes(
