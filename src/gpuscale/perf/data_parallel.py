@@ -50,7 +50,7 @@ def data_parallel_s(
     dp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, d)
     # ZeRO-2 under a pipeline gathers and reduces once a step, as the distributed
     # optimizer does (plan.pipelined_fsdp)
-    shard = cost_sharding(w, p)
+    shard = cost_sharding(p)
     # gradients reduce in fp32 under Megatron's DDP and distributed optimizer and FSDP's
     # mixed precision (reduce_dtype fp32); in the 16-bit dtype under DeepSpeed's ZeRO,
     # stage 3 included (its communication_data_type defaults to the model's)

@@ -214,7 +214,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     d_exp = np.maximum(d * p.tp / p.ep, 1.0)
     # ZeRO-2 under a pipeline holds whole weights and fp32 gradients, as the distributed
     # optimizer does (plan.pipelined_fsdp)
-    shard = cost_sharding(w, p)
+    shard = cost_sharding(p)
     cols = []
     for j in range(3):
         un = np.select([shard == k for k in _BYTES], [_BYTES[k][j][0] for k in _BYTES])

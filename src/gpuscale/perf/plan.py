@@ -222,7 +222,7 @@ class Plans:
         return " ".join(parts)
 
 
-def pipelined_fsdp(w: Workload, p: Plans) -> BoolArray:
+def pipelined_fsdp(p: Plans) -> BoolArray:
     """Plans whose ZeRO-2 sharding runs under a pipeline.
 
     ZeRO-2 under a pipeline is FSDP that keeps its weights gathered after the forward
@@ -240,10 +240,10 @@ def pipelined_fsdp(w: Workload, p: Plans) -> BoolArray:
     return out
 
 
-def cost_sharding(w: Workload, p: Plans) -> IntArray:
+def cost_sharding(p: Plans) -> IntArray:
     """The sharding each plan is costed as (memory and DP traffic): the distributed
     optimizer for :func:`pipelined_fsdp` plans, the plan's own otherwise."""
-    out: IntArray = np.where(pipelined_fsdp(w, p), SHARDING.index("dist-opt"), p.sharding)
+    out: IntArray = np.where(pipelined_fsdp(p), SHARDING.index("dist-opt"), p.sharding)
     return out
 
 

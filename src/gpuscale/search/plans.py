@@ -190,7 +190,7 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
     # optimizer costs (plan.pipelined_fsdp)
     keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
     if "sharding" not in fx or fx["sharding"] is None:
-        keep &= ~pipelined_fsdp(w, plans)
+        keep &= ~pipelined_fsdp(plans)
     return plans.take(keep)
 
 
