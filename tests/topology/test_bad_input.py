@@ -53,6 +53,7 @@ def _spec(tmp_path: Path, **changes: Any) -> Path:
         ({"topology__radix": 65}, "topology.radix", "at most 64"),
         ({"nic_gbps": 200}, "nic_gbps", ">= 400"),
         ({"topology__flavour": "x"}, "topology.flavour", "unknown key"),
+        ({"host_cpu": "sparc"}, "host_cpu", "intel, amd or arm"),
     ],
 )
 def test_bad_field_is_one_line_exit_2(
@@ -93,3 +94,13 @@ def test_show_prints_tables_and_json(capsys: Any) -> None:
     main(["cluster", "show", str(EXAMPLES / "dgx-h100-superpod-4su.yaml")])
     text = capsys.readouterr().out
     assert "bill of materials" in text and "25.6 TB/s" in text and "204.8 Tb/s" in text
+
+
+def test_host_cpu_sets_nccls_network_overhead(tmp_path: Path) -> None:
+    # a DGX H100 SuperPOD has Intel hosts (1 us); the same boards with AMD EPYC hosts pay
+    # NCCL's 2 us per network step (tuning.cc getNetOverhead)
+    from gpuscale.topology.spec import load_cluster_spec
+
+    intel = load_cluster_spec(_spec(tmp_path)).to_fabric()
+    amd = load_cluster_spec(_spec(tmp_path, host_cpu="amd")).to_fabric()
+    assert (intel.net_overhead_s, amd.net_overhead_s) == (1e-6, 2e-6)

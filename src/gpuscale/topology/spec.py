@@ -84,6 +84,7 @@ class ClusterIn(_In):
     nodes: PosInt
     nics_per_node: Annotated[int, Field(strict=True, ge=1)] | None = None
     nic_gbps: Annotated[float, Field(gt=0)] | None = None
+    host_cpu: Literal["intel", "amd", "arm"] | None = None
     fabric: FabricIn
     topology: TopologyIn = Field(default_factory=TopologyIn)
     placement: PlacementIn = Field(default_factory=PlacementIn)
@@ -100,6 +101,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
 _VALID: dict[str, str] = {
     "nodes": "a positive integer (catalog system units: nodes, or compute trays for NVL72)",
     "nics_per_node": "a positive integer, at most the system's PCIe slots",
+    "host_cpu": "intel, amd or arm (the nodes' CPUs: NCCL's network overhead per step)",
     "topology.tiers": "2 or 3 (tiers of the fat tree)",
     "topology.oversubscription.leaf": "a down:up ratio >= 1 (1 = non-blocking), e.g. 2 or '2:1'",
     "topology.oversubscription.spine": "a down:up ratio >= 1 (1 = non-blocking), e.g. 2 or '2:1'",
@@ -251,6 +253,9 @@ def parse_cluster_spec(raw: dict[str, Any]) -> ClusterSpec:
     except ValidationError as exc:
         raise _input_error(exc, raw) from None
     system = get_system(cin.system, field="system")
+    if cin.host_cpu is not None and cin.host_cpu != system.host_cpu:
+        # the same GPU board ships with other hosts (an HGX H100 with AMD EPYC CPUs)
+        system = system.model_copy(update={"host_cpu": cin.host_cpu})
     fabric = get_fabric(cin.fabric.kind, field="fabric.kind")
     switch = get_switch(cin.fabric.switch or fabric.default_switch, field="fabric.switch")
     radix = check_switch_for(fabric, switch)
