@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -423,3 +424,17 @@ def test_notes_for_an_extended_context_and_uneven_stages() -> None:
     assert json.loads(r.stdout)["notes"][0].startswith(
         "sequence 262,144 is beyond Llama 3 8B's trained context of 131,072"
     )
+
+
+def test_fp8_param_gather_flag() -> None:
+    base = shlex.split(
+        "train estimate --model llama3-8b --gpu h100-sxm --gpus 64 --seq-len 4096 "
+        "--global-batch 64 --dist-opt --json"
+    )
+    plain = gpuscale(*base, "--precision", "fp8")
+    gathered = gpuscale(*base, "--precision", "fp8", "--fp8-param-gather")
+    assert plain.returncode == 0 and gathered.returncode == 0, gathered.stderr
+    mem = [json.loads(r.stdout)["memory_bytes"]["weights"] for r in (plain, gathered)]
+    assert mem[1] == pytest.approx(mem[0] / 3)  # 1 byte a parameter instead of 2 + 1
+    r = gpuscale(*base, "--fp8-param-gather")  # bf16: nothing to gather in FP8
+    assert_one_line_error(r, "fp8-param-gather", "fp8 or fp4")

@@ -705,3 +705,35 @@ def test_zero2_under_a_pipeline_costs_what_the_distributed_optimizer_costs() -> 
     # FSDP's full sharding under a pipeline stays per micro-batch (torchtitan's 405B runs)
     z3 = Plans.of(tp=8, pp=2, dp=4, mbs=1, recompute=2, sharding=4)
     assert float(step_breakdown(w, z3, cal).dp_comm_s[0]) > float(a.dp_comm_s[0])
+
+
+def test_fp8_parameter_gathers_move_one_byte_and_keep_no_16_bit_copy() -> None:
+    # Llama 3 8B in FP8 on 64 H100 with the distributed optimizer, nothing hidden: the step's
+    # reduce-scatter moves 4-byte gradients either way, the all-gather 2-byte weights, or
+    # 1-byte FP8 ones with fp8_param_gather (Megatron's --fp8-param-gather)
+    from gpuscale.errors import InputError
+    from gpuscale.perf.memory import memory_breakdown
+
+    w = workload(model="llama3-8b", gpus=64, seq=4096, gbs=64, gpu="h100-sxm", precision="fp8")
+    w8 = replace(w, fp8_param_gather=True)
+    cal = CAL.replace(dp_overlap=0.0)
+    p = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=1)
+    params = float(param_count(get_model("llama3-8b")))
+
+    def coll(op: str, nbytes: float) -> float:
+        size = np.array([params * nbytes])
+        return float(collective_time_s(op, size, 64, w.fabric, cal, 8, concurrent=True)[0])
+
+    rs = coll("reduce_scatter", 4.0)
+    assert float(step_breakdown(w, p, cal).dp_comm_s[0]) == pytest.approx(
+        rs + coll("all_gather", 2.0), rel=1e-6
+    )
+    assert float(step_breakdown(w8, p, cal).dp_comm_s[0]) == pytest.approx(
+        rs + coll("all_gather", 1.0), rel=1e-6
+    )
+    # weights held: 2 (16-bit) + 1 (FP8 copy) bytes a parameter, or the FP8 copy alone
+    n = params
+    assert float(memory_breakdown(w, p, cal).weights[0]) == pytest.approx(3.0 * n, rel=1e-9)
+    assert float(memory_breakdown(w8, p, cal).weights[0]) == pytest.approx(1.0 * n, rel=1e-9)
+    with pytest.raises(InputError, match="fp8-param-gather"):
+        replace(workload(model="llama3-8b", gpu="h100-sxm"), fp8_param_gather=True)

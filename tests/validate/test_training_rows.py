@@ -810,3 +810,20 @@ def test_parameter_efficient_fine_tuning_is_skipped_with_its_reason(
             prepare(row, "test")
     else:
         assert prepare(row, "test").workload.num_gpus == 64
+
+
+@pytest.mark.parametrize(
+    ("notes", "precision", "gathered"),
+    [
+        ("torchao float8 with --float8.enable_fsdp_float8_all_gather", "fp8", True),
+        ("Megatron --fp8-param-gather", "fp8", True),
+        ("fp8_param_gather: false", "fp8", False),
+        ("Megatron --fp8-param-gather", "bf16", False),  # nothing to gather in FP8
+        ("FSDP", "fp8", False),
+    ],
+)
+def test_fp8_parameter_gathers_are_read_from_the_stack(
+    notes: str, precision: str, gathered: bool
+) -> None:
+    pr = prepare(_row(notes=notes, precision=precision), "test")
+    assert pr.workload.fp8_param_gather is gathered

@@ -69,6 +69,14 @@ ElemOpt = Annotated[
         "or eager (one PyTorch kernel per op).",
     ),
 ]
+Fp8GatherOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fp8-param-gather",
+        help="Gather parameters as FP8 (1 byte) and keep no 16-bit weight copy: Megatron's "
+        "--fp8-param-gather, torchao's FSDP float8 all-gather. With fp8/fp4 precision.",
+    ),
+]
 ModulesOpt = Annotated[
     str | None,
     typer.Option(
@@ -126,6 +134,7 @@ def _workload(
     mtp: int | None = None,
     ep_dispatch: str = "hierarchical",
     recompute_modules: str | None = None,
+    fp8_param_gather: bool = False,
 ) -> Workload:
     g = get_gpu(gpu)
     # an explicit --system may house a GPU other than its reference one, of its generation
@@ -162,6 +171,7 @@ def _workload(
         zero3_gathers=zero3_gathers,
         elementwise=elementwise,
         ep_dispatch=ep_dispatch,
+        fp8_param_gather=fp8_param_gather,
         recompute_modules=(
             parse_modules(recompute_modules.split(","))
             if recompute_modules is not None
@@ -225,6 +235,7 @@ def estimate_cmd(
     elementwise: ElemOpt = "fused",
     ep_dispatch: DispatchOpt = "hierarchical",
     recompute_modules: ModulesOpt = None,
+    fp8_param_gather: Fp8GatherOpt = False,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
@@ -273,6 +284,7 @@ def estimate_cmd(
         mtp,
         ep_dispatch,
         recompute_modules,
+        fp8_param_gather,
     )
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
@@ -326,6 +338,10 @@ def search_cmd(
         str | None, typer.Option("--ep-dispatch", help="hierarchical or all_to_all.")
     ] = None,
     recompute_modules: ModulesOpt = None,
+    fp8_param_gather: Annotated[
+        bool | None,
+        typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="FP8 parameter gathers."),
+    ] = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
@@ -372,6 +388,7 @@ def search_cmd(
         "ep_dispatch": ep_dispatch,
         "recompute_modules": recompute_modules,
         "mtp": mtp,
+        "fp8_param_gather": fp8_param_gather,
     }
     try:
         w = _workload(
@@ -390,6 +407,7 @@ def search_cmd(
             recompute_modules
             if recompute_modules is not None
             else _modules_text(job.recompute_modules if job else None),
+            pick(fp8_param_gather, "fp8_param_gather", False),
         )
     except InputError as exc:
         key = exc.field.replace("-", "_")
@@ -432,6 +450,7 @@ def scaling_cmd(
     elementwise: ElemOpt = "fused",
     ep_dispatch: DispatchOpt = "hierarchical",
     recompute_modules: ModulesOpt = None,
+    fp8_param_gather: Fp8GatherOpt = False,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     mode: Annotated[
@@ -458,6 +477,7 @@ def scaling_cmd(
         mtp,
         ep_dispatch,
         recompute_modules,
+        fp8_param_gather,
     )
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)

@@ -75,7 +75,9 @@ def data_parallel_s(
 
     reduce_scatter = dp_time("reduce_scatter", grad_b)
     grads = np.where(shard == 0, dp_time("all_reduce", grad_b), reduce_scatter)
-    gather = dp_time("all_gather", 2.0)
+    # parameters are gathered in 16 bits, or as their FP8 copies (fp8_param_gather)
+    ag_b = 1.0 if w.fp8_param_gather else 2.0
+    gather = dp_time("all_gather", ag_b)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
     window = busy_mb * (2.0 / 3.0)
 
@@ -88,11 +90,11 @@ def data_parallel_s(
     # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
     # its gradients, layer by layer, every micro-batch (one collective per layer each)
     rs_z3 = dp_time("reduce_scatter", grad_b, layers_stage)
-    ag_z3 = dp_time("all_gather", 2.0, layers_stage)
+    ag_z3 = dp_time("all_gather", ag_b, layers_stage)
     if w.zero3_gathers == "per-param":
         # per-tensor gathers from module hooks: the implementation's rate bounds each pass
-        # over the stage's 16-bit weights, and recomputation gathers them once more
-        impl = (dense + expert) * 2.0 / cal.zero3_param_gather_Bps
+        # over the stage's gathered weights, and recomputation gathers them once more
+        impl = (dense + expert) * ag_b / cal.zero3_param_gather_Bps
         per_mb_z3 = np.maximum(rs_z3, impl) + (2.0 + full_frac) * np.maximum(ag_z3, impl)
     else:
         per_mb_z3 = rs_z3 + 2.0 * ag_z3

@@ -223,9 +223,11 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     weights, grads, opt = cols
     if w.precision in ("fp8", "fp4"):
         # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
-        # sharded like the 16-bit weights under ZeRO-3/FSDP
+        # sharded like the 16-bit weights under ZeRO-3/FSDP; gathered as FP8
+        # (fp8_param_gather), it is the only copy of the weights the GPU keeps
         z3 = shard == 4
-        weights = weights + np.where(z3, dense / d + expert / d_exp, dense + expert)
+        fp8_copy = np.where(z3, dense / d + expert / d_exp, dense + expert)
+        weights = fp8_copy if w.fp8_param_gather else weights + fp8_copy
     # activations in flight: the first and the last pipeline stage (the same one without PP)
     first_mbs, last_mbs = in_flight(w, p)
     # MTP depths spread over the stages, as in params_per_gpu
@@ -239,9 +241,10 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     s_loc = w.seq_len / p.cp
     logits = (1 + m.mtp_layers) * 4.0 * s_loc * p.mbs * m.vocab / p.tp
     logits_first = np.where(p.pp == 1, logits, 0.0)
-    # ZeRO-3 gathers a layer's full 16-bit weights (and its gradients) while computing it,
-    # with one more prefetched: 2 layers x (2 + 2) bytes per parameter
-    zero3 = np.where(shard == 4, 2.0 * per_layer * 4.0, 0.0)
+    # ZeRO-3 gathers a layer's full 16-bit (or FP8) weights and its 16-bit gradients while
+    # computing it, with one more prefetched: 2 layers x (2 + 2) bytes per parameter
+    gathered = (1.0 if w.fp8_param_gather else 2.0) + 2.0
+    zero3 = np.where(shard == 4, 2.0 * per_layer * gathered, 0.0)
     buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
     ovh = cal.mem_activation_overhead
     room = w.gpu.memory_bytes - (weights + grads + opt + buffers)

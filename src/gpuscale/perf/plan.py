@@ -88,6 +88,10 @@ class Workload:
     """One of :data:`ELEMENTWISE`."""
     ep_dispatch: str = "hierarchical"
     """One of :data:`~gpuscale.perf.comm.moe.EP_DISPATCH` (matters only to MoE plans)."""
+    fp8_param_gather: bool = False
+    """Parameter all-gathers carry FP8 weights (1 byte), and no 16-bit copy of the weights
+    is kept: Megatron's --fp8-param-gather, torchao's enable_fsdp_float8_all_gather. Only
+    with fp8/fp4 precision."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""
@@ -118,6 +122,10 @@ class Workload:
             )
         if self.ep_dispatch not in EP_DISPATCH:
             raise InputError("ep-dispatch", self.ep_dispatch, f"one of {', '.join(EP_DISPATCH)}")
+        if self.fp8_param_gather and self.precision not in ("fp8", "fp4"):
+            raise InputError(
+                "fp8-param-gather", True, f"fp8 or fp4 precision (not {self.precision})"
+            )
         if self.zero3_gathers not in ZERO3_GATHERS:
             raise InputError(
                 "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"

@@ -161,6 +161,7 @@ class TrainingEstimate:
             "recompute_modules": list(w.recompute_modules),
             "recompute_fraction": float(self.memory.recompute_fraction[i]),
             "ep_dispatch": w.ep_dispatch,
+            "fp8_param_gather": w.fp8_param_gather,
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": {
                 "weights": float(self.memory.weights[i]),

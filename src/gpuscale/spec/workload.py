@@ -10,6 +10,7 @@ precision: bf16             # bf16 | fp16 | fp8 | fp4 (NVFP4)
 attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
+fp8_param_gather: false     # optional: gather FP8 weights, keep no 16-bit copy (fp8/fp4 only)
 ep_dispatch: hierarchical   # optional: hierarchical (DeepEP, HybridEP) | all_to_all (NCCL)
 recompute_modules: [layernorm, moe_act]   # optional: what selective recompute runs again
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)
@@ -41,6 +42,7 @@ class TrainingJob(BaseModel):
     elementwise: str | None = None
     ep_dispatch: str | None = None
     recompute_modules: str | list[str] | None = None
+    fp8_param_gather: bool | None = None
     mtp: int | None = Field(default=None, ge=0)
     system: str | None = None
     tokens: str | None = None

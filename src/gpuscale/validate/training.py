@@ -110,6 +110,10 @@ class PreparedRow:
 PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
 """Names of parameter-efficient fine-tuning in a row's stack text."""
 
+FP8_PARAM_GATHER = r"fp8[_ -]param[_ -]gather|float8[_ -]all[_ -]gather|fp8 all-gather"
+"""How a row names FP8 parameter gathers (Megatron's --fp8-param-gather, torchao's
+enable_fsdp_float8_all_gather)."""
+
 MAX_TOKENS_PER_STEP = 2**27
 """Tokens in one optimizer step above which a row's global batch is taken to be in tokens,
 not sequences: twice DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest
@@ -230,6 +234,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     dispatch, why = ep_dispatch(row)
     if why and model.is_moe:
         notes.append(why)
+    fp8_gather = precision in ("fp8", "fp4") and mentions(stack_text(row), FP8_PARAM_GATHER)
+    if fp8_gather:
+        notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
     system = system_for_gpu(gpu)
     nics = nics_per_node(row, system.nic_gbps)
     if nics is not None and nics != system.nics_per_node:
@@ -249,6 +256,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         zero3_gathers=gathers,
         elementwise=elementwise,
         ep_dispatch=dispatch,
+        fp8_param_gather=fp8_gather,
     )
     fixed: dict[str, Any] = {}
     for col, key in (
