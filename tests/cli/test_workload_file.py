@@ -176,3 +176,21 @@ def test_the_moe_dispatch_comes_from_the_file_and_the_flag_overrides_it(
     tree = ep_comm_s("--ep-dispatch", "hierarchical")
     # EP 32 over 4 nodes: the hierarchical dispatch moves 2.72 of the 6 network copies
     assert 0.0 < tree < flat
+
+
+def test_fp8_param_gather_from_the_file(tmp_path: Path) -> None:
+    body = "model: llama3-8b\ngpu: h100-sxm\ngpus: 64\nseq_len: 4096\nglobal_batch: 256\n"
+    path = tmp_path / "job.yaml"
+    path.write_text(body + "precision: fp8\nfp8_param_gather: true\n")
+    on = gpuscale("train", "search", "--workload", str(path), "--top", "1", "--json")
+    off = gpuscale(
+        "train", "search", "--workload", str(path), "--no-fp8-param-gather", "--top", "1", "--json"
+    )
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    best_on, best_off = json.loads(on.stdout)["plans"][0], json.loads(off.stdout)["plans"][0]
+    assert best_on["fp8_param_gather"] is True and best_off["fp8_param_gather"] is False
+    assert best_on["step_time_s"] <= best_off["step_time_s"]  # 1-byte gathers never cost more
+    path.write_text(body + "precision: bf16\nfp8_param_gather: true\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "job.yaml:fp8_param_gather" in r.stderr and "fp8 or fp4" in r.stderr

@@ -707,33 +707,57 @@ def test_zero2_under_a_pipeline_costs_what_the_distributed_optimizer_costs() -> 
     assert float(step_breakdown(w, z3, cal).dp_comm_s[0]) > float(a.dp_comm_s[0])
 
 
-def test_fp8_parameter_gathers_move_one_byte_and_keep_no_16_bit_copy() -> None:
-    # Llama 3 8B in FP8 on 64 H100 with the distributed optimizer, nothing hidden: the step's
-    # reduce-scatter moves 4-byte gradients either way, the all-gather 2-byte weights, or
-    # 1-byte FP8 ones with fp8_param_gather (Megatron's --fp8-param-gather)
+@pytest.mark.parametrize(
+    ("sharding", "gathers", "pieces", "held16", "held8"),
+    [
+        # Megatron's distributed optimizer: one 4-byte reduce-scatter and one gather a step;
+        # 2 (16-bit) + 1 (FP8 copy) bytes a weight held, or the FP8 weights alone
+        (1, 1, 1, 3.0, 1.0),
+        # FSDP: per layer a reduce-scatter and two gathers; a 2 + 1 byte shard of each weight,
+        # or only the 2-byte one (FSDP casts to FP8 for each gather, storing no FP8 shard)
+        (4, 2, 32, 3.0 / 64, 2.0 / 64),
+    ],
+)
+def test_fp8_parameter_gathers_move_one_byte_weights(
+    sharding: int, gathers: int, pieces: int, held16: float, held8: float
+) -> None:
+    # Llama 3 8B in FP8 on 64 H100, one micro-batch, nothing hidden
+    from gpuscale.perf.memory import memory_breakdown
+
+    w = workload(model="llama3-8b", gpus=64, seq=4096, gbs=64, gpu="h100-sxm", precision="fp8")
+    w8 = replace(w, fp8_param_gather=True)
+    cal = CAL.replace(dp_overlap=0.0, zero3_overlap=0.0)
+    p = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=sharding)
+    n = float(param_count(get_model("llama3-8b")))
+
+    def coll(op: str, nbytes: float) -> float:
+        size = np.array([n * nbytes / pieces])
+        t = float(collective_time_s(op, size, 64, w.fabric, cal, 8, concurrent=True)[0])
+        return pieces * t
+
+    rs = coll("reduce_scatter", 4.0)
+    for wl, ag in ((w, 2.0), (w8, 1.0)):
+        got = float(step_breakdown(wl, p, cal).dp_comm_s[0])
+        assert got == pytest.approx(rs + gathers * coll("all_gather", ag), rel=1e-6)
+    assert float(memory_breakdown(w, p, cal).weights[0]) == pytest.approx(held16 * n, rel=1e-9)
+    assert float(memory_breakdown(w8, p, cal).weights[0]) == pytest.approx(held8 * n, rel=1e-9)
+
+
+def test_fp8_parameter_gathers_need_fp8_and_a_sharded_optimizer() -> None:
     from gpuscale.errors import InputError
     from gpuscale.perf.memory import memory_breakdown
 
     w = workload(model="llama3-8b", gpus=64, seq=4096, gbs=64, gpu="h100-sxm", precision="fp8")
     w8 = replace(w, fp8_param_gather=True)
-    cal = CAL.replace(dp_overlap=0.0)
-    p = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=1)
-    params = float(param_count(get_model("llama3-8b")))
-
-    def coll(op: str, nbytes: float) -> float:
-        size = np.array([params * nbytes])
-        return float(collective_time_s(op, size, 64, w.fabric, cal, 8, concurrent=True)[0])
-
-    rs = coll("reduce_scatter", 4.0)
-    assert float(step_breakdown(w, p, cal).dp_comm_s[0]) == pytest.approx(
-        rs + coll("all_gather", 2.0), rel=1e-6
-    )
-    assert float(step_breakdown(w8, p, cal).dp_comm_s[0]) == pytest.approx(
-        rs + coll("all_gather", 1.0), rel=1e-6
-    )
-    # weights held: 2 (16-bit) + 1 (FP8 copy) bytes a parameter, or the FP8 copy alone
-    n = params
-    assert float(memory_breakdown(w, p, cal).weights[0]) == pytest.approx(3.0 * n, rel=1e-9)
-    assert float(memory_breakdown(w8, p, cal).weights[0]) == pytest.approx(1.0 * n, rel=1e-9)
+    # a ZeRO-3 layer gathered for compute holds 1 + 2 bytes a parameter instead of 2 + 2
+    z3 = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=4)
+    b16 = float(memory_breakdown(w, z3, CAL).buffers[0]) - CAL.mem_reserved_bytes
+    b8 = float(memory_breakdown(w8, z3, CAL).buffers[0]) - CAL.mem_reserved_bytes
+    assert b8 == pytest.approx(b16 * 3.0 / 4.0, rel=1e-12)
+    # plain data parallel gathers nothing (Megatron refuses the flag without a sharded
+    # optimizer), and 16-bit training has no FP8 weights to gather
+    ok, rules = validity(w8, Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=0))
+    assert not ok[0]
+    assert any("sharded optimizer" in why for mask, why in rules if not mask[0])
     with pytest.raises(InputError, match="fp8-param-gather"):
         replace(workload(model="llama3-8b", gpu="h100-sxm"), fp8_param_gather=True)

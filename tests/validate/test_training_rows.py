@@ -820,10 +820,12 @@ def test_parameter_efficient_fine_tuning_is_skipped_with_its_reason(
         ("fp8_param_gather: false", "fp8", False),
         ("Megatron --fp8-param-gather", "bf16", False),  # nothing to gather in FP8
         ("FSDP", "fp8", False),
+        ("NVFP4 recipe, --fp4-param-gather", "fp4", True),
     ],
 )
 def test_fp8_parameter_gathers_are_read_from_the_stack(
     notes: str, precision: str, gathered: bool
 ) -> None:
-    pr = prepare(_row(notes=notes, precision=precision), "test")
+    gpu = "B200" if precision == "fp4" else "H100-SXM5-80GB"
+    pr = prepare(_row(notes=notes, precision=precision, gpu=gpu), "test")
     assert pr.workload.fp8_param_gather is gathered

@@ -73,8 +73,9 @@ Fp8GatherOpt = Annotated[
     bool,
     typer.Option(
         "--fp8-param-gather",
-        help="Gather parameters as FP8 (1 byte) and keep no 16-bit weight copy: Megatron's "
-        "--fp8-param-gather, torchao's FSDP float8 all-gather. With fp8/fp4 precision.",
+        help="Gather parameters in FP8 (1 byte): Megatron's --fp8-param-gather or "
+        "--fp4-param-gather (no 16-bit weight copy kept), torchao's FSDP float8 all-gather. "
+        "With fp8/fp4 precision and a sharded optimizer.",
     ),
 ]
 ModulesOpt = Annotated[

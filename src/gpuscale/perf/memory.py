@@ -223,11 +223,13 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     weights, grads, opt = cols
     if w.precision in ("fp8", "fp4"):
         # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
-        # sharded like the 16-bit weights under ZeRO-3/FSDP; gathered as FP8
-        # (fp8_param_gather), it is the only copy of the weights the GPU keeps
+        # sharded like the 16-bit weights under ZeRO-3/FSDP. With FP8 parameter gathers
+        # Megatron's FP8 weights are the only model copy (the optimizer holds the fp32
+        # master), while FSDP casts its sharded parameters to FP8 for each all-gather and
+        # stores no FP8 shard
         z3 = shard == 4
         fp8_copy = np.where(z3, dense / d + expert / d_exp, dense + expert)
-        weights = fp8_copy if w.fp8_param_gather else weights + fp8_copy
+        weights = np.where(z3, weights, fp8_copy) if w.fp8_param_gather else weights + fp8_copy
     # activations in flight: the first and the last pipeline stage (the same one without PP)
     first_mbs, last_mbs = in_flight(w, p)
     # MTP depths spread over the stages, as in params_per_gpu

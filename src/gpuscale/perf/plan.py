@@ -89,9 +89,11 @@ class Workload:
     ep_dispatch: str = "hierarchical"
     """One of :data:`~gpuscale.perf.comm.moe.EP_DISPATCH` (matters only to MoE plans)."""
     fp8_param_gather: bool = False
-    """Parameter all-gathers carry FP8 weights (1 byte), and no 16-bit copy of the weights
-    is kept: Megatron's --fp8-param-gather, torchao's enable_fsdp_float8_all_gather. Only
-    with fp8/fp4 precision."""
+    """Parameter all-gathers carry FP8 weights (1 byte): Megatron's --fp8-param-gather (or
+    --fp4-param-gather), whose FP8 weights are the model's own, with no 16-bit copy beside
+    the optimizer's fp32 master; torchao's enable_fsdp_float8_all_gather, which casts
+    FSDP's sharded parameters to FP8 for each all-gather. Only with fp8/fp4 precision and a
+    sharded optimizer (distributed optimizer, ZeRO, FSDP)."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""
@@ -308,6 +310,12 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         # Megatron overlaps the TP collectives with GEMMs only under sequence parallelism
         # (tp_comm_overlap asserts sequence_parallel)
         (~p.tp_overlap | p.sp, "tp communication overlap needs sequence parallelism"),
+        # Megatron: "--fp8-param-gather only supported with distributed optimizer, torch
+        # fsdp2, megatron fsdp"; without sharding nothing is gathered
+        (
+            (p.sharding != SHARDING.index("none")) | (not w.fp8_param_gather),
+            "FP8 parameter gathers need a sharded optimizer (dist-opt, ZeRO or FSDP)",
+        ),
         (mamba_ok, "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]

@@ -110,9 +110,9 @@ class PreparedRow:
 PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
 """Names of parameter-efficient fine-tuning in a row's stack text."""
 
-FP8_PARAM_GATHER = r"fp8[_ -]param[_ -]gather|float8[_ -]all[_ -]gather|fp8 all-gather"
-"""How a row names FP8 parameter gathers (Megatron's --fp8-param-gather, torchao's
-enable_fsdp_float8_all_gather)."""
+FP8_PARAM_GATHER = r"fp[48][_ -]param[_ -]gather|float8[_ -]all[_ -]gather"
+"""How a row names low-precision parameter gathers (Megatron's --fp8-param-gather and
+--fp4-param-gather, torchao's enable_fsdp_float8_all_gather)."""
 
 MAX_TOKENS_PER_STEP = 2**27
 """Tokens in one optimizer step above which a row's global batch is taken to be in tokens,
