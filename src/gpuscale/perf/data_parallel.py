@@ -75,8 +75,7 @@ def data_parallel_s(
 
     reduce_scatter = dp_time("reduce_scatter", grad_b)
     grads = np.where(shard == 0, dp_time("all_reduce", grad_b), reduce_scatter)
-    # parameters are gathered in 16 bits, or as their FP8 copies (fp8_param_gather)
-    ag_b = 1.0 if w.fp8_param_gather else 2.0
+    ag_b = w.gathered_weight_bytes
     gather = dp_time("all_gather", ag_b)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
     window = busy_mb * (2.0 / 3.0)

@@ -245,8 +245,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     logits_first = np.where(p.pp == 1, logits, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit (or FP8) weights and its 16-bit gradients while
     # computing it, with one more prefetched: 2 layers x (2 + 2) bytes per parameter
-    gathered = (1.0 if w.fp8_param_gather else 2.0) + 2.0
-    zero3 = np.where(shard == 4, 2.0 * per_layer * gathered, 0.0)
+    zero3 = np.where(shard == 4, 2.0 * per_layer * (w.gathered_weight_bytes + 2.0), 0.0)
     buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
     ovh = cal.mem_activation_overhead
     room = w.gpu.memory_bytes - (weights + grads + opt + buffers)

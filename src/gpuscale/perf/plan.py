@@ -134,6 +134,11 @@ class Workload:
             )
 
     @property
+    def gathered_weight_bytes(self) -> float:
+        """Bytes a weight moves in a parameter all-gather: 2, or 1 with FP8 gathers."""
+        return 1.0 if self.fp8_param_gather else 2.0
+
+    @property
     def flash_attention(self) -> bool:
         """Whether the attention kernel is fused (never materialises the score matrix)."""
         return self.attention != "unfused"

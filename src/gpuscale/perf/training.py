@@ -65,7 +65,7 @@ class TrainingEstimate:
                 "idle): its rates per GPU count the GPUs it uses (train scaling counts all)"
             )
         out.extend(self._recompute_notes(i))
-        if bool(pipelined_fsdp(self.plans.take(np.array([i])))[0]):
+        if bool(pipelined_fsdp(self.plans)[i]):
             out.append(
                 "zero2 under a pipeline: the weights stay gathered and the fp32 gradients "
                 "whole until the last micro-batch (FSDP under PyTorch's pipeline schedules), "

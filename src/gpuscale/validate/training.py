@@ -158,7 +158,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         gpu = get_gpu(row["gpu"])
     except InputError:
         raise UnsupportedRowError(f"GPU {row['gpu']!r} not in the catalog") from None
-    if mentions(stack_text(row), PEFT):
+    text = stack_text(row)
+    if mentions(text, PEFT):
         raise UnsupportedRowError(
             "parameter-efficient fine-tuning (LoRA, adapters) is not modelled: its frozen "
             "weights take no weight gradients, optimizer state or gradient reduction"
@@ -234,7 +235,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     dispatch, why = ep_dispatch(row)
     if why and model.is_moe:
         notes.append(why)
-    fp8_gather = precision in ("fp8", "fp4") and mentions(stack_text(row), FP8_PARAM_GATHER)
+    fp8_gather = precision in ("fp8", "fp4") and mentions(text, FP8_PARAM_GATHER)
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
     system = system_for_gpu(gpu)
@@ -295,7 +296,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     elif attention == "unfused":
         fixed["sp"] = False
         notes.append("sequence parallelism not stated: off, as in Megatron's unfused-attention era")
-    titan_tp = "torchtitan" in stack_text(row) and int(fixed.get("tp", 1)) > 1
+    titan_tp = "torchtitan" in text and int(fixed.get("tp", 1)) > 1
     if titan_tp and "sp" not in fixed:
         # torchtitan's TP plan shards the norms over the sequence (SequenceParallel)
         fixed["sp"] = True
@@ -303,7 +304,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if titan_tp:
         # its TP collectives overlap the matmuls only with AsyncTP (micro-pipelined, through
         # symmetric memory); plain TP runs them in turn
-        fixed["tp_overlap"] = mentions(stack_text(row), r"async[ -]?tp")
+        fixed["tp_overlap"] = mentions(text, r"async[ -]?tp")
         notes.append(
             "TP communication overlapped with the matmuls (AsyncTP)"
             if fixed["tp_overlap"]
