@@ -130,3 +130,23 @@ def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:
         validate_training(_file(tmp_path, ROW.format(measured="5k tokens")), default_calibration())
     assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
     assert "8,192" in exc.value.valid
+
+
+@pytest.mark.parametrize(
+    ("notes", "stated", "expected"),
+    [
+        ("FSDP + Megatron tensor parallelism, no pipeline parallelism", {}, {"pp": 1}),
+        ("trained without tensor-model-parallelism or context parallel", {}, {"tp": 1}),
+        ("no context parallelism; no pipeline parallel", {"pp": 4}, {"pp": 4, "cp": 1}),
+        ("pipeline parallelism over 8 stages", {}, {}),  # not a negation
+        ("no tensor cores idle", {}, {}),  # not a degree
+    ],
+)
+def test_degrees_the_notes_say_were_not_used(
+    notes: str, stated: dict[str, int], expected: dict[str, int]
+) -> None:
+    from gpuscale.validate.training_rows import absent_degrees
+
+    fixed: dict[str, object] = dict(stated)
+    absent_degrees(notes, fixed)
+    assert fixed == expected

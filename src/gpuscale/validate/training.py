@@ -39,6 +39,7 @@ from gpuscale.validate.report import (
 )
 from gpuscale.validate.training_rows import (
     UnsupportedRowError,
+    absent_degrees,
     megatron_split,
     model_for,
     nics_per_node,
@@ -272,6 +273,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         v = count(row, col, where)
         if v is not None:
             fixed[key] = v
+    notes.extend(absent_degrees(row.get("notes", ""), fixed))
     if "dp" in fixed and "tp" not in fixed and "pp" not in fixed:
         split = megatron_split(w, fixed)
         if split is not None:

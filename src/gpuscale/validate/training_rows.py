@@ -424,6 +424,25 @@ def sizes_from_notes(
     return seq, gbs, notes
 
 
+_ABSENT_DIM = {
+    "pp": re.compile(r"\b(?:no|without)\s+pipeline(?:[\s-]+model)?[\s-]+parallel", re.IGNORECASE),
+    "tp": re.compile(r"\b(?:no|without)\s+tensor(?:[\s-]+model)?[\s-]+parallel", re.IGNORECASE),
+    "cp": re.compile(r"\b(?:no|without)\s+context[\s-]+parallel", re.IGNORECASE),
+}
+"""Notes that say a run used no pipeline, tensor or context parallelism ("FSDP + Megatron
+tensor parallelism, no pipeline parallelism"): that degree is 1."""
+
+
+def absent_degrees(text: str, fixed: dict[str, Any]) -> list[str]:
+    """Set to 1 the blank degrees the notes say the run did without; returns the rules used."""
+    notes: list[str] = []
+    for key, pattern in _ABSENT_DIM.items():
+        if key not in fixed and pattern.search(text):
+            fixed[key] = 1
+            notes.append(f"{key.upper()} 1: the notes say the run used none")
+    return notes
+
+
 def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> list[str]:
     """Virtual stages and micro-batch of a stated pipeline layout; returns the rules used.
 
