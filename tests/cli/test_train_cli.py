@@ -120,6 +120,25 @@ def test_a_plan_that_does_not_fit_gets_no_time_to_train() -> None:
     table = gpuscale(*EST, *plan)
     words = " ".join(table.stdout.replace("│", " ").split())
     assert "none: the plan does not fit in memory" in words
+    # and it points at the fastest plan that does fit: the search's best, which fits
+    best = d["best_fitting_plan"]
+    assert best is not None and best["memory_bytes"] <= 80 * 1024**3
+    s = gpuscale("train", "search", *EST[2:], "--json", "--top", "1")
+    assert s.returncode == 0, s.stderr
+    top = json.loads(s.stdout)["plans"][0]
+    assert best["plan"] == top["plan"]
+    assert best["step_time_s"] == pytest.approx(top["step_time_s"])
+    assert f"the fastest plan that fits is {best['label']}" in words
+
+
+def test_no_fitting_plan_is_said_so() -> None:
+    # Llama 3 405B's 16-bit weights alone (756 GiB) overflow 8 x 80 GB whatever the layout
+    args = ("--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "16")
+    r = gpuscale("train", "estimate", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["best_fitting_plan"] is None
+    words = " ".join(gpuscale("train", "estimate", *args).stdout.split())
+    assert "no plan of this workload fits on these GPUs" in words
 
 
 def test_search_json_returns_plans() -> None:

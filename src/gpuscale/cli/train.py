@@ -8,7 +8,9 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
+from gpuscale.calibrate import Calibration
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
 from gpuscale.catalog.schema import GPU
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
@@ -46,7 +48,7 @@ from gpuscale.perf.training import estimate
 from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import scaling_curve
 from gpuscale.spec import load_training_job
-from gpuscale.units import fmt_time, parse_quantity
+from gpuscale.units import fmt_bytes, fmt_time, parse_quantity
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -238,12 +240,51 @@ def estimate_cmd(
     dp = gpus // (tp * pp * cp)
     plan = Plans.of(dp=dp, tp_overlap=tp_overlap, **fx)
     check_plan(w, plan)
-    e = estimate(w, plan, load_calibration(calibration))
+    cal = load_calibration(calibration)
+    e = estimate(w, plan, cal)
     tt = _tokens(tokens)
+    summary = e.summary(0, tt)
+    if not summary["fits"]:
+        summary["best_fitting_plan"] = _best_fitting(w, cal)
     if json:
-        emit_json(e.summary(0, tt))
+        emit_json(summary)
         return
     print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt)
+    if not summary["fits"]:
+        out.print(Text(f"hint: {_fit_hint(summary['best_fitting_plan'])}"))
+
+
+def _best_fitting(w: Workload, cal: Calibration) -> dict[str, Any] | None:
+    """The fastest plan of the workload that fits (gpuscale train search's best), or None
+    when no plan on these GPUs fits."""
+    try:
+        res = search_plans(w, cal)
+    except InputError:
+        return None
+    if len(res.order) == 0:
+        return None
+    i = res.best
+    s = res.estimate.summary(i)
+    return {
+        "plan": s["plan"],
+        "label": res.estimate.plans.label(i),
+        "step_time_s": s["step_time_s"],
+        "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
+        "memory_bytes": s["memory_bytes"]["total"],
+    }
+
+
+def _fit_hint(best: dict[str, Any] | None) -> str:
+    if best is None:
+        return (
+            "no plan of this workload fits on these GPUs: more GPUs, a GPU with more "
+            "memory, or a shorter sequence"
+        )
+    return (
+        f"the fastest plan that fits is {best['label']} ({best['tokens_per_s_per_gpu']:,.0f} "
+        f"tokens/s per GPU, {fmt_bytes(best['memory_bytes'])} a GPU); gpuscale train search "
+        "ranks the others"
+    )
 
 
 @app.command("search")
