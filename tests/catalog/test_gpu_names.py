@@ -32,13 +32,19 @@ from gpuscale.errors import InputError
         ("8x MI350X", "mi350x"),
         ("A800-SXM4-80GB", "a800-sxm-80gb"),
         ("MI250X", "mi250x"),
+        ("NVIDIA H200 NVL", "h200-nvl"),  # nvidia-smi's name
+        ("H200 NVL 141GB", "h200-nvl"),  # NVL named: not the SXM part
+        ("NVIDIA H200", "h200"),  # SXM unless NVL is named
+        ("AMD Instinct MI300A", "mi300a"),
     ],
 )
 def test_published_names_resolve(name: str, key: str) -> None:
     assert get_gpu(name).key == key
 
 
-@pytest.mark.parametrize("name", ["H100 64GB", "V100 16GB", "A800 40GB", "TPU v4", "RTX 4090"])
+@pytest.mark.parametrize(
+    "name", ["H100 64GB", "V100 16GB", "A800 40GB", "TPU v4", "RTX 4090", "A10", "RTX 3090"]
+)
 def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
     with pytest.raises(InputError) as exc:
         get_gpu(name)
