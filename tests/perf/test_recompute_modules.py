@@ -151,3 +151,55 @@ def test_a_module_gpuscale_does_not_know_skips_the_row() -> None:
 def test_a_workload_refuses_modules_not_in_canonical_form() -> None:
     with pytest.raises(InputError, match="recompute-modules"):
         replace(workload("llama3-8b"), recompute_modules=("norm",))
+
+
+def test_per_op_checkpointing_keeps_every_other_matmul_output() -> None:
+    # Llama 3 8B (h 4096, 32 heads, 8 KV heads of 128, f 14336), torchtitan's op policy:
+    # wq, wk, wv, wo, w1, w3, w2 in forward order, the odd ones kept: Q (4096), V (1024),
+    # w1 (14336) and w2 (4096) per token, beside the layer input (4096), the attention
+    # output (4096) and its fp32 log-sum-exp (32 x 4 bytes), all 16-bit but the last
+    w = replace(workload("llama3-8b"), recompute_modules=("ops",))
+    got = activation_bytes_per_layer(w, Plans.of(tp=1, pp=1, dp=8, mbs=2, recompute=1))
+    per_token = 2 * (4096 + 4096 + 1024 + 14336 + 4096 + 4096) + 4 * 32
+    assert float(got[0]) == 2 * 4096 * per_token
+    # under TP 2 with sequence parallelism: the column-parallel outputs halve, w2's output
+    # is the full-width partial sum, the input and the two reduce-scattered block outputs
+    # are sequence shards
+    tp2 = activation_bytes_per_layer(w, Plans.of(tp=2, pp=1, dp=4, mbs=2, sp=True, recompute=1))
+    per_token2 = 2 * (2048 + 2048 + 512 + 7168 + 4096 + 2048 + 2 * 2048) + 4 * 16
+    assert float(tp2[0]) == 2 * 4096 * per_token2
+    # between full recompute (the input alone) and none
+    full = activation_bytes_per_layer(w, Plans.of(tp=1, pp=1, dp=8, mbs=2, recompute=2))
+    none = activation_bytes_per_layer(w, Plans.of(tp=1, pp=1, dp=8, mbs=2, recompute=0))
+    assert float(full[0]) < float(got[0]) < float(none[0])
+
+
+def test_per_op_checkpointing_reruns_the_even_matmuls_and_the_elementwise_kernels() -> None:
+    from gpuscale.perf.kernels import gemm_s
+
+    w = replace(workload("llama3-8b"), recompute_modules=("ops",))
+    p = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=1)
+    b = step_breakdown(w, p, CAL)
+    peak = w.gpu.peak_flops("bf16") * w.gpu.clock_fraction * w.gpu.matmul_eff
+    tokens = 4096.0
+    # wk (4096 -> 1024), wo (4096 -> 4096), w3 (4096 -> 14336), one micro-batch, one layer
+    gemms = sum(
+        float(np.asarray(gemm_s(tokens, n, 4096.0, 1.0, peak, w.gpu.sms, CAL)))
+        for n in (1024.0, 4096.0, 14336.0)
+    )
+    # the elementwise kernels' forward: the step's memory-bound time less the output
+    # layer's fp32 logits traffic (3 passes forward and backward of 4 bytes a logit), per
+    # layer and pass
+    bw = w.gpu.hbm_bw_Bps * CAL.hbm_eff
+    mb = 8.0
+    logits = 3.0 * 3.0 * 4.0 * tokens * 128256 / bw
+    elementwise = (float(b.memory_bound_s[0]) / mb - logits) / 3.0 / 32
+    assert float(b.recompute_s[0]) == pytest.approx(32 * mb * (gemms + elementwise), rel=1e-9)
+
+
+def test_per_op_checkpointing_is_a_policy_of_its_own_for_plain_layers() -> None:
+    assert parse_modules(["op"]) == ("ops",)
+    with pytest.raises(InputError, match="alone"):
+        parse_modules(["ops", "core_attn"])
+    with pytest.raises(InputError, match="MoE, MLA or Mamba"):
+        replace(workload("qwen3-30b-a3b"), recompute_modules=("ops",))

@@ -150,3 +150,26 @@ def test_degrees_the_notes_say_were_not_used(
     fixed: dict[str, object] = dict(stated)
     absent_degrees(notes, fixed)
     assert fixed == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "model", "modules"),
+    [
+        ("torchtitan benchmarks", "llama3-8b", "ops"),  # its default selective_ac_option
+        ("Megatron-LM", "llama3-8b", "core_attn"),  # Korthikanti's selective recompute
+        ("torchtitan benchmarks", "qwen3-30b-a3b", "core_attn"),  # per-op MoE not modelled
+    ],
+)
+def test_selective_recompute_is_read_as_the_stack_runs_it(
+    tmp_path: Path, source: str, model: str, modules: str
+) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        HEADER + ",recompute\n"
+        f"r1,{source},{model},H100-SXM5-80GB,8,4096,64,tokens_per_s_per_gpu,5000,selective\n"
+    )
+    rep = validate_training(path, default_calibration())
+    assert rep.rows[0].status == "scored", rep.rows[0].reason
+    assert "rc:selective" in rep.rows[0].detail["plan"]
+    per_op = "selective recompute per operator" in rep.rows[0].reason
+    assert per_op == (modules == "ops")

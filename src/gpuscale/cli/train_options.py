@@ -58,7 +58,7 @@ ModulesOpt = Annotated[
         "--recompute-modules",
         help="What --recompute selective runs again, comma-separated Megatron-Core module "
         "names: core_attn (default), layernorm, mla_up_proj, mlp, moe, moe_act, "
-        "shared_experts, mamba.",
+        "shared_experts, mamba; or ops alone: torchtitan's per-operator checkpointing.",
     ),
 ]
 DispatchOpt = Annotated[

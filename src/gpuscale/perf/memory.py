@@ -32,6 +32,7 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
+from gpuscale.perf.recompute import op_sac_split
 from gpuscale.perf.transformer import (
     attn_dims,
     embedding_params,
@@ -203,8 +204,37 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         no_scores = np.ones_like(no_scores)
     act = np.where(p.sp, (replicated + split) / t, replicated + split / t)
     act = act + np.where(no_scores, 0.0, scores / t)
+    if "ops" in mods:
+        act = np.where(sel, _op_sac_bytes(w, p, s, b), act)
     full = np.where(p.sp, 2.0 * s * b * h / t, 2.0 * s * b * h)
     return np.where(p.recompute >= 2, full, act)
+
+
+def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatArray:
+    """Bytes one layer keeps for one micro-batch under torchtitan's per-op checkpointing
+    (:func:`gpuscale.perf.recompute.op_sac_split`), 16-bit: the layer's input (the
+    checkpoint's), the odd matmuls' outputs, the attention kernel's output and its fp32
+    log-sum-exp. For Llama (gated MLP): Q, V, w1 and w2, so 2 s b (2 h + 2 q + kv + f) +
+    4 s b a; a GEMM input kept in FP8 does not apply, the outputs are 16-bit. Under TP each
+    rank keeps its share; with sequence parallelism the input and the two reduce-scattered
+    block outputs (saved collectives) are sequence shards, and w2's output is the
+    full-sequence partial sum before its reduction."""
+    m = w.model
+    h, t = float(m.hidden), p.tp.astype(np.float64)
+    q, kv = attn_dims(m)
+    kv_rank = np.maximum(kv / t, float(m.head_dim))
+    saved, _ = op_sac_split(float(q), float(kv), h, float(m.dense_ffn_hidden), m.gated_mlp)
+    # a rank's share of each output: Q and the MLP's columns split over TP; K and V keep
+    # a whole head under more ranks than KV heads; the row-parallel outputs (wo, w2) are
+    # full-width partial sums before their reduction
+    share = {"wq": q / t, "wk": kv_rank, "wv": kv_rank, "w1": m.dense_ffn_hidden / t}
+    share |= {"w3": share["w1"], "wo": h + 0.0 * t, "w2": h + 0.0 * t}
+    widths = sum((share[name] for name, _n, _k in saved), np.zeros_like(t))
+    block_outputs = np.where(p.sp, 2.0 * h / t, 0.0)  # reduce-scatter outputs (saved)
+    layer_input = np.where(p.sp, h / t, h)
+    lse = 2.0 * m.heads / t  # fp32: 4 bytes = 2 x 2
+    out: FloatArray = 2.0 * s * b * (layer_input + widths + q / t + block_outputs + lse)
+    return out
 
 
 def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown:

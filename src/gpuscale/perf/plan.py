@@ -122,6 +122,16 @@ class Workload:
                 ",".join(self.recompute_modules),
                 "canonical module names, once each, in RECOMPUTE_MODULES order (parse_modules)",
             )
+        m = self.model
+        if "ops" in self.recompute_modules and (
+            m.is_moe or m.mla is not None or m.mamba is not None
+        ):
+            raise InputError(
+                "recompute-modules",
+                "ops",
+                f"a model of attention and dense MLP layers ({m.name} has MoE, MLA or Mamba "
+                "layers, whose per-op checkpointing is not modelled)",
+            )
         if self.ep_dispatch not in EP_DISPATCH:
             raise InputError("ep-dispatch", self.ep_dispatch, f"one of {', '.join(EP_DISPATCH)}")
         if self.fp8_param_gather and self.precision not in ("fp8", "fp4"):

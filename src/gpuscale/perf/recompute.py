@@ -27,12 +27,17 @@ RECOMPUTE_MODULES: tuple[str, ...] = (
     "moe_act",
     "shared_experts",
     "mamba",
+    "ops",
 )
 """Megatron-Core's ``--recompute-modules`` names: the attention core, the norms that are
 modules of their own (an MoE layer's pre-norm, MLA's input norm; Transformer Engine fuses
 the others into the next GEMM), MLA's up-projections, a dense layer's MLP, a whole MoE layer
 (router, dispatch, experts, shared experts, combine), the experts' activation function, the
-shared experts, and a Mamba-2 mixer."""
+shared experts, and a Mamba-2 mixer. ``ops`` is not a module but PyTorch's per-operator
+selective checkpointing as torchtitan applies it to each layer (``selective_ac_option =
+"op"``): it keeps the attention kernel's output and every other matmul's output, in forward
+order, and recomputes the rest (norms, rotary embedding, activation function, the other
+matmuls); see :func:`op_sac_split`. It is a policy of its own, never combined."""
 
 ALIASES = {
     "core_attention": "core_attn",
@@ -43,6 +48,9 @@ ALIASES = {
     "up_proj": "mla_up_proj",
     "act": "moe_act",
     "shared_expert": "shared_experts",
+    "op": "ops",
+    "op_sac": "ops",
+    "per_op": "ops",
 }
 """Spellings that tables and notes use for the same modules."""
 
@@ -66,6 +74,10 @@ def parse_modules(names: Iterable[str], field: str = "recompute-modules") -> tup
         out.add(name)
     if not out:
         raise InputError(field, ",".join(names), "at least one module")
+    if "ops" in out and len(out) > 1:
+        raise InputError(
+            field, ",".join(names), "ops (per-operator checkpointing) alone: it covers the layer"
+        )
     return tuple(m for m in RECOMPUTE_MODULES if m in out)
 
 
@@ -82,3 +94,24 @@ def selective_forward_s(
             continue
         total = total + np.asarray(parts[name], dtype=np.float64)
     return total
+
+
+def op_sac_matmuls(
+    q: float, kv: float, h: float, f: float, gated: bool
+) -> list[tuple[str, float, float]]:
+    """A layer's matmuls in forward order as (name, output width N, reduction K), per the
+    Llama modules torchtitan checkpoints: the Q, K and V projections (wq, wk, wv), the
+    output projection (wo), then the MLP's w1, w3 (gated) and w2. Widths are whole-layer."""
+    mlp = [("w1", f, h), ("w3", f, h), ("w2", h, f)] if gated else [("w1", f, h), ("w2", h, f)]
+    return [("wq", q, h), ("wk", kv, h), ("wv", kv, h), ("wo", h, q), *mlp]
+
+
+def op_sac_split(
+    q: float, kv: float, h: float, f: float, gated: bool
+) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
+    """(saved, recomputed) matmuls of torchtitan's per-op policy: it counts the matmuls of
+    each layer's forward and keeps the odd ones (the 1st, 3rd, ...), recomputing the even
+    ones (``_get_custom_policy``: ``mm_count % 2 == 0`` -> PREFER_RECOMPUTE). For Llama it
+    keeps wq, wv, w1 and w2 and recomputes wk, wo and w3."""
+    mms = op_sac_matmuls(q, kv, h, f, gated)
+    return mms[0::2], mms[1::2]

@@ -63,7 +63,7 @@ from gpuscale.perf.kernels import (
 )
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.recompute import selective_forward_s
+from gpuscale.perf.recompute import op_sac_split, selective_forward_s
 from gpuscale.perf.transformer import attn_dims, layer_shapes, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
@@ -301,6 +301,20 @@ def step_breakdown(
         * (shared_t + gate_rw * m.ffn_hidden * m.shared_experts * tokens * 2.0 / tp / bw),
         "mamba": mamba_frac * (mamba_t + ssd_fwd) + mamba_bytes / bw,
     }
+    if "ops" in mods:
+        # torchtitan's per-op checkpointing: the even matmuls of the layer (for Llama wk,
+        # wo and w3) and every elementwise kernel (norms, rotary embedding, activation,
+        # residual adds) run again. A rank's GEMM: column-parallel ones (wq, wk, wv, w1,
+        # w3) split their outputs over TP, row-parallel ones (wo, w2) their reduction
+        _, redo = op_sac_split(float(q), float(kv), h, f_d, m.gated_mlp)
+        cols = {"wq": q / tp, "wk": kv_rank, "wv": kv_rank, "w1": f_d / tp, "w3": f_d / tp}
+        redo_t, _ = gemms(
+            *(
+                (tokens, h, k_red / tp) if name in ("wo", "w2") else (tokens, cols[name], h)
+                for name, _n, k_red in redo
+            )
+        )
+        parts["ops"] = a_frac * redo_t + mem_fwd
     selective = selective_forward_s(mods, parts)
     recompute_mb = full_frac * layers_stage_mtp * (
         layer_fwd * overlap_slow + mem_fwd + layer_fixed + cast_fwd
@@ -318,6 +332,9 @@ def step_breakdown(
     tp_blocks = 2.0 * sub - moe_frac * (1.0 - moe_tp)
     # a selectively recomputed MLP or MoE layer repeats its forward TP collective
     sel_tp = mlp_frac * ("mlp" in mods) + moe_frac * moe_tp * ("moe" in mods)
+    # per-op checkpointing saves the reduce-scatters' outputs but not the all-gathers'
+    # (sequence parallelism) that feed the attention and MLP: it gathers them again
+    sel_tp = sel_tp + ("ops" in mods) * tp_blocks / 2.0
     n_tp = (2.0 + full_frac) * tp_blocks + np.where(p.recompute == 1, sel_tp, 0.0)
     tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
     tp_mb = layers_stage_mtp * n_tp * tp_one * (1.0 - tp_hidden)

@@ -335,9 +335,19 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if rc:
         fixed["recompute"] = RECOMPUTE.index(rc)
     modules = read_recompute_modules(row.get("recompute", ""))
+    if rc == "selective" and modules is None and "torchtitan" in text and not w.model.is_moe:
+        # torchtitan's selective checkpointing is per operator by default
+        # (selective_ac_option = "op"), not Megatron's attention-core recompute
+        plain = w.model.mla is None and w.model.mamba is None
+        modules = ("ops",) if plain else None
     if rc == "selective" and modules is not None and modules != w.recompute_modules:
         w = replace(w, recompute_modules=modules)
-        notes.append(f"selective recompute of {', '.join(modules)} (Megatron-Core modules)")
+        notes.append(
+            "selective recompute per operator, torchtitan's default (every other matmul's "
+            "output kept)"
+            if modules == ("ops",)
+            else f"selective recompute of {', '.join(modules)} (Megatron-Core modules)"
+        )
     sharding = read_sharding(row.get("dist_optimizer_or_zero", ""))
     if sharding is not None:
         fixed["sharding"] = sharding
