@@ -105,8 +105,19 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
     assert d["gpu_bf16_matmul_ceiling"] == 0.869 and d["mfu"] < d["gpu_bf16_matmul_ceiling"]
     # tokens/s/GPU from the step time: 1536 x 2048 / (step x 1024)
     assert d["tokens_per_s_per_gpu"] == pytest.approx(1536 * 2048 / (d["step_time_s"] * 1024))
-    # GPU-hours = tokens / (tokens/s/GPU) / 3600
-    assert d["gpu_hours"] == pytest.approx(300e9 / d["tokens_per_s_per_gpu"] / 3600, rel=1e-9)
+    # whole steps of 1536 x 2048 tokens: ceil(3e11 / 3,145,728) = 95,368 steps
+    assert d["train_steps"] == 95368
+    assert d["time_to_train_s"] == pytest.approx(95368 * d["step_time_s"], rel=1e-12)
+    # GPU-hours = steps x step x GPUs / 3600
+    assert d["gpu_hours"] == pytest.approx(95368 * d["step_time_s"] * 1024 / 3600, rel=1e-12)
+
+
+def test_tokens_take_whole_steps_and_decimal_prefixes() -> None:
+    plan = ("--tp", "8", "--pp", "8", "--dist-opt")
+    one = json.loads(gpuscale(*EST, *plan, "--tokens", "1.5", "--json").stdout)
+    assert one["train_steps"] == 1 and one["time_to_train_s"] == one["step_time_s"]
+    r = gpuscale(*EST, *plan, "--tokens", "15Ti")
+    assert_one_line_error(r, "tokens", "15Ti", "decimal prefix")
 
 
 def test_a_plan_that_does_not_fit_gets_no_time_to_train() -> None:
@@ -457,3 +468,14 @@ def test_fp8_param_gather_flag() -> None:
     assert mem[1] == pytest.approx(mem[0] / 3)  # 1 byte a parameter instead of 2 + 1
     r = gpuscale(*base, "--fp8-param-gather")  # bf16: nothing to gather in FP8
     assert_one_line_error(r, "fp8-param-gather", "fp8 or fp4")
+
+
+def test_the_model_line_counts_the_mtp_weights_apart() -> None:
+    from gpuscale.catalog import get_model
+    from gpuscale.cli.train_report import model_line
+
+    # Nemotron 3 Ultra: 549.3 B, and 560.5 B with its MTP layer (Megatron-Bridge's docs)
+    m = get_model("nemotron3-ultra-550b-a55b").model_copy(update={"mtp_layers": 1})
+    line = model_line(m)
+    assert line.startswith("549.3 B parameters")
+    assert "1 MTP depth (+11.2 B parameters" in line

@@ -10,7 +10,6 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from gpuscale.calibrate import Calibration
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
 from gpuscale.catalog.schema import GPU
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
@@ -32,7 +31,7 @@ from gpuscale.cli.train_options import (
     SysOpt,
     TokensOpt,
 )
-from gpuscale.cli.train_report import print_estimate, report_search
+from gpuscale.cli.train_report import best_fitting, fit_hint, print_estimate, report_search
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import (
@@ -48,7 +47,7 @@ from gpuscale.perf.training import estimate
 from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import scaling_curve
 from gpuscale.spec import load_training_job
-from gpuscale.units import fmt_bytes, fmt_time, parse_quantity
+from gpuscale.units import fmt_time, parse_quantity
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -107,7 +106,7 @@ def _workload(
         gpus,
         seq_len,
         global_batch,
-        precision,
+        precision.strip().lower(),  # "FP8" as papers write it
         attention=attention,
         zero3_gathers=zero3_gathers,
         elementwise=elementwise,
@@ -157,6 +156,8 @@ def _tokens(tokens: str | None) -> float | None:
     text = tokens.strip()
     if text[-1:] == "B" and text[-2:-1].isdigit():
         text = text[:-1] + "G"  # "300B tokens" means billions here, not bytes
+    if text[-1:] == "i":  # 15Ti: a binary prefix counts bytes, never tokens
+        raise InputError("tokens", tokens, "a count with a decimal prefix, e.g. 15T or 2e12")
     v = parse_quantity(text, "number", "tokens")
     if v <= 0:
         raise InputError("tokens", tokens, "a positive count, e.g. 15T or 2e12")
@@ -195,7 +196,12 @@ def estimate_cmd(
         ),
     ] = "selective",
     zero: Annotated[
-        str | None, typer.Option("--zero", help="none, zero1, zero2, zero3 (=FSDP).")
+        str | None,
+        typer.Option(
+            "--zero",
+            help="Optimizer sharding: none, zero1, zero2, zero3 or fsdp (ZeRO-3), dist-opt "
+            "(as --dist-opt).",
+        ),
     ] = None,
     dist_opt: Annotated[
         bool, typer.Option("--dist-opt", help="Megatron distributed optimizer.")
@@ -245,46 +251,13 @@ def estimate_cmd(
     tt = _tokens(tokens)
     summary = e.summary(0, tt)
     if not summary["fits"]:
-        summary["best_fitting_plan"] = _best_fitting(w, cal)
+        summary["best_fitting_plan"] = best_fitting(w, cal)
     if json:
         emit_json(summary)
         return
     print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt)
     if not summary["fits"]:
-        out.print(Text(f"hint: {_fit_hint(summary['best_fitting_plan'])}"))
-
-
-def _best_fitting(w: Workload, cal: Calibration) -> dict[str, Any] | None:
-    """The fastest plan of the workload that fits (gpuscale train search's best), or None
-    when no plan on these GPUs fits."""
-    try:
-        res = search_plans(w, cal)
-    except InputError:
-        return None
-    if len(res.order) == 0:
-        return None
-    i = res.best
-    s = res.estimate.summary(i)
-    return {
-        "plan": s["plan"],
-        "label": res.estimate.plans.label(i),
-        "step_time_s": s["step_time_s"],
-        "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
-        "memory_bytes": s["memory_bytes"]["total"],
-    }
-
-
-def _fit_hint(best: dict[str, Any] | None) -> str:
-    if best is None:
-        return (
-            "no plan of this workload fits on these GPUs: more GPUs, a GPU with more "
-            "memory, or a shorter sequence"
-        )
-    return (
-        f"the fastest plan that fits is {best['label']} ({best['tokens_per_s_per_gpu']:,.0f} "
-        f"tokens/s per GPU, {fmt_bytes(best['memory_bytes'])} a GPU); gpuscale train search "
-        "ranks the others"
-    )
+        out.print(Text(f"hint: {fit_hint(summary['best_fitting_plan'])}"))
 
 
 @app.command("search")
@@ -335,7 +308,12 @@ def search_cmd(
         typer.Option("--recompute", help="Fix recompute mode: none, selective, full or partial."),
     ] = None,
     zero: Annotated[
-        str | None, typer.Option("--zero", help="Fix sharding: none, dist-opt, zero1-3.")
+        str | None,
+        typer.Option(
+            "--zero",
+            help="Fix the optimizer sharding: none, dist-opt (Megatron's distributed "
+            "optimizer), zero1, zero2, zero3 or fsdp.",
+        ),
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Plans to show.")] = 5,
     tokens: TokensOpt = None,

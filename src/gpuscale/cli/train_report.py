@@ -3,14 +3,19 @@ search with the reason the best wins."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 from rich.text import Text
 
+from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import Workload
 from gpuscale.perf.training import TrainingEstimate
-from gpuscale.perf.transformer import active_param_count, param_count
-from gpuscale.search.plans import SearchResult, explain
+from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
+from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.units import fmt_bytes, fmt_time
 
 
@@ -26,7 +31,12 @@ def model_line(m: Model) -> str:
     else:
         parts.append(f"{m.layers} layers" + (f", {m.moe_layers} MoE" if m.is_moe else ""))
     if m.mtp_layers:
-        parts.append(f"{m.mtp_layers} MTP depth{'s' if m.mtp_layers > 1 else ''}")
+        # the MTP modules' weights (DeepSeek-V3's 14 B of its 685 B checkpoint) are counted
+        # apart, as the model cards count the main model alone
+        parts.append(
+            f"{m.mtp_layers} MTP depth{'s' if m.mtp_layers > 1 else ''} "
+            f"(+{mtp_param_count(m) / 1e9:,.1f} B parameters beside the shared embedding)"
+        )
     if m.window_layers:
         parts.append(f"{m.window_layers} layers with a {m.window}-token window")
     return "; ".join(parts)
@@ -72,7 +82,8 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
     elif train_tokens is not None:
         t.add_row(
             "time to train",
-            f"{fmt_time(s['time_to_train_s'])} ({s['gpu_hours']:,.0f} GPU-hours of the "
+            f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} steps, "
+            f"{s['gpu_hours']:,.0f} GPU-hours of the "
             f"{s['gpus_used']:,} GPUs it uses, for {train_tokens:.3g} tokens)",
         )
     out.print(t)
@@ -126,3 +137,36 @@ def report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) 
     out.print(t)
     print_estimate(e, idx[0], "best plan", tt)
     out.print(why)
+
+
+def best_fitting(w: Workload, cal: Calibration) -> dict[str, Any] | None:
+    """The fastest plan of the workload that fits (gpuscale train search's best), or None
+    when no plan on these GPUs fits."""
+    try:
+        res = search_plans(w, cal)
+    except InputError:
+        return None
+    if len(res.order) == 0:
+        return None
+    i = res.best
+    s = res.estimate.summary(i)
+    return {
+        "plan": s["plan"],
+        "label": res.estimate.plans.label(i),
+        "step_time_s": s["step_time_s"],
+        "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
+        "memory_bytes": s["memory_bytes"]["total"],
+    }
+
+
+def fit_hint(best: dict[str, Any] | None) -> str:
+    if best is None:
+        return (
+            "no plan of this workload fits on these GPUs: more GPUs, a GPU with more "
+            "memory, or a shorter sequence"
+        )
+    return (
+        f"the fastest plan that fits is {best['label']} ({best['tokens_per_s_per_gpu']:,.0f} "
+        f"tokens/s per GPU, {fmt_bytes(best['memory_bytes'])} a GPU); gpuscale train search "
+        "ranks the others"
+    )

@@ -316,6 +316,13 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             "ep must divide the experts and tp x dp x cp",
         ),
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
+        # sequence parallelism splits each context-parallel rank's tokens over TP (Megatron:
+        # "seq_length must be divisible by tensor_model_parallel_size" with SP)
+        (
+            ~p.sp | ((w.seq_len % p.cp == 0) & ((w.seq_len // np.maximum(p.cp, 1)) % p.tp == 0)),
+            f"sequence ({w.seq_len}) per context-parallel rank not divisible by tp "
+            "(sequence parallelism splits it)",
+        ),
         # Megatron-Core's MoE layers take the sequence-parallel shard (its arguments assert
         # "When using MoE and tensor parallelism, sequence parallelism must be used")
         (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,7 +188,11 @@ class TrainingEstimate:
         if train_tokens is not None:
             # a plan that does not fit trains nothing: no time is given for it
             fits = bool(self.memory.fits[i])
-            secs = train_tokens / (self.tokens_per_s_per_gpu[i] * used)
+            # whole steps: the last one runs in full even when it is not needed in full
+            tokens_per_step = float(w.global_batch) * w.seq_len
+            steps = max(math.ceil(train_tokens / tokens_per_step - 1e-9), 1)
+            secs = steps * float(self.step_s[i])
+            out["train_steps"] = steps
             out["train_tokens"] = train_tokens
             out["time_to_train_s"] = float(secs) if fits else None
             out["gpu_hours"] = float(secs * used / 3600.0) if fits else None
