@@ -479,3 +479,19 @@ def test_the_model_line_counts_the_mtp_weights_apart() -> None:
     line = model_line(m)
     assert line.startswith("549.3 B parameters")
     assert "1 MTP depth (+11.2 B parameters" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--gpus", "abc"), ("--gpus", "'abc'", "valid integer")),
+        (("--gpus", "8", "--seq-len", "8k"), ("--seq-len", "'8k'")),
+        (("--gpux", "8"), ("--gpux", "--gpus")),  # unknown option, with the close ones
+        ((), ("Missing option", "--gpus")),
+    ],
+)
+def test_command_line_parse_errors_are_one_line(
+    args: tuple[str, ...], needles: tuple[str, ...]
+) -> None:
+    r = gpuscale("train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", *args)
+    assert_one_line_error(r, *needles)

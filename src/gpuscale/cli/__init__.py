@@ -14,6 +14,11 @@ from rich.markup import escape
 from gpuscale.cli import _common
 from gpuscale.errors import InputError
 
+try:  # Typer 0.2x vendors its Click
+    from typer._click import exceptions as cx
+except ImportError:  # pragma: no cover - Typer built on the Click package
+    from click import exceptions as cx  # type: ignore[no-redef]
+
 app = typer.Typer(
     name="gpuscale",
     help="Model how GPU clusters turn GPUs into compute that AI workloads can use.",
@@ -41,18 +46,40 @@ _register()
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into exit code 2 with one line.
 
-    Typer runs in standalone mode, so it prints usage errors (unknown option, bad value)
-    itself with exit code 2, whichever Click it is built on. A successful command returns
-    normally, so that ``main([...])`` can be called from Python.
+    Click runs outside its standalone mode so that its usage errors (an unknown option, a
+    value of the wrong type, a missing option) come here and are printed as one line, as
+    gpuscale's own input errors are, rather than as a framed usage box. A successful command
+    returns normally, so that ``main([...])`` can be called from Python.
     """
     try:
-        app(args=argv, prog_name="gpuscale")
+        rc = app(args=argv, prog_name="gpuscale", standalone_mode=False)
     except InputError as exc:
-        # the message quotes user input: print it as text, not as rich markup
-        _common.err.print(
-            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
-        )
-        sys.exit(2)
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            raise
+        _error(str(exc))
+    except cx.NoArgsIsHelpError:
+        sys.exit(2)  # a bare group: Typer has printed its help
+    except cx.UsageError as exc:
+        # "Invalid value for '--gpus': ... (got 'abc')": the field, what is valid and the
+        # value, on one line
+        _error(" ".join(exc.format_message().split()) + _given(exc))
+    except typer.Abort:
+        _common.err.print("aborted")
+        sys.exit(130)
+    if isinstance(rc, int) and rc != 0:
+        sys.exit(rc)  # a command that exits non-zero (typer.Exit) keeps its status
+
+
+def _error(message: str) -> None:
+    # the message quotes user input: print it as text, not as rich markup
+    _common.err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(2)
+
+
+def _given(exc: BaseException) -> str:
+    """The value a type check refused, when the error does not quote it (Typer's pydantic
+    coercion keeps it in the cause)."""
+    errors = getattr(exc.__cause__, "errors", None)
+    if callable(errors):
+        found = errors()
+        if found and "input" in found[0]:
+            return f" (got {found[0]['input']!r})"
+    return ""
