@@ -12,6 +12,60 @@ from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
 
 _GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
+"""Activations read as a gated MLP when the model_type is not in :data:`_GATED_MLP`."""
+_GATED_MLP: dict[str, bool] = {
+    # gate, up and down projections: LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP, DeepseekV2MLP,
+    # DeepseekV3MLP, GemmaMLP/Gemma2MLP/Gemma3MLP (GeGLU: gelu_pytorch_tanh(gate) x up),
+    # Llama4TextMLP; Phi3MLP fuses gate and up (gate_up_proj); the experts of Mixtral,
+    # Qwen2-MoE, Qwen3-MoE, GPT-OSS and Llama 4 hold gate and up as well
+    **dict.fromkeys(
+        (
+            "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+            "qwen3_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "deepseek_v2",
+            "deepseek_v3", "phi3", "gpt_oss",
+        ),
+        True,
+    ),
+    # one up and one down projection: GPT2MLP (c_fc, c_proj), GPTNeoXMLP and BloomMLP and
+    # FalconMLP (dense_h_to_4h, dense_4h_to_h), OPT's decoder layer (fc1, fc2), MptMLP
+    # (up_proj, down_proj), GPTJMLP (fc_in, fc_out), GPTBigCodeMLP (c_fc, c_proj),
+    # NemotronHMLP (up_proj, relu2, down_proj)
+    **dict.fromkeys(
+        (
+            "gpt2", "gpt_neox", "opt", "bloom", "falcon", "mpt", "gptj", "gpt_bigcode",
+            "nemotron_h",
+        ),
+        False,
+    ),
+}  # fmt: skip
+"""Whether a model_type's MLP is gated: in Hugging Face transformers this is fixed by the
+architecture (the MLP class in ``models/<type>/modeling_<type>.py``), not by the activation
+name (Gemma's GeGLU is ``gelu`` or ``gelu_pytorch_tanh``)."""
+_TIED_DEFAULT: dict[str, bool] = {
+    # the config class sets tie_word_embeddings=False (transformers
+    # models/<type>/configuration_<type>.py)
+    **dict.fromkeys(
+        (
+            "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe",
+            "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi3",
+            "gpt_oss", "nemotron_h",
+        ),
+        False,
+    ),
+    # True: GemmaConfig, Gemma2Config, Gemma3TextConfig, GPTBigCodeConfig and MptConfig set
+    # it; GPT2Config, OPTConfig, BloomConfig, FalconConfig and Gemma3Config leave it to
+    # PretrainedConfig, whose default is True (transformers 4.x PretrainedConfig.__init__)
+    **dict.fromkeys(
+        (
+            "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon",
+            "mpt", "gpt_bigcode",
+        ),
+        True,
+    ),
+}  # fmt: skip
+"""``tie_word_embeddings`` where config.json leaves it out: the default of the model_type's
+config class, which transformers uses for a missing key. For a model_type not listed the
+key is required (an error names it), not guessed."""
 _BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 """Nemotron-H ``layers_block_type`` names and their hybrid-pattern letters."""
 
@@ -86,7 +140,8 @@ class _Ints:
 
 
 def _sliding_window(cfg: dict[str, Any], model_type: str, ints: _Ints) -> tuple[int, int | None]:
-    """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed; with
+    """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed, else
+    Gemma 2's alternation and Gemma 3's ``sliding_window_pattern``; with
     ``use_sliding_window: true`` the layers from ``max_window_layers`` on (Qwen2/3); every
     layer for Mistral unless turned off. Qwen's ``sliding_window`` alone is off."""
     window = ints("sliding_window")
@@ -95,19 +150,45 @@ def _sliding_window(cfg: dict[str, Any], model_type: str, ints: _Ints) -> tuple[
     kinds = cfg.get("layer_types")
     if isinstance(kinds, list):
         return window, sum(1 for k in kinds if k == "sliding_attention")
+    layers = ints("num_hidden_layers", "n_layer", "num_layers")
+    if model_type == "gemma2":
+        # Gemma2Config without layer_types: layer i slides when (i + 1) % 2, every other one
+        return window, (layers + 1) // 2
+    if model_type in ("gemma3", "gemma3_text"):
+        # Gemma3TextConfig: every sliding_window_pattern-th layer is global, the rest slide
+        every = ints("sliding_window_pattern", default=6, minimum=1)
+        return window, layers - layers // every
     use = ints.flag("use_sliding_window", model_type == "mistral")
     if use and model_type != "mistral":
         # Qwen2/3: layers from max_window_layers on use the window
         first = ints("max_window_layers")
-        layers = ints("num_hidden_layers", "n_layer", "num_layers")
         return window, max(layers - first, 0) if first else None
     if model_type == "mistral" and use:
         return window, None
     return 0, None
 
 
+def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: _Ints) -> bool:
+    """``tie_word_embeddings``, or where it is absent the default of the model_type's config
+    class; an unknown model_type without the key is an error naming it (tied or not moves
+    the count by vocab x hidden, 0.8 B for Gemma-7B)."""
+    if cfg.get("tie_word_embeddings") is not None:
+        return ints.flag("tie_word_embeddings", False)
+    if model_type in _TIED_DEFAULT:
+        return _TIED_DEFAULT[model_type]
+    raise InputError(
+        f"{path.name}:tie_word_embeddings",
+        None,
+        f"absent, and the default of model_type {model_type or '(none)'!r} is not known here: "
+        "add true or false (transformers' PretrainedConfig default is true)",
+    )
+
+
 def load_hf_config(path: Path, field: str = "model") -> Model:
-    """Map the usual config.json keys (llama, mistral, mixtral, qwen, deepseek, gpt2, opt...)."""
+    """Map the usual config.json keys (llama, mistral, mixtral, qwen, deepseek, gemma, gpt2,
+    opt...). Whether the MLP is gated and, where the key is absent, whether the embeddings
+    are tied follow the model_type as transformers does (:data:`_GATED_MLP`,
+    :data:`_TIED_DEFAULT`)."""
     if not path.is_file():
         raise InputError(
             field, str(path), "no such file; give a catalog model or a config.json path"
@@ -133,20 +214,19 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         if _first(cfg, *names) is None:
             raise InputError(f"{path.name}:{names[0]}", None, "required (a positive integer)")
     layers, hidden, heads, vocab = (ints(*names, minimum=1) for names in required)
-    act = str(
-        _first(cfg, "hidden_act", "activation_function", "mlp_hidden_act", default="gelu")
-    ).lower()
     model_type = str(cfg.get("model_type", ""))
-    gated = act in _GATED_ACTS or model_type in (
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen3",
-        "qwen3_moe",
-        "deepseek_v3",
-        "gpt_oss",
-    )
+    gated = _GATED_MLP.get(model_type)
+    if gated is None:
+        # an architecture not in the table: judge by the activation's name
+        act = _first(
+            cfg,
+            "hidden_act",
+            "hidden_activation",
+            "activation_function",
+            "mlp_hidden_act",
+            default="gelu",
+        )
+        gated = str(act).lower() in _GATED_ACTS
     experts = ints("num_local_experts", "n_routed_experts", "num_experts", default=1, minimum=1)
     ffn_dense = ints(
         "intermediate_size_mlp",
@@ -203,7 +283,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "vocab": vocab,
         "max_seq": ints("max_position_embeddings", "n_positions", default=2048, minimum=1),
         "position": position,
-        "tied_embeddings": ints.flag("tie_word_embeddings", learned),
+        "tied_embeddings": _tied(cfg, model_type, path, ints),
         "num_experts": experts,
         "top_k": ints("num_experts_per_tok", "experts_per_token", default=1, minimum=1),
         "shared_experts": shared,

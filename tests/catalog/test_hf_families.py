@@ -1,0 +1,330 @@
+"""Real Hugging Face config.json files read into the published parameter counts: a gated
+MLP decided by the architecture (model_type), not the activation's name (Gemma's GeGLU), and
+a missing ``tie_word_embeddings`` read as the config class's default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import run_cli
+
+from gpuscale.catalog import get_model
+from gpuscale.catalog.hf import load_hf_config
+from gpuscale.errors import InputError
+from gpuscale.perf.transformer import attn_dims, param_count
+
+# https://huggingface.co/google/gemma-7b/blob/main/config.json (first release: hidden_act
+# "gelu", no tie_word_embeddings key; GemmaConfig ties them). 8.54 B: Gemma report (arXiv
+# 2403.08295) Table 2, 786 M embedding + 7,751 M non-embedding
+GEMMA_7B: dict[str, Any] = {
+    "architectures": ["GemmaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "head_dim": 256,
+    "hidden_act": "gelu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 24576,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 16,
+    "pad_token_id": 0,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.38.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
+
+# https://huggingface.co/google/gemma-2-9b/blob/main/config.json (the -it file, same shape,
+# is quoted whole in github.com/vllm-project/vllm/issues/10548); 9,241,705,984 parameters
+# on the model page, of which 2 x 42 x 3584 are Gemma 2's extra pre/post-feedforward norms
+GEMMA2_9B: dict[str, Any] = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0,
+    "bos_token_id": 2,
+    "cache_implementation": "hybrid",
+    "eos_token_id": 1,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 3584,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 42,
+    "num_key_value_heads": 8,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "sliding_window_size": 4096,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.42.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
+
+# https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json; 8,030,261,248
+LLAMA3_8B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+# https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json; 7,241,732,096
+MISTRAL_7B: dict[str, Any] = {
+    "architectures": ["MistralForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
+# https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json; 7,615,616,512 with the
+# query/key/value biases (28 x (3584 + 2 x 512) = 129,024), which the count here leaves out
+QWEN25_7B: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "initializer_range": 0.02,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 131072,
+    "max_window_layers": 28,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1",
+    "use_cache": True,
+    "use_mrope": False,
+    "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+
+
+def _write(tmp_path: Path, cfg: dict[str, Any], name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("cfg", "billions", "published"),
+    [
+        (GEMMA_7B, 8.54, 8_537_680_896),
+        (GEMMA2_9B, 9.24, 9_241_705_984 - 2 * 42 * 3584),
+        (LLAMA3_8B, 8.03, 8_030_261_248),
+        (MISTRAL_7B, 7.24, 7_241_732_096),
+        (QWEN25_7B, 7.62, 7_615_616_512 - 28 * (3584 + 2 * 512)),
+    ],
+    ids=["gemma-7b", "gemma-2-9b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"],
+)
+def test_published_configs_give_published_counts(
+    tmp_path: Path, cfg: dict[str, Any], billions: float, published: int
+) -> None:
+    n = param_count(load_hf_config(_write(tmp_path, cfg)))
+    assert round(n / 1e9, 2) == billions
+    # the same weights as the checkpoint, less what the model does not count (biases and
+    # Gemma 2's two extra norms a layer, 0.003 % together)
+    assert n == published
+
+
+def test_gemma_7b_reads_as_the_catalog_entry(tmp_path: Path) -> None:
+    m = load_hf_config(_write(tmp_path, GEMMA_7B))
+    cat = get_model("gemma-7b")
+    assert (m.gated_mlp, m.tied_embeddings) == (True, True)
+    # 16 heads of 256 = 4096 query/output width on a 3072 hidden size
+    assert attn_dims(m) == (4096, 4096) == attn_dims(cat)
+    assert param_count(m) == param_count(cat)
+
+
+@pytest.mark.parametrize(
+    "act",
+    [
+        {"hidden_act": "gelu"},
+        {"hidden_act": "gelu_pytorch_tanh"},
+        {"hidden_activation": "gelu_pytorch_tanh"},  # the later gemma-7b file
+        {},
+    ],
+)
+@pytest.mark.parametrize("model_type", ["gemma", "gemma2", "gemma3_text"])
+def test_gemma_mlps_are_gated_whatever_the_activation(
+    tmp_path: Path, model_type: str, act: dict[str, str]
+) -> None:
+    cfg = {k: v for k, v in GEMMA_7B.items() if k != "hidden_act"}
+    m = load_hf_config(_write(tmp_path, {**cfg, **act, "model_type": model_type}))
+    assert m.gated_mlp
+
+
+@pytest.mark.parametrize(
+    ("model_type", "act", "gated"),
+    [
+        ("llama", "gelu", True),  # LlamaMLP has gate_proj whatever the activation
+        ("phi3", "silu", True),
+        ("deepseek_v2", "silu", True),
+        ("gpt_neox", "gelu", False),
+        ("gpt2", "gelu_new", False),
+        ("opt", "relu", False),
+        ("bloom", "gelu", False),
+        ("falcon", "gelu", False),
+        ("gptj", "gelu_new", False),
+        ("mpt", "silu", False),  # MptMLP: up_proj and down_proj only
+        ("nemotron_h", "relu2", False),
+        # not in the table: the activation's name decides, as before
+        ("olmo", "silu", True),
+        ("starcoder2", "gelu_pytorch_tanh", False),
+    ],
+)
+def test_gating_follows_the_architecture(
+    tmp_path: Path, model_type: str, act: str, gated: bool
+) -> None:
+    cfg = {**LLAMA3_8B, "model_type": model_type, "hidden_act": act}
+    assert load_hf_config(_write(tmp_path, cfg)).gated_mlp is gated
+
+
+@pytest.mark.parametrize(
+    ("model_type", "tied"),
+    [
+        ("gemma", True),
+        ("gemma2", True),
+        ("gemma3_text", True),
+        ("gpt2", True),
+        ("opt", True),
+        ("bloom", True),  # BloomConfig leaves it to PretrainedConfig (True)
+        ("gpt_bigcode", True),
+        ("llama", False),
+        ("mistral", False),
+        ("mixtral", False),
+        ("qwen2", False),
+        ("qwen2_moe", False),
+        ("qwen3", False),
+        ("qwen3_moe", False),
+        ("deepseek_v2", False),
+        ("deepseek_v3", False),
+        ("gpt_neox", False),
+        ("phi3", False),
+        ("llama4_text", False),
+        ("nemotron_h", False),
+    ],
+)
+def test_a_missing_tie_key_is_the_config_class_default(
+    tmp_path: Path, model_type: str, tied: bool
+) -> None:
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k != "tie_word_embeddings"}
+    m = load_hf_config(_write(tmp_path, {**cfg, "model_type": model_type}))
+    assert m.tied_embeddings is tied
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_given_tie_key_wins_over_the_default(tmp_path: Path, value: bool) -> None:
+    for model_type in ("gemma", "llama", "olmo"):
+        cfg = {**GEMMA_7B, "model_type": model_type, "tie_word_embeddings": value}
+        assert load_hf_config(_write(tmp_path, cfg)).tied_embeddings is value
+
+
+@pytest.mark.parametrize("model_type", ["olmo", None])
+def test_an_unknown_model_type_without_the_tie_key_names_the_key(
+    tmp_path: Path, model_type: str | None
+) -> None:
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k not in ("tie_word_embeddings", "model_type")}
+    if model_type:
+        cfg["model_type"] = model_type
+    with pytest.raises(InputError) as exc:
+        load_hf_config(_write(tmp_path, cfg))
+    assert exc.value.field == "config.json:tie_word_embeddings"
+    assert "true or false" in exc.value.valid
+    assert len(str(exc.value)) < 200  # one line
+
+
+def test_gemma2_alternates_sliding_and_global_layers(tmp_path: Path) -> None:
+    # Gemma2Config: layer i uses the window when (i + 1) % 2, 21 of the 42
+    m = load_hf_config(_write(tmp_path, GEMMA2_9B))
+    assert (m.window, m.window_layers) == (4096, 21)
+    kinds = ["sliding_attention", "full_attention"] * 21
+    listed = load_hf_config(_write(tmp_path, {**GEMMA2_9B, "layer_types": kinds}))
+    assert (listed.window, listed.window_layers) == (4096, 21)
+    # the window does not change the count (query_pre_attn_scalar neither)
+    assert param_count(m) == param_count(listed)
+
+
+def test_gemma3_uses_its_sliding_window_pattern(tmp_path: Path) -> None:
+    # google/gemma-3-1b's config.json: 26 layers, a 512 window, every 6th layer global
+    # (layers 6, 12, 18 and 24 counted from 1), the other 22 sliding
+    cfg = {
+        **GEMMA2_9B,
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 26,
+        "sliding_window": 512,
+        "sliding_window_pattern": 6,
+    }
+    m = load_hf_config(_write(tmp_path, cfg))
+    assert (m.window, m.window_layers) == (512, 26 - 4)
+
+
+def test_the_cli_prints_gemma_7b_as_8_5_b(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, GEMMA_7B, "gemma-7b.json")
+    args = ["train", "estimate", "--model", str(path), "--gpu", "h100-sxm", "--gpus", "8"]
+    code, out, err = run_cli([*args, "--zero", "zero3"], capsys)
+    assert code == 0, err
+    assert "8.5 B parameters" in out
