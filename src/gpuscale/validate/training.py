@@ -361,7 +361,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         # (tp_comm_overlap: Transformer Engine's userbuffers, under sequence parallelism)
         fixed["tp_overlap"] = True
         notes.append("TP communication overlapped with GEMMs (the recipes' tp_comm_overlap)")
-    free = [k for k in ("tp", "pp", "dp", "mbs") if k not in fixed]
+    free = [k for k in ("tp", "pp", "dp", "mbs", "recompute", "sharding") if k not in fixed]
     if free:
         notes.append(f"not stated, chosen by gpuscale's plan search: {', '.join(free)}")
     return PreparedRow(
