@@ -221,7 +221,8 @@ def test_nothing_fits_is_an_input_error() -> None:
     w = workload("llama3-405b", "a100-sxm-40gb", 8, 8192, 8)
     with pytest.raises(InputError) as exc:
         search_plans(w, CAL)
-    assert exc.value.field == "model"
+    # the GPU count is what to change (or the GPU), not the model
+    assert exc.value.field == "gpus" and exc.value.value == 8
     assert "short by" in exc.value.valid and "GiB" in exc.value.valid
 
 
@@ -231,6 +232,15 @@ def test_unsatisfiable_fixed_knobs_are_an_input_error() -> None:
         search_plans(w, CAL, {"tp": 5})  # 5 does not divide the 96 heads
     assert exc.value.field == "plan"
     assert "tp=5" in str(exc.value)
+    assert "heads (96) not divisible by tp" in str(exc.value)  # the rule it breaks
+
+
+def test_a_dense_model_with_expert_parallelism_says_so() -> None:
+    w = workload("gpt3-175b", "a100-sxm-80gb", 1024, 2048, 1536)
+    with pytest.raises(InputError) as exc:
+        search_plans(w, CAL, {"ep": 2})
+    assert "ep > 1 on a dense model" in str(exc.value)
+    assert "layers" not in str(exc.value)  # not the generic list of what must divide
 
 
 def test_tp_groups_stay_inside_the_scale_up_domain() -> None:

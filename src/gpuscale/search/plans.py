@@ -211,13 +211,13 @@ def search_plans(
     plans = enumerate_plans(w, fixed)
     evaluated = len(plans)
     if evaluated == 0:
-        raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w))
-    ok, _ = validity(w, plans)
+        raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w, fixed))
+    ok, rules = validity(w, plans)
+    if not ok.any():
+        raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w, fixed, rules))
     if exact_gpus and (ok & (plans.gpus_used() == w.num_gpus)).any():
         ok &= plans.gpus_used() == w.num_gpus
     plans = plans.take(ok)
-    if len(plans) == 0:
-        raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w))
     valid = len(plans)
     # memory first: only a plan that fits needs its step time
     mems = [memory_breakdown(w, plans.take(idx), cal) for idx in _chunks(valid)]
@@ -234,11 +234,11 @@ def search_plans(
             i = int(np.argmax(np.where(keep, mem.headroom, -np.inf)))
             short = -float(mem.headroom[i]) / GiB
             raise InputError(
-                "model",
-                w.model.key,
-                f"no plan fits in {w.gpu.memory_bytes / GiB:.1f} GiB per GPU on "
-                f"{w.num_gpus} GPUs; the "
-                f"closest ({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a "
+                "gpus",
+                w.num_gpus,
+                f"too few for {w.model.key}: no plan fits in "
+                f"{w.gpu.memory_bytes / GiB:.1f} GiB per GPU; the closest "
+                f"({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a "
                 "larger-memory GPU",
             )
         fits = keep
@@ -296,12 +296,29 @@ def _fixed_text(fixed: dict[str, Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in (fixed or {}).items() if v is not None) or "(free)"
 
 
-def _no_plan_reason(w: Workload) -> str:
-    return (
-        f"no valid plan for {w.model.key} on {w.num_gpus} GPUs with global batch "
-        f"{w.global_batch} and sequence {w.seq_len}: degrees must divide heads "
-        f"({w.model.heads}), layers ({w.model.layers}), the batch and the GPU count"
+def _no_plan_reason(
+    w: Workload,
+    fixed: dict[str, Any] | None,
+    rules: list[tuple[np.ndarray, str]] | None = None,
+) -> str:
+    """Why no plan is valid: the rules every candidate breaks, else the ones most break."""
+    where = (
+        f"for {w.model.key} on {w.num_gpus} GPUs with global batch {w.global_batch} and "
+        f"sequence {w.seq_len}"
     )
+    if rules is None:
+        # nothing to enumerate: the fixed degrees leave no split of the GPUs and the batch
+        return (
+            f"no plan {where}: the fixed degrees leave no data-parallel size that divides "
+            "the GPUs and the global batch"
+        )
+    broken = [text for mask, text in rules if not mask.any()]
+    if not broken:
+        counts = sorted(((int((~mask).sum()), text) for mask, text in rules), reverse=True)
+        broken = [text for n, text in counts[:3] if n > 0]
+        return f"no plan {where}: each candidate breaks one of: {'; '.join(broken)}"
+    how = "the fixed degrees break" if fixed else "every plan breaks"
+    return f"no plan {where}: {how}: {'; '.join(broken)}"
 
 
 def _combine(chunks: list[TrainingEstimate]) -> TrainingEstimate:
