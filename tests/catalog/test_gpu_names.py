@@ -66,3 +66,98 @@ def test_model_spellings_resolve(name: str, key: str) -> None:
     from gpuscale.catalog import get_model
 
     assert get_model(name).key == key
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [
+        ("h100-pcei", "h100-pcie"),  # a misspelled form factor is not dropped
+        ("a100-sxm-40", "a100-sxm-40gb"),  # a bare 40 is not the 80 GB part
+        ("h100-sxm5-94gb", "h100-sxm"),  # 94 GB is the NVL part, which is not SXM
+        ("l40s-sxm", "l40s"),  # the L40S is a PCIe card
+        ("mi300x-typo", "mi300x"),  # an unknown word is not dropped
+    ],
+)
+def test_names_that_contradict_or_misspell_the_part_are_refused(name: str, suggested: str) -> None:
+    with pytest.raises(InputError) as exc:
+        get_gpu(name)
+    assert exc.value.field == "gpu"
+    assert exc.value.value == name
+    assert "did you mean" in exc.value.valid
+    assert suggested in exc.value.valid
+
+
+def test_the_field_is_named_in_the_refusal() -> None:
+    with pytest.raises(InputError) as exc:
+        get_gpu("h100-pcei", field="--gpu")
+    assert str(exc.value).startswith("--gpu='h100-pcei' is invalid: unknown; did you mean")
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("H100-SXM5-80GB (DGX-H100)", "h100-sxm"),  # alias with the system in brackets
+        ("H100-SXM5-80GB (DGX H100 per recipe text)", "h100-sxm"),  # a bracketed note
+        ("H100-SXM5-80GB (Grand Teton, 700W TDP, HBM3)", "h100-sxm"),  # sized: not 96 GB
+        ("A100 (p4de instance type)", "a100-sxm-80gb"),
+        ("NVIDIA Ampere (A100-class; exact SKU not in sources read)", "a100-sxm-80gb"),
+        ("B200 (HGX/DGX; 1000W)", "b200"),
+        ("8 x H100 80GB SXM5", "h100-sxm"),  # a count, a size, a form factor it has
+        ("DGX A100", "a100-sxm-80gb"),  # a system that houses the part
+        ("HGX H100", "h100-sxm"),
+        ("H100 Grand Teton", "h100-sxm-96gb"),  # the system picks the part
+        ("B300 288GB", "b300"),  # marketed size, within 10 % of the 279 GB usable
+        ("H100 (PCIe)", "h100-pcie"),
+        ("L40S PCIe", "l40s"),
+        ("MI300X OAM", "mi300x"),
+        ("NVIDIA H100 GPU", "h100-sxm"),
+    ],
+)
+def test_descriptions_with_extra_words_resolve(name: str, key: str) -> None:
+    assert get_gpu(name).key == key
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "V100 SXM4",  # the V100 is SXM2
+        "H100 OAM",
+        "AMD H100",  # the vendor contradicts the part, also on the alias path
+        "NVIDIA MI300X",
+        "Hopper A100",  # the architecture contradicts the part
+        "H100 (A100)",  # two families
+        "H100 (DGX H100 640GB)",  # a size in brackets is still a size
+        "h100 sxm5 94",  # a bare number is not a size
+    ],
+)
+def test_contradicting_words_refuse_the_part(name: str) -> None:
+    with pytest.raises(InputError):
+        get_gpu(name)
+
+
+def test_every_catalog_name_and_alias_resolves_to_its_own_entry() -> None:
+    from gpuscale.catalog import gpus
+
+    for key, gpu in gpus().items():
+        for name in (key, gpu.name, *gpu.aliases):
+            assert get_gpu(name).key == key, name
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [
+        ("llama3-70bb", "llama3-70b"),
+        ("llama3-8b-typo", "llama3-8b"),
+        ("Meta-Llama-3.1-8B-typo", "llama3-8b"),
+        ("meta-llama/Llama-3.1-8B-typo", "llama3-8b"),
+    ],
+)
+def test_model_typos_are_refused_with_suggestions(name: str, suggested: str) -> None:
+    from gpuscale.catalog import get_model
+
+    with pytest.raises(InputError) as exc:
+        get_model(name)
+    assert exc.value.field == "model"
+    assert exc.value.value == name
+    assert "did you mean" in exc.value.valid
+    assert suggested in exc.value.valid

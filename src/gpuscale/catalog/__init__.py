@@ -117,9 +117,16 @@ def _lookup(name: str, entries: dict[str, E], index: dict[str, str], field: str)
 
 
 def get_gpu(name: str, field: str = "gpu") -> GPU:
-    """A catalog GPU by key or alias, else by description (see :func:`_gpu_by_description`)."""
+    """A catalog GPU by key or alias, else by description (see :func:`_gpu_by_description`).
+
+    A name that contradicts the part it spells is unknown: "AMD H100" (the compact form
+    drops a leading maker's name) is not the NVIDIA H100.
+    """
     try:
-        return _lookup(name, gpus(), _gpu_index(), field)
+        gpu = _lookup(name, gpus(), _gpu_index(), field)
+        if any(_word_fits(t, gpu.key) is False for t in _tokens(name)):
+            raise unknown(field, name, gpus())
+        return gpu
     except InputError:
         key = _gpu_by_description(name)
         if key is None:
@@ -127,33 +134,124 @@ def get_gpu(name: str, field: str = "gpu") -> GPU:
         return gpus()[key]
 
 
-_FORMS = ("pcie", "nvl")
+_BRACKETED = re.compile(r"\([^()]*\)|\[[^\[\]]*\]")
+"""A bracketed note: the system, platform or run it was measured on ("(DGX-H100)")."""
+_SIZE = re.compile(r"\b(\d+(?:\.\d+)?) ?gi?b?\b")
+"""A memory size in a lower-cased name: "80GB", "80 GB", "40G", "141GiB"."""
+_COUNT = re.compile(r"^\s*\d+ ?[x\u00d7]\s+|\b\d+x\b")
+"""A GPU count: "8x MI350X", "8 x H100"."""
+_FORM = re.compile(r"pcie|nvl|oam|sxm\d*")
+"""A form-factor word (a whole token)."""
+_NEUTRAL = re.compile(r"gpus?|hbm\d*e?")
+"""Words that name no part: "GPU", a memory technology ("HBM3")."""
+_BRANDS = {"tesla": "nvidia", "instinct": "amd"}
+"""Product brands, each checked against the part's vendor like the vendor's own name."""
+
+
+def _tokens(text: str) -> list[str]:
+    """The words of ``text`` outside brackets, less memory sizes and counts, lower-cased."""
+    text = _COUNT.sub(" ", _SIZE.sub(" ", _BRACKETED.sub(" ", text.lower())))
+    return [t for t in re.split(r"[^a-z0-9]+", text) if t]
+
+
+def _family(key: str) -> str:
+    return key.split("-")[0]
+
+
+@cache
+def _families() -> frozenset[str]:
+    return frozenset(_family(k) for k in gpus()) - {"rtx"}  # a product line, not a part
+
+
+@cache
+def _vocab(key: str) -> frozenset[str]:
+    """The words a GPU's names use: its key, name and aliases, and those of the systems
+    that house it ("DGX", "HGX", "Selene", "Grand Teton", "NVL72"). Bracketed notes and bare
+    numbers are not names (a bare number in a user's name is a size without its unit)."""
+    g = gpus()[key]
+    names = [key, g.name, *g.aliases]
+    for s in systems().values():
+        if s.gpu == key:
+            names += [s.key, s.name, *s.aliases]
+    return frozenset(t for n in names for t in _tokens(n) if not t.isdigit())
+
+
+@cache
+def _forms(key: str) -> frozenset[str]:
+    """The form-factor words that fit a GPU: "nvl" for an NVL part (a PCIe card, but named
+    NVL, so "PCIe" means the plain PCIe part), else those of its ``form_factor`` ("SXM5"
+    fits "sxm5" and "sxm"; "SXM" fits any generation)."""
+    if "nvl" in _tokens(key) or "nvl" in _tokens(gpus()[key].name):
+        return frozenset({"nvl"})
+    words = {t for t in _tokens(gpus()[key].form_factor) if _FORM.fullmatch(t)}
+    if any(t.startswith("sxm") for t in words):
+        words.add("sxm")
+    return frozenset(words)
+
+
+def _form_fits(word: str, key: str) -> bool:
+    forms = _forms(key)
+    if word in forms:
+        return True
+    generations = {f for f in forms if f.startswith("sxm") and f != "sxm"}
+    return word.startswith("sxm") and "sxm" in forms and not generations
+
+
+def _word_fits(word: str, key: str) -> bool | None:
+    """True when ``word`` names something GPU ``key`` is or is housed in, False when it
+    names something it is not (another family, form factor, vendor or architecture), None
+    when it names nothing the catalog knows."""
+    g = gpus()[key]
+    if _FORM.fullmatch(word):
+        return _form_fits(word, key)
+    if word in _families():
+        return word == _family(key)
+    vendors = {x.vendor for x in gpus().values()}
+    if word in vendors or word in _BRANDS:
+        return _BRANDS.get(word, word) == g.vendor
+    if word in {x.arch for x in gpus().values()}:
+        return word == g.arch
+    if _NEUTRAL.fullmatch(word) or word in _vocab(key):
+        return True
+    return None
 
 
 def _gpu_by_description(name: str) -> str | None:
     """The one catalog GPU a free-text name describes, or None when it is not exactly one.
 
     Published tables write the same part many ways ("NVIDIA H100 80GB HBM3", "H100 SXM5",
-    "A100-SXM4-80GB (DGX A100)"). The name must contain a family token (the first part of a
-    catalog key: h100, a100, mi300x, ...); a form factor (PCIe, NVL; SXM otherwise) and a
-    memory size ("80GB", "80 GB") narrow it; what is left must be a single entry or the
-    family's own alias (``H100`` is the SXM5 80 GB part).
+    "8x MI350X", "A100-SXM4-80GB (DGX A100)"). The name must contain one family token (the
+    first part of a catalog key: h100, a100, mi300x, ...). A memory size picks the
+    family's part(s) of that size ("H100 94GB" is the NVL part; within 10 %: "B300 288GB"
+    is the 279 GB part). Every other word must then fit the part: a form factor it has
+    (PCIe, NVL, SXM, OAM; SXM/OAM when none is named), its vendor, brand or architecture,
+    a word of its own names or of the systems that house it (DGX, HGX, NVL72), a count
+    ("8x") or a generic word ("GPU", "HBM3"). A word that fits no part ("h100-pcei",
+    "mi300x-typo", a bare "40") or contradicts the part the size picked ("H100 SXM5 94GB":
+    94 GB is the NVL part) leaves no part. Bracketed notes may carry words of their own
+    ("(p4de instance type)"), but not another family, form factor, vendor or size. What is
+    left must be a single entry or the family's own alias (``H100`` is the SXM5 80 GB part).
     """
-    tokens = [t for t in re.split(r"[^a-z0-9]+", name.lower()) if t]
-    families = {k.split("-")[0] for k in gpus()} - {"rtx"}  # a product line, not a part
-    family = next((t for t in tokens if t in families), None)
-    if family is None:
+    lowered = name.lower()
+    outer = _tokens(lowered)
+    inner = _tokens(" ".join(m.group(0)[1:-1] for m in _BRACKETED.finditer(lowered)))
+    families = {t for t in outer + inner if t in _families()}
+    if len(families) != 1:
         return None
-    cands = [k for k in gpus() if k.split("-")[0] == family]
-    sizes = [int(m.group(1)) for m in re.finditer(r"(\d+) ?gb?\b", name.lower())]
-    if sizes:
-        gap = {k: abs(gpus()[k].hbm_gb - sizes[0]) for k in cands}
-        cands = [k for k in cands if gap[k] <= 0.1 * sizes[0] and gap[k] == min(gap.values())]
-    form = next((t for t in tokens if t in _FORMS), None)
-    if form is not None:
-        cands = [k for k in cands if form in k]
-    else:  # SXM/OAM unless the name says PCIe or NVL
-        cands = [k for k in cands if not any(f in k for f in _FORMS)] or cands
+    family = families.pop()
+    cands = [k for k in gpus() if _family(k) == family]
+    for size in (float(m.group(1)) for m in _SIZE.finditer(lowered)):
+        gap = {k: abs(gpus()[k].hbm_gb - size) for k in cands}
+        near = min(gap.values(), default=0.0)
+        cands = [k for k in cands if gap[k] <= 0.1 * size and gap[k] == near]
+    cands = [
+        k
+        for k in cands
+        if all(_word_fits(t, k) for t in outer)
+        and not any(_word_fits(t, k) is False for t in inner)
+    ]
+    if not any(_FORM.fullmatch(t) for t in outer + inner):  # SXM/OAM unless one is named
+        cands = [k for k in cands if not _forms(k) & {"pcie", "nvl"}] or cands
     if len(cands) == 1:
         return cands[0]
     default = _gpu_index().get(family)
