@@ -373,3 +373,21 @@ def test_zero2_under_a_pipeline_is_searched_only_when_asked_for() -> None:
     assert not ((free.sharding == z2) & (free.pp > 1)).any()
     asked = enumerate_plans(w, {"sharding": z2, "pp": 2})
     assert len(asked) > 0 and (asked.sharding == z2).all()
+
+
+def test_the_explanation_names_the_costs_beside_the_saving() -> None:
+    # Llama 3 70B on 1,024 H100: the best plan wins by a net few tens of ms; every term that
+    # moved by a tenth of the largest change is named, costs as well as savings
+    w = workload("llama3-70b", "h100-sxm", 1024, 8192, 1024)
+    res = search_plans(w, CAL)
+    text = explain(res)
+    e, b, r = res.estimate, res.best, res.runner_up()
+    assert r is not None
+    diffs = {k: float(v[r] - v[b]) for k, v in e.step.terms().items()}
+    top = max(abs(d) for d in diffs.values())
+    named = [k for k, d in diffs.items() if abs(d) >= 0.1 * top]
+    assert len(named) >= 2
+    for k in sorted(named, key=lambda k: -abs(diffs[k]))[:6]:
+        assert f"{abs(diffs[k]) * 1e3:.1f} ms of " in text
+    if any(d < 0 for k, d in diffs.items() if k in named):
+        assert "but costs" in text

@@ -344,6 +344,23 @@ def _listed(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+_TERM_WORDS = {
+    "compute_s": "compute",
+    "recompute_s": "recomputation",
+    "memory_bound_s": "memory-bound kernels",
+    "quantise_s": "low-precision casts",
+    "tp_comm_s": "TP communication",
+    "cp_comm_s": "CP communication",
+    "ep_comm_s": "EP communication",
+    "pp_comm_s": "PP communication",
+    "bubble_s": "pipeline bubble",
+    "dp_comm_s": "DP communication",
+    "optimizer_s": "optimizer step",
+    "overhead_s": "fixed overhead",
+}
+"""Step-time terms as the explanation names them."""
+
+
 def explain(result: SearchResult) -> str:
     """In words: why the best plan beats the runner-up (the terms that differ most)."""
     e = result.estimate
@@ -356,13 +373,18 @@ def explain(result: SearchResult) -> str:
     )
     saves: list[str] = []
     costs: list[str] = []
-    # every term that moves the step by more than 1 % of it, largest first
-    for k, d in diffs:
-        if abs(d) < 1e-2 * float(e.step_s[b]):
-            continue
+    # the terms that make the difference, largest first: each at least a tenth of the
+    # largest change (a net gain is often a large saving against several smaller costs),
+    # at most six of them
+    top = abs(diffs[0][1]) if diffs else 0.0
+    floor = max(0.1 * top, 1e-3 * float(e.step_s[b]))
+    moved = [(k, d) for k, d in diffs if abs(d) >= floor]
+    for k, d in moved[:6]:
         (saves if d > 0 else costs).append(
-            f"{abs(d) * 1e3:.1f} ms of {k.removesuffix('_s').replace('_', ' ')}"
+            f"{abs(d) * 1e3:.1f} ms of {_TERM_WORDS.get(k, k.removesuffix('_s'))}"
         )
+    if len(moved) > 6:
+        (costs if costs else saves).append(f"{len(moved) - 6} smaller terms")
     clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
     net = float(e.step_s[r] - e.step_s[b])
     if clauses:
