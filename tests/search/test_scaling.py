@@ -43,3 +43,15 @@ def test_each_point_names_the_term_that_moved_most() -> None:
 )
 def test_gpu_counts_double_from_8_or_from_1_below_it(n: int, counts: list[int]) -> None:
     assert gpu_counts(n) == counts
+
+
+def test_weak_scaling_starts_where_one_sequence_fits() -> None:
+    # a batch of 64 on 1,024 GPUs is 0.5 sequence at 8 GPUs and 1 at 16: the 8-GPU point
+    # has no figures (rounding it up to one sequence would make 8 -> 16 a strong-scaling
+    # step), and the efficiency baseline is the 16-GPU point
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 1024), 1024, 4096, 64)
+    pts = scaling_curve(w, default_calibration(), "weak")
+    assert pts[0].gpus == 8 and pts[0].step_s is None and "0.5 sequences" in pts[0].plan
+    assert pts[1].gpus == 16 and pts[1].global_batch == 1 and pts[1].efficiency == 1.0

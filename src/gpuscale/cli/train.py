@@ -453,7 +453,7 @@ def scaling_cmd(
             t.add_column(col, justify="left" if col in ("best plan", "growing term") else "right")
         for p in pts:
             if p.step_s is None:  # nothing fits at this count: the reason, no figures
-                t.add_row(str(p.gpus), str(p.global_batch), p.plan, "-", "-", "-", "-", "")
+                t.add_row(str(p.gpus), str(p.global_batch or "-"), p.plan, "-", "-", "-", "-", "")
                 continue
             t.add_row(
                 str(p.gpus),

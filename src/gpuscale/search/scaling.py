@@ -72,6 +72,13 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
     for n in gpu_counts(w.num_gpus):
         gbs = w.global_batch
         if mode == "weak" and n < w.num_gpus:
+            exact = w.global_batch * n / w.num_gpus
+            if exact < 1.0:
+                # a batch rounded up to one sequence would make this point a strong-scaling
+                # step from the next: weak scaling starts where a sequence fits
+                why = f"none: the weak-scaling batch here is {exact:.3g} sequences, less than one"
+                pts.append(ScalingPoint(n, 0, why, None, None, None, None, None, "", {}))
+                continue
             gbs = weak_batch(w.global_batch, n, w.num_gpus)
         wn = replace(w, num_gpus=n, global_batch=gbs, fabric=replace(w.fabric, total_gpus=n))
         try:
