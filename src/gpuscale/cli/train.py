@@ -68,7 +68,7 @@ def _workload(
     global_batch: int,
     precision: str,
     system: str | None,
-    attention: str = "fused",
+    attention: str | None = None,
     zero3_gathers: str = "coalesced",
     elementwise: str = "fused",
     mtp: int | None = None,
@@ -77,6 +77,10 @@ def _workload(
     fp8_param_gather: bool = False,
 ) -> Workload:
     g = get_gpu(gpu)
+    if attention is None:
+        # no flash kernel runs on Volta (FlashAttention needs Ampere or later): Megatron's
+        # softmax path there, the fastest fused kernel elsewhere
+        attention = "unfused" if g.arch == "volta" else "fused"
     # an explicit --system may house a GPU other than its reference one, of its generation
     # and mount (an H200 in a DGX H100 chassis), not one of another generation (an A100 in
     # a GB200 NVL72 rack) or mount (a GB200 superchip on an HGX B200 baseboard); a generic
@@ -172,7 +176,7 @@ def estimate_cmd(
     seq_len: SeqOpt = 2048,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
-    attention: AttnOpt = "fused",
+    attention: AttnOpt = None,
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
     ep_dispatch: DispatchOpt = "hierarchical",
@@ -357,7 +361,7 @@ def search_cmd(
             pick(global_batch, "global_batch", 512),
             pick(precision, "precision", "bf16"),
             system if system is not None else (job.system if job else None),
-            pick(attention, "attention", "fused"),
+            attention if attention is not None else (job.attention if job else None),
             pick(zero3_gathers, "zero3_gathers", "coalesced"),
             pick(elementwise, "elementwise", "fused"),
             mtp if mtp is not None else (job.mtp if job else None),
@@ -403,7 +407,7 @@ def scaling_cmd(
     seq_len: SeqOpt = 2048,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
-    attention: AttnOpt = "fused",
+    attention: AttnOpt = None,
     zero3_gathers: GathersOpt = "coalesced",
     elementwise: ElemOpt = "fused",
     ep_dispatch: DispatchOpt = "hierarchical",

@@ -20,11 +20,11 @@ PrecOpt = Annotated[
     ),
 ]
 AttnOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--attention",
-        help="Attention kernel: fused (cuDNN/FA3-class, default), flash2 (PyTorch SDPA) "
-        "or unfused (Megatron's original softmax path).",
+        help="Attention kernel: fused (cuDNN/FA3-class; the default from Ampere on), flash2 "
+        "(PyTorch SDPA) or unfused (Megatron's original softmax path; the default on Volta).",
     ),
 ]
 GathersOpt = Annotated[
