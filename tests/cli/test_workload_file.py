@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from cli_runner import run_cli
 
+from gpuscale.errors import InputError
+from gpuscale.spec import TrainingJob, load_training_job
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "llama3-70b-h100-1k.yaml"
 
 
@@ -60,6 +63,51 @@ def test_bad_workload_files_are_one_line_errors(tmp_path: Path) -> None:
     missing.write_text("model: llama3-70b\n")
     r = gpuscale("train", "search", "--workload", str(missing))
     assert r.returncode == 2 and "gpu" in r.stderr and "(missing)" in r.stderr
+
+
+BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 8\n"
+
+
+@pytest.mark.parametrize(
+    ("typo", "line"),
+    [
+        (
+            "seqlen: 8192",  # the key it stands for is then missing, but the typo is the error
+            "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
+            "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
+            "zero3_gathers, elementwise, ep_dispatch, recompute_modules, fp8_param_gather, mtp, "
+            "system, tokens",
+        ),
+        ("Global_Batch: 8", "did you mean global_batch?"),
+    ],
+)
+def test_a_misspelled_key_is_named_with_the_key_it_is_closest_to(
+    tmp_path: Path, typo: str, line: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    key = typo.split(":")[0].lower()
+    path.write_text(
+        "\n".join(k for k in BASE.splitlines() if not k.startswith(key)) + f"\n{typo}\n"
+    )
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert line in r.stderr and "(missing)" not in r.stderr
+
+
+def test_an_unknown_key_unlike_any_lists_the_valid_keys(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(BASE + "zzz: 1\n")
+    with pytest.raises(InputError) as exc:
+        load_training_job(path)
+    assert exc.value.field == "job.yaml:zzz"
+    assert exc.value.valid == f"unknown key; valid keys: {', '.join(TrainingJob.model_fields)}"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLE.parent.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_workload_is_valid(path: Path) -> None:
+    job = load_training_job(path)
+    assert job.model and job.gpu and job.gpus > 0
 
 
 def test_a_value_from_the_file_is_blamed_on_the_file(tmp_path: Path) -> None:

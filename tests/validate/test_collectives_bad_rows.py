@@ -82,6 +82,8 @@ def test_a_printed_zero_busbw_of_a_timed_tiny_message_is_still_scored(tmp_path: 
     [
         ({"gpus_per_node": "x"}, "runs.csv:line 3:gpus_per_node='x'"),
         ({"message_bytes": "8G"}, "runs.csv:line 3:message_bytes='8G'"),
+        ({"busbw_gbps": "NaN"}, "runs.csv:line 3:busbw_gbps='NaN'"),
+        ({"busbw_gbps": "inf"}, "runs.csv:line 3:busbw_gbps='inf'"),
     ],
 )
 def test_malformed_cell_is_one_line_exit_2(

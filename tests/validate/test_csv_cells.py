@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.errors import InputError
@@ -31,6 +32,40 @@ def test_an_infinite_measured_value_is_a_located_error(tmp_path: Path) -> None:
         validate_training(_file(tmp_path, ROW.format(measured="inf")), default_calibration())
     assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
     assert exc.value.value == "inf"
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "NAN", "-nan", "-inf", "+Inf", "Infinity", "~nan"])
+def test_a_nan_or_infinite_measured_value_is_a_located_error(tmp_path: Path, text: str) -> None:
+    # nan is no more a measurement than inf: not read as an empty cell (the row skipped)
+    with pytest.raises(InputError) as exc:
+        validate_training(_file(tmp_path, ROW.format(measured=text)), default_calibration())
+    assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
+    assert exc.value.value == text
+    assert exc.value.valid == "a finite number or an empty cell"
+
+
+@pytest.mark.parametrize(("col", "text"), [("seq_len", "nan"), ("num_gpus", "NaN")])
+def test_a_nan_in_any_numeric_cell_is_a_located_error(tmp_path: Path, col: str, text: str) -> None:
+    cells = dict(zip(HEADER.split(","), ROW.format(measured="5000").split(","), strict=True))
+    cells[col] = text
+    with pytest.raises(InputError) as exc:
+        validate_training(_file(tmp_path, ",".join(cells.values())), default_calibration())
+    assert exc.value.field == f"runs.csv:line 2:{col}"
+    assert exc.value.value == text
+
+
+def test_a_nan_measured_value_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _file(
+        tmp_path, ROW.format(measured="5000"), ROW.format(measured="nan").replace("r1", "r2")
+    )
+    code, out, err = run_cli(["validate", "training", "--runs", str(path)], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "error: runs.csv:line 3:measured_tokens_per_s_per_gpu='nan' is invalid: "
+        "a finite number or an empty cell"
+    )
 
 
 @pytest.mark.parametrize("measured", ["0", "-1000"])
@@ -173,3 +208,99 @@ def test_selective_recompute_is_read_as_the_stack_runs_it(
     assert "rc:selective" in rep.rows[0].detail["plan"]
     per_op = "selective recompute per operator" in rep.rows[0].reason
     assert per_op == (modules == "ops")
+
+
+# A row whose cells do not line up with the header: an error naming file, line and both counts
+
+
+def test_a_short_row_is_a_located_error_not_an_empty_target(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as exc:
+        validate_training(
+            _file(tmp_path, ROW.format(measured="5000"), "a,b,c"), default_calibration()
+        )
+    assert exc.value.field == "runs.csv:line 3"
+    assert exc.value.value == "a"
+    assert exc.value.valid == "row has 3 fields where the header names 9 columns"
+
+
+def test_a_row_one_cell_short_is_an_error(tmp_path: Path) -> None:
+    row = ROW.format(measured="5000").rsplit(",", 1)[0]  # the measured cell left out
+    with pytest.raises(InputError, match="row has 8 fields where the header names 9 columns"):
+        validate_training(_file(tmp_path, row), default_calibration())
+
+
+def test_a_long_row_names_both_counts(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as exc:
+        validate_training(
+            _file(tmp_path, ROW.format(measured="5000") + ",,bf16"), default_calibration()
+        )
+    assert exc.value.field == "runs.csv:line 2"
+    assert exc.value.valid == (
+        "row has 11 fields where the header names 9 columns; only empty fields may follow the last"
+    )
+
+
+def test_a_short_row_is_one_line_exit_2_before_any_row_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = ROW.format(measured="5000")
+    path = _file(tmp_path, good, good.replace("r1,", "r2,", 1), "r3,torchtitan,llama3-8b")
+    code, out, err = run_cli(["validate", "training", "--runs", str(path), "--json"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "error: runs.csv:line 4='r3' is invalid: row has 3 fields where the header names 9 columns"
+    )
+
+
+def test_the_tables_shape_is_checked_before_any_row_is_read(tmp_path: Path) -> None:
+    # line 2's malformed cell would stop the file too, but the table is checked first
+    path = _file(tmp_path, ROW.format(measured="5k tokens"), "r2,torchtitan")
+    with pytest.raises(InputError) as exc:
+        validate_training(path, default_calibration())
+    assert exc.value.field == "runs.csv:line 3"
+
+
+@pytest.mark.parametrize(
+    ("header", "row"),
+    [
+        (HEADER, "{row},"),  # a trailing comma
+        (HEADER, "{row},,, "),  # trailing empty cells a spreadsheet exported
+        (HEADER + ",", "{row},"),  # a trailing comma on every line
+        (HEADER + ",", "{row}"),  # ... but the header's only
+    ],
+)
+def test_trailing_empty_cells_are_not_columns(tmp_path: Path, header: str, row: str) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([header, row.format(row=ROW.format(measured="5000")), ",,", ""]))
+    rep = validate_training(path, default_calibration())
+    assert [(r.id, r.status) for r in rep.rows] == [("r1", "scored")]
+
+
+def test_lines_are_counted_across_blank_lines_and_quoted_line_breaks(tmp_path: Path) -> None:
+    row = ROW.format(measured="5000")
+    header = HEADER + ",notes"
+    lines = [header, row + ',"two\nlines"', "", row + ","]  # the id again on line 5
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="line 2 has it") as exc:
+        validate_training(path, default_calibration())
+    assert exc.value.field == "runs.csv:line 5:id"
+
+
+def test_an_unclosed_quote_is_a_short_row_on_its_line(tmp_path: Path) -> None:
+    # the quote runs to the end of the file, taking the rows below into one cell
+    good = ROW.format(measured="5000")
+    path = _file(tmp_path, good, good.replace("r1,", 'r2,"', 1), good.replace("r1,", "r3,", 1))
+    with pytest.raises(InputError, match="row has 2 fields where the header names 9") as exc:
+        validate_training(path, default_calibration())
+    assert exc.value.field == "runs.csv:line 3"
+
+
+def test_a_cell_past_the_csv_field_limit_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _file(tmp_path, ROW.format(measured="5000") + "x" * 200_000)
+    code, out, err = run_cli(["validate", "training", "--runs", str(path)], capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "a well-formed CSV file (line 2: field larger than field limit" in err

@@ -104,6 +104,8 @@ def test_bad_rows_do_not_stop_the_file(tmp_path: Path, capsys: pytest.CaptureFix
         ({"request_rate": "."}, "runs.csv:line 3:request_rate='.'"),
         ({"metric_throughput_tokens_per_s": "fast"}, "runs.csv:line 3:metric_throughput"),
         ({"ttft_ms": "inf"}, "runs.csv:line 3:ttft_ms='inf'"),
+        ({"ttft_ms": "nan"}, "runs.csv:line 3:ttft_ms='nan'"),
+        ({"metric_throughput_tokens_per_s": "-inf"}, "runs.csv:line 3:metric_throughput"),
         ({"tp": "x"}, "runs.csv:line 3:tp='x'"),
     ],
 )

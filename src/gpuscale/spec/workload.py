@@ -19,11 +19,12 @@ tokens: 15T                 # optional: time and GPU-hours to train
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuscale.errors import InputError
+from gpuscale.errors import InputError, closest
 from gpuscale.spec.files import read_yaml
 
 
@@ -53,6 +54,10 @@ def load_training_job(path: Path) -> TrainingJob:
     data = read_yaml(path, "workload", "a workload YAML file")
     if not isinstance(data, dict):
         raise InputError("workload", str(path), "a YAML mapping of key: value")
+    # a misspelled key first: `seqlen:` is that typo, not "seq_len missing"
+    for key, value in data.items():
+        if key not in TrainingJob.model_fields:
+            raise unknown_key(f"{path.name}:{key}", value, str(key), TrainingJob.model_fields)
     if "tokens" in data and data["tokens"] is not None:
         data["tokens"] = str(data["tokens"])
     try:
@@ -62,8 +67,13 @@ def load_training_job(path: Path) -> TrainingJob:
         loc = ".".join(str(p) for p in err["loc"]) or "workload"
         if err["type"] == "missing":
             raise InputError(f"{path.name}:{loc}", "(missing)", "a required key") from None
-        if err["type"] == "extra_forbidden":
-            known = ", ".join(TrainingJob.model_fields)
-            valid = f"unknown key; known: {known}"
-            raise InputError(f"{path.name}:{loc}", err.get("input"), valid) from None
         raise InputError(f"{path.name}:{loc}", err.get("input"), err["msg"]) from None
+
+
+def unknown_key(field: str, value: object, key: str, valid: Iterable[str]) -> InputError:
+    """A key the schema does not have: the closest valid key, then all of them (the
+    wording of the cluster spec's unknown keys)."""
+    keys = list(valid)
+    near = closest(key, keys, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    return InputError(field, value, f"unknown key; {hint}valid keys: {', '.join(keys)}")

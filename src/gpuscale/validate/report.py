@@ -140,7 +140,12 @@ def signed_error_pct(predicted: float, measured: float) -> float:
 
 
 def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    """CSV rows as dicts, checking the header has the ``required`` columns."""
+    """CSV rows as dicts with the line each starts on, checking the header has the
+    ``required`` columns.
+
+    The whole file is checked before the first row is given, so that a file that is wrong
+    as a table (a row with fewer or more cells than the header names, a repeated id, no
+    data rows) is an :class:`InputError` naming file and line before anything is scored."""
     if path.is_dir():
         raise InputError("--runs", str(path), "a directory; give a CSV file")
     if not path.is_file():
@@ -150,10 +155,21 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError("--runs", str(path), f"not a readable UTF-8 CSV file ({exc})") from exc
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""))
+    lines: list[tuple[int, list[str]]] = []  # (the line a record starts on, its cells)
+    end = 0  # the last line of the record before (a quoted cell may span lines)
+    try:
+        for cells in reader:
+            lines.append((end + 1, cells))
+            end = reader.line_num
+    except csv.Error as exc:
+        raise InputError(
+            "--runs", str(path), f"a well-formed CSV file (line {reader.line_num}: {exc})"
+        ) from None
     # column names as the schema spells them, also when written "Id, Source, ..."
-    header = [name.strip().lower() for name in reader.fieldnames or []]
-    reader.fieldnames = header
+    header = [name.strip().lower() for name in (lines[0][1] if lines else [])]
+    while header and header[-1] == "":
+        header.pop()  # a trailing comma after the last column name
     missing = [c for c in required if c not in header]
     if missing:
         hint = (
@@ -162,31 +178,35 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
             else ""
         )
         raise InputError("--runs", str(path), f"missing column(s) {', '.join(missing)}{hint}")
+    rows: list[tuple[int, dict[str, str]]] = []
     first_line: dict[str, int] = {}
-    for lineno, row in enumerate(reader, start=2):
-        if None in row:  # more cells than header columns
-            if any((cell or "").strip() for cell in row[None]):
-                raise InputError(
-                    f"{path.name}:line {lineno}",
-                    row.get("id", ""),
-                    f"row has more cells than the {len(header)} header columns",
-                )
-            del row[None]  # a trailing comma: empty extra cells
-        if not any((cell or "").strip() for cell in row.values()):
-            continue  # a blank line a spreadsheet left behind
+    for lineno, cells in lines[1:]:
+        if not any(cell.strip() for cell in cells):
+            continue  # a blank line, or one of empty cells a spreadsheet left behind
+        if len(cells) < len(header) or any(cell.strip() for cell in cells[len(header) :]):
+            # a short row would read its missing cells as "not stated", a long one drop its
+            # last cells: either way the cells are not under the columns they were meant for
+            raise InputError(
+                f"{path.name}:line {lineno}",
+                cells[0].strip(),
+                f"row has {len(cells)} fields where the header names {len(header)} columns"
+                + ("" if len(cells) < len(header) else "; only empty fields may follow the last"),
+            )
+        row = {col: cell.strip() for col, cell in zip(header, cells, strict=False)}
         for col, cell in row.items():
             # a table's "not applicable" marks are empty cells: the source does not say
-            if col not in ("id", "source", "notes") and (cell or "").strip().lower() in NOT_STATED:
+            if col not in ("id", "source", "notes") and cell.lower() in NOT_STATED:
                 row[col] = ""
-        rid = (row.get("id") or "").strip()
+        rid = row.get("id", "")
         if rid and rid in first_line:
             raise InputError(
                 f"{path.name}:line {lineno}:id", rid, f"unique; line {first_line[rid]} has it"
             )
         first_line.setdefault(rid, lineno)
-        yield lineno, {k: (v or "").strip() for k, v in row.items()}
-    if not first_line:
+        rows.append((lineno, row))
+    if not rows:
         raise InputError("--runs", str(path), "no data rows under the header")
+    yield from rows
 
 
 NOT_STATED = ("-", "\u2013", "\u2014", "n/a", "na", "?")
@@ -198,7 +218,8 @@ _THOUSANDS = re.compile(rf"\d{{1,3}}({_SEPARATOR}\d{{3}})+(\.\d+)?")
 
 
 def num(row: dict[str, str], col: str, where: str) -> float | None:
-    """A numeric cell; empty -> None; malformed -> InputError naming the cell.
+    """A numeric cell; empty -> None; malformed or not finite (nan, inf, any case or sign)
+    -> InputError naming the cell.
 
     Accepts the forms published tables print: thousands separators ("8,192"), an
     approximate mark ("~5762"), a percent sign (43 % -> 0.43) and, for a sequence length,
@@ -219,10 +240,11 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
         raise InputError(
             f"{where}:{col}", row.get(col, ""), "a number (8192, 8,192, 43%) or an empty cell"
         ) from None
-    if math.isnan(v):
-        return None
-    if math.isinf(v):
-        raise InputError(f"{where}:{col}", text, "a finite number or an empty cell")
+    if not math.isfinite(v):
+        # nan and inf alike: neither is a measurement (an empty cell is "not stated")
+        raise InputError(
+            f"{where}:{col}", row.get(col, "").strip(), "a finite number or an empty cell"
+        )
     return v
 
 
