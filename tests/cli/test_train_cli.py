@@ -495,3 +495,11 @@ def test_command_line_parse_errors_are_one_line(
 ) -> None:
     r = gpuscale("train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", *args)
     assert_one_line_error(r, *needles)
+
+
+def test_tensor_parallelism_beyond_the_node_is_noted() -> None:
+    args = ("--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--global-batch", "64")
+    over = json.loads(gpuscale("train", "estimate", *args, "--tp", "16", "--json").stdout)
+    assert any("tensor parallelism spans 2 scale-up domains of 8" in n for n in over["notes"])
+    inside = json.loads(gpuscale("train", "estimate", *args, "--tp", "8", "--json").stdout)
+    assert not any("tensor parallelism spans" in n for n in inside.get("notes", []))

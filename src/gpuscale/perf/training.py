@@ -87,6 +87,13 @@ class TrainingEstimate:
                 )
         ep = int(self.plans.ep[i])
         dom = w.fabric.domain_gpus
+        tp = int(self.plans.tp[i])
+        if tp > max(w.fabric.scaleup_domain_gpus, 1):
+            out.append(
+                f"tensor parallelism spans {-(-tp // max(w.fabric.scaleup_domain_gpus, 1))} "
+                f"scale-up domains of {w.fabric.scaleup_domain_gpus} GPUs: its collectives, "
+                "several per layer and micro-batch, cross the scale-out network"
+            )
         if m.is_moe and dom > 1 and ep > dom:
             # expert-parallel ranks are the innermost: EP fills whole scale-up domains, the
             # last one perhaps partly (as step.py places the group)
