@@ -391,3 +391,13 @@ def test_the_explanation_names_the_costs_beside_the_saving() -> None:
         assert f"{abs(diffs[k]) * 1e3:.1f} ms of " in text
     if any(d < 0 for k, d in diffs.items() if k in named):
         assert "but costs" in text
+
+
+def test_one_replica_is_listed_once_not_once_per_sharding() -> None:
+    # Llama 3 8B on 8 GPUs with TP8: one data-parallel replica, nothing to shard
+    w = workload("llama3-8b", "h100-sxm", 8, 4096, 8)
+    plans = enumerate_plans(w, {"tp": 8, "pp": 1, "mbs": 1, "recompute": 0})
+    assert set(plans.sharding.tolist()) == {SHARDING.index("none")}
+    # with two replicas every sharding is a plan of its own
+    two = enumerate_plans(w, {"tp": 4, "pp": 1, "mbs": 1, "recompute": 0})
+    assert set(two.sharding.tolist()) == set(range(len(SHARDING)))

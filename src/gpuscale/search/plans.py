@@ -191,6 +191,11 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
     keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
     if "sharding" not in fx or fx["sharding"] is None:
         keep &= ~pipelined_fsdp(plans)
+        # with one data-parallel replica (of the dense and of the expert weights) there is
+        # nothing to shard: every sharding is the plain plan
+        d = plans.dp * plans.cp
+        alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
+        keep &= ~alone | (plans.sharding == SHARDING.index("none"))
     return plans.take(keep)
 
 
