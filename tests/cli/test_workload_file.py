@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,7 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
             "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
             "zero3_gathers, elementwise, ep_dispatch, recompute_modules, fp8_param_gather, mtp, "
-            "system, tokens",
+            "memory_headroom, system, tokens",
         ),
         ("Global_Batch: 8", "did you mean global_batch?"),
     ],
@@ -242,3 +243,43 @@ def test_fp8_param_gather_from_the_file(tmp_path: Path) -> None:
     r = gpuscale("train", "search", "--workload", str(path))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "job.yaml:fp8_param_gather" in r.stderr and "fp8 or fp4" in r.stderr
+
+
+def test_a_memory_headroom_shrinks_what_a_plan_may_use() -> None:
+    from gpuscale.calibrate import default_calibration
+    from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+    from gpuscale.perf.comm import Fabric
+    from gpuscale.perf.memory import memory_breakdown
+    from gpuscale.perf.plan import Plans, Workload
+
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 8), 8, 4096, 64)
+    p = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=3, sharding=4)
+    cal = default_calibration()
+    whole = memory_breakdown(w, p, cal)
+    w10 = replace(w, memory_headroom=0.1)
+    less = memory_breakdown(w10, p, cal)
+    # 81,559 MiB as the driver reports an H100, less 10 %
+    assert less.capacity == pytest.approx(0.9 * 81559 * 2**20)
+    assert whole.capacity == 81559 * 2**20
+    with pytest.raises(InputError, match="memory-headroom"):
+        replace(w, memory_headroom=0.6)
+
+
+def test_the_workload_file_takes_a_memory_headroom(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "model: llama3-8b\ngpu: h100-sxm\ngpus: 8\nseq_len: 4096\nglobal_batch: 64\n"
+        "memory_headroom: 0.1\n"
+    )
+    assert load_training_job(path).memory_headroom == 0.1
+    code, stdout, stderr = run_cli(
+        ["train", "search", "--workload", str(path), "--json", "--top", "1"], capsys
+    )
+    assert code == 0, stderr
+    top = json.loads(stdout)["plans"][0]
+    assert top["memory_headroom"] == 0.1
+    assert top["memory_bytes"]["total"] <= 0.9 * 81559 * 2**20

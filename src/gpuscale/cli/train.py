@@ -22,6 +22,7 @@ from gpuscale.cli.train_options import (
     GbsOpt,
     GpuOpt,
     GpusOpt,
+    HeadroomOpt,
     JsonOpt,
     ModelOpt,
     ModulesOpt,
@@ -75,6 +76,7 @@ def _workload(
     ep_dispatch: str = "hierarchical",
     recompute_modules: str | None = None,
     fp8_param_gather: bool = False,
+    memory_headroom: float | None = None,
 ) -> Workload:
     g = get_gpu(gpu)
     if attention is None:
@@ -116,6 +118,7 @@ def _workload(
         elementwise=elementwise,
         ep_dispatch=ep_dispatch,
         fp8_param_gather=fp8_param_gather,
+        memory_headroom=0.0 if memory_headroom is None else memory_headroom,
         recompute_modules=(
             parse_modules(recompute_modules.split(","))
             if recompute_modules is not None
@@ -182,6 +185,7 @@ def estimate_cmd(
     ep_dispatch: DispatchOpt = "hierarchical",
     recompute_modules: ModulesOpt = None,
     fp8_param_gather: Fp8GatherOpt = False,
+    memory_headroom: HeadroomOpt = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree.")] = 1,
@@ -236,6 +240,7 @@ def estimate_cmd(
         ep_dispatch,
         recompute_modules,
         fp8_param_gather,
+        memory_headroom,
     )
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
@@ -299,6 +304,7 @@ def search_cmd(
         bool | None,
         typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="FP8 parameter gathers."),
     ] = None,
+    memory_headroom: HeadroomOpt = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Fix TP (else searched).")] = None,
@@ -351,6 +357,7 @@ def search_cmd(
         "recompute_modules": recompute_modules,
         "mtp": mtp,
         "fp8_param_gather": fp8_param_gather,
+        "memory_headroom": memory_headroom,
     }
     try:
         w = _workload(
@@ -370,6 +377,7 @@ def search_cmd(
             if recompute_modules is not None
             else _modules_text(job.recompute_modules if job else None),
             pick(fp8_param_gather, "fp8_param_gather", False),
+            pick(memory_headroom, "memory_headroom", 0.0),
         )
     except InputError as exc:
         key = exc.field.replace("-", "_")
@@ -413,6 +421,7 @@ def scaling_cmd(
     ep_dispatch: DispatchOpt = "hierarchical",
     recompute_modules: ModulesOpt = None,
     fp8_param_gather: Fp8GatherOpt = False,
+    memory_headroom: HeadroomOpt = None,
     system: SysOpt = None,
     mtp: MtpOpt = None,
     mode: Annotated[
@@ -440,6 +449,7 @@ def scaling_cmd(
         ep_dispatch,
         recompute_modules,
         fp8_param_gather,
+        memory_headroom,
     )
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)

@@ -85,3 +85,11 @@ MtpOpt = Annotated[
 TokensOpt = Annotated[
     str | None, typer.Option("--tokens", help="Training tokens, e.g. 15T, for time and GPU-hours.")
 ]
+HeadroomOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--memory-headroom",
+        help="Fraction of each GPU's memory a plan must leave free (allocator "
+        "fragmentation, a margin), 0 to 0.5; default 0.",
+    ),
+]

@@ -60,7 +60,12 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
         if s["fits"]
         else f"DOES NOT FIT (short by {fmt_bytes(mem['total'] - mem['capacity'])})"
     )
-    t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {fmt_bytes(mem['capacity'])}: {fit}")
+    room = e.workload.memory_headroom
+    cap = fmt_bytes(mem["capacity"])
+    if room > 0:
+        whole = fmt_bytes(e.workload.gpu.memory_bytes)
+        cap += f" ({whole} less a {100 * room:.0f} % headroom)"
+    t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {cap}: {fit}")
     for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
         t.add_row(f"  {k}", fmt_bytes(mem[k]))
     t.add_row("step time", fmt_time(s["step_time_s"]))

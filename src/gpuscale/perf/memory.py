@@ -278,7 +278,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     zero3 = np.where(shard == 4, 2.0 * per_layer * (w.gathered_weight_bytes + 2.0), 0.0)
     buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
     ovh = cal.mem_activation_overhead
-    room = w.gpu.memory_bytes - (weights + grads + opt + buffers)
+    room = w.memory_capacity - (weights + grads + opt + buffers)
 
     def recompute_needed(held: FloatArray, extra: FloatArray) -> FloatArray:
         """Partial recompute: the fraction r of a stage's layers recomputed that just fills
@@ -311,7 +311,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         return out
 
     acts = np.maximum(stage_acts(held_first, logits_first), stage_acts(held_last, logits))
-    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.gpu.memory_bytes, frac)
+    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.memory_capacity, frac)
 
 
 def in_flight(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:

@@ -97,6 +97,16 @@ class Workload:
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""
+    memory_headroom: float = 0.0
+    """Fraction of each GPU's memory a plan must leave free (the caching allocator's
+    fragmentation, a profiler, a margin): plans fit in (1 - headroom) x the memory the
+    driver reports. PyTorch's caching allocator commonly reserves 10-25 % more than a run's
+    peak allocation (torchtitan's reserved-memory figures against gpuscale's model)."""
+
+    @property
+    def memory_capacity(self) -> float:
+        """Bytes a plan may use on each GPU: the driver's total less the headroom."""
+        return self.gpu.memory_bytes * (1.0 - self.memory_headroom)
 
     def __post_init__(self) -> None:
         # named as the command-line flags are (--gpus, --seq-len, --global-batch); the caps
@@ -132,6 +142,9 @@ class Workload:
                 f"a model of attention and dense MLP layers ({m.name} has MoE, MLA or Mamba "
                 "layers, whose per-op checkpointing is not modelled)",
             )
+        h = self.memory_headroom
+        if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= h <= 0.5:
+            raise InputError("memory-headroom", h, "a fraction from 0 to 0.5 (0.1 = 10 %)")
         if self.ep_dispatch not in EP_DISPATCH:
             raise InputError("ep-dispatch", self.ep_dispatch, f"one of {', '.join(EP_DISPATCH)}")
         if self.fp8_param_gather and self.precision not in ("fp8", "fp4"):

@@ -242,7 +242,7 @@ def search_plans(
                 "gpus",
                 w.num_gpus,
                 f"too few for {w.model.key}: no plan fits in "
-                f"{w.gpu.memory_bytes / GiB:.1f} GiB per GPU; the closest "
+                f"{w.memory_capacity / GiB:.1f} GiB per GPU; the closest "
                 f"({plans.label(i)}) is short by {short:.1f} GiB — add GPUs or use a "
                 "larger-memory GPU",
             )

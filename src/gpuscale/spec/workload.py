@@ -14,6 +14,7 @@ fp8_param_gather: false     # optional: gather FP8 weights, keep no 16-bit copy 
 ep_dispatch: hierarchical   # optional: hierarchical (DeepEP, HybridEP) | all_to_all (NCCL)
 recompute_modules: [layernorm, moe_act]   # optional: what selective recompute runs again
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)
+memory_headroom: 0.1        # optional: fraction of GPU memory a plan must leave free (default 0)
 tokens: 15T                 # optional: time and GPU-hours to train
 """
 
@@ -45,6 +46,7 @@ class TrainingJob(BaseModel):
     recompute_modules: str | list[str] | None = None
     fp8_param_gather: bool | None = None
     mtp: int | None = Field(default=None, ge=0)
+    memory_headroom: float | None = Field(default=None, ge=0.0, le=0.5)
     system: str | None = None
     tokens: str | None = None
 
