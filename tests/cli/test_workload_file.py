@@ -254,8 +254,10 @@ def test_a_memory_headroom_shrinks_what_a_plan_may_use() -> None:
 
     g = get_gpu("h100-sxm")
     s = system_for_gpu(g)
-    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 8), 8, 4096, 64)
-    p = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=3, sharding=4)
+    # Llama 3 8B, 8,192-token sequences, micro-batch 2, FSDP: partial recompute recomputes
+    # just enough layers to fill the memory, so a headroom makes it recompute more
+    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 8), 8, 8192, 64)
+    p = Plans.of(tp=1, pp=1, dp=8, mbs=2, recompute=3, sharding=4)
     cal = default_calibration()
     whole = memory_breakdown(w, p, cal)
     w10 = replace(w, memory_headroom=0.1)
@@ -263,6 +265,9 @@ def test_a_memory_headroom_shrinks_what_a_plan_may_use() -> None:
     # 81,559 MiB as the driver reports an H100, less 10 %
     assert less.capacity == pytest.approx(0.9 * 81559 * 2**20)
     assert whole.capacity == 81559 * 2**20
+    assert float(whole.total[0]) == pytest.approx(whole.capacity)
+    assert float(less.total[0]) == pytest.approx(less.capacity)
+    assert 0.0 < float(whole.recompute_fraction[0]) < float(less.recompute_fraction[0]) < 1.0
     with pytest.raises(InputError, match="memory-headroom"):
         replace(w, memory_headroom=0.6)
 

@@ -54,4 +54,5 @@ def test_weak_scaling_starts_where_one_sequence_fits() -> None:
     w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 1024), 1024, 4096, 64)
     pts = scaling_curve(w, default_calibration(), "weak")
     assert pts[0].gpus == 8 and pts[0].step_s is None and "0.5 sequences" in pts[0].plan
+    assert pts[0].global_batch is None  # JSON null, not a batch of 0
     assert pts[1].gpus == 16 and pts[1].global_batch == 1 and pts[1].efficiency == 1.0

@@ -19,6 +19,11 @@ try:  # Typer 0.2x vendors its Click
 except ImportError:  # pragma: no cover - Typer built on the Click package
     from click import exceptions as cx  # type: ignore[no-redef]
 
+# Click 8.2+ (and Typer's vendored Click) signal a bare group this way; Click 8.1 exits 0
+_NO_ARGS_IS_HELP: tuple[type[BaseException], ...] = tuple(
+    c for c in (getattr(cx, "NoArgsIsHelpError", None),) if isinstance(c, type)
+)
+
 app = typer.Typer(
     name="gpuscale",
     help="Model how GPU clusters turn GPUs into compute that AI workloads can use.",
@@ -55,12 +60,13 @@ def main(argv: list[str] | None = None) -> None:
         rc = app(args=argv, prog_name="gpuscale", standalone_mode=False)
     except InputError as exc:
         _error(str(exc))
-    except cx.NoArgsIsHelpError:
+    except _NO_ARGS_IS_HELP:
         sys.exit(2)  # a bare group: Typer has printed its help
     except cx.UsageError as exc:
         # "Invalid value for '--gpus': ... (got 'abc')": the field, what is valid and the
-        # value, on one line
-        _error(" ".join(exc.format_message().split()) + _given(exc))
+        # value, on one line, and where the valid commands and options are listed
+        where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        _error(" ".join(exc.format_message().split()) + _given(exc) + where)
     except typer.Abort:
         _common.err.print("aborted")
         sys.exit(130)

@@ -64,7 +64,7 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
     cap = fmt_bytes(mem["capacity"])
     if room > 0:
         whole = fmt_bytes(e.workload.gpu.memory_bytes)
-        cap += f" ({whole} less a {100 * room:.0f} % headroom)"
+        cap += f" ({whole} less a {100 * room:g} % headroom)"
     t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {cap}: {fit}")
     for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
         t.add_row(f"  {k}", fmt_bytes(mem[k]))

@@ -37,7 +37,10 @@ shared experts, and a Mamba-2 mixer. ``ops`` is not a module but PyTorch's per-o
 selective checkpointing as torchtitan applies it to each layer (``selective_ac_option =
 "op"``): it keeps the attention kernel's output and every other matmul's output, in forward
 order, and recomputes the rest (norms, rotary embedding, activation function, the other
-matmuls); see :func:`op_sac_split`. It is a policy of its own, never combined."""
+matmuls); see :func:`op_sac_split`. It is a policy of its own, never combined. It
+describes torchtitan's classic policy (``_get_custom_policy`` with its op save list, 2024-25
+releases) on bias-free Llama-style layers: a biased linear dispatches to ``aten.addmm``,
+which that list does not save."""
 
 ALIASES = {
     "core_attention": "core_attn",

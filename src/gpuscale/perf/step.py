@@ -308,13 +308,16 @@ def step_breakdown(
         # w3) split their outputs over TP, row-parallel ones (wo, w2) their reduction
         _, redo = op_sac_split(float(q), float(kv), h, f_d, m.gated_mlp)
         cols = {"wq": q / tp, "wk": kv_rank, "wv": kv_rank, "w1": f_d / tp, "w3": f_d / tp}
-        redo_t, _ = gemms(
+        redo_t, redo_c = gemms(
             *(
                 (tokens, h, k_red / tp) if name in ("wo", "w2") else (tokens, cols[name], h)
                 for name, _n, k_red in redo
             )
         )
-        parts["ops"] = a_frac * redo_t + mem_fwd
+        # a low precision re-quantises the rerun GEMMs' inputs; the kernels launched again
+        # (every elementwise one and three of seven GEMMs: most of a forward's launches)
+        # are priced as one forward pass's fixed cost
+        parts["ops"] = a_frac * (redo_t + per_el * redo_c[0]) + mem_fwd + layer_fixed
     selective = selective_forward_s(mods, parts)
     recompute_mb = full_frac * layers_stage_mtp * (
         layer_fwd * overlap_slow + mem_fwd + layer_fixed + cast_fwd

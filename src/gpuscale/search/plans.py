@@ -298,7 +298,14 @@ def _join_memory(mems: list[MemoryBreakdown]) -> MemoryBreakdown:
 
 
 def _fixed_text(fixed: dict[str, Any] | None) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (fixed or {}).items() if v is not None) or "(free)"
+    """The fixed knobs as a user gave them: recompute and sharding by name, not index."""
+    names = {"recompute": RECOMPUTE, "sharding": SHARDING}
+
+    def shown(k: str, v: Any) -> Any:
+        return names[k][int(v)] if k in names and isinstance(v, int | np.integer) else v
+
+    text = ", ".join(f"{k}={shown(k, v)}" for k, v in (fixed or {}).items() if v is not None)
+    return text or "(free)"
 
 
 def _no_plan_reason(
@@ -320,9 +327,12 @@ def _no_plan_reason(
     broken = [text for mask, text in rules if not mask.any()]
     if not broken:
         counts = sorted(((int((~mask).sum()), text) for mask, text in rules), reverse=True)
-        broken = [text for n, text in counts[:3] if n > 0]
-        return f"no plan {where}: each candidate breaks one of: {'; '.join(broken)}"
-    how = "the fixed degrees break" if fixed else "every plan breaks"
+        broken = [text for n, text in counts if n > 0]
+        return (
+            f"no plan {where}: each candidate breaks at least one of: {'; '.join(broken[:3])}"
+            + (f" (and {len(broken) - 3} more rules)" if len(broken) > 3 else "")
+        )
+    how = "the fixed knobs break" if fixed else "every plan breaks"
     return f"no plan {where}: {how}: {'; '.join(broken)}"
 
 
@@ -388,8 +398,11 @@ def explain(result: SearchResult) -> str:
         (saves if d > 0 else costs).append(
             f"{abs(d) * 1e3:.1f} ms of {_TERM_WORDS.get(k, k.removesuffix('_s'))}"
         )
-    if len(moved) > 6:
-        (costs if costs else saves).append(f"{len(moved) - 6} smaller terms")
+    rest = moved[6:]
+    for group, sign, what in ((saves, 1.0, "savings"), (costs, -1.0, "costs")):
+        n = sum(1 for _k, d in rest if d * sign > 0)
+        if n:
+            group.append(f"{n} smaller {what}")
     clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
     net = float(e.step_s[r] - e.step_s[b])
     if clauses:

@@ -35,7 +35,8 @@ def weak_batch(batch: int, n: int, total: int) -> int:
 @dataclass(frozen=True)
 class ScalingPoint:
     gpus: int
-    global_batch: int
+    global_batch: int | None
+    """Sequences per step; None where weak scaling gives less than one sequence."""
     plan: str
     gpus_used: int | None
     """GPUs the best plan occupies; the rates are per GPU of all ``gpus`` (idle ones count)."""
@@ -77,7 +78,7 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
                 # a batch rounded up to one sequence would make this point a strong-scaling
                 # step from the next: weak scaling starts where a sequence fits
                 why = f"none: the weak-scaling batch here is {exact:.3g} sequences, less than one"
-                pts.append(ScalingPoint(n, 0, why, None, None, None, None, None, "", {}))
+                pts.append(ScalingPoint(n, None, why, None, None, None, None, None, "", {}))
                 continue
             gbs = weak_batch(w.global_batch, n, w.num_gpus)
         wn = replace(w, num_gpus=n, global_batch=gbs, fabric=replace(w.fabric, total_gpus=n))

@@ -46,7 +46,7 @@ class TrainingJob(BaseModel):
     recompute_modules: str | list[str] | None = None
     fp8_param_gather: bool | None = None
     mtp: int | None = Field(default=None, ge=0)
-    memory_headroom: float | None = Field(default=None, ge=0.0, le=0.5)
+    memory_headroom: float | None = None  # checked by the Workload, as the flag is
     system: str | None = None
     tokens: str | None = None
 
