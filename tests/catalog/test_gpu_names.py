@@ -161,3 +161,81 @@ def test_model_typos_are_refused_with_suggestions(name: str, suggested: str) -> 
     assert exc.value.value == name
     assert "did you mean" in exc.value.valid
     assert suggested in exc.value.valid
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H100 Tensor Core GPU", "h100-sxm"),  # NVIDIA's product page
+        ("NVIDIA A100 Tensor Core GPU", "a100-sxm-80gb"),  # the family's own alias
+        ("NVIDIA GH200 Grace Hopper Superchip", "gh200"),
+        ("NVIDIA GB200 Grace Blackwell Superchip", "gb200"),  # "Grace" is GH200's word too
+        ("AMD Instinct MI300X Accelerator", "mi300x"),
+        ("NVIDIA B300 SXM6 AC", "b300"),  # nvidia-smi's name; SXM6 fits an SXM part
+        ("H100 80GB SXM with NVLink", "h100-sxm"),
+        ("NVIDIA H100 SXM5 80GB HBM3 700W", "h100-sxm"),  # a power figure names no part
+        ("NVIDIA H100 PCIe Tensor Core GPU", "h100-pcie"),  # the named form factor counts
+        ("H100 PCIe 350W", "h100-pcie"),
+        ("NVIDIA H100 80GB HBM3 (2 nodes)", "h100-sxm"),  # a bracketed note may count
+    ],
+)
+def test_official_names_with_words_the_catalog_does_not_know_resolve(name: str, key: str) -> None:
+    assert get_gpu(name).key == key
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [
+        ("H100 pcei", "h100-pcie"),  # a misspelled catalog word on its own still refuses
+        ("H100 sxn", "h100-sxm"),
+        ("H100 (pcei)", "h100-pcie"),  # also in brackets
+        ("B200 blackwel", "b200"),
+        ("NVIDIA H100 SXM4", "h100-sxm"),  # another SXM generation than the part's SXM5
+        ("H100 SXM6", "h100-sxm"),
+        ("H100 Tensor Core GPU 94", "h100"),  # a bare number is still not a size
+        ("A100 Tensor Core GPU (AMD)", "a100"),  # another vendor, in brackets too
+    ],
+)
+def test_misspelt_or_contradicting_words_on_their_own_refuse(name: str, suggested: str) -> None:
+    with pytest.raises(InputError) as exc:
+        get_gpu(name)
+    assert "did you mean" in exc.value.valid
+    assert suggested in exc.value.valid
+
+
+@pytest.mark.parametrize(
+    ("name", "first"),
+    [
+        ("mi300x-typo", "mi300x"),
+        ("a100-sxm-40", "a100-sxm-40gb"),
+        ("h100-pcei", "h100-pcie"),  # the misspelling read as the word it misspells
+        ("l40s-sxm", "l40s"),
+        ("H100 sxn", "h100-sxm"),
+    ],
+)
+def test_the_closest_key_is_suggested_first(name: str, first: str) -> None:
+    with pytest.raises(InputError) as exc:
+        get_gpu(name)
+    assert exc.value.valid.startswith(f"unknown; did you mean {first},") or exc.value.valid == (
+        f"unknown; did you mean {first}?"
+    )
+
+
+def test_words_joined_to_the_family_must_all_fit() -> None:
+    """Spelled like a key, every word counts: "h100-tensor-core" is no H100 part, though
+    "H100 Tensor Core" is."""
+    assert get_gpu("H100 Tensor Core").key == "h100-sxm"
+    with pytest.raises(InputError):
+        get_gpu("h100-tensor-core")
+
+
+def test_a_truncated_list_of_known_gpus_says_so() -> None:
+    from gpuscale.catalog import gpus
+
+    with pytest.raises(InputError) as exc:
+        get_gpu("zzzz")
+    valid = exc.value.valid
+    assert valid.startswith("unknown; known: ")
+    shown = valid.removeprefix("unknown; known: ").split(", ")
+    assert shown[-1] == f"… ({len(gpus()) - len(shown) + 1} more)"
+    assert all(k in gpus() for k in shown[:-1])
