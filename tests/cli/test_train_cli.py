@@ -116,6 +116,8 @@ def test_tokens_take_whole_steps_and_decimal_prefixes() -> None:
     plan = ("--tp", "8", "--pp", "8", "--dist-opt")
     one = json.loads(gpuscale(*EST, *plan, "--tokens", "1.5", "--json").stdout)
     assert one["train_steps"] == 1 and one["time_to_train_s"] == one["step_time_s"]
+    low = json.loads(gpuscale(*EST, *plan, "--tokens", "300b", "--json").stdout)
+    assert low["train_tokens"] == 3e11  # lower-case prefixes are counts too
     r = gpuscale(*EST, *plan, "--tokens", "15Ti")
     assert_one_line_error(r, "tokens", "15Ti", "decimal prefix")
 

@@ -175,6 +175,7 @@ def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:
         ("no context parallelism; no pipeline parallel", {"pp": 4}, {"pp": 4, "cp": 1}),
         ("pipeline parallelism over 8 stages", {}, {}),  # not a negation
         ("no tensor cores idle", {}, {}),  # not a degree
+        ("no pipeline parallel bubble to speak of", {}, {}),  # the bubble, not the degree
     ],
 )
 def test_degrees_the_notes_say_were_not_used(

@@ -161,8 +161,10 @@ def _tokens(tokens: str | None) -> float | None:
     if tokens is None:
         return None
     text = tokens.strip()
-    if text[-1:] == "B" and text[-2:-1].isdigit():
+    if text[-1:] in ("B", "b") and text[-2:-1].isdigit():
         text = text[:-1] + "G"  # "300B tokens" means billions here, not bytes
+    if text[-1:] in ("m", "g", "t") and text[-2:-1].isdigit():
+        text = text[:-1] + text[-1].upper()  # 15t, 300m: counts, never milli-tokens
     if text[-1:] == "i":  # 15Ti: a binary prefix counts bytes, never tokens
         raise InputError("tokens", tokens, "a count with a decimal prefix, e.g. 15T or 2e12")
     v = parse_quantity(text, "number", "tokens")

@@ -425,9 +425,14 @@ def sizes_from_notes(
 
 
 _ABSENT_DIM = {
-    "pp": re.compile(r"\b(?:no|without)\s+pipeline(?:[\s-]+model)?[\s-]+parallel", re.IGNORECASE),
-    "tp": re.compile(r"\b(?:no|without)\s+tensor(?:[\s-]+model)?[\s-]+parallel", re.IGNORECASE),
-    "cp": re.compile(r"\b(?:no|without)\s+context[\s-]+parallel", re.IGNORECASE),
+    "pp": re.compile(
+        r"\b(?:no|without)\s+pipeline(?:[\s-]+model)?[\s-]+parallel(?:ism)?\b(?!\s+bubble)",
+        re.IGNORECASE,
+    ),
+    "tp": re.compile(
+        r"\b(?:no|without)\s+tensor(?:[\s-]+model)?[\s-]+parallel(?:ism)?\b", re.IGNORECASE
+    ),
+    "cp": re.compile(r"\b(?:no|without)\s+context[\s-]+parallel(?:ism)?\b", re.IGNORECASE),
 }
 """Notes that say a run used no pipeline, tensor or context parallelism ("FSDP + Megatron
 tensor parallelism, no pipeline parallelism"): that degree is 1."""
