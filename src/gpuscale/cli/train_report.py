@@ -23,7 +23,9 @@ def model_line(m: Model) -> str:
     """Parameters and the structure that shapes the costs: blocks, MTP depths, window."""
     parts = [f"{param_count(m) / 1e9:,.1f} B parameters"]
     if m.is_moe:
-        parts[0] += f" ({active_param_count(m) / 1e9:,.1f} B active)"
+        # active per token with the embedding tables counted (model cards differ: GPT-OSS's
+        # 5.1 B leaves one out, Mixtral's 12.9 B keeps both)
+        parts[0] += f" ({active_param_count(m) / 1e9:,.1f} B active, embeddings included)"
     if m.hybrid:
         kinds = (("Mamba-2", "M"), ("attention", "*"), ("MoE", "E"), ("MLP", "-"))
         counts = ", ".join(f"{m.pattern.count(c)} {n}" for n, c in kinds if c in m.pattern)
