@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
@@ -220,3 +222,31 @@ def test_per_op_checkpointing_gathers_the_sequence_parallel_inputs_again() -> No
     core = step_breakdown(workload("llama3-8b"), p, CAL)
     ops = step_breakdown(replace(workload("llama3-8b"), recompute_modules=("ops",)), p, CAL)
     assert float(ops.tp_comm_s[0]) / float(core.tp_comm_s[0]) == pytest.approx(162 / 130)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(["llama3-8b", "llama3-70b", "gpt3-175b", "llama2-7b"]),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    sp=st.booleans(),
+    mbs=st.integers(1, 4),
+    seq=st.sampled_from([2048, 4096, 8192]),
+)
+def test_per_op_memory_lies_between_full_and_no_recompute(
+    model: str, tp: int, sp: bool, mbs: int, seq: int
+) -> None:
+    # whatever the shape: more than the layer input alone (full recompute), less than
+    # keeping everything without TP, and the rerun costs time
+    w = replace(workload(model, seq=seq), recompute_modules=("ops",))
+    sp = sp and tp > 1
+    plans = {
+        rc: Plans.of(tp=tp, pp=1, dp=8 // tp if tp <= 8 else 1, mbs=mbs, sp=sp, recompute=rc)
+        for rc in (0, 1, 2)
+    }
+    none, ops, full = (float(activation_bytes_per_layer(w, plans[rc])[0]) for rc in (0, 1, 2))
+    assert full < ops
+    if tp == 1:
+        assert ops < none
+    # under TP every rank keeps w2's full-width partial sum (the saved mm output before its
+    # reduce-scatter): at TP8 with SP that can outweigh what no checkpointing keeps
+    assert float(step_breakdown(w, plans[1], CAL).recompute_s[0]) > 0.0

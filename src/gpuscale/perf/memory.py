@@ -218,7 +218,8 @@ def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatA
     4 s b a; a GEMM input kept in FP8 does not apply, the outputs are 16-bit. Under TP each
     rank keeps its share; with sequence parallelism the input and the two reduce-scattered
     block outputs (saved collectives) are sequence shards, and w2's output is the
-    full-sequence partial sum before its reduction."""
+    full-sequence partial sum before its reduction: at TP8 that full-width copy can make the
+    policy keep more than no checkpointing does (which keeps no block output)."""
     m = w.model
     h, t = float(m.hidden), p.tp.astype(np.float64)
     q, kv = attn_dims(m)
