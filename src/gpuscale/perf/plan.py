@@ -254,7 +254,9 @@ class Plans:
         if r["sequence_parallel"]:
             parts.append("SP")
         parts.append(f"rc:{r['recompute']}")
-        parts.append(r["sharding"])
+        # no optimizer sharding is plain data parallelism (a lone "none" would read as the
+        # recompute mode's)
+        parts.append("ddp" if r["sharding"] == "none" else r["sharding"])
         if r["tp_comm_overlap"]:
             parts.append("tp-ovl")
         return " ".join(parts)
