@@ -505,3 +505,12 @@ def test_tensor_parallelism_beyond_the_node_is_noted() -> None:
     assert any("tensor parallelism spans 2 scale-up domains of 8" in n for n in over["notes"])
     inside = json.loads(gpuscale("train", "estimate", *args, "--tp", "8", "--json").stdout)
     assert not any("tensor parallelism spans" in n for n in inside.get("notes", []))
+
+
+def test_search_takes_the_distributed_optimizer_flag_as_estimate_does() -> None:
+    args = ("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--global-batch", "64")
+    r = gpuscale("train", "search", *args, "--dist-opt", "--top", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert {p["plan"]["sharding"] for p in json.loads(r.stdout)["plans"]} == {"dist-opt"}
+    both = gpuscale("train", "search", *args, "--dist-opt", "--zero", "zero1")
+    assert_one_line_error(both, "zero", "not both")

@@ -327,6 +327,9 @@ def search_cmd(
             "optimizer), zero1, zero2, zero3 or fsdp.",
         ),
     ] = None,
+    dist_opt: Annotated[
+        bool, typer.Option("--dist-opt", help="Fix Megatron's distributed optimizer.")
+    ] = False,
     top: Annotated[int, typer.Option("--top", help="Plans to show.")] = 5,
     tokens: TokensOpt = None,
     json: JsonOpt = False,
@@ -391,7 +394,10 @@ def search_cmd(
         tokens = job.tokens
     if top < 1:
         raise InputError("top", top, "a positive integer")
-    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, "zero3" if zero == "fsdp" else zero, None)
+    if zero is not None and dist_opt:
+        raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
+    shard = "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
+    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, shard, None)
     cal = load_calibration(calibration)
     if json:
         res = search_plans(w, cal, fx)
