@@ -34,3 +34,12 @@ def unknown(field: str, value: str, choices: Iterable[str]) -> InputError:
     near = closest(value, pool)
     hint = f"did you mean {', '.join(near)}?" if near else f"known: {', '.join(pool[:12])}"
     return InputError(field, value, f"unknown; {hint}")
+
+
+def unknown_key(field: str, value: object, key: str, valid: Iterable[str]) -> InputError:
+    """An :class:`InputError` for a key a file's schema does not have: the closest valid
+    key, then all of them."""
+    keys = list(valid)
+    near = closest(key, keys, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    return InputError(field, value, f"unknown key; {hint}valid keys: {', '.join(keys)}")

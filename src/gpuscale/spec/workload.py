@@ -20,12 +20,11 @@ tokens: 15T                 # optional: time and GPU-hours to train
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuscale.errors import InputError, closest
+from gpuscale.errors import InputError, unknown_key
 from gpuscale.spec.files import read_yaml
 
 
@@ -70,12 +69,3 @@ def load_training_job(path: Path) -> TrainingJob:
         if err["type"] == "missing":
             raise InputError(f"{path.name}:{loc}", "(missing)", "a required key") from None
         raise InputError(f"{path.name}:{loc}", err.get("input"), err["msg"]) from None
-
-
-def unknown_key(field: str, value: object, key: str, valid: Iterable[str]) -> InputError:
-    """A key the schema does not have: the closest valid key, then all of them (the
-    wording of the cluster spec's unknown keys)."""
-    keys = list(valid)
-    near = closest(key, keys, n=1)
-    hint = f"did you mean {near[0]}? " if near else ""
-    return InputError(field, value, f"unknown key; {hint}valid keys: {', '.join(keys)}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from gpuscale.catalog import System, get_system
-from gpuscale.errors import InputError, closest
+from gpuscale.errors import InputError, unknown_key
 from gpuscale.perf.comm import Fabric
 from gpuscale.spec.files import read_yaml
 from gpuscale.topology.fabrics import FabricTech, Switch, check_switch_for, get_fabric, get_switch
@@ -129,11 +129,7 @@ def _input_error(exc: ValidationError, raw: dict[str, Any]) -> InputError:
         )
     if e["type"] == "extra_forbidden":
         model = _SECTIONS.get(".".join(loc[:-1]), ClusterIn)
-        near = closest(loc[-1], model.model_fields, n=1)
-        hint = f"did you mean {near[0]}? " if near else ""
-        return InputError(
-            field, value, f"unknown key; {hint}valid keys: {', '.join(model.model_fields)}"
-        )
+        return unknown_key(field, value, loc[-1], model.model_fields)
     return InputError(field, value, _VALID.get(field, e["msg"]))
 
 
