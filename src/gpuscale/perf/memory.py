@@ -32,10 +32,11 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
-from gpuscale.perf.recompute import op_sac_split
+from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.transformer import (
     attn_dims,
     embedding_params,
+    kv_width_per_rank,
     layer_shapes,
     mtp_layer_equivalents,
     mtp_param_count,
@@ -128,7 +129,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         q = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
         kv = m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) // 2
     # GQA under more TP ranks than key/value heads: each rank keeps a whole K and V head
-    kv_split = np.maximum(kv, (m.head_dim if m.mla is None else 0) * t)
+    kv_split = kv_width_per_rank(m, t) * t if m.mla is None else kv
     mlp_mult = 6.0 if m.gated_mlp else 4.0
     a_frac = m.attn_layers / m.layers
     mlp_frac = m.mlp_layers / m.layers
@@ -212,7 +213,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
 
 def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatArray:
     """Bytes one layer keeps for one micro-batch under torchtitan's per-op checkpointing
-    (:func:`gpuscale.perf.recompute.op_sac_split`), 16-bit: the layer's input (the
+    (:func:`gpuscale.perf.recompute.op_sac_gemms`), 16-bit: the layer's input (the
     checkpoint's), the odd matmuls' outputs, the attention kernel's output and its fp32
     log-sum-exp. For Llama (gated MLP): Q, V, w1 and w2, so 2 s b (2 h + 2 q + kv + f) +
     4 s b a; a GEMM input kept in FP8 does not apply, the outputs are 16-bit. Under TP each
@@ -222,15 +223,10 @@ def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatA
     policy keep more than no checkpointing does (which keeps no block output)."""
     m = w.model
     h, t = float(m.hidden), p.tp.astype(np.float64)
-    q, kv = attn_dims(m)
-    kv_rank = np.maximum(kv / t, float(m.head_dim))
-    saved, _ = op_sac_split(float(q), float(kv), h, float(m.dense_ffn_hidden), m.gated_mlp)
-    # a rank's share of each output: Q and the MLP's columns split over TP; K and V keep
-    # a whole head under more ranks than KV heads; the row-parallel outputs (wo, w2) are
-    # full-width partial sums before their reduction
-    share = {"wq": q / t, "wk": kv_rank, "wv": kv_rank, "w1": m.dense_ffn_hidden / t}
-    share |= {"w3": share["w1"], "wo": h + 0.0 * t, "w2": h + 0.0 * t}
-    widths = sum((share[name] for name, _n, _k in saved), np.zeros_like(t))
+    q, _ = attn_dims(m)
+    kept, _ = op_sac_gemms(m, t)
+    # a rank's share of each kept output (the row-parallel ones whole-width partial sums)
+    widths = sum((n_cols for _name, n_cols, _k in kept), np.zeros_like(t))
     block_outputs = np.where(p.sp, 2.0 * h / t, 0.0)  # reduce-scatter outputs (saved)
     layer_input = np.where(p.sp, h / t, h)
     lse = 2.0 * m.heads / t  # fp32: 4 bytes = 2 x 2

@@ -14,7 +14,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
+from gpuscale.catalog import Model
 from gpuscale.errors import InputError
+from gpuscale.perf.transformer import attn_dims, kv_width_per_rank
 
 FloatArrayT = NDArray[np.float64]
 
@@ -37,7 +39,7 @@ shared experts, and a Mamba-2 mixer. ``ops`` is not a module but PyTorch's per-o
 selective checkpointing as torchtitan applies it to each layer (``selective_ac_option =
 "op"``): it keeps the attention kernel's output and every other matmul's output, in forward
 order, and recomputes the rest (norms, rotary embedding, activation function, the other
-matmuls); see :func:`op_sac_split`. It is a policy of its own, never combined. It
+matmuls); see :func:`op_sac_gemms`. It is a policy of its own, never combined. It
 describes torchtitan's classic policy (``_get_custom_policy`` with its op save list, 2024-25
 releases) on bias-free Llama-style layers: a biased linear dispatches to ``aten.addmm``,
 which that list does not save."""
@@ -99,22 +101,35 @@ def selective_forward_s(
     return total
 
 
-def op_sac_matmuls(
-    q: float, kv: float, h: float, f: float, gated: bool
-) -> list[tuple[str, float, float]]:
-    """A layer's matmuls in forward order as (name, output width N, reduction K), per the
-    Llama modules torchtitan checkpoints: the Q, K and V projections (wq, wk, wv), the
-    output projection (wo), then the MLP's w1, w3 (gated) and w2. Widths are whole-layer."""
-    mlp = [("w1", f, h), ("w3", f, h), ("w2", h, f)] if gated else [("w1", f, h), ("w2", h, f)]
-    return [("wq", q, h), ("wk", kv, h), ("wv", kv, h), ("wo", h, q), *mlp]
+Gemm = tuple[str, FloatArrayT, FloatArrayT]
+"""A matmul as (name, output width N, reduction K) on one tensor-parallel rank."""
 
 
-def op_sac_split(
-    q: float, kv: float, h: float, f: float, gated: bool
-) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
-    """(saved, recomputed) matmuls of torchtitan's per-op policy: it counts the matmuls of
-    each layer's forward and keeps the odd ones (the 1st, 3rd, ...), recomputing the even
-    ones (``_get_custom_policy``: ``mm_count % 2 == 0`` -> PREFER_RECOMPUTE). For Llama it
-    keeps wq, wv, w1 and w2 and recomputes wk, wo and w3."""
-    mms = op_sac_matmuls(q, kv, h, f, gated)
+def op_sac_gemms(m: Model, tp: FloatArrayT) -> tuple[list[Gemm], list[Gemm]]:
+    """(kept, rerun) matmuls of a layer under torchtitan's per-op policy, per TP rank.
+
+    The Llama modules torchtitan checkpoints, in forward order: the Q, K and V projections
+    (wq, wk, wv), the output projection (wo), then the MLP's w1, w3 (gated) and w2. The
+    policy counts the matmuls of each layer's forward and keeps the odd ones (the 1st,
+    3rd, ...), recomputing the even ones (``_get_custom_policy``: ``mm_count % 2 == 0`` ->
+    PREFER_RECOMPUTE): for Llama it keeps wq, wv, w1 and w2 and reruns wk, wo and w3. On a
+    rank, the column-parallel ones (wq, wk, wv, w1, w3) split their outputs over TP (K and V
+    a whole head at least), the row-parallel ones (wo, w2) their reduction, writing
+    full-width partial sums before their reduction.
+    """
+    h, f = float(m.hidden), float(m.dense_ffn_hidden)
+    q, _ = attn_dims(m)
+    kv = kv_width_per_rank(m, tp)
+    full = h + np.zeros_like(tp)
+    mlp: list[Gemm] = [("w1", f / tp, full)]
+    if m.gated_mlp:
+        mlp.append(("w3", f / tp, full))
+    mlp.append(("w2", full, f / tp))
+    mms: list[Gemm] = [
+        ("wq", q / tp, full),
+        ("wk", kv, full),
+        ("wv", kv, full),
+        ("wo", full, q / tp),
+        *mlp,
+    ]
     return mms[0::2], mms[1::2]

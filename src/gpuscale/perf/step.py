@@ -63,8 +63,13 @@ from gpuscale.perf.kernels import (
 )
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.recompute import op_sac_split, selective_forward_s
-from gpuscale.perf.transformer import attn_dims, layer_shapes, mtp_layer_equivalents
+from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s
+from gpuscale.perf.transformer import (
+    attn_dims,
+    kv_width_per_rank,
+    layer_shapes,
+    mtp_layer_equivalents,
+)
 
 FloatArray = FloatArrayT
 
@@ -169,7 +174,7 @@ def step_breakdown(
     # GEMM writes it and the context-parallel ring passes it
     if m.mla is None:
         # GQA under more TP ranks than key/value heads: each rank keeps one whole head
-        kv_rank = np.maximum(kv / tp, float(m.head_dim))
+        kv_rank = kv_width_per_rank(m, tp)
         qkv_n = q / tp + 2.0 * kv_rank
     else:
         # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
@@ -304,16 +309,9 @@ def step_breakdown(
     if "ops" in mods:
         # torchtitan's per-op checkpointing: the even matmuls of the layer (for Llama wk,
         # wo and w3) and every elementwise kernel (norms, rotary embedding, activation,
-        # residual adds) run again. A rank's GEMM: column-parallel ones (wq, wk, wv, w1,
-        # w3) split their outputs over TP, row-parallel ones (wo, w2) their reduction
-        _, redo = op_sac_split(float(q), float(kv), h, f_d, m.gated_mlp)
-        cols = {"wq": q / tp, "wk": kv_rank, "wv": kv_rank, "w1": f_d / tp, "w3": f_d / tp}
-        redo_t, redo_c = gemms(
-            *(
-                (tokens, h, k_red / tp) if name in ("wo", "w2") else (tokens, cols[name], h)
-                for name, _n, k_red in redo
-            )
-        )
+        # residual adds) run again
+        _, redo = op_sac_gemms(m, tp)
+        redo_t, redo_c = gemms(*((tokens, n_cols, k_red) for _name, n_cols, k_red in redo))
         # a low precision re-quantises the rerun GEMMs' inputs; the kernels launched again
         # (every elementwise one and three of seven GEMMs: most of a forward's launches)
         # are priced as one forward pass's fixed cost

@@ -21,7 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from gpuscale.catalog import Model
+
+FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,14 @@ def _mlp(h: int, f: int, gated: bool) -> int:
 def attn_dims(m: Model) -> tuple[int, int]:
     """(q, k): query and key/value projection widths."""
     return m.heads * m.head_dim, m.kv_heads * m.head_dim
+
+
+def kv_width_per_rank(m: Model, tp: FloatArray) -> FloatArray:
+    """The K (and the V) width one tensor-parallel rank holds: the KV heads split over TP,
+    and under more ranks than KV heads one whole head each (GQA)."""
+    _, kv = attn_dims(m)
+    out: FloatArray = np.maximum(kv / tp, float(m.head_dim))
+    return out
 
 
 def layer_shapes(m: Model) -> LayerShapes:
