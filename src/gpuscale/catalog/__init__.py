@@ -222,6 +222,16 @@ def _form_fits(word: str, key: str) -> bool:
     return word.startswith("sxm") and "sxm" in forms and not generations
 
 
+@cache
+def _vendors() -> frozenset[str]:
+    return frozenset(g.vendor for g in gpus().values())
+
+
+@cache
+def _archs() -> frozenset[str]:
+    return frozenset(g.arch for g in gpus().values())
+
+
 def _word_fits(word: str, key: str) -> bool | None:
     """True when ``word`` names something GPU ``key`` is or is housed in, False when it
     names something it is not (another family, form factor, vendor or architecture), None
@@ -231,10 +241,9 @@ def _word_fits(word: str, key: str) -> bool | None:
         return _form_fits(word, key)
     if word in _families():
         return word == _family(key)
-    vendors = {x.vendor for x in gpus().values()}
-    if word in vendors or word in _BRANDS:
+    if word in _vendors() or word in _BRANDS:
         return _BRANDS.get(word, word) == g.vendor
-    if word in {x.arch for x in gpus().values()}:
+    if word in _archs():
         return word == g.arch
     if _NEUTRAL.fullmatch(word) or word in _vocab(key):
         return True
@@ -245,9 +254,7 @@ def _word_fits(word: str, key: str) -> bool | None:
 def _catalog_words() -> frozenset[str]:
     """Every word the catalog knows a GPU by: families, form factors, vendors, brands,
     architectures and the words of every part's and system's names."""
-    g = gpus().values()
-    words = {*_families(), "pcie", "nvl", "oam", "sxm", *_BRANDS, *(x.vendor for x in g)}
-    words |= {x.arch for x in g}
+    words = {*_families(), "pcie", "nvl", "oam", "sxm", *_BRANDS, *_vendors(), *_archs()}
     return frozenset(words.union(*(_vocab(k) for k in gpus())))
 
 

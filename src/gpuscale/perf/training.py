@@ -87,11 +87,11 @@ class TrainingEstimate:
                 )
         ep = int(self.plans.ep[i])
         dom = w.fabric.domain_gpus
-        tp = int(self.plans.tp[i])
-        if tp > max(w.fabric.scaleup_domain_gpus, 1):
+        tp, scaleup = int(self.plans.tp[i]), max(w.fabric.scaleup_domain_gpus, 1)
+        if tp > scaleup:
             out.append(
-                f"tensor parallelism spans {-(-tp // max(w.fabric.scaleup_domain_gpus, 1))} "
-                f"scale-up domains of {w.fabric.scaleup_domain_gpus} GPUs: its collectives, "
+                f"tensor parallelism spans {-(-tp // scaleup)} "
+                f"scale-up domains of {scaleup} GPUs: its collectives, "
                 "several per layer and micro-batch, cross the scale-out network"
             )
         if m.is_moe and dom > 1 and ep > dom:
