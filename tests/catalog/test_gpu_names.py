@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from gpuscale.catalog import get_gpu
@@ -79,9 +81,16 @@ def test_model_spellings_resolve(name: str, key: str) -> None:
     ],
 )
 def test_names_that_contradict_or_misspell_the_part_are_refused(name: str, suggested: str) -> None:
+    assert_refused_with_suggestion(get_gpu, "gpu", name, suggested)
+
+
+def assert_refused_with_suggestion(
+    lookup: Callable[[str], object], field: str, name: str, suggested: str
+) -> None:
+    """``lookup(name)`` is an unknown-name error on ``field`` that suggests ``suggested``."""
     with pytest.raises(InputError) as exc:
-        get_gpu(name)
-    assert exc.value.field == "gpu"
+        lookup(name)
+    assert exc.value.field == field
     assert exc.value.value == name
     assert "did you mean" in exc.value.valid
     assert suggested in exc.value.valid
@@ -155,12 +164,7 @@ def test_every_catalog_name_and_alias_resolves_to_its_own_entry() -> None:
 def test_model_typos_are_refused_with_suggestions(name: str, suggested: str) -> None:
     from gpuscale.catalog import get_model
 
-    with pytest.raises(InputError) as exc:
-        get_model(name)
-    assert exc.value.field == "model"
-    assert exc.value.value == name
-    assert "did you mean" in exc.value.valid
-    assert suggested in exc.value.valid
+    assert_refused_with_suggestion(get_model, "model", name, suggested)
 
 
 @pytest.mark.parametrize(
@@ -197,10 +201,7 @@ def test_official_names_with_words_the_catalog_does_not_know_resolve(name: str, 
     ],
 )
 def test_misspelt_or_contradicting_words_on_their_own_refuse(name: str, suggested: str) -> None:
-    with pytest.raises(InputError) as exc:
-        get_gpu(name)
-    assert "did you mean" in exc.value.valid
-    assert suggested in exc.value.valid
+    assert_refused_with_suggestion(get_gpu, "gpu", name, suggested)
 
 
 @pytest.mark.parametrize(
