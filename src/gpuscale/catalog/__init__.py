@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import yaml
 from pydantic import ValidationError
+from rapidfuzz.distance import OSA
 
 from gpuscale.catalog.schema import GPU, PRECISIONS, Model, System
 from gpuscale.errors import InputError, unknown
@@ -258,22 +259,6 @@ def _catalog_words() -> frozenset[str]:
     return frozenset(words.union(*(_vocab(k) for k in gpus())))
 
 
-def _edits(a: str, b: str) -> int:
-    """The edits (insert, delete, substitute, swap two neighbours) that turn ``a`` into
-    ``b``: "pcei" is one from "pcie"."""
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        row = [i]
-        for j, cb in enumerate(b, 1):
-            d = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb))
-            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
-                d = min(d, prev2[j - 2] + 1)
-            row.append(d)
-        prev2, prev = prev, row
-    return prev[-1]
-
-
 @cache
 def _misspelling(word: str) -> str | None:
     """The catalog word ``word`` misspells ("pcei": "pcie", "sxn": "sxm", "blackwel"), or
@@ -288,7 +273,8 @@ def _misspelling(word: str) -> str | None:
     for known in sorted(pool):
         if word == known + "s" or letters == re.sub(r"\d", "", known):
             continue
-        if _edits(word, known) <= 1:
+        # one edit: an insert, delete, substitution or swap of neighbours (OSA distance)
+        if OSA.distance(word, known) <= 1:
             return known
     return None
 
