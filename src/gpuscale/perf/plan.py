@@ -19,7 +19,7 @@ from gpuscale.catalog import GPU, Model, System, check_precision
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.moe import EP_DISPATCH
-from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
+from gpuscale.perf.recompute import DEFAULT_MODULES, op_sac_modelled, parse_modules
 
 IntArray = NDArray[np.int64]
 FloatArrayT = NDArray[np.float64]
@@ -132,15 +132,12 @@ class Workload:
                 ",".join(self.recompute_modules),
                 "canonical module names, once each, in RECOMPUTE_MODULES order (parse_modules)",
             )
-        m = self.model
-        if "ops" in self.recompute_modules and (
-            m.is_moe or m.mla is not None or m.mamba is not None
-        ):
+        if "ops" in self.recompute_modules and not op_sac_modelled(self.model):
             raise InputError(
                 "recompute-modules",
                 "ops",
-                f"a model of attention and dense MLP layers ({m.name} has MoE, MLA or Mamba "
-                "layers, whose per-op checkpointing is not modelled)",
+                f"a model of attention and dense MLP layers ({self.model.name} has MoE, MLA "
+                "or Mamba layers, whose per-op checkpointing is not modelled)",
             )
         h = self.memory_headroom
         if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= h <= 0.5:

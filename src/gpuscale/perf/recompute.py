@@ -101,6 +101,12 @@ def selective_forward_s(
     return total
 
 
+def op_sac_modelled(m: Model) -> bool:
+    """Whether the per-op policy is modelled for ``m``: attention and dense MLP layers only
+    (no MoE, MLA or Mamba layers, whose matmul order it does not follow)."""
+    return not (m.is_moe or m.mla is not None or m.mamba is not None)
+
+
 Gemm = tuple[str, FloatArrayT, FloatArrayT]
 """A matmul as (name, output width N, reduction K) on one tensor-parallel rank."""
 

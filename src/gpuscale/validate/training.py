@@ -21,6 +21,7 @@ from gpuscale.catalog import get_gpu, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
+from gpuscale.perf.recompute import op_sac_modelled
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import (
     megatron_model_flops,
@@ -335,11 +336,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if rc:
         fixed["recompute"] = RECOMPUTE.index(rc)
     modules = read_recompute_modules(row.get("recompute", ""))
-    if rc == "selective" and modules is None and "torchtitan" in text and not w.model.is_moe:
+    if rc == "selective" and modules is None and "torchtitan" in text:
         # torchtitan's selective checkpointing is per operator by default
         # (selective_ac_option = "op"), not Megatron's attention-core recompute
-        plain = w.model.mla is None and w.model.mamba is None
-        modules = ("ops",) if plain else None
+        modules = ("ops",) if op_sac_modelled(w.model) else None
     if rc == "selective" and modules is not None and modules != w.recompute_modules:
         w = replace(w, recompute_modules=modules)
         notes.append(
