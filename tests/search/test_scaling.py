@@ -1,6 +1,9 @@
-"""Scaling curves: the term each point names is the one whose share of the step moved."""
+"""Scaling curves: the step terms split the change in GPU-time per token exactly, and each
+point names the terms that moved most."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
@@ -8,33 +11,60 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
-from gpuscale.search.scaling import GAIN_TOL, gpu_counts, scaling_curve
+from gpuscale.search.scaling import (
+    attribution,
+    describe_changes,
+    gpu_counts,
+    scaling_curve,
+    term_changes,
+)
 
 
-def test_each_point_names_the_term_that_moved_most() -> None:
+def test_terms_split_the_change_in_gpu_time_per_token_exactly() -> None:
     # Llama 3 70B, global batch 1,024 of 8K: 16 GPUs fit only by recomputing part of the
-    # model, 32-4,096 GPUs run faster per GPU (less recompute), 8,192+ lose to the bubble
-    # and DP communication as the batch per GPU shrinks
+    # model, 32-4,096 GPUs run faster per GPU (less recompute), 8,192+ lose to the bubble,
+    # DP communication and the fixed per-step costs as the batch per GPU shrinks
     g = get_gpu("h100-sxm")
     s = system_for_gpu(g)
     n = 16384
     w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, n), n, 8192, 1024, "bf16")
     pts = [p for p in scaling_curve(w, default_calibration(), "strong") if p.efficiency]
-    base = pts[0].shares
     kinds = set()
-    for p in pts[1:]:
-        assert p.efficiency is not None
-        moved = {k: p.shares[k] - base.get(k, 0.0) for k in p.shares if k != "compute"}
-        if p.efficiency > 1 + GAIN_TOL:
-            term = min(moved, key=lambda k: moved[k])
-            assert p.loss_term == f"gain: {term.replace('_', ' ')} {100 * moved[term]:.1f} pts"
-            kinds.add("gain")
-        else:
-            term = max(moved, key=lambda k: moved[k])
-            assert p.loss_term == f"{term.replace('_', ' ')} +{100 * moved[term]:.1f} pts"
-            kinds.add("loss")
+    for prev, p in itertools.pairwise(pts):
+        assert p.efficiency is not None and prev.efficiency is not None
+        assert p.tokens_per_s_per_gpu is not None
+        # GPU-seconds per token, summed over the terms, is the inverse of tokens/s per GPU
+        assert sum(p.gpu_s_per_token.values()) * p.tokens_per_s_per_gpu == pytest.approx(1.0)
+        moved = term_changes(prev.gpu_s_per_token, p.gpu_s_per_token)
+        assert sum(moved.values()) == pytest.approx(prev.efficiency / p.efficiency - 1.0)
+        assert p.loss_term == describe_changes(moved)
+        if p.loss_term != "-":
+            top = (min if p.loss_term.startswith("gain: ") else max)(moved, key=moved.__getitem__)
+            assert p.loss_term.removeprefix("gain: ").startswith(top.replace("_", " "))
+            kinds.add("gain" if p.loss_term.startswith("gain: ") else "loss")
     assert kinds == {"gain", "loss"}
+    span = attribution(pts)
+    assert span is not None and span[0] is pts[0] and span[1] is pts[-1]
     assert pts[-1].efficiency is not None and pts[-1].efficiency < 1.0
+    assert sum(span[2].values()) == pytest.approx(1.0 / pts[-1].efficiency - 1.0)
+    assert span[2]["recompute"] < 0 < span[2]["bubble"]  # recompute saved, bubble grown
+
+
+def test_describe_changes_names_the_largest_moves_in_the_direction_of_the_total() -> None:
+    loss = {"bubble": 0.10, "dp_comm": 0.04, "recompute": -0.02, "overhead": 0.003}
+    assert describe_changes(loss) == "bubble +10.0%, dp comm +4.0%"
+    assert describe_changes(loss, most=3) == "bubble +10.0%, dp comm +4.0%"  # 0.3 % is noise
+    gain = {"recompute": -0.22, "dp_comm": -0.023, "bubble": 0.01}
+    assert describe_changes(gain) == "gain: recompute -22.0%, dp comm -2.3%"
+    # a total under half a percent is no change, whatever the terms do
+    assert describe_changes({"bubble": 0.02, "dp_comm": -0.018}) == "-"
+    # a real total change names its largest term even when that term alone is small
+    assert describe_changes({"a": 0.004, "b": 0.003, "c": 0.002}) == "a +0.4%"
+    assert term_changes({"a": 1.0, "b": 3.0}, {"a": 2.0, "c": 1.0}) == {
+        "a": 0.25,
+        "b": -0.75,
+        "c": 0.25,
+    }
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import Progress
-from rich.table import Table
 from rich.text import Text
 
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
@@ -32,7 +31,13 @@ from gpuscale.cli.train_options import (
     SysOpt,
     TokensOpt,
 )
-from gpuscale.cli.train_report import best_fitting, fit_hint, print_estimate, report_search
+from gpuscale.cli.train_report import (
+    best_fitting,
+    fit_hint,
+    print_estimate,
+    print_scaling,
+    report_search,
+)
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import (
@@ -48,7 +53,7 @@ from gpuscale.perf.training import estimate
 from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import scaling_curve
 from gpuscale.spec import load_training_job
-from gpuscale.units import fmt_time, parse_quantity
+from gpuscale.units import parse_quantity
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -466,25 +471,4 @@ def scaling_cmd(
         emit_json({m: [p.to_dict() for p in pts] for m, pts in curves.items()})
         return
     for m, pts in curves.items():
-        t = Table(
-            title=f"{m} scaling of {w.model.name} on {w.gpu.name} "
-            "(efficiency: tokens/s per GPU vs the first point that fits)"
-        )
-        cols = ("GPUs", "batch", "best plan", "step", "tok/s/GPU", "MFU", "eff.", "growing term")
-        for col in cols:
-            t.add_column(col, justify="left" if col in ("best plan", "growing term") else "right")
-        for p in pts:
-            if p.step_s is None:  # nothing fits at this count: the reason, no figures
-                t.add_row(str(p.gpus), str(p.global_batch or "-"), p.plan, "-", "-", "-", "-", "")
-                continue
-            t.add_row(
-                str(p.gpus),
-                str(p.global_batch),
-                p.plan,
-                fmt_time(p.step_s),
-                f"{p.tokens_per_s_per_gpu:,.0f}",
-                f"{100 * (p.mfu or 0.0):.1f}%",
-                f"{100 * (p.efficiency or 0.0):.1f}%",
-                p.loss_term,
-            )
-        out.print(t)
+        print_scaling(m, w, pts)

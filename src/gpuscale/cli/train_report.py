@@ -16,6 +16,7 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
 from gpuscale.search.plans import SearchResult, explain, search_plans
+from gpuscale.search.scaling import MOVE_TOL, ScalingPoint, attribution
 from gpuscale.units import fmt_bytes, fmt_time
 
 
@@ -177,3 +178,58 @@ def fit_hint(best: dict[str, Any] | None) -> str:
         f"tokens/s per GPU, {fmt_bytes(best['memory_bytes'])} a GPU); gpuscale train search "
         "ranks the others"
     )
+
+
+def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
+    t = Table(
+        title=f"{mode} scaling of {w.model.name} on {w.gpu.name}",
+        caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
+        "the step terms whose GPU-time per token moved most, as a share of the previous "
+        "point's GPU-time per token (a gain in efficiency reads gain:).",
+    )
+    cols = ("GPUs", "batch", "best plan", "step", "tok/s/GPU", "MFU", "eff.", "vs previous point")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("best plan", "vs previous point") else "right")
+    for p in pts:
+        if p.step_s is None:  # nothing fits at this count: the reason follows the table
+            t.add_row(str(p.gpus), str(p.global_batch or "-"), "none (see below)", *"-----")
+            continue
+        t.add_row(
+            str(p.gpus),
+            str(p.global_batch),
+            p.plan,
+            fmt_time(p.step_s),
+            f"{p.tokens_per_s_per_gpu:,.0f}",
+            f"{100 * (p.mfu or 0.0):.1f}%",
+            f"{100 * (p.efficiency or 0.0):.1f}%",
+            p.loss_term,
+        )
+    return t
+
+
+def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
+    """One scaling curve: the table, why a count has no plan, and where efficiency went
+    from the first point that fits to the last."""
+    out.print(_scaling_table(mode, w, pts))
+    for p in pts:
+        if p.step_s is None:
+            out.print(f"  {p.gpus:,} GPUs: {p.plan.removeprefix('none: ')}")
+    span = attribution(pts)
+    if span is not None:
+        first, last, changes = span
+        costs = {k: v for k, v in changes.items() if v > MOVE_TOL}
+        gains = {k: v for k, v in changes.items() if v < -MOVE_TOL}
+        parts = [
+            f"{label} " + ", ".join(f"{k.replace('_', ' ')} {100 * v:+.1f}%" for k, v in items)
+            for label, items in (
+                ("costs", sorted(costs.items(), key=lambda kv: -kv[1])),
+                ("savings", sorted(gains.items(), key=lambda kv: kv[1])),
+            )
+            if items
+        ]
+        out.print(
+            f"  From {first.gpus:,} to {last.gpus:,} GPUs, GPU-time per token changes "
+            f"{100 * sum(changes.values()):+.1f}% (efficiency "
+            f"{100 * (last.efficiency or 0):.1f}%); by step term, as a share of the first "
+            f"point's: {'; '.join(parts) or 'no term moves'}"
+        )

@@ -4,9 +4,15 @@ efficiency goes.
 Strong scaling keeps the global batch; weak scaling grows it with the GPU count (the batch
 given is the one at the largest count; smaller counts get it scaled down proportionally,
 see :func:`weak_batch`). Efficiency is tokens/s per GPU relative to the first point
-where a plan fits; the "growing term" is the step-time term whose share grew most since
-that point (where efficiency is above 1, the term whose share shrank most, as "gain: ...").
-A count where nothing fits has no figures (None), only the reason.
+where a plan fits. A count where nothing fits has no figures (None), only the reason.
+
+Where efficiency goes is read off GPU-time per token (GPU-seconds per training token over
+every GPU of the count, the inverse of tokens/s per GPU), which is a sum of the step's
+terms, each ``term_s x GPUs / tokens per step``. From one point to another, the change in
+each term over the first point's total adds up to the change in GPU-time per token, so the
+terms split a loss of efficiency (or a gain) exactly: :func:`term_changes`. Each point
+names the terms that moved most since the previous point; :func:`attribution` gives the
+same from the first point to the last.
 """
 
 from __future__ import annotations
@@ -45,15 +51,52 @@ class ScalingPoint:
     mfu: float | None
     efficiency: float | None
     loss_term: str
+    """The terms that moved most since the previous point that fits, in words."""
     shares: dict[str, float]
+    """Each step term's share of the step."""
+    gpu_s_per_token: dict[str, float]
+    """Each step term's GPU-seconds per training token over all ``gpus``."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-GAIN_TOL = 0.005
-"""Efficiency above 1 + this is a gain over the first point: its column names the term
-whose share shrank most."""
+MOVE_TOL = 0.005
+"""A term whose GPU-time per token moved by less than this share of the earlier point's
+total is not named."""
+
+
+def term_changes(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each term's change in GPU-time per token from ``before`` to ``after``, over the
+    total of ``before``. They sum to ``before``'s efficiency over ``after``'s, minus one."""
+    total = sum(before.values())
+    return {k: (after.get(k, 0.0) - before.get(k, 0.0)) / total for k in before | after}
+
+
+def describe_changes(changes: dict[str, float], most: int = 2) -> str:
+    """The terms that moved most in the direction of the total change, largest first
+    ("bubble +13.1%, dp comm +4.0%"; a gain in efficiency reads "gain: recompute -22.0%").
+    A total change under :data:`MOVE_TOL` is "-"; past the first, terms under it are left
+    out."""
+    total = sum(changes.values())
+    if abs(total) < MOVE_TOL:
+        return "-"
+    sign = 1.0 if total > 0 else -1.0
+    moved = sorted((k for k in changes if sign * changes[k] > 0), key=lambda k: -sign * changes[k])
+    named = moved[:1] + [k for k in moved[1:most] if sign * changes[k] > MOVE_TOL]
+    text = ", ".join(f"{k.replace('_', ' ')} {100 * changes[k]:+.1f}%" for k in named)
+    return text if total > 0 else f"gain: {text}"
+
+
+def attribution(
+    pts: list[ScalingPoint],
+) -> tuple[ScalingPoint, ScalingPoint, dict[str, float]] | None:
+    """The first and last points that fit, and each term's change in GPU-time per token
+    between them (see :func:`term_changes`); None with fewer than two such points."""
+    fit = [p for p in pts if p.gpu_s_per_token]
+    if len(fit) < 2:
+        return None
+    return fit[0], fit[-1], term_changes(fit[0].gpu_s_per_token, fit[-1].gpu_s_per_token)
 
 
 def gpu_counts(n_max: int, start: int = 8) -> list[int]:
@@ -69,7 +112,7 @@ def gpu_counts(n_max: int, start: int = 8) -> list[int]:
 def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint]:
     pts: list[ScalingPoint] = []
     base_tps: float | None = None
-    base_shares: dict[str, float] = {}
+    prev: dict[str, float] = {}
     for n in gpu_counts(w.num_gpus):
         gbs = w.global_batch
         if mode == "weak" and n < w.num_gpus:
@@ -78,7 +121,7 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
                 # a batch rounded up to one sequence would make this point a strong-scaling
                 # step from the next: weak scaling starts where a sequence fits
                 why = f"none: the weak-scaling batch here is {exact:.3g} sequences, less than one"
-                pts.append(ScalingPoint(n, None, why, None, None, None, None, None, "", {}))
+                pts.append(ScalingPoint(n, None, why, None, None, None, None, None, "", {}, {}))
                 continue
             gbs = weak_batch(w.global_batch, n, w.num_gpus)
         wn = replace(w, num_gpus=n, global_batch=gbs, fabric=replace(w.fabric, total_gpus=n))
@@ -87,28 +130,22 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
             res = search_plans(wn, cal, exact_gpus=True)
         except InputError as exc:
             pts.append(
-                ScalingPoint(n, gbs, f"none: {exc.valid}", None, None, None, None, None, "", {})
+                ScalingPoint(n, gbs, f"none: {exc.valid}", None, None, None, None, None, "", {}, {})
             )
             continue
         e, i = res.estimate, res.best
         step = float(e.step_s[i])
-        shares = {k.removesuffix("_s"): float(v[i]) / step for k, v in e.step.terms().items()}
+        terms = {k.removesuffix("_s"): float(v[i]) for k, v in e.step.terms().items()}
+        shares = {k: v / step for k, v in terms.items()}
         used = int(e.plans.gpus_used()[i])
         # per GPU of the whole count: GPUs the plan leaves idle are capacity lost too
         tps = float(e.tokens_per_s_per_gpu[i]) * used / n
+        per_token = n / (gbs * w.seq_len)
+        gpu_s = {k: v * per_token for k, v in terms.items()}
         if base_tps is None:
-            base_tps, base_shares = tps, shares
-        grow = {k: shares[k] - base_shares.get(k, 0.0) for k in shares if k != "compute"}
-        # faster per GPU than the first point (a plan that no longer recomputes, a smaller
-        # bubble): name the term that shrank, not the one the shares push up
-        gained = tps > base_tps * (1.0 + GAIN_TOL)
-        term = (min if gained else max)(grow, key=grow.__getitem__)
-        moved = grow[term]
-        loss_txt = (
-            f"{'gain: ' if gained else ''}{term.replace('_', ' ')} {100 * moved:+.1f} pts"
-            if abs(moved) > 0.005 and (moved < 0) == gained
-            else "-"
-        )
+            base_tps = tps
+        loss_txt = describe_changes(term_changes(prev, gpu_s)) if prev else "-"
+        prev = gpu_s
         if used < n:
             loss_txt = f"{n - used} of {n} GPUs idle (no plan uses all)" + (
                 "" if loss_txt == "-" else f"; {loss_txt}"
@@ -125,6 +162,7 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
                 tps / base_tps,
                 loss_txt,
                 shares,
+                gpu_s,
             )
         )
     return pts
