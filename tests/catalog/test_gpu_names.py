@@ -38,6 +38,9 @@ from gpuscale.errors import InputError
         ("H200 NVL 141GB", "h200-nvl"),  # NVL named: not the SXM part
         ("NVIDIA H200", "h200"),  # SXM unless NVL is named
         ("AMD Instinct MI300A", "mi300a"),
+        ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),  # nvidia-smi's name
+        ("V100 16GB", "v100-sxm2-16gb"),  # SXM2 unless PCIe is named
+        ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
     ],
 )
 def test_published_names_resolve(name: str, key: str) -> None:
@@ -45,7 +48,7 @@ def test_published_names_resolve(name: str, key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["H100 64GB", "V100 16GB", "A800 40GB", "TPU v4", "RTX 4090", "A10", "RTX 3090"]
+    "name", ["H100 64GB", "V100 24GB", "A800 40GB", "TPU v4", "RTX 4090", "A10", "RTX 3090"]
 )
 def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
     with pytest.raises(InputError) as exc:
