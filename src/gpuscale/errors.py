@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from rapidfuzz.distance import OSA
+
 
 class InputError(ValueError):
     """Bad user input. ``str(err)`` is the whole one-line message."""
@@ -37,9 +39,13 @@ def unknown(field: str, value: str, choices: Iterable[str]) -> InputError:
 
 
 def unknown_key(field: str, value: object, key: str, valid: Iterable[str]) -> InputError:
-    """An :class:`InputError` for a key a file's schema does not have: the closest valid
-    key, then all of them."""
+    """An :class:`InputError` for a key a file's schema does not have: the valid keys one
+    typo away (all of them when several are: ``gpuz`` is ``gpu`` or ``gpus``), else the
+    closest by similarity, then all the keys."""
     keys = list(valid)
-    near = closest(key, keys, n=1)
-    hint = f"did you mean {near[0]}? " if near else ""
+    dist = {k: OSA.distance(key.lower(), k.lower()) for k in keys}
+    best = min(dist.values(), default=0)
+    near = [k for k in keys if dist[k] == best] if 0 < best <= max(1, len(key) // 3) else []
+    near = near[:3] or closest(key, keys, n=1)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
     return InputError(field, value, f"unknown key; {hint}valid keys: {', '.join(keys)}")

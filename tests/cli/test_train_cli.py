@@ -514,3 +514,44 @@ def test_search_takes_the_distributed_optimizer_flag_as_estimate_does() -> None:
     assert {p["plan"]["sharding"] for p in json.loads(r.stdout)["plans"]} == {"dist-opt"}
     both = gpuscale("train", "search", *args, "--dist-opt", "--zero", "zero1")
     assert_one_line_error(both, "zero", "not both")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ("--recompute", "none", "--recompute-modules", "mlp"),
+            "error: recompute-modules='mlp' is invalid: --recompute selective "
+            "(--recompute none recomputes no module selectively)",
+        ),
+        (
+            ("--recompute", "full", "--recompute-modules", "mlp"),
+            "error: recompute-modules='mlp' is invalid: --recompute selective "
+            "(--recompute full recomputes no module selectively)",
+        ),
+        (
+            ("--recompute-modules", "moe_act"),
+            "error: recompute-modules='moe_act' is invalid: a module the model has "
+            "(Llama 3 70B has no MoE layers)",
+        ),
+    ],
+)
+def test_recompute_modules_the_plan_would_not_use_are_refused(
+    args: tuple[str, ...], line: str
+) -> None:
+    r = gpuscale(
+        "train", "estimate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64",
+        "--tp", "8", "--pp", "4", *args,
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == line
+
+
+def test_scaling_with_no_count_that_fits_is_an_error() -> None:
+    r = gpuscale(
+        "train", "scaling", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "4",
+        "--global-batch", "256",
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: gpus=4 is invalid: a count where some plan fits; at 4 GPUs,")
+    assert "too few for llama3-70b" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -80,6 +80,8 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "memory_headroom, system, tokens",
         ),
         ("Global_Batch: 8", "did you mean global_batch?"),
+        # one typo from two keys: both are offered, not the one difflib happens to rank first
+        ("gpuz: 8", "did you mean gpu or gpus?"),
     ],
 )
 def test_a_misspelled_key_is_named_with_the_key_it_is_closest_to(
@@ -121,6 +123,16 @@ def test_a_value_from_the_file_is_blamed_on_the_file(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert r.stderr.strip() == (
         "error: job.yaml:precision='fp32' is invalid: one of bf16, fp16, fp8, fp4"
+    )
+
+
+def test_a_bad_token_count_in_the_file_is_blamed_on_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(BASE + "tokens: lots\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (
+        "error: job.yaml:tokens='lots' is invalid: a count with a decimal prefix, e.g. 15T or 2e12"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +13,9 @@ from rich.text import Text
 
 from gpuscale.calibrate import Calibration, default_calibration
 from gpuscale.validate.report import ValidationReport, strict_json
+
+PIPED_WIDTH = 200
+"""Columns of the tables when stdout is not a terminal and COLUMNS is not set."""
 
 Cal = Annotated[
     Path | None, typer.Option("--calibration", help="Calibration JSON (default: the fitted one).")
@@ -33,6 +37,10 @@ Datatype = Annotated[
 
 out = Console(soft_wrap=False)
 err = Console(stderr=True)
+if not out.is_terminal and "COLUMNS" not in os.environ:
+    # output piped to a file or a log is read there: lay tables out wide instead of cutting
+    # their cells at rich's 80-column default (COLUMNS still sets the width)
+    out.width = PIPED_WIDTH
 
 
 def emit_json(obj: Any) -> None:

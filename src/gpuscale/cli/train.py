@@ -148,18 +148,30 @@ def _fixed(
     recompute: str | None,
     sharding: str | None,
     sp: bool | None,
+    modules: str | None = None,
 ) -> dict[str, Any]:
+    """The plan knobs the user fixed; ``modules`` is the --recompute-modules text when given,
+    which only a selective recompute uses."""
     fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
     check_degrees(w, fx)  # before any product or array of them
     if recompute is not None:
         if recompute not in RECOMPUTE:
             raise InputError("recompute", recompute, f"one of {', '.join(RECOMPUTE)}")
         fx["recompute"] = RECOMPUTE.index(recompute)
+        if modules is not None and recompute != "selective":
+            raise InputError(
+                "recompute-modules",
+                modules,
+                f"--recompute selective (--recompute {recompute} recomputes no module selectively)",
+            )
     if sharding is not None:
         if sharding not in SHARDING:
             raise InputError("zero", sharding, f"one of {', '.join(SHARDING)}")
         fx["sharding"] = SHARDING.index(sharding)
     return {k: v for k, v in fx.items() if v is not None}
+
+
+TOKENS_VALID = "a count with a decimal prefix, e.g. 15T or 2e12"
 
 
 def _tokens(tokens: str | None) -> float | None:
@@ -171,8 +183,13 @@ def _tokens(tokens: str | None) -> float | None:
     if text[-1:] in ("m", "g", "t") and text[-2:-1].isdigit():
         text = text[:-1] + text[-1].upper()  # 15t, 300m: counts, never milli-tokens
     if text[-1:] == "i":  # 15Ti: a binary prefix counts bytes, never tokens
-        raise InputError("tokens", tokens, "a count with a decimal prefix, e.g. 15T or 2e12")
-    v = parse_quantity(text, "number", "tokens")
+        raise InputError("tokens", tokens, TOKENS_VALID)
+    try:
+        v = parse_quantity(text, "number", "tokens")
+    except InputError as exc:
+        if not exc.valid.startswith("expected a number"):
+            raise  # a number, but not a usable one (1e400): its own reason
+        raise InputError("tokens", tokens, TOKENS_VALID) from None
     if v <= 0:
         raise InputError("tokens", tokens, "a positive count, e.g. 15T or 2e12")
     return v
@@ -254,7 +271,7 @@ def estimate_cmd(
     sharding = "dist-opt" if dist_opt else (zero or "none")
     if sharding == "fsdp":
         sharding = "zero3"
-    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
+    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1, recompute_modules)
     if gpus % (tp * pp * cp):
         raise InputError(
             "tp*pp*cp", tp * pp * cp, f"must divide --gpus {gpus} (tp={tp}, pp={pp}, cp={cp})"
@@ -395,14 +412,24 @@ def search_cmd(
             raise
         # the value came from the workload file: say which file
         raise InputError(f"{workload.name}:{key}", exc.value, exc.valid) from None
-    if tokens is None and job is not None:
-        tokens = job.tokens
+    tokens_from_file = tokens is None and job is not None and job.tokens is not None
+    try:
+        tt = _tokens(job.tokens if tokens_from_file and job is not None else tokens)
+    except InputError as exc:
+        if not tokens_from_file or workload is None:
+            raise
+        raise InputError(f"{workload.name}:tokens", exc.value, exc.valid) from None
     if top < 1:
         raise InputError("top", top, "a positive integer")
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
     shard = "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
-    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, shard, None)
+    modules_text = (
+        recompute_modules
+        if recompute_modules is not None
+        else _modules_text(job.recompute_modules if job else None)
+    )
+    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, shard, None, modules_text)
     cal = load_calibration(calibration)
     if json:
         res = search_plans(w, cal, fx)
@@ -414,7 +441,6 @@ def search_cmd(
                 prog.update(task, completed=done, total=total)
 
             res = search_plans(w, cal, fx, progress=tick)
-    tt = _tokens(tokens)
     report_search(res, top, json, tt)
 
 
@@ -467,6 +493,13 @@ def scaling_cmd(
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)
     curves = {m: scaling_curve(w, cal, m) for m in modes}
+    if all(p.step_s is None for pts in curves.values() for p in pts):
+        last = curves[modes[0]][-1]
+        raise InputError(
+            "gpus",
+            gpus,
+            f"a count where some plan fits; at {gpus:,} GPUs, {last.plan.removeprefix('none: ')}",
+        )
     if json:
         emit_json({m: [p.to_dict() for p in pts] for m, pts in curves.items()})
         return

@@ -16,8 +16,11 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
 from gpuscale.search.plans import SearchResult, explain, search_plans
-from gpuscale.search.scaling import MOVE_TOL, ScalingPoint, attribution
+from gpuscale.search.scaling import ScalingPoint, attribution
 from gpuscale.units import fmt_bytes, fmt_time
+
+SHOWN = 0.0005
+"""The smallest change a term's share shows at one decimal of a percent."""
 
 
 def model_line(m: Model) -> str:
@@ -185,7 +188,7 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         title=f"{mode} scaling of {w.model.name} on {w.gpu.name}",
         caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
         "the step terms whose GPU-time per token moved most, as a share of the previous "
-        "point's GPU-time per token (a gain in efficiency reads gain:).",
+        "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank.",
     )
     cols = ("GPUs", "batch", "best plan", "step", "tok/s/GPU", "MFU", "eff.", "vs previous point")
     for col in cols:
@@ -217,8 +220,10 @@ def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
     span = attribution(pts)
     if span is not None:
         first, last, changes = span
-        costs = {k: v for k, v in changes.items() if v > MOVE_TOL}
-        gains = {k: v for k, v in changes.items() if v < -MOVE_TOL}
+        # every term that shows at one decimal of a percent: the listed terms add up to the
+        # total as printed
+        costs = {k: v for k, v in changes.items() if v >= SHOWN}
+        gains = {k: v for k, v in changes.items() if v <= -SHOWN}
         parts = [
             f"{label} " + ", ".join(f"{k.replace('_', ' ')} {100 * v:+.1f}%" for k, v in items)
             for label, items in (

@@ -139,6 +139,21 @@ class Workload:
                 f"a model of attention and dense MLP layers ({self.model.name} has MoE, MLA "
                 "or Mamba layers, whose per-op checkpointing is not modelled)",
             )
+        m = self.model
+        layers_of = {
+            "mla_up_proj": ("MLA attention", m.mla is not None),
+            "mlp": ("dense MLP layers", m.mlp_layers > 0),
+            "moe": ("MoE layers", m.is_moe),
+            "moe_act": ("MoE layers", m.is_moe),
+            "shared_experts": ("shared experts", m.is_moe and m.shared_experts > 0),
+            "mamba": ("Mamba layers", m.mamba is not None),
+        }
+        for name in self.recompute_modules:
+            what, present = layers_of.get(name, ("", True))
+            if not present:
+                raise InputError(
+                    "recompute-modules", name, f"a module the model has ({m.name} has no {what})"
+                )
         h = self.memory_headroom
         if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= h <= 0.5:
             raise InputError("memory-headroom", h, "a fraction from 0 to 0.5 (0.1 = 10 %)")
