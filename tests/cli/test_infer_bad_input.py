@@ -143,3 +143,22 @@ def test_a_bad_time_target_is_quoted_as_typed(capsys: pytest.CaptureFixture[str]
     code, out, err = run([*SIZE[:-4], "--ttft-p99", "-2s", "--tpot-p99", "50ms"], capsys)
     assert code == 2 and out == ""
     assert err.strip() == "error: ttft-p99='-2s' is invalid: a positive time, e.g. 2s or 50ms"
+
+
+def test_the_load_curve_at_the_asked_load_repeats_the_chosen_deployment() -> None:
+    # the curve's point at the asked request rate is the simulation that chose the
+    # deployment (same requests), so the headline and the table agree
+    res = size(
+        get_model("llama3-8b"),
+        20.0,
+        512,
+        128,
+        Slo(2.0, 0.1),
+        [get_gpu("h100-sxm")],
+        default_calibration(),
+        {"h100-sxm": 2.5},
+    )
+    at = [p for p in res.curve if p.qps == pytest.approx(20.0)]
+    assert len(at) == 1
+    assert at[0].ttft_p99_s == res.best.ttft_p99_s
+    assert at[0].tpot_p99_s == res.best.tpot_p99_s

@@ -97,8 +97,14 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
     mape = "n/a" if s["mape_pct"] is None else f"{s['mape_pct']:.2f} %"
     med = "n/a" if s["median_abs_error_pct"] is None else f"{s['median_abs_error_pct']:.2f} %"
     worst = "n/a" if s["max_abs_error_pct"] is None else f"{s['max_abs_error_pct']:.2f} %"
+    n_rows = len({r.id for r in report.rows})
+    # a row can carry several measured figures (throughput, TTFT, TPOT), each scored apart
+    whole = (
+        f"{len(report.rows)} rows"
+        if n_rows == len(report.rows)
+        else f"{len(report.rows)} figures from {n_rows} rows"
+    )
     out.print(
         f"scored {len(report.scored)}, skipped {len(report.skipped)}, reported (not scored) "
-        f"{n_rep} of {len(report.rows)} rows; MAPE {mape}, median |error| {med}, "
-        f"worst |error| {worst}"
+        f"{n_rep} of {whole}; MAPE {mape}, median |error| {med}, worst |error| {worst}"
     )

@@ -313,6 +313,9 @@ def size_cmd(
             )
     else:
         gl = [get_gpu(x) for x in DEFAULT_GPUS]
+        notes.append(
+            f"candidates: {', '.join(DEFAULT_GPUS)} (the default; --gpus names other catalog GPUs)"
+        )
         unpriced = [g.key for g in gl if g.key not in price_map]
         gl = [g for g in gl if g.key in price_map]
         if unpriced:

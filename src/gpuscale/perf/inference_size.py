@@ -274,7 +274,9 @@ def size(
     curve = []
     for load in CURVE_LOADS:
         q = qps / best.replicas * load
-        res = _simulate(sm_best, q, isl, osl, cal, n=SIM_REQUESTS // 2)
+        res = _simulate(
+            sm_best, q, isl, osl, cal
+        )  # as many requests as the check: at load 1 the same figures
         curve.append(
             CurvePoint(
                 q * best.replicas,
