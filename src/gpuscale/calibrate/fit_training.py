@@ -187,7 +187,11 @@ def fit(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--runs", type=Path, required=True)
-    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("calibration.json"))
+    out = ap.add_mutually_exclusive_group()
+    out.add_argument("--out", type=Path, help="write the fitted constants to this JSON file")
+    out.add_argument(
+        "--write", action="store_true", help="store them in the shipped calibration.json"
+    )
     ap.add_argument(
         "--loss-scale",
         type=float,
@@ -196,11 +200,15 @@ def main() -> None:
     )
     args = ap.parse_args()
     cal, err = fit(args.runs, loss_scale=args.loss_scale)
-    data = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    for n in BOUNDS:
-        data[n] = round(float(getattr(cal, n)), 6)
-    args.out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    print(f"mean |log error| {err:.4f}; wrote {', '.join(BOUNDS)} to {args.out}")
+    dest: Path | None = Path(__file__).with_name("calibration.json") if args.write else args.out
+    if dest is None:
+        print(f"mean |log error| {err:.4f} (--out FILE or --write to store the constants)")
+    else:
+        data = json.loads(dest.read_text()) if dest.is_file() else {}
+        for n in BOUNDS:
+            data[n] = round(float(getattr(cal, n)), 6)
+        dest.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        print(f"mean |log error| {err:.4f}; wrote {', '.join(BOUNDS)} to {dest}")
     for n in BOUNDS:
         print(f"  {n} = {getattr(cal, n):.6g}")
 
