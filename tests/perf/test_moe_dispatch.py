@@ -125,9 +125,12 @@ def test_the_estimate_says_how_often_a_token_crosses_the_network() -> None:
     assert "6.00 times" in flat and "would make 2.72" in flat
     in_node = Plans.of(tp=1, pp=1, dp=64, ep=8, mbs=1, recompute=0)
     assert estimate(w, in_node, CAL).notes(0) == []
-    # the JSON says which dispatch and which recompute modules it priced
+    # the JSON says which dispatch and which recompute modules it priced: none for a plan
+    # that does not recompute selectively
     summary = estimate(replace(w, ep_dispatch="all_to_all"), in_node, CAL).summary(0)
-    assert (summary["ep_dispatch"], summary["recompute_modules"]) == ("all_to_all", ["core_attn"])
+    assert (summary["ep_dispatch"], summary["recompute_modules"]) == ("all_to_all", [])
+    sel = Plans.of(tp=1, pp=1, dp=64, ep=8, mbs=1, recompute=1)
+    assert estimate(w, sel, CAL).summary(0)["recompute_modules"] == ["core_attn"]
 
 
 def test_the_note_counts_a_partly_filled_rack_and_skips_pcie() -> None:

@@ -131,25 +131,16 @@ class TrainingEstimate:
 
     def _recompute_notes(self, i: int) -> list[str]:
         """Recompute modules that change nothing for plan ``i``: the plan does not recompute
-        selectively, or the model has no such module."""
+        selectively, or the model has no attention core (the default module). The workload
+        refuses the other modules a model lacks."""
         w, m = self.workload, self.workload.model
         mods = w.recompute_modules
-        if mods == DEFAULT_MODULES:
-            return []
         if int(self.plans.recompute[i]) != RECOMPUTE.index("selective"):
+            if mods == DEFAULT_MODULES:
+                return []
             return [f"recompute modules {', '.join(mods)} apply to selective recompute only"]
-        absent = {
-            "mlp": m.mlp_layers == 0,
-            "moe": not m.is_moe,
-            "moe_act": not m.is_moe,
-            "shared_experts": not m.shared_experts,
-            "mla_up_proj": m.mla is None,
-            "mamba": m.mamba is None,
-            "core_attn": m.attn_layers == 0,
-        }
-        none = [x for x in mods if absent.get(x, False)]
-        if none:
-            return [f"{m.name} has no {', '.join(none)} to recompute"]
+        if "core_attn" in mods and m.attn_layers == 0:
+            return [f"{m.name} has no core_attn to recompute"]
         return []
 
     def summary(self, i: int = 0, train_tokens: float | None = None) -> dict[str, Any]:
@@ -166,7 +157,10 @@ class TrainingEstimate:
             "global_batch": w.global_batch,
             "precision": w.precision,
             "plan": self.plans.row(i),
-            "recompute_modules": list(w.recompute_modules),
+            # the modules a selective plan recomputes; none for the other modes
+            "recompute_modules": list(w.recompute_modules)
+            if int(self.plans.recompute[i]) == RECOMPUTE.index("selective")
+            else [],
             "recompute_fraction": float(self.memory.recompute_fraction[i]),
             "ep_dispatch": w.ep_dispatch,
             "fp8_param_gather": w.fp8_param_gather,
