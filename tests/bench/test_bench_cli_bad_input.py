@@ -129,3 +129,15 @@ def test_worker_rejects_the_same_flags_in_one_line(
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {field}") and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("us", "text"),
+    [(5.123, "   5.12"), (99.99, "  99.99"), (1234.56, " 1234.6"), (15676.56, "  15677")],
+)
+def test_times_keep_the_nccl_tests_column_width(us: float, text: str) -> None:
+    # nccl-tests drops decimals as a time grows (two below 100 us, one below 10 ms, none
+    # above), so a column of times stays seven characters wide
+    from gpuscale.bench.sweep import fmt_us
+
+    assert fmt_us(us) == text and len(text) == 7

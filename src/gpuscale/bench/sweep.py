@@ -138,6 +138,13 @@ HEADER = (
 )
 
 
+def fmt_us(us: float, width: int = 7) -> str:
+    """A time in microseconds as nccl-tests prints it: two decimals below 100 us, one below
+    10,000 us, none above, so that the column keeps its width."""
+    decimals = 2 if us < 100.0 else (1 if us < 10_000.0 else 0)
+    return f"{us:{width}.{decimals}f}"
+
+
 def _wrong(w: int) -> str:
     return "N/A" if w < 0 else str(w)
 
@@ -145,9 +152,9 @@ def _wrong(w: int) -> str:
 def format_row(r: Row) -> str:
     return (
         f"{r.size_bytes:12d}  {r.count:12d}  {r.dtype:>8s}  {r.redop:>6s}  {r.root:6d}  "
-        f"{r.oop_time_us:7.2f}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  "
+        f"{fmt_us(r.oop_time_us)}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  "
         f"{_wrong(r.oop_wrong):>5s}  "
-        f"{r.ip_time_us:7.2f}  {r.ip_algbw:6.2f}  {r.ip_busbw:6.2f}  {_wrong(r.ip_wrong):>5s}"
+        f"{fmt_us(r.ip_time_us)}  {r.ip_algbw:6.2f}  {r.ip_busbw:6.2f}  {_wrong(r.ip_wrong):>5s}"
     )
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuscale.bench.sweep import fmt_us
 from gpuscale.cli._common import Cal, Datatype, MaxBytes, MinBytes, StepFactor, load_calibration
 from gpuscale.errors import InputError
 
@@ -153,13 +154,19 @@ def collectives(
         rows = compare(measured, fabric, cal)
         result["versus_model"] = rows
         print("# measured (out-of-place) vs gpuscale model")
-        print("#       size   meas. us   model us  meas. busbw  model busbw  model algo")
+        if measured.get("backend") == "gloo":
+            print(
+                "# note: measured with Gloo through host memory; the model prices NCCL on the "
+                "modelled system's links, so the columns differ by design, not by model error"
+            )
+        print("#       size   meas. time  model time  meas. busbw  model busbw  model algo")
+        print("#        (B)         (us)        (us)       (GB/s)       (GB/s)")
         for r in rows:
             pt = r["predicted_time_us"]
             pb = r["predicted_busbw_GBps"]
             print(
-                f"{r['size_bytes']:12d}  {r['measured_time_us']:9.2f}  "
-                f"{'' if pt is None else f'{pt:9.2f}':>9s}  {r['measured_busbw_GBps']:11.2f}  "
+                f"{r['size_bytes']:12d}  {fmt_us(r['measured_time_us'], 11)}  "
+                f"{'' if pt is None else fmt_us(pt, 10):>10s}  {r['measured_busbw_GBps']:11.2f}  "
                 f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}"
             )
     if json is not None:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from gpuscale.bench.sweep import fmt_us
 from gpuscale.cli._common import (
     Cal,
     Datatype,
@@ -172,7 +173,7 @@ def estimate_cmd(
     print("#        (B)    (elements)               (us)  (GB/s)  (GB/s)")
     for r in rows:
         print(
-            f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8s}  {r['time_us']:7.2f}  "
+            f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8s}  {fmt_us(r['time_us'])}  "
             f"{r['algbw_GBps']:6.2f}  {r['busbw_GBps']:6.2f}  {r['algorithm']:>9s}  "
             f"{r['protocol']:>6s}"
         )
