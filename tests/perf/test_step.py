@@ -761,3 +761,25 @@ def test_fp8_parameter_gathers_need_fp8_and_a_sharded_optimizer() -> None:
     assert any("sharded optimizer" in why for mask, why in rules if not mask[0])
     with pytest.raises(InputError, match="fp8-param-gather"):
         replace(workload(model="llama3-8b", gpu="h100-sxm"), fp8_param_gather=True)
+
+
+def test_a_plan_that_fills_the_gpu_is_told_about_fragmentation() -> None:
+    # partial recompute keeps just what fits: with no headroom asked for, the plan sits at
+    # the GPU's capacity and the estimate says the allocator may not leave it room
+    w = workload(model="llama3-70b", gpus=64, seq=8192, gbs=64, gpu="h100-sxm")
+    partial = Plans.of(tp=8, pp=2, dp=4, mbs=1, recompute=3, sharding=1)  # 45 % recomputed
+    e = estimate(w, partial, CAL)
+    assert bool(e.memory.fits[0])
+    share = float(e.memory.total[0]) / w.gpu.memory_bytes
+    tight = [n for n in e.notes() if "fragmentation" in n]
+    assert share > 0.95 and tight == [
+        f"memory is {100 * share:.0f} % of the GPU's: the caching allocator's fragmentation "
+        "can take the rest; --memory-headroom 0.1 ranks plans that leave 10 % free"
+    ]
+    # asking for headroom is the answer, so the note goes away
+    e10 = estimate(replace(w, memory_headroom=0.1), partial, CAL)
+    assert not [n for n in e10.notes() if "fragmentation" in n]
+    # a plan well inside the memory gets no note
+    full = Plans.of(tp=8, pp=2, dp=4, mbs=1, recompute=2, sharding=1)
+    assert float(estimate(w, full, CAL).memory.total[0]) < 0.95 * w.gpu.memory_bytes
+    assert not [n for n in estimate(w, full, CAL).notes() if "fragmentation" in n]

@@ -18,6 +18,10 @@ from gpuscale.perf.transformer import model_flops_per_token
 
 FloatArray = FloatArrayT
 
+TIGHT = 0.95
+"""A plan using more than this share of a GPU's memory, with no headroom asked for, gets a
+note that allocator fragmentation may not leave it room."""
+
 
 @dataclass(frozen=True)
 class TrainingEstimate:
@@ -85,6 +89,14 @@ class TrainingEstimate:
                     "least that fits; in Megatron, --recompute-num-layers of whole layers, or "
                     "selective --recompute-modules that free as much"
                 )
+        cap = w.gpu.memory_bytes
+        used_mem = float(self.memory.total[i])
+        if w.memory_headroom == 0.0 and bool(self.memory.fits[i]) and used_mem > TIGHT * cap:
+            out.append(
+                f"memory is {100 * used_mem / cap:.0f} % of the GPU's: the caching "
+                "allocator's fragmentation can take the rest; --memory-headroom 0.1 ranks "
+                "plans that leave 10 % free"
+            )
         ep = int(self.plans.ep[i])
         dom = w.fabric.domain_gpus
         tp, scaleup = int(self.plans.tp[i]), max(w.fabric.scaleup_domain_gpus, 1)
