@@ -489,7 +489,7 @@ def test_the_model_line_counts_the_mtp_weights_apart() -> None:
         (("--gpus", "abc"), ("--gpus", "'abc'", "valid integer")),
         (("--gpus", "8", "--seq-len", "8k"), ("--seq-len", "'8k'")),
         (("--gpux", "8"), ("--gpux", "--gpus")),  # unknown option, with the close ones
-        ((), ("Missing option", "--gpus")),
+        ((), ("gpus='(missing)'", "required: --gpus, or a --workload file with gpus")),
     ],
 )
 def test_command_line_parse_errors_are_one_line(

@@ -300,3 +300,22 @@ def test_the_workload_file_takes_a_memory_headroom(
     top = json.loads(stdout)["plans"][0]
     assert top["memory_headroom"] == 0.1
     assert top["memory_bytes"]["total"] <= 0.9 * 81559 * 2**20
+
+
+def test_estimate_and_scaling_take_the_workload_file_too() -> None:
+    r = gpuscale(
+        "train", "estimate", "--workload", str(EXAMPLE), "--tp", "8", "--pp", "4", "--json"
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["model"], d["gpu"], d["gpus"], d["seq_len"]) == ("llama3-70b", "h100-sxm", 1024, 8192)
+    assert d["plan"]["tp"] == 8 and d["plan"]["dp"] == 32 and d["train_tokens"] == 15e12
+    # a flag overrides the file
+    r = gpuscale(
+        "train", "scaling", "--workload", str(EXAMPLE), "--gpus", "64", "--mode", "strong",
+        "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    pts = json.loads(r.stdout)["strong"]
+    assert [p["gpus"] for p in pts] == [8, 16, 32, 64]
+    assert {p["global_batch"] for p in pts} == {1024}  # the file's batch

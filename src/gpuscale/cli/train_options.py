@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-ModelOpt = Annotated[
-    str, typer.Option("--model", help="Catalog model (e.g. llama3-70b) or a config.json path.")
+# Every workload option is None when not given: the value then comes from --workload's file,
+# else the default its help names (cli/train_workload.py DEFAULTS)
+WorkloadOpt = Annotated[
+    Path | None,
+    typer.Option("--workload", help="Training job YAML (examples/workloads/); flags override it."),
 ]
-GpuOpt = Annotated[str, typer.Option("--gpu", help="Catalog GPU (e.g. h100-sxm, a100-sxm-80gb).")]
-GpusOpt = Annotated[int, typer.Option("--gpus", help="Number of GPUs.")]
-SeqOpt = Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")]
-GbsOpt = Annotated[int, typer.Option("--global-batch", help="Global batch (sequences per step).")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help="Catalog model (e.g. llama3-70b) or a config.json path."),
+]
+GpuOpt = Annotated[
+    str | None, typer.Option("--gpu", help="Catalog GPU (e.g. h100-sxm, a100-sxm-80gb).")
+]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Number of GPUs.")]
+SeqOpt = Annotated[
+    int | None, typer.Option("--seq-len", help="Sequence length (tokens; default 2048).")
+]
+GbsOpt = Annotated[
+    int | None,
+    typer.Option("--global-batch", help="Global batch (sequences per step; default 512)."),
+]
 PrecOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--precision", help="bf16, fp16, fp8 (FP8 GEMMs) or fp4 (NVFP4 GEMMs, Blackwell)."
+        "--precision", help="bf16 (default), fp16, fp8 (FP8 GEMMs) or fp4 (NVFP4, Blackwell)."
     ),
 ]
 AttnOpt = Annotated[
@@ -28,7 +43,7 @@ AttnOpt = Annotated[
     ),
 ]
 GathersOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--zero3-gathers",
         help="ZeRO-3 parameter gathers: coalesced (one per layer: FSDP, Megatron-FSDP, "
@@ -36,7 +51,7 @@ GathersOpt = Annotated[
     ),
 ]
 ElemOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--elementwise",
         help="Norms, RoPE, activations: fused (TE/Apex or torch.compile kernels, default) "
@@ -44,12 +59,12 @@ ElemOpt = Annotated[
     ),
 ]
 Fp8GatherOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--fp8-param-gather",
+        "--fp8-param-gather/--no-fp8-param-gather",
         help="Gather parameters in FP8 (1 byte): Megatron's --fp8-param-gather or "
         "--fp4-param-gather (no 16-bit weight copy kept), torchao's FSDP float8 all-gather. "
-        "With fp8/fp4 precision and a sharded optimizer.",
+        "With fp8/fp4 precision and a sharded optimizer; default off.",
     ),
 ]
 ModulesOpt = Annotated[
@@ -62,7 +77,7 @@ ModulesOpt = Annotated[
     ),
 ]
 DispatchOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--ep-dispatch",
         help="MoE token dispatch: hierarchical (once per remote NVLink domain, forwarded "

@@ -1,0 +1,177 @@
+"""The training workload a `gpuscale train` command runs: its flags, or a workload file
+(examples/workloads/) that the flags override."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
+from gpuscale.catalog.schema import GPU
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.plan import Workload
+from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
+from gpuscale.spec import load_training_job
+from gpuscale.units import parse_quantity
+
+REQUIRED = ("model", "gpu", "gpus")
+DEFAULTS: dict[str, Any] = {
+    "seq_len": 2048,
+    "global_batch": 512,
+    "precision": "bf16",
+    "system": None,  # the GPU's reference node
+    "attention": None,  # unfused on Volta, the fused kernel from Ampere on
+    "zero3_gathers": "coalesced",
+    "elementwise": "fused",
+    "ep_dispatch": "hierarchical",
+    "recompute_modules": None,  # core_attn
+    "mtp": None,  # the model's own
+    "fp8_param_gather": False,
+    "memory_headroom": 0.0,
+}
+"""The workload keys besides :data:`REQUIRED`, with the value a command takes when neither
+a flag nor the file gives one."""
+
+TOKENS_VALID = "a count with a decimal prefix, e.g. 15T or 2e12"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    workload: Workload
+    train_tokens: float | None
+    """Tokens to train on (``--tokens`` or the file's ``tokens``), for time and GPU-hours."""
+    modules_text: str | None
+    """The recompute modules as given (flag or file), None for the default."""
+
+
+def _mount(g: GPU) -> str:
+    """How a GPU sits in its system: on a baseboard (SXM/OAM), as a superchip, or a card."""
+    ff = g.form_factor.lower()
+    if "superchip" in ff:
+        return "superchip"
+    return "PCIe card" if ff.startswith("pcie") else "baseboard module"
+
+
+def build_workload(
+    model: str,
+    gpu: str,
+    gpus: int,
+    seq_len: int,
+    global_batch: int,
+    precision: str,
+    system: str | None,
+    attention: str | None = None,
+    zero3_gathers: str = "coalesced",
+    elementwise: str = "fused",
+    mtp: int | None = None,
+    ep_dispatch: str = "hierarchical",
+    recompute_modules: str | None = None,
+    fp8_param_gather: bool = False,
+    memory_headroom: float | None = None,
+) -> Workload:
+    g = get_gpu(gpu)
+    if attention is None:
+        # no flash kernel runs on Volta (FlashAttention needs Ampere or later): Megatron's
+        # softmax path there, the fastest fused kernel elsewhere
+        attention = "unfused" if g.arch == "volta" else "fused"
+    # an explicit --system may house a GPU other than its reference one, of its generation
+    # and mount (an H200 in a DGX H100 chassis), not one of another generation (an A100 in
+    # a GB200 NVL72 rack) or mount (a GB200 superchip on an HGX B200 baseboard); a generic
+    # PCIe server takes any PCIe card
+    s = get_system(system) if system else system_for_gpu(g)
+    if system:
+        home = get_gpu(s.gpu)
+        generic = s.key.startswith("pcie-") and _mount(g) == "PCIe card"
+        if not generic and (home.arch != g.arch or _mount(home) != _mount(g)):
+            raise InputError(
+                "system",
+                system,
+                f"a system for {g.arch} GPUs as a {_mount(g)} like {g.key}; {s.key} houses "
+                f"{home.arch} GPUs as a {_mount(home)} ({home.key})",
+            )
+    m = get_model(model)
+    if mtp is not None:
+        if mtp < 0:
+            raise InputError("mtp", mtp, "a number of MTP depths, 0 or more")
+        sets = min(m.mtp_weight_sets or mtp, mtp) if m.mtp_layers else mtp
+        m = m.model_copy(update={"mtp_layers": mtp, "mtp_weight_sets": sets})
+    return Workload(
+        m,
+        g,
+        s,
+        Fabric.from_system(s, gpus),
+        gpus,
+        seq_len,
+        global_batch,
+        precision.strip().lower(),  # "FP8" as papers write it
+        attention=attention,
+        zero3_gathers=zero3_gathers,
+        elementwise=elementwise,
+        ep_dispatch=ep_dispatch,
+        fp8_param_gather=fp8_param_gather,
+        memory_headroom=0.0 if memory_headroom is None else memory_headroom,
+        recompute_modules=(
+            parse_modules(recompute_modules.split(","))
+            if recompute_modules is not None
+            else DEFAULT_MODULES
+        ),
+    )
+
+
+def parse_tokens(tokens: str | None) -> float | None:
+    if tokens is None:
+        return None
+    text = tokens.strip()
+    if text[-1:] in ("B", "b") and text[-2:-1].isdigit():
+        text = text[:-1] + "G"  # "300B tokens" means billions here, not bytes
+    if text[-1:] in ("m", "g", "t") and text[-2:-1].isdigit():
+        text = text[:-1] + text[-1].upper()  # 15t, 300m: counts, never milli-tokens
+    if text[-1:] == "i":  # 15Ti: a binary prefix counts bytes, never tokens
+        raise InputError("tokens", tokens, TOKENS_VALID)
+    try:
+        v = parse_quantity(text, "number", "tokens")
+    except InputError as exc:
+        if not exc.valid.startswith("expected a number"):
+            raise  # a number, but not a usable one (1e400): its own reason
+        raise InputError("tokens", tokens, TOKENS_VALID) from None
+    if v <= 0:
+        raise InputError("tokens", tokens, "a positive count, e.g. 15T or 2e12")
+    return v
+
+
+def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Resolved:
+    """The workload of ``flags`` (each None where not given) over the file at ``path``, if
+    any, over :data:`DEFAULTS`. An error in a value the file gave names the file."""
+    job = load_training_job(path) if path is not None else None
+    values: dict[str, Any] = {}
+    from_file: set[str] = set()
+    for key in (*REQUIRED, *DEFAULTS):
+        value = flags.get(key)
+        if value is None and job is not None and getattr(job, key) is not None:
+            value = getattr(job, key)
+            if key == "recompute_modules" and isinstance(value, list):
+                value = ",".join(value)  # as the flag spells it
+            from_file.add(key)
+        if value is None:
+            if key in REQUIRED:
+                flag = "--" + key.replace("_", "-")
+                raise InputError(
+                    key, "(missing)", f"required: {flag}, or a --workload file with {key}"
+                )
+            value = DEFAULTS[key]
+        values[key] = value
+    try:
+        w = build_workload(**values)
+        tokens_from_file = tokens is None and job is not None and job.tokens is not None
+        if tokens_from_file:
+            from_file.add("tokens")
+        tt = parse_tokens(job.tokens if tokens_from_file and job is not None else tokens)
+    except InputError as exc:
+        key = exc.field.replace("-", "_")
+        if path is None or key not in from_file:
+            raise
+        # the value came from the workload file: say which file
+        raise InputError(f"{path.name}:{key}", exc.value, exc.valid) from None
+    return Resolved(w, tt, values["recompute_modules"])
