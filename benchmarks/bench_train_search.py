@@ -57,7 +57,7 @@ def run_case(key: str, repeats: int) -> dict[str, Any]:
     from gpuscale.search.plans import search_plans
 
     model, gpu, gpus, gbs, seq = CASES[key]
-    # as gpuscale.cli.train._workload builds it (the GPU's reference system)
+    # as gpuscale.cli.train_workload.build_workload builds it (the GPU's reference system)
     g = get_gpu(gpu)
     s = system_for_gpu(g)
     w = Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, "bf16")

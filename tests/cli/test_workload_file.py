@@ -319,3 +319,26 @@ def test_estimate_and_scaling_take_the_workload_file_too() -> None:
     pts = json.loads(r.stdout)["strong"]
     assert [p["gpus"] for p in pts] == [8, 16, 32, 64]
     assert {p["global_batch"] for p in pts} == {1024}  # the file's batch
+
+
+def test_a_file_may_leave_out_what_the_flags_or_the_defaults_give(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-8b\ngpus: 8\nprecision: null\n")
+    r = gpuscale(
+        "train", "estimate", "--workload", str(path), "--gpu", "h100-sxm", "--tp", "8", "--json"
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    # sequence and batch from the defaults, precision bf16 where the GPU has it
+    assert (d["seq_len"], d["global_batch"], d["precision"]) == (2048, 512, "bf16")
+    # a GPU without bf16 (Volta) defaults to fp16, not to an error blamed on the file
+    path.write_text("model: llama3-8b\ngpu: v100-sxm2-32gb\ngpus: 8\n")
+    r = gpuscale("train", "estimate", "--workload", str(path), "--tp", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["precision"] == "fp16"
+    # a required key that neither gives is named, with where it may come from
+    path.write_text("model: llama3-8b\ngpus: 8\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: gpu='(missing)' is invalid: required: --gpu, or a --workload file with gpu"
+    )

@@ -86,3 +86,20 @@ def test_weak_scaling_starts_where_one_sequence_fits() -> None:
     assert pts[0].gpus == 8 and pts[0].step_s is None and "0.5 sequences" in pts[0].plan
     assert pts[0].global_batch is None  # JSON null, not a batch of 0
     assert pts[1].gpus == 16 and pts[1].global_batch == 1 and pts[1].efficiency == 1.0
+
+
+def test_gpus_a_plan_leaves_idle_are_a_term_of_their_own() -> None:
+    # 1,000 GPUs: no plan of Llama 3 70B at batch 1,024 uses them all (640 do); the idle
+    # ones are charged as idle_gpus, not spread over compute and the other terms
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    n = 1000
+    w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, n), n, 8192, 1024, "bf16")
+    last = scaling_curve(w, default_calibration(), "strong")[-1]
+    assert last.gpus == n and last.gpus_used is not None and last.gpus_used < n
+    assert last.step_s is not None and last.tokens_per_s_per_gpu is not None
+    idle = last.step_s * (n - last.gpus_used) / (1024 * 8192)
+    assert last.gpu_s_per_token["idle_gpus"] == pytest.approx(idle)
+    assert sum(last.gpu_s_per_token.values()) * last.tokens_per_s_per_gpu == pytest.approx(1.0)
+    busy = sum(v for k, v in last.gpu_s_per_token.items() if k != "idle_gpus")
+    assert busy == pytest.approx(last.step_s * last.gpus_used / (1024 * 8192))

@@ -31,7 +31,9 @@ GbsOpt = Annotated[
 PrecOpt = Annotated[
     str | None,
     typer.Option(
-        "--precision", help="bf16 (default), fp16, fp8 (FP8 GEMMs) or fp4 (NVFP4, Blackwell)."
+        "--precision",
+        help="bf16 (default; fp16 on GPUs without bf16), fp16, fp8 (FP8 GEMMs) or fp4 "
+        "(NVFP4, Blackwell).",
     ),
 ]
 AttnOpt = Annotated[

@@ -220,10 +220,13 @@ def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
     span = attribution(pts)
     if span is not None:
         first, last, changes = span
-        # every term that shows at one decimal of a percent: the listed terms add up to the
-        # total as printed
+        # every term that shows at one decimal of a percent, and what the others and the
+        # rounding leave, so that the listed figures add up to the total as printed
         costs = {k: v for k, v in changes.items() if v >= SHOWN}
         gains = {k: v for k, v in changes.items() if v <= -SHOWN}
+        total = round(100 * sum(changes.values()), 1)
+        listed = sum(round(100 * v, 1) for v in (*costs.values(), *gains.values()))
+        rest = round(total - listed, 1)
         parts = [
             f"{label} " + ", ".join(f"{k.replace('_', ' ')} {100 * v:+.1f}%" for k, v in items)
             for label, items in (
@@ -232,9 +235,11 @@ def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
             )
             if items
         ]
+        if rest:
+            parts.append(f"other terms and rounding {rest:+.1f}%")
         out.print(
             f"  From {first.gpus:,} to {last.gpus:,} GPUs, GPU-time per token changes "
-            f"{100 * sum(changes.values()):+.1f}% (efficiency "
+            f"{total:+.1f}% (efficiency "
             f"{100 * (last.efficiency or 0):.1f}%); by step term, as a share of the first "
             f"point's: {'; '.join(parts) or 'no term moves'}"
         )

@@ -20,7 +20,7 @@ REQUIRED = ("model", "gpu", "gpus")
 DEFAULTS: dict[str, Any] = {
     "seq_len": 2048,
     "global_batch": 512,
-    "precision": "bf16",
+    "precision": None,  # bf16 where the GPU has it, else fp16 (Volta)
     "system": None,  # the GPU's reference node
     "attention": None,  # unfused on Volta, the fused kernel from Ampere on
     "zero3_gathers": "coalesced",
@@ -60,7 +60,7 @@ def build_workload(
     gpus: int,
     seq_len: int,
     global_batch: int,
-    precision: str,
+    precision: str | None,
     system: str | None,
     attention: str | None = None,
     zero3_gathers: str = "coalesced",
@@ -72,6 +72,8 @@ def build_workload(
     memory_headroom: float | None = None,
 ) -> Workload:
     g = get_gpu(gpu)
+    if precision is None:
+        precision = "bf16" if "bf16" in g.peak_tflops else "fp16"
     if attention is None:
         # no flash kernel runs on Volta (FlashAttention needs Ampere or later): Megatron's
         # softmax path there, the fastest fused kernel elsewhere
@@ -133,7 +135,7 @@ def parse_tokens(tokens: str | None) -> float | None:
     try:
         v = parse_quantity(text, "number", "tokens")
     except InputError as exc:
-        if not exc.valid.startswith("expected a number"):
+        if exc.valid.startswith("a finite"):
             raise  # a number, but not a usable one (1e400): its own reason
         raise InputError("tokens", tokens, TOKENS_VALID) from None
     if v <= 0:

@@ -8,9 +8,11 @@ where a plan fits. A count where nothing fits has no figures (None), only the re
 
 Where efficiency goes is read off GPU-time per token (GPU-seconds per training token over
 every GPU of the count, the inverse of tokens/s per GPU), which is a sum of the step's
-terms, each ``term_s x GPUs / tokens per step``. From one point to another, the change in
-each term over the first point's total adds up to the change in GPU-time per token, so the
-terms split a loss of efficiency (or a gain) exactly: :func:`term_changes`. Each point
+terms, each ``term_s x GPUs the plan uses / tokens per step``, and of the GPUs a plan
+leaves idle, ``idle_gpus`` (``step x idle GPUs / tokens per step``). From one point to
+another, the change in each term over the first point's total adds up to the change in
+GPU-time per token, so the terms split a loss of efficiency (or a gain) exactly:
+:func:`term_changes`. Each point
 names the terms that moved most since the previous point; :func:`attribution` gives the
 same from the first point to the last.
 """
@@ -140,8 +142,11 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
         used = int(e.plans.gpus_used()[i])
         # per GPU of the whole count: GPUs the plan leaves idle are capacity lost too
         tps = float(e.tokens_per_s_per_gpu[i]) * used / n
-        per_token = n / (gbs * w.seq_len)
-        gpu_s = {k: v * per_token for k, v in terms.items()}
+        # GPU-seconds per token of the GPUs the plan runs on, term by term, and of the ones
+        # it leaves idle for the whole step: together 1 / (tokens/s per GPU of all n)
+        tokens_step = gbs * w.seq_len
+        gpu_s = {k: v * used / tokens_step for k, v in terms.items()}
+        gpu_s["idle_gpus"] = step * (n - used) / tokens_step
         if base_tps is None:
             base_tps = tps
         loss_txt = describe_changes(term_changes(prev, gpu_s)) if prev else "-"

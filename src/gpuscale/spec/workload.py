@@ -1,12 +1,13 @@
-"""A training job described in YAML: what ``gpuscale train`` needs besides the plan.
+"""A training job described in YAML: what ``gpuscale train`` needs besides the plan. Any key
+may be left out when a flag gives it; model, gpu and gpus must come from one or the other.
 
 name: llama3-70b pre-training
 model: llama3-70b          # catalog key or a config.json path
 gpu: h100-sxm
 gpus: 1024
-seq_len: 8192
-global_batch: 1024          # sequences per step
-precision: bf16             # bf16 | fp16 | fp8 | fp4 (NVFP4)
+seq_len: 8192              # default 2048
+global_batch: 1024          # sequences per step; default 512
+precision: bf16             # bf16 (default; fp16 without bf16) | fp16 | fp8 | fp4
 attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
@@ -31,13 +32,15 @@ from gpuscale.spec.files import read_yaml
 class TrainingJob(BaseModel):
     # strict: `gpus: true` or `seq_len: "8k"` is an error, not 1 or a guess
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # every key may be left out (or null) when a flag gives it; the command then takes the
+    # flag, else its default (cli/train_workload.py), and names a required one missing
     name: str = ""
-    model: str
-    gpu: str
-    gpus: int = Field(gt=0)
-    seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0)
-    precision: str = "bf16"
+    model: str | None = None
+    gpu: str | None = None
+    gpus: int | None = Field(default=None, gt=0)
+    seq_len: int | None = Field(default=None, gt=0)
+    global_batch: int | None = Field(default=None, gt=0)
+    precision: str | None = None
     attention: str | None = None
     zero3_gathers: str | None = None
     elementwise: str | None = None
