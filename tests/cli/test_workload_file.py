@@ -342,3 +342,9 @@ def test_a_file_may_leave_out_what_the_flags_or_the_defaults_give(tmp_path: Path
     assert r.returncode == 2 and r.stderr.strip() == (
         "error: gpu='(missing)' is invalid: required: --gpu, or a --workload file with gpu"
     )
+    # the file's recompute modules under a flag's --recompute none: the file is named
+    path.write_text("model: llama3-8b\ngpu: h100-sxm\ngpus: 8\nrecompute_modules: [mlp]\n")
+    r = gpuscale("train", "estimate", "--workload", str(path), "--recompute", "none", "--tp", "8")
+    assert r.returncode == 2 and r.stderr.startswith(
+        "error: job.yaml:recompute_modules='mlp' is invalid: --recompute selective"
+    )

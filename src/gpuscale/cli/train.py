@@ -70,6 +70,7 @@ def _fixed(
     sharding: str | None,
     sp: bool | None,
     modules: str | None = None,
+    modules_field: str = "recompute-modules",
 ) -> dict[str, Any]:
     """The plan knobs the user fixed; ``modules`` is the --recompute-modules text when given,
     which only a selective recompute uses."""
@@ -81,7 +82,7 @@ def _fixed(
         fx["recompute"] = RECOMPUTE.index(recompute)
         if modules is not None and recompute != "selective":
             raise InputError(
-                "recompute-modules",
+                modules_field,
                 modules,
                 f"--recompute selective (--recompute {recompute} recomputes no module selectively)",
             )
@@ -154,7 +155,20 @@ def estimate_cmd(
     sharding = "dist-opt" if dist_opt else (zero or "none")
     if sharding == "fsdp":
         sharding = "zero3"
-    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1, r.modules_text)
+    fx = _fixed(
+        w,
+        tp,
+        pp,
+        vpp,
+        cp,
+        ep,
+        mbs,
+        recompute,
+        sharding,
+        sp and tp > 1,
+        r.modules_text,
+        r.modules_field,
+    )
     gpus = w.num_gpus
     if gpus % (tp * pp * cp):
         raise InputError(
@@ -229,7 +243,9 @@ def search_cmd(
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
     shard = "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
-    fx = _fixed(w, tp, pp, vpp, cp, ep, mbs, recompute, shard, None, r.modules_text)
+    fx = _fixed(
+        w, tp, pp, vpp, cp, ep, mbs, recompute, shard, None, r.modules_text, r.modules_field
+    )
     cal = load_calibration(calibration)
     if json:
         res = search_plans(w, cal, fx)

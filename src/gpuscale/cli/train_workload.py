@@ -44,6 +44,8 @@ class Resolved:
     """Tokens to train on (``--tokens`` or the file's ``tokens``), for time and GPU-hours."""
     modules_text: str | None
     """The recompute modules as given (flag or file), None for the default."""
+    modules_field: str = "recompute-modules"
+    """Where the modules came from, for an error about them: the flag, or file:key."""
 
 
 def _mount(g: GPU) -> str:
@@ -176,4 +178,9 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
             raise
         # the value came from the workload file: say which file
         raise InputError(f"{path.name}:{key}", exc.value, exc.valid) from None
-    return Resolved(w, tt, values["recompute_modules"])
+    field = (
+        f"{path.name}:recompute_modules"
+        if path is not None and "recompute_modules" in from_file
+        else "recompute-modules"
+    )
+    return Resolved(w, tt, values["recompute_modules"], field)
