@@ -773,8 +773,8 @@ def test_a_plan_that_fills_the_gpu_is_told_about_fragmentation() -> None:
     share = float(e.memory.total[0]) / w.gpu.memory_bytes
     tight = [n for n in e.notes() if "fragmentation" in n]
     assert share > 0.95 and tight == [
-        f"memory is {100 * share:.0f} % of the GPU's: the caching allocator's fragmentation "
-        "can take the rest; --memory-headroom 0.1 ranks plans that leave 10 % free"
+        f"memory is {100 * share:.0f} % of the GPU's: little margin for fragmentation beyond "
+        "what the model allows for; --memory-headroom 0.1 ranks plans that leave 10 % free"
     ]
     # asking for headroom is the answer, so the note goes away
     e10 = estimate(replace(w, memory_headroom=0.1), partial, CAL)

@@ -93,8 +93,8 @@ class TrainingEstimate:
         used_mem = float(self.memory.total[i])
         if w.memory_headroom == 0.0 and bool(self.memory.fits[i]) and used_mem > TIGHT * cap:
             out.append(
-                f"memory is {100 * used_mem / cap:.0f} % of the GPU's: the caching "
-                "allocator's fragmentation can take the rest; --memory-headroom 0.1 ranks "
+                f"memory is {100 * used_mem / cap:.0f} % of the GPU's: little margin for "
+                "fragmentation beyond what the model allows for; --memory-headroom 0.1 ranks "
                 "plans that leave 10 % free"
             )
         ep = int(self.plans.ep[i])
