@@ -145,6 +145,8 @@ _COUNT = re.compile(r"^\s*\d+ ?[x\u00d7]\s+|\b\d+x\b")
 """A GPU count: "8x MI350X", "8 x H100"."""
 _FORM = re.compile(r"pcie|nvl|oam|sxm\d*")
 """A form-factor word (a whole token)."""
+_FORM_WORDS = frozenset({"pcie", "nvl", "oam", "sxm"})
+"""The form-factor words without a generation, as a misspelling is checked against them."""
 _NEUTRAL = re.compile(r"gpus?|hbm\d*e?")
 """Words that name no part: "GPU", a memory technology ("HBM3")."""
 _BRANDS = {"tesla": "nvidia", "instinct": "amd"}
@@ -255,7 +257,7 @@ def _word_fits(word: str, key: str) -> bool | None:
 def _catalog_words() -> frozenset[str]:
     """Every word the catalog knows a GPU by: families, form factors, vendors, brands,
     architectures and the words of every part's and system's names."""
-    words = {*_families(), "pcie", "nvl", "oam", "sxm", *_BRANDS, *_vendors(), *_archs()}
+    words = {*_families(), *_FORM_WORDS, *_BRANDS, *_vendors(), *_archs()}
     return frozenset(words.union(*(_vocab(k) for k in gpus())))
 
 
@@ -268,7 +270,7 @@ def _misspelling(word: str) -> str | None:
     only ("cpu" is not a misspelled "apu")."""
     if len(word) < 3 or word.isdigit() or word in _catalog_words():
         return None
-    pool = _catalog_words() if len(word) > 3 else frozenset({"pcie", "nvl", "oam", "sxm"})
+    pool = _catalog_words() if len(word) > 3 else _FORM_WORDS
     letters = re.sub(r"\d", "", word)
     for known in sorted(pool):
         if word == known + "s" or letters == re.sub(r"\d", "", known):

@@ -36,13 +36,12 @@ from gpuscale.cli.train_report import (
     print_scaling,
     report_search,
 )
-from gpuscale.cli.train_workload import DEFAULTS, REQUIRED, resolve
+from gpuscale.cli.train_workload import DEFAULTS, REQUIRED, Resolved, resolve
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import (
     RECOMPUTE,
     SHARDING,
     Plans,
-    Workload,
     check_degrees,
     check_plan,
 )
@@ -58,8 +57,15 @@ def _flags(given: dict[str, Any]) -> dict[str, Any]:
     return {k: given[k] for k in (*REQUIRED, *DEFAULTS)}
 
 
+def _sharding(zero: str | None, dist_opt: bool) -> str | None:
+    """The optimizer sharding --zero or --dist-opt names (fsdp is zero3), None for neither."""
+    if zero is not None and dist_opt:
+        raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
+    return "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
+
+
 def _fixed(
-    w: Workload,
+    r: Resolved,
     tp: int | None,
     pp: int | None,
     vpp: int | None,
@@ -69,11 +75,10 @@ def _fixed(
     recompute: str | None,
     sharding: str | None,
     sp: bool | None,
-    modules: str | None = None,
-    modules_field: str = "recompute-modules",
 ) -> dict[str, Any]:
-    """The plan knobs the user fixed; ``modules`` is the --recompute-modules text when given,
-    which only a selective recompute uses."""
+    """The plan knobs the user fixed on workload ``r``; its recompute modules, when given,
+    only a selective recompute uses."""
+    w, modules = r.workload, r.modules_text
     fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
     check_degrees(w, fx)  # before any product or array of them
     if recompute is not None:
@@ -82,7 +87,7 @@ def _fixed(
         fx["recompute"] = RECOMPUTE.index(recompute)
         if modules is not None and recompute != "selective":
             raise InputError(
-                modules_field,
+                r.modules_field,
                 modules,
                 f"--recompute selective (--recompute {recompute} recomputes no module selectively)",
             )
@@ -150,25 +155,8 @@ def estimate_cmd(
     """Memory, step-time breakdown, tokens/s, TFLOP/s and MFU of one plan."""
     r = resolve(workload, _flags(locals()), tokens)
     w = r.workload
-    if zero is not None and dist_opt:
-        raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
-    sharding = "dist-opt" if dist_opt else (zero or "none")
-    if sharding == "fsdp":
-        sharding = "zero3"
-    fx = _fixed(
-        w,
-        tp,
-        pp,
-        vpp,
-        cp,
-        ep,
-        mbs,
-        recompute,
-        sharding,
-        sp and tp > 1,
-        r.modules_text,
-        r.modules_field,
-    )
+    sharding = _sharding(zero, dist_opt) or "none"
+    fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
     gpus = w.num_gpus
     if gpus % (tp * pp * cp):
         raise InputError(
@@ -240,12 +228,7 @@ def search_cmd(
     w, tt = r.workload, r.train_tokens
     if top < 1:
         raise InputError("top", top, "a positive integer")
-    if zero is not None and dist_opt:
-        raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
-    shard = "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
-    fx = _fixed(
-        w, tp, pp, vpp, cp, ep, mbs, recompute, shard, None, r.modules_text, r.modules_field
-    )
+    fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, _sharding(zero, dist_opt), None)
     cal = load_calibration(calibration)
     if json:
         res = search_plans(w, cal, fx)

@@ -16,7 +16,7 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
 from gpuscale.search.plans import SearchResult, explain, search_plans
-from gpuscale.search.scaling import ScalingPoint, attribution
+from gpuscale.search.scaling import ScalingPoint, attribution, term_text
 from gpuscale.units import fmt_bytes, fmt_time
 
 SHOWN = 0.0005
@@ -228,7 +228,7 @@ def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
         listed = sum(round(100 * v, 1) for v in (*costs.values(), *gains.values()))
         rest = round(total - listed, 1)
         parts = [
-            f"{label} " + ", ".join(f"{k.replace('_', ' ')} {100 * v:+.1f}%" for k, v in items)
+            f"{label} " + ", ".join(term_text(k, v) for k, v in items)
             for label, items in (
                 ("costs", sorted(costs.items(), key=lambda kv: -kv[1])),
                 ("savings", sorted(gains.items(), key=lambda kv: kv[1])),

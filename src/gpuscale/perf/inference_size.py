@@ -274,9 +274,8 @@ def size(
     curve = []
     for load in CURVE_LOADS:
         q = qps / best.replicas * load
-        res = _simulate(
-            sm_best, q, isl, osl, cal
-        )  # as many requests as the check: at load 1 the same figures
+        # as many requests as the check that chose it: at load 1, the same figures
+        res = _simulate(sm_best, q, isl, osl, cal)
         curve.append(
             CurvePoint(
                 q * best.replicas,

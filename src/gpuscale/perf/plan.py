@@ -98,10 +98,9 @@ class Workload:
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""
     memory_headroom: float = 0.0
-    """Fraction of each GPU's memory a plan must leave free (the caching allocator's
-    fragmentation, a profiler, a margin): plans fit in (1 - headroom) x the memory the
-    driver reports. PyTorch's caching allocator commonly reserves 10-25 % more than a run's
-    peak allocation (torchtitan's reserved-memory figures against gpuscale's model)."""
+    """Fraction of each GPU's memory a plan must leave free (fragmentation beyond the
+    activation overhead the memory model adds, a profiler, a margin): plans fit in
+    (1 - headroom) x the memory the driver reports."""
 
     @property
     def memory_capacity(self) -> float:

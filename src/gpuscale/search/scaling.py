@@ -12,9 +12,8 @@ terms, each ``term_s x GPUs the plan uses / tokens per step``, and of the GPUs a
 leaves idle, ``idle_gpus`` (``step x idle GPUs / tokens per step``). From one point to
 another, the change in each term over the first point's total adds up to the change in
 GPU-time per token, so the terms split a loss of efficiency (or a gain) exactly:
-:func:`term_changes`. Each point
-names the terms that moved most since the previous point; :func:`attribution` gives the
-same from the first point to the last.
+:func:`term_changes`. Each point names the terms that moved most since the previous point;
+:func:`attribution` gives the same from the first point to the last.
 """
 
 from __future__ import annotations
@@ -75,6 +74,11 @@ def term_changes(before: dict[str, float], after: dict[str, float]) -> dict[str,
     return {k: (after.get(k, 0.0) - before.get(k, 0.0)) / total for k in before | after}
 
 
+def term_text(term: str, change: float) -> str:
+    """A term's change as printed: "dp comm +4.0%"."""
+    return f"{term.replace('_', ' ')} {100 * change:+.1f}%"
+
+
 def describe_changes(changes: dict[str, float], most: int = 2) -> str:
     """The terms that moved most in the direction of the total change, largest first
     ("bubble +13.1%, dp comm +4.0%"; a gain in efficiency reads "gain: recompute -22.0%").
@@ -86,7 +90,7 @@ def describe_changes(changes: dict[str, float], most: int = 2) -> str:
     sign = 1.0 if total > 0 else -1.0
     moved = sorted((k for k in changes if sign * changes[k] > 0), key=lambda k: -sign * changes[k])
     named = moved[:1] + [k for k in moved[1:most] if sign * changes[k] > MOVE_TOL]
-    text = ", ".join(f"{k.replace('_', ' ')} {100 * changes[k]:+.1f}%" for k in named)
+    text = ", ".join(term_text(k, changes[k]) for k in named)
     return text if total > 0 else f"gain: {text}"
 
 

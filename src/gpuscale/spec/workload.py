@@ -69,6 +69,4 @@ def load_training_job(path: Path) -> TrainingJob:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "workload"
-        if err["type"] == "missing":
-            raise InputError(f"{path.name}:{loc}", "(missing)", "a required key") from None
         raise InputError(f"{path.name}:{loc}", err.get("input"), err["msg"]) from None
