@@ -31,6 +31,8 @@ _UNITS: dict[str, tuple[str, float]] = {
     "ms": ("seconds", 1e-3),
     "us": ("seconds", 1e-6),
     "ns": ("seconds", 1e-9),
+    "min": ("seconds", 60.0),
+    "h": ("seconds", 3600.0),
     "W": ("watts", 1.0),
     "FLOP/s": ("flop/s", 1.0),
     "FLOPS": ("flop/s", 1.0),
@@ -91,7 +93,7 @@ def _example(kind: str) -> str:
     return {
         "bytes": "'80GB' or '64MiB'",
         "bytes/s": "'400Gbps' or '900GB/s'",
-        "seconds": "'2s' or '50ms'",
+        "seconds": "'2s', '50ms' or '30min'",
         "watts": "'700W' or '10.2kW'",
         "flop/s": "'989TFLOP/s'",
         "number": "'8' or '1M'",
@@ -112,12 +114,14 @@ def fmt_bytes(n: float, binary: bool = True) -> str:
 
 
 def fmt_time(s: float) -> str:
-    """Human duration: seconds to 'ms'/'us'/'s'/'h'/'days'."""
+    """Human duration: seconds to 'ms'/'us'/'s'/'min'/'h'/'days'."""
     a = abs(s)
     if a >= 2 * 86400:
         return f"{s / 86400:.1f} days"
     if a >= 3600:
         return f"{s / 3600:.2f} h"
+    if a >= 600:
+        return f"{s / 60:.1f} min"
     if a >= 1:
         return f"{s:.3f} s"
     if a >= 1e-3:

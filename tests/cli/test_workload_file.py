@@ -348,3 +348,35 @@ def test_a_file_may_leave_out_what_the_flags_or_the_defaults_give(tmp_path: Path
     assert r.returncode == 2 and r.stderr.startswith(
         "error: job.yaml:recompute_modules='mlp' is invalid: --recompute selective"
     )
+
+
+def test_checkpoints_from_the_file_price_the_estimate(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(BASE + "checkpoint_every: 100steps\nstorage_write_bw: 10GB/s\n")
+    r = gpuscale(
+        "train", "estimate", "--workload", str(path), "--tokens", "1B", "--json", "--dist-opt"
+    )
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    st = s["storage"]
+    # Llama 3 70B: 14 bytes a parameter (16-bit weights, Adam's fp32 master and moments)
+    assert st["checkpoint_bytes"] == pytest.approx(70.6e9 * 14, rel=0.01)
+    assert st["checkpoint_stall_s"] == pytest.approx(st["checkpoint_bytes"] / 10e9)
+    assert s["checkpoints"] == s["train_steps"] // 100
+    # a flag overrides the file's interval; an interval in the file without a rate fails
+    r = gpuscale("train", "estimate", "--workload", str(path), "--checkpoint-every", "1h")
+    assert r.returncode == 0 and "every" in r.stdout
+    path.write_text(BASE + "checkpoint_every: 500\nstorage_write_bw: 10GB/s\n")
+    r = gpuscale("train", "estimate", "--workload", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().startswith("error: job.yaml:checkpoint_every='500' is invalid: a time")
+
+
+def test_a_checkpoint_interval_without_a_write_rate_is_an_error() -> None:
+    job = ("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8")
+    r = gpuscale("train", "estimate", *job, "--checkpoint-every", "30min")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (
+        "error: storage-write-bw='(missing)' is invalid: the storage's aggregate write rate, "
+        "e.g. 200GB/s, to price --checkpoint-every"
+    )

@@ -10,7 +10,9 @@ from rich.text import Text
 
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
 from gpuscale.cli.train_options import (
+    AsyncCkptOpt,
     AttnOpt,
+    CkptEveryOpt,
     DispatchOpt,
     ElemOpt,
     Fp8GatherOpt,
@@ -24,10 +26,12 @@ from gpuscale.cli.train_options import (
     ModulesOpt,
     MtpOpt,
     PrecOpt,
+    ReadBwOpt,
     SeqOpt,
     SysOpt,
     TokensOpt,
     WorkloadOpt,
+    WriteBwOpt,
 )
 from gpuscale.cli.train_report import (
     best_fitting,
@@ -36,7 +40,7 @@ from gpuscale.cli.train_report import (
     print_scaling,
     report_search,
 )
-from gpuscale.cli.train_workload import DEFAULTS, REQUIRED, Resolved, resolve
+from gpuscale.cli.train_workload import DEFAULTS, REQUIRED, STORAGE_KEYS, Resolved, resolve
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import (
     RECOMPUTE,
@@ -53,8 +57,10 @@ app = typer.Typer(no_args_is_help=True)
 
 
 def _flags(given: dict[str, Any]) -> dict[str, Any]:
-    """A command's workload flags (None where not given), from its ``locals()``."""
-    return {k: given[k] for k in (*REQUIRED, *DEFAULTS)}
+    """A command's workload flags (None where not given), from its ``locals()``; the
+    storage flags of the commands that take them."""
+    keys = (*REQUIRED, *DEFAULTS, *(k for k in STORAGE_KEYS if k in given))
+    return {k: given[k] for k in keys}
 
 
 def _sharding(zero: str | None, dist_opt: bool) -> str | None:
@@ -149,6 +155,10 @@ def estimate_cmd(
         bool, typer.Option("--tp-overlap", help="Overlap TP comm with GEMMs.")
     ] = False,
     tokens: TokensOpt = None,
+    checkpoint_every: CkptEveryOpt = None,
+    storage_write_bw: WriteBwOpt = None,
+    storage_read_bw: ReadBwOpt = None,
+    async_checkpoint: AsyncCkptOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
@@ -168,13 +178,13 @@ def estimate_cmd(
     cal = load_calibration(calibration)
     e = estimate(w, plan, cal)
     tt = r.train_tokens
-    summary = e.summary(0, tt)
+    summary = e.summary(0, tt, r.storage)
     if not summary["fits"]:
         summary["best_fitting_plan"] = best_fitting(w, cal)
     if json:
         emit_json(summary)
         return
-    print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt)
+    print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt, r.storage)
     if not summary["fits"]:
         out.print(Text(f"hint: {fit_hint(summary['best_fitting_plan'])}"))
 
@@ -220,6 +230,10 @@ def search_cmd(
     ] = False,
     top: Annotated[int, typer.Option("--top", help="Plans to show.")] = 5,
     tokens: TokensOpt = None,
+    checkpoint_every: CkptEveryOpt = None,
+    storage_write_bw: WriteBwOpt = None,
+    storage_read_bw: ReadBwOpt = None,
+    async_checkpoint: AsyncCkptOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
@@ -240,7 +254,7 @@ def search_cmd(
                 prog.update(task, completed=done, total=total)
 
             res = search_plans(w, cal, fx, progress=tick)
-    report_search(res, top, json, tt)
+    report_search(res, top, json, tt, r.storage)
 
 
 @app.command("scaling")

@@ -110,3 +110,33 @@ HeadroomOpt = Annotated[
         "fragmentation, a margin), 0 to 0.5; default 0.",
     ),
 ]
+CkptEveryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoint-every",
+        help="How often the run saves a checkpoint: a time (30min, 2h) or steps (500steps); "
+        "priced with --storage-write-bw.",
+    ),
+]
+WriteBwOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--storage-write-bw",
+        help="Aggregate write rate the storage gives the job (e.g. 200GB/s): checkpoint time.",
+    ),
+]
+ReadBwOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--storage-read-bw",
+        help="Aggregate read rate for the training data (e.g. 50GB/s): data-loading time.",
+    ),
+]
+AsyncCkptOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--async-checkpoint/--sync-checkpoint",
+        help="Save in the background, training stalls only to copy to host memory "
+        "(Megatron --async-save, DCP async_save); default synchronous.",
+    ),
+]

@@ -13,11 +13,12 @@ from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import Workload
+from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
 from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.search.scaling import ScalingPoint, attribution, term_text
-from gpuscale.units import fmt_bytes, fmt_time
+from gpuscale.units import fmt_bytes, fmt_rate, fmt_time
 
 SHOWN = 0.0005
 """The smallest change a term's share shows at one decimal of a percent."""
@@ -48,8 +49,48 @@ def model_line(m: Model) -> str:
     return "; ".join(parts)
 
 
-def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float | None) -> None:
-    s = e.summary(i, train_tokens)
+def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
+    """The checkpoint and data-loading rows of an estimate (perf/storage.py)."""
+    st, step = s["storage"], s["step_time_s"]
+    if st["checkpoint_bytes"] and policy.write_Bps:
+        every = st["checkpoint_every_steps"]
+        per = st["checkpoint_per_step_s"]
+        if policy.asynchronous:
+            how = (
+                f"copy to host memory, then {fmt_time(st['checkpoint_write_s'])} of "
+                "background writing"
+            )
+        else:
+            how = f"written synchronously at {fmt_rate(policy.write_Bps, 'B/s')}"
+        t.add_row(
+            "checkpoint",
+            f"{fmt_bytes(st['checkpoint_bytes'], binary=False)} every {every:,} step"
+            f"{'' if every == 1 else 's'} ({fmt_time(every * step)}): training stalls "
+            f"{fmt_time(st['checkpoint_stall_s'])} each ({how}), "
+            f"{100 * per / (step + per):.1f}% of training time",
+        )
+    if st["data_read_s"] is not None:
+        exposed = st["data_exposed_s"]
+        left = (
+            f"{fmt_time(exposed)} a step beyond the step's own time"
+            if exposed > 0
+            else f"hidden behind the {fmt_time(step)} step (read ahead)"
+        )
+        t.add_row(
+            "data loading",
+            f"{fmt_bytes(st['data_bytes_per_step'], binary=False)} of token ids a step, read "
+            f"in {fmt_time(st['data_read_s'])}: {left}",
+        )
+
+
+def print_estimate(
+    e: TrainingEstimate,
+    i: int,
+    title: str,
+    train_tokens: float | None,
+    storage: StoragePolicy | None = None,
+) -> None:
+    s = e.summary(i, train_tokens, storage)
     t = Table(title=title, show_header=False)
     t.add_row("model", model_line(e.workload.model))
     label = e.plans.label(i).replace(
@@ -88,13 +129,16 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
         # what a GEMM can reach on this GPU, the bar an MFU is fairly compared with
         mfu += f" (its best GEMM reaches {100 * e.workload.gpu.matmul_eff:.0f}%)"
     t.add_row("MFU", mfu)
+    if storage is not None:
+        _storage_rows(t, s, storage)
     if train_tokens is not None and s["time_to_train_s"] is None:
         t.add_row("time to train", "none: the plan does not fit in memory")
     elif train_tokens is not None:
         t.add_row(
             "time to train",
             f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} steps, "
-            f"{s['gpu_hours']:,.0f} GPU-hours of the "
+            + (f"{s['checkpoints']:,} checkpoints, " if s.get("checkpoints") else "")
+            + f"{s['gpu_hours']:,.0f} GPU-hours of the "
             f"{s['gpus_used']:,} GPUs it uses, for {train_tokens:.3g} tokens)",
         )
     out.print(t)
@@ -102,7 +146,13 @@ def print_estimate(e: TrainingEstimate, i: int, title: str, train_tokens: float 
         out.print(Text(f"note: {note}"))
 
 
-def report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) -> None:
+def report_search(
+    res: SearchResult,
+    top: int,
+    as_json: bool,
+    tt: float | None,
+    storage: StoragePolicy | None = None,
+) -> None:
     e = res.estimate
     idx = res.top(top)
     why = explain(res)
@@ -113,7 +163,7 @@ def report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) 
                 "valid": res.valid,
                 "fitting": len(res.order),
                 "why_best": why,
-                "plans": [e.summary(i, tt) for i in idx],
+                "plans": [e.summary(i, tt, storage) for i in idx],
             }
         )
         return
@@ -146,7 +196,7 @@ def report_search(res: SearchResult, top: int, as_json: bool, tt: float | None) 
             f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
         )
     out.print(t)
-    print_estimate(e, idx[0], "best plan", tt)
+    print_estimate(e, idx[0], "best plan", tt, storage)
     out.print(why)
 
 

@@ -13,6 +13,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
+from gpuscale.perf.storage import StoragePolicy, parse_interval
 from gpuscale.spec import load_training_job
 from gpuscale.units import parse_quantity
 
@@ -34,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
 """The workload keys besides :data:`REQUIRED`, with the value a command takes when neither
 a flag nor the file gives one."""
 
+STORAGE_KEYS = ("checkpoint_every", "storage_write_bw", "storage_read_bw", "async_checkpoint")
+"""Workload keys that price checkpoints and data loading (perf/storage.py); none is needed."""
+
 TOKENS_VALID = "a count with a decimal prefix, e.g. 15T or 2e12"
 
 
@@ -46,6 +50,8 @@ class Resolved:
     """The recompute modules as given (flag or file), None for the default."""
     modules_field: str = "recompute-modules"
     """Where the modules came from, for an error about them: the flag, or file:key."""
+    storage: StoragePolicy | None = None
+    """How the run checkpoints and reads its data, when any storage key is given."""
 
 
 def _mount(g: GPU) -> str:
@@ -145,6 +151,34 @@ def parse_tokens(tokens: str | None) -> float | None:
     return v
 
 
+def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
+    """The storage keys' values (None where not given) as a policy; None when none is."""
+    if all(values.get(k) is None for k in STORAGE_KEYS):
+        return None
+    every = values.get("checkpoint_every")
+    secs, steps = parse_interval(every) if every is not None else (None, None)
+
+    def rate(key: str) -> float | None:
+        text = values.get(key)
+        if text is None:
+            return None
+        field = key.replace("_", "-")
+        v = parse_quantity(text, "bytes/s", field)
+        if not v > 0:
+            raise InputError(field, text, "a positive rate, e.g. 200GB/s")
+        return v
+
+    policy = StoragePolicy(
+        checkpoint_every_s=secs,
+        checkpoint_every_steps=steps,
+        write_Bps=rate("storage_write_bw"),
+        read_Bps=rate("storage_read_bw"),
+        asynchronous=bool(values.get("async_checkpoint")),
+    )
+    policy.check()
+    return policy
+
+
 def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Resolved:
     """The workload of ``flags`` (each None where not given) over the file at ``path``, if
     any, over :data:`DEFAULTS`. An error in a value the file gave names the file."""
@@ -166,8 +200,16 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
                 )
             value = DEFAULTS[key]
         values[key] = value
+    stored: dict[str, Any] = {}
+    for key in STORAGE_KEYS:
+        value = flags.get(key)
+        if value is None and job is not None and getattr(job, key) is not None:
+            value = getattr(job, key)
+            from_file.add(key)
+        stored[key] = value
     try:
         w = build_workload(**values)
+        policy = storage_policy(stored)
         tokens_from_file = tokens is None and job is not None and job.tokens is not None
         if tokens_from_file:
             from_file.add("tokens")
@@ -183,4 +225,4 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
         if path is not None and "recompute_modules" in from_file
         else "recompute-modules"
     )
-    return Resolved(w, tt, values["recompute_modules"], field)
+    return Resolved(w, tt, values["recompute_modules"], field, policy)

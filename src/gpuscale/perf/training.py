@@ -14,6 +14,7 @@ from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.step import StepBreakdown, step_breakdown
+from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
 from gpuscale.perf.transformer import model_flops_per_token
 
 FloatArray = FloatArrayT
@@ -155,8 +156,20 @@ class TrainingEstimate:
             return [f"{m.name} has no core_attn to recompute"]
         return []
 
-    def summary(self, i: int = 0, train_tokens: float | None = None) -> dict[str, Any]:
-        """A JSON-ready description of plan ``i``: plan, memory and step breakdowns, rates."""
+    def storage(self, i: int, policy: StoragePolicy) -> StorageCost:
+        """What checkpoints and data loading add to plan ``i``'s training time."""
+        return storage_cost(
+            self.workload, float(self.step_s[i]), int(self.plans.gpus_used()[i]), policy
+        )
+
+    def summary(
+        self,
+        i: int = 0,
+        train_tokens: float | None = None,
+        storage: StoragePolicy | None = None,
+    ) -> dict[str, Any]:
+        """A JSON-ready description of plan ``i``: plan, memory and step breakdowns, rates;
+        with ``storage``, what checkpoints and data loading add."""
         w = self.workload
         used = int(self.plans.gpus_used()[i])
         out: dict[str, Any] = {
@@ -199,6 +212,19 @@ class TrainingEstimate:
         notes = self.notes(i)
         if notes:
             out["notes"] = notes
+        cost = self.storage(i, storage) if storage is not None else None
+        if cost is not None:
+            out["storage"] = {
+                "checkpoint_bytes": cost.checkpoint_bytes,
+                "checkpoint_write_s": cost.checkpoint_write_s,
+                "checkpoint_stall_s": cost.checkpoint_stall_s,
+                "checkpoint_every_steps": cost.checkpoint_every_steps,
+                "checkpoint_asynchronous": storage.asynchronous if storage else False,
+                "checkpoint_per_step_s": cost.checkpoint_per_step_s,
+                "data_bytes_per_step": cost.data_bytes_per_step,
+                "data_read_s": cost.data_read_s,
+                "data_exposed_s": cost.data_exposed_s,
+            }
         if train_tokens is not None:
             # a plan that does not fit trains nothing: no time is given for it
             fits = bool(self.memory.fits[i])
@@ -206,6 +232,10 @@ class TrainingEstimate:
             tokens_per_step = float(w.global_batch) * w.seq_len
             steps = max(math.ceil(train_tokens / tokens_per_step - 1e-9), 1)
             secs = steps * float(self.step_s[i])
+            if cost is not None:
+                saves = cost.checkpoints_in(steps)
+                secs += saves * cost.checkpoint_stall_s + steps * cost.data_exposed_s
+                out["checkpoints"] = saves
             out["train_steps"] = steps
             out["train_tokens"] = train_tokens
             out["time_to_train_s"] = float(secs) if fits else None

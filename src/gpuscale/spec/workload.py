@@ -17,6 +17,10 @@ recompute_modules: [layernorm, moe_act]   # optional: what selective recompute r
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)
 memory_headroom: 0.1        # optional: fraction of GPU memory a plan must leave free (default 0)
 tokens: 15T                 # optional: time and GPU-hours to train
+checkpoint_every: 30min     # optional: how often the run saves (30min, 2h, 500steps)
+storage_write_bw: 200GB/s   # optional: the storage's aggregate write rate (checkpoints)
+storage_read_bw: 50GB/s     # optional: its aggregate read rate (training data)
+async_checkpoint: false     # optional: save in the background (stall only to copy to host)
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ class TrainingJob(BaseModel):
     memory_headroom: float | None = None  # checked by the Workload, as the flag is
     system: str | None = None
     tokens: str | None = None
+    checkpoint_every: str | None = None
+    storage_write_bw: str | None = None
+    storage_read_bw: str | None = None
+    async_checkpoint: bool | None = None
 
 
 def load_training_job(path: Path) -> TrainingJob:
@@ -62,8 +70,10 @@ def load_training_job(path: Path) -> TrainingJob:
     for key, value in data.items():
         if key not in TrainingJob.model_fields:
             raise unknown_key(f"{path.name}:{key}", value, str(key), TrainingJob.model_fields)
-    if "tokens" in data and data["tokens"] is not None:
-        data["tokens"] = str(data["tokens"])
+    # counts and quantities YAML reads as numbers are parsed as the flags' text is
+    for key in ("tokens", "checkpoint_every", "storage_write_bw", "storage_read_bw"):
+        if data.get(key) is not None and not isinstance(data[key], bool):
+            data[key] = str(data[key])
     try:
         return TrainingJob.model_validate(data)
     except ValidationError as exc:

@@ -1,0 +1,186 @@
+"""What storage costs a training run: checkpoints and reading the training data.
+
+Checkpoints are periodic, not part of every step, so they are priced apart from the step
+breakdown (which is what published per-step throughput measures) and amortised over the
+steps between two checkpoints; time to train adds every stall they cause.
+
+  checkpoint size   every parameter (all experts, MTP layers included) in 16-bit for the
+                    model, plus Adam's fp32 master weight and two moments: 2 + 12 bytes a
+                    parameter. BLOOM 176B's checkpoint is 329 GB of bf16 weights and 2.3 TB
+                    with the optimizer states, 14 bytes a parameter (bigscience/bloom
+                    model card, "Checkpoint size").
+  synchronous save  training waits while the whole checkpoint is written at the storage
+                    system's aggregate write rate (each shard written once, by one of the
+                    data-parallel replicas that hold it, as Megatron's distributed
+                    checkpoint and PyTorch DCP do), no faster than the GPUs' host links
+                    together move it off the GPUs.
+  asynchronous save training waits only while each GPU copies its share (size / GPUs) to
+                    host memory over its host link (PCIe x16, or NVLink-C2C on a
+                    superchip); the write runs in the background and stalls the next save
+                    only if it is still running then (Megatron ``--async-save``, PyTorch DCP
+                    ``async_save``).
+  data loading      each step reads global batch x (sequence + 1) token ids, 2 bytes each
+                    for a vocabulary under 65,500 ids, else 4 (Megatron's indexed dataset,
+                    ``DType.optimal_dtype``); data-loader workers read the next step's
+                    batch during the current one, so only reading slower than a step shows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import Workload
+from gpuscale.perf.transformer import mtp_param_count, param_count
+
+WEIGHT_BYTES = 2.0
+"""The model's own 16-bit copy of each weight in a checkpoint."""
+ADAM_STATE_BYTES = 12.0
+"""Adam's fp32 master weight, first and second moments (4 bytes each) per parameter."""
+
+PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
+"""One direction of a x16 PCIe link, GB/s, by generation (PCI-SIG: 8, 16, 32, 64 GT/s a
+lane; 128b/130b coding to Gen 5, FLIT mode at Gen 6)."""
+C2C_GBPS = 450.0
+"""NVLink-C2C between a Grace CPU and its GPUs, one direction (900 GB/s both ways)."""
+
+UINT16_VOCAB = 65500
+"""Vocabularies below this size store token ids as uint16 (Megatron's indexed dataset)."""
+
+
+@dataclass(frozen=True)
+class StoragePolicy:
+    """How a run checkpoints and what its storage delivers (None: not priced)."""
+
+    checkpoint_every_s: float | None = None
+    """Wall-clock time between checkpoints (or ``checkpoint_every_steps``)."""
+    checkpoint_every_steps: int | None = None
+    write_Bps: float | None = None
+    """Aggregate write rate the storage system gives this job, bytes/s."""
+    read_Bps: float | None = None
+    """Aggregate read rate for the training data, bytes/s."""
+    asynchronous: bool = False
+
+    @property
+    def checkpoints(self) -> bool:
+        return self.checkpoint_every_s is not None or self.checkpoint_every_steps is not None
+
+    def check(self) -> None:
+        """Refuse a policy that cannot be priced: an interval without a write rate, a write
+        rate without an interval, non-positive values."""
+        if self.checkpoints and self.write_Bps is None:
+            raise InputError(
+                "storage-write-bw",
+                "(missing)",
+                "the storage's aggregate write rate, e.g. 200GB/s, to price --checkpoint-every",
+            )
+        if self.write_Bps is not None and not self.checkpoints:
+            raise InputError(
+                "checkpoint-every",
+                "(missing)",
+                "how often the run saves, e.g. 30min, 2h or 500steps, for --storage-write-bw",
+            )
+        if self.asynchronous and not self.checkpoints:
+            raise InputError(
+                "async-checkpoint", True, "needs --checkpoint-every and --storage-write-bw"
+            )
+        for name, v in (
+            ("storage-write-bw", self.write_Bps),
+            ("storage-read-bw", self.read_Bps),
+            ("checkpoint-every", self.checkpoint_every_s),
+        ):
+            if v is not None and not v > 0:
+                raise InputError(name, v, "a positive rate or time")
+
+
+def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | None, int | None]:
+    """``"30min"``, ``"2h"``, ``"900s"`` (wall-clock seconds) or ``"500steps"`` (steps)."""
+    from gpuscale.units import parse_quantity
+
+    s = text.strip().lower().replace(" ", "")
+    valid = "a time such as 30min, 2h or 900s, or a step count such as 500steps"
+    for suffix in ("steps", "step"):
+        if s.endswith(suffix):
+            num = s.removesuffix(suffix)
+            if not num.isdigit() or int(num) < 1:
+                raise InputError(field, text, valid)
+            return None, int(num)
+    try:
+        secs = parse_quantity(s, "seconds", field)
+    except InputError:
+        raise InputError(field, text, valid) from None
+    if not secs > 0 or s[-1:].isdigit():  # a bare number names no unit: steps or seconds?
+        raise InputError(field, text, valid)
+    return secs, None
+
+
+def checkpoint_bytes(w: Workload) -> float:
+    """Bytes of one full checkpoint: 16-bit weights plus Adam's fp32 states."""
+    m = w.model
+    params = param_count(m) + (mtp_param_count(m) if m.mtp_layers else 0)
+    return float(params) * (WEIGHT_BYTES + ADAM_STATE_BYTES)
+
+
+def host_link_Bps(w: Workload) -> float:
+    """A GPU's link to host memory, one direction: NVLink-C2C on a superchip, else PCIe x16."""
+    g = w.gpu
+    if "superchip" in g.form_factor.lower():
+        return C2C_GBPS * 1e9
+    return PCIE_X16_GBPS[min(max(g.pcie_gen, 3), 6)] * 1e9
+
+
+@dataclass(frozen=True)
+class StorageCost:
+    """Storage's share of one plan's training time."""
+
+    checkpoint_bytes: float
+    checkpoint_write_s: float
+    """Writing one checkpoint at the storage's write rate."""
+    checkpoint_stall_s: float
+    """What one checkpoint stops training for (the whole write when synchronous)."""
+    checkpoint_every_steps: int
+    checkpoint_per_step_s: float
+    """The stall spread over the steps between checkpoints."""
+    data_bytes_per_step: float
+    data_read_s: float | None
+    data_exposed_s: float
+    """Reading beyond what the step hides (0 while the read is faster than the step)."""
+
+    @property
+    def per_step_s(self) -> float:
+        """Seconds storage adds to an average step."""
+        return self.checkpoint_per_step_s + self.data_exposed_s
+
+    def checkpoints_in(self, steps: int) -> int:
+        """Checkpoints saved over ``steps`` steps (none at step 0)."""
+        return steps // self.checkpoint_every_steps if self.checkpoint_bytes else 0
+
+
+def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePolicy) -> StorageCost:
+    """Checkpoint and data-loading time of a plan whose step takes ``step_s`` seconds on
+    ``gpus_used`` GPUs."""
+    policy.check()
+    vocab_bytes = 2.0 if w.model.vocab < UINT16_VOCAB else 4.0
+    data_bytes = float(w.global_batch) * (w.seq_len + 1) * vocab_bytes
+    read_s = data_bytes / policy.read_Bps if policy.read_Bps else None
+    exposed = max(read_s - step_s, 0.0) if read_s is not None else 0.0
+    if not policy.checkpoints or policy.write_Bps is None:
+        return StorageCost(0.0, 0.0, 0.0, 0, 0.0, data_bytes, read_s, exposed)
+    size = checkpoint_bytes(w)
+    # every byte leaves the GPUs over their host links, however fast the storage
+    host_Bps = gpus_used * host_link_Bps(w)
+    write_s = size / min(policy.write_Bps, host_Bps)
+    if policy.checkpoint_every_steps is not None:
+        every = policy.checkpoint_every_steps
+    else:
+        # the step that reaches the interval saves; at least one step between saves
+        every = max(math.floor((policy.checkpoint_every_s or 0.0) / (step_s + exposed)), 1)
+    if policy.asynchronous:
+        copy_s = size / host_Bps
+        # the background write must end before the next save begins, else that save waits
+        busy = every * (step_s + exposed)
+        stall = copy_s + max(write_s - busy, 0.0)
+    else:
+        stall = write_s
+    return StorageCost(size, write_s, stall, every, stall / every, data_bytes, read_s, exposed)

@@ -1,0 +1,163 @@
+"""Checkpoint and data-loading time (perf/storage.py).
+
+Checkpoint size: BLOOM 176B's model card gives 329 GB of bf16 weights and 2.3 TB with the
+optimizer states (its "GB" and "TB" are binary: 176.2 B parameters x 2 bytes = 328 GiB),
+i.e. 2 + 12 bytes a parameter. Token ids: Megatron's indexed dataset stores them as uint16
+below a 65,500-id vocabulary, else int32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.storage import (
+    StoragePolicy,
+    checkpoint_bytes,
+    host_link_Bps,
+    parse_interval,
+    storage_cost,
+)
+from gpuscale.perf.training import estimate
+from gpuscale.perf.transformer import param_count
+from gpuscale.units import GiB, fmt_time, parse_quantity
+
+TiB = 2.0**40
+
+
+def workload(model: str, gpu: str = "h100-sxm", gpus: int = 64, gbs: int = 512) -> Workload:
+    g = get_gpu(gpu)
+    s = system_for_gpu(g)
+    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, 2048, gbs, "bf16")
+
+
+def test_bloom_checkpoint_matches_its_model_card() -> None:
+    w = workload("bloom-176b")
+    n = param_count(w.model)
+    assert n * 2 / GiB == pytest.approx(329, rel=0.01)  # "Bf16 weights: 329GB"
+    assert checkpoint_bytes(w) / TiB == pytest.approx(2.3, rel=0.03)  # "2.3TB" with optimizer
+    assert checkpoint_bytes(w) == n * 14
+
+
+def test_synchronous_checkpoint_stalls_for_the_whole_write() -> None:
+    w = workload("gpt3-175b")
+    size = param_count(w.model) * 14.0
+    pol = StoragePolicy(checkpoint_every_s=1800.0, write_Bps=100e9)
+    c = storage_cost(w, 10.0, 64, pol)
+    assert c.checkpoint_bytes == size
+    assert c.checkpoint_write_s == pytest.approx(size / 100e9)
+    assert c.checkpoint_stall_s == c.checkpoint_write_s
+    assert c.checkpoint_every_steps == 180  # 1800 s / 10 s steps
+    assert c.checkpoint_per_step_s == pytest.approx(size / 100e9 / 180)
+    assert c.checkpoints_in(1000) == 5
+    # storage faster than the GPUs' host links together: the links bound the write
+    fast = storage_cost(w, 10.0, 8, StoragePolicy(checkpoint_every_steps=10, write_Bps=1e15))
+    assert fast.checkpoint_write_s == pytest.approx(size / (8 * 63e9))
+
+
+def test_asynchronous_checkpoint_stalls_only_for_the_copy_to_host() -> None:
+    w = workload("gpt3-175b")  # H100 SXM: PCIe Gen 5 x16, 63 GB/s a direction
+    assert host_link_Bps(w) == 63e9
+    size = param_count(w.model) * 14.0
+    pol = StoragePolicy(checkpoint_every_steps=100, write_Bps=100e9, asynchronous=True)
+    c = storage_cost(w, 10.0, 64, pol)
+    assert c.checkpoint_stall_s == pytest.approx(size / 64 / 63e9)
+    # a write slower than the interval holds up the next save by what it overruns
+    slow = StoragePolicy(checkpoint_every_steps=1, write_Bps=10e9, asynchronous=True)
+    c = storage_cost(w, 10.0, 64, slow)
+    assert c.checkpoint_stall_s == pytest.approx(size / 64 / 63e9 + size / 10e9 - 10.0)
+
+
+def test_superchip_copies_over_nvlink_c2c() -> None:
+    assert host_link_Bps(workload("llama3-70b", gpu="gb200")) == 450e9
+
+
+@pytest.mark.parametrize(
+    ("model", "id_bytes"), [("gpt3-175b", 2.0), ("llama3-70b", 4.0), ("bloom-176b", 4.0)]
+)
+def test_data_loading_reads_token_ids(model: str, id_bytes: float) -> None:
+    w = workload(model)
+    c = storage_cost(w, 1.0, 64, StoragePolicy(read_Bps=1e6))
+    assert c.data_bytes_per_step == 512 * 2049 * id_bytes
+    assert c.data_read_s == pytest.approx(512 * 2049 * id_bytes / 1e6)
+    assert c.data_exposed_s == pytest.approx(c.data_read_s - 1.0)  # slower than the step
+    fast = storage_cost(w, 1.0, 64, StoragePolicy(read_Bps=1e12))
+    assert fast.data_exposed_s == 0.0  # read ahead, behind the step
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    step=st.floats(0.1, 100.0),
+    every=st.floats(1.0, 1e5),
+    write=st.floats(1e8, 1e13),
+)
+def test_async_never_stalls_more_than_sync(step: float, every: float, write: float) -> None:
+    w = workload("llama3-70b")
+    sync = storage_cost(w, step, 64, StoragePolicy(checkpoint_every_s=every, write_Bps=write))
+    asyn = storage_cost(
+        w, step, 64, StoragePolicy(checkpoint_every_s=every, write_Bps=write, asynchronous=True)
+    )
+    # the copy to host runs at 63 GB/s per GPU, far above any per-GPU share of the write
+    assert asyn.checkpoint_stall_s <= sync.checkpoint_stall_s + 1e-9
+    assert sync.checkpoint_every_steps == max(math.floor(every / step), 1)
+
+
+def test_time_to_train_adds_every_checkpoint() -> None:
+    w = workload("llama3-70b", gpus=1024, gbs=1024)
+    e = estimate(w, Plans.of(tp=8, pp=4, dp=32, sharding=1), default_calibration())
+    pol = StoragePolicy(checkpoint_every_steps=100, write_Bps=50e9)
+    plain = e.summary(0, 1e11)
+    s = e.summary(0, 1e11, pol)
+    steps = s["train_steps"]
+    assert s["checkpoints"] == steps // 100
+    stall = param_count(w.model) * 14.0 / 50e9
+    assert s["time_to_train_s"] == pytest.approx(plain["time_to_train_s"] + steps // 100 * stall)
+    assert s["storage"]["checkpoint_every_steps"] == 100
+    assert np.isclose(s["step_time_s"], plain["step_time_s"])  # the step itself is unchanged
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("30min", (1800.0, None)),
+        ("2h", (7200.0, None)),
+        ("900s", (900.0, None)),
+        ("500steps", (None, 500)),
+        ("1 step", (None, 1)),
+    ],
+)
+def test_interval_is_a_time_or_a_step_count(
+    text: str, want: tuple[float | None, int | None]
+) -> None:
+    assert parse_interval(text) == want
+
+
+@pytest.mark.parametrize("text", ["30", "0steps", "-5min", "1.5steps", "soon", "0s"])
+def test_interval_without_a_unit_or_positive_value_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match="checkpoint-every"):
+        parse_interval(text)
+
+
+def test_policy_needs_both_an_interval_and_a_write_rate() -> None:
+    with pytest.raises(InputError, match="storage-write-bw"):
+        StoragePolicy(checkpoint_every_steps=10).check()
+    with pytest.raises(InputError, match="checkpoint-every"):
+        StoragePolicy(write_Bps=1e9).check()
+    with pytest.raises(InputError, match="async-checkpoint"):
+        StoragePolicy(asynchronous=True).check()
+
+
+def test_minutes_and_hours_parse_and_print() -> None:
+    assert parse_quantity("30min", "seconds", "t") == 1800.0
+    assert parse_quantity("1.5h", "seconds", "t") == 5400.0
+    assert fmt_time(1800.0) == "30.0 min"
+    assert fmt_time(599.0) == "599.000 s"
