@@ -33,6 +33,7 @@ _UNITS: dict[str, tuple[str, float]] = {
     "ns": ("seconds", 1e-9),
     "min": ("seconds", 60.0),
     "h": ("seconds", 3600.0),
+    "d": ("seconds", 86400.0),
     "W": ("watts", 1.0),
     "FLOP/s": ("flop/s", 1.0),
     "FLOPS": ("flop/s", 1.0),

@@ -380,3 +380,25 @@ def test_a_checkpoint_interval_without_a_write_rate_is_an_error() -> None:
         "error: storage-write-bw='(missing)' is invalid: the storage's aggregate write rate, "
         "e.g. 200GB/s, to price --checkpoint-every"
     )
+
+
+def test_failures_from_the_file_give_goodput(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        BASE + "checkpoint_every: 100steps\nstorage_write_bw: 10GB/s\n"
+        "node_mtbf: 264d\nrestart_time: 10min\n"
+    )
+    r = gpuscale("train", "estimate", "--workload", str(path), "--json", "--dist-opt")
+    assert r.returncode == 0, r.stderr
+    rel = json.loads(r.stdout)["reliability"]
+    assert rel["nodes"] == 1 and rel["job_mtbf_s"] == 264 * 86400.0
+    assert 0.0 < rel["goodput"] < 1.0
+    # a node MTBF without a restart time, or without checkpoints, is refused
+    r = gpuscale("train", "estimate", "--workload", str(path), "--restart-time", "soon")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "error: restart-time='soon' is invalid: a time with its unit, e.g. 10min or 0s"
+    )
+    path.write_text(BASE + "node_mtbf: 264d\nrestart_time: 10min\n")
+    r = gpuscale("train", "estimate", "--workload", str(path))
+    assert r.returncode == 2 and "checkpoint-every='(missing)'" in r.stderr

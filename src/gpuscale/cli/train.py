@@ -24,9 +24,11 @@ from gpuscale.cli.train_options import (
     JsonOpt,
     ModelOpt,
     ModulesOpt,
+    MtbfOpt,
     MtpOpt,
     PrecOpt,
     ReadBwOpt,
+    RestartOpt,
     SeqOpt,
     SysOpt,
     TokensOpt,
@@ -40,7 +42,14 @@ from gpuscale.cli.train_report import (
     print_scaling,
     report_search,
 )
-from gpuscale.cli.train_workload import DEFAULTS, REQUIRED, STORAGE_KEYS, Resolved, resolve
+from gpuscale.cli.train_workload import (
+    DEFAULTS,
+    FAILURE_KEYS,
+    REQUIRED,
+    STORAGE_KEYS,
+    Resolved,
+    resolve,
+)
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import (
     RECOMPUTE,
@@ -59,7 +68,7 @@ app = typer.Typer(no_args_is_help=True)
 def _flags(given: dict[str, Any]) -> dict[str, Any]:
     """A command's workload flags (None where not given), from its ``locals()``; the
     storage flags of the commands that take them."""
-    keys = (*REQUIRED, *DEFAULTS, *(k for k in STORAGE_KEYS if k in given))
+    keys = (*REQUIRED, *DEFAULTS, *(k for k in (*STORAGE_KEYS, *FAILURE_KEYS) if k in given))
     return {k: given[k] for k in keys}
 
 
@@ -159,6 +168,8 @@ def estimate_cmd(
     storage_write_bw: WriteBwOpt = None,
     storage_read_bw: ReadBwOpt = None,
     async_checkpoint: AsyncCkptOpt = None,
+    node_mtbf: MtbfOpt = None,
+    restart_time: RestartOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
@@ -178,13 +189,13 @@ def estimate_cmd(
     cal = load_calibration(calibration)
     e = estimate(w, plan, cal)
     tt = r.train_tokens
-    summary = e.summary(0, tt, r.storage)
+    summary = e.summary(0, tt, r.storage, r.failures)
     if not summary["fits"]:
         summary["best_fitting_plan"] = best_fitting(w, cal)
     if json:
         emit_json(summary)
         return
-    print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt, r.storage)
+    print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt, r.storage, r.failures)
     if not summary["fits"]:
         out.print(Text(f"hint: {fit_hint(summary['best_fitting_plan'])}"))
 
@@ -234,6 +245,8 @@ def search_cmd(
     storage_write_bw: WriteBwOpt = None,
     storage_read_bw: ReadBwOpt = None,
     async_checkpoint: AsyncCkptOpt = None,
+    node_mtbf: MtbfOpt = None,
+    restart_time: RestartOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
@@ -254,7 +267,7 @@ def search_cmd(
                 prog.update(task, completed=done, total=total)
 
             res = search_plans(w, cal, fx, progress=tick)
-    report_search(res, top, json, tt, r.storage)
+    report_search(res, top, json, tt, r.storage, r.failures)
 
 
 @app.command("scaling")

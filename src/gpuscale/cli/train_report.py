@@ -12,6 +12,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
+from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
@@ -50,7 +51,8 @@ def model_line(m: Model) -> str:
 
 
 def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
-    """The checkpoint and data-loading rows of an estimate (perf/storage.py)."""
+    """The checkpoint and data-loading rows of an estimate (perf/storage.py); with failures
+    priced, the goodput row gives the checkpoints' share of wall time instead."""
     st, step = s["storage"], s["step_time_s"]
     if st["checkpoint_bytes"] and policy.write_Bps:
         every = st["checkpoint_every_steps"]
@@ -66,8 +68,8 @@ def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
             "checkpoint",
             f"{fmt_bytes(st['checkpoint_bytes'], binary=False)} every {every:,} step"
             f"{'' if every == 1 else 's'} ({fmt_time(every * step)}): training stalls "
-            f"{fmt_time(st['checkpoint_stall_s'])} each ({how}), "
-            f"{100 * per / (step + per):.1f}% of training time",
+            f"{fmt_time(st['checkpoint_stall_s'])} each ({how})"
+            + ("" if "reliability" in s else f", {100 * per / (step + per):.1f}% of training time"),
         )
     if st["data_read_s"] is not None:
         exposed = st["data_exposed_s"]
@@ -83,14 +85,48 @@ def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
         )
 
 
+def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> None:
+    """The failure and goodput rows of an estimate (ops/reliability.py)."""
+    r, st = s["reliability"], s["storage"]
+    reload = st["checkpoint_reload_s"]
+    parts = [f"relaunch {fmt_time(failures.restart_s)}"]
+    parts.append(
+        f"reload {fmt_time(reload)}" if reload is not None else "reload not priced (no read rate)"
+    )
+    t.add_row(
+        "failures",
+        f"one every {fmt_time(r['job_mtbf_s'])} on {r['nodes']:,} nodes (a node every "
+        f"{fmt_time(failures.node_mtbf_s)}); each loses half a checkpoint interval "
+        f"({fmt_time(r['checkpoint_interval_s'] / 2)}) and the restart "
+        f"({fmt_time(r['restart_s'])}: {', '.join(parts)})",
+    )
+    best = r["optimal_checkpoint_every_steps"]
+    every = st["checkpoint_every_steps"]
+    gain = r["optimal_goodput"] - r["goodput"]
+    at = f"every {best:,} steps ({fmt_time(best * s['step_time_s'])})"
+    if best == every or gain <= 0.0:
+        hint = "no other interval does better"
+    elif gain < SHOWN:
+        hint = f"within 0.1% of the best interval, {at}"
+    else:
+        hint = f"saving {at} would give {100 * r['optimal_goodput']:.1f}%"
+    t.add_row(
+        "goodput",
+        f"{100 * r['goodput']:.1f}% of wall time trains (checkpoints "
+        f"{100 * r['checkpoint_share']:.1f}%, lost work {100 * r['lost_work_share']:.1f}%, "
+        f"restarts {100 * r['restart_share']:.1f}%); {hint}",
+    )
+
+
 def print_estimate(
     e: TrainingEstimate,
     i: int,
     title: str,
     train_tokens: float | None,
     storage: StoragePolicy | None = None,
+    failures: FailurePolicy | None = None,
 ) -> None:
-    s = e.summary(i, train_tokens, storage)
+    s = e.summary(i, train_tokens, storage, failures)
     t = Table(title=title, show_header=False)
     t.add_row("model", model_line(e.workload.model))
     label = e.plans.label(i).replace(
@@ -131,13 +167,22 @@ def print_estimate(
     t.add_row("MFU", mfu)
     if storage is not None:
         _storage_rows(t, s, storage)
-    if train_tokens is not None and s["time_to_train_s"] is None:
+    if failures is not None:
+        _reliability_rows(t, s, failures)
+    if train_tokens is not None and not s["fits"]:
         t.add_row("time to train", "none: the plan does not fit in memory")
+    elif train_tokens is not None and s["time_to_train_s"] is None:
+        t.add_row(
+            "time to train",
+            "never: failures come before the run can save and restart; save more often, "
+            "faster, or on fewer nodes",
+        )
     elif train_tokens is not None:
         t.add_row(
             "time to train",
             f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} steps, "
             + (f"{s['checkpoints']:,} checkpoints, " if s.get("checkpoints") else "")
+            + (f"~{s['failures']:,.0f} failures, " if s.get("failures") is not None else "")
             + f"{s['gpu_hours']:,.0f} GPU-hours of the "
             f"{s['gpus_used']:,} GPUs it uses, for {train_tokens:.3g} tokens)",
         )
@@ -152,6 +197,7 @@ def report_search(
     as_json: bool,
     tt: float | None,
     storage: StoragePolicy | None = None,
+    failures: FailurePolicy | None = None,
 ) -> None:
     e = res.estimate
     idx = res.top(top)
@@ -163,7 +209,7 @@ def report_search(
                 "valid": res.valid,
                 "fitting": len(res.order),
                 "why_best": why,
-                "plans": [e.summary(i, tt, storage) for i in idx],
+                "plans": [e.summary(i, tt, storage, failures) for i in idx],
             }
         )
         return
@@ -196,7 +242,7 @@ def report_search(
             f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
         )
     out.print(t)
-    print_estimate(e, idx[0], "best plan", tt, storage)
+    print_estimate(e, idx[0], "best plan", tt, storage, failures)
     out.print(why)
 
 

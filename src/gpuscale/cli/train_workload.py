@@ -10,6 +10,7 @@ from typing import Any
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
 from gpuscale.catalog.schema import GPU
 from gpuscale.errors import InputError
+from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
@@ -37,6 +38,8 @@ a flag nor the file gives one."""
 
 STORAGE_KEYS = ("checkpoint_every", "storage_write_bw", "storage_read_bw", "async_checkpoint")
 """Workload keys that price checkpoints and data loading (perf/storage.py); none is needed."""
+FAILURE_KEYS = ("node_mtbf", "restart_time")
+"""Workload keys that price failures and goodput (ops/reliability.py), with checkpoints."""
 
 TOKENS_VALID = "a count with a decimal prefix, e.g. 15T or 2e12"
 
@@ -52,6 +55,8 @@ class Resolved:
     """Where the modules came from, for an error about them: the flag, or file:key."""
     storage: StoragePolicy | None = None
     """How the run checkpoints and reads its data, when any storage key is given."""
+    failures: FailurePolicy | None = None
+    """How often nodes fail and how long a restart takes, when given."""
 
 
 def _mount(g: GPU) -> str:
@@ -179,6 +184,35 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
     return policy
 
 
+def _duration(text: str, field: str, example: str) -> float:
+    """A time with its unit (``264d``, ``10min``): a bare number names none."""
+    valid = f"a time with its unit, e.g. {example}"
+    try:
+        v = parse_quantity(text, "seconds", field)
+    except InputError:
+        raise InputError(field, text, valid) from None
+    if text.strip()[-1:].isdigit() or not v >= 0:
+        raise InputError(field, text, valid)
+    return v
+
+
+def failure_policy(values: dict[str, Any]) -> FailurePolicy | None:
+    """The failure keys' values (None where not given) as a policy; None when neither is."""
+    mtbf, restart = values.get("node_mtbf"), values.get("restart_time")
+    if mtbf is None and restart is None:
+        return None
+    if mtbf is None:
+        raise InputError("node-mtbf", "(missing)", "a node's mean time between failures, e.g. 264d")
+    if restart is None:
+        raise InputError(
+            "restart-time", "(missing)", "how long a restart takes besides the reload, e.g. 10min"
+        )
+    m = _duration(mtbf, "node-mtbf", "264d or 6336h")
+    if not m > 0:
+        raise InputError("node-mtbf", mtbf, "a positive time, e.g. 264d")
+    return FailurePolicy(m, _duration(restart, "restart-time", "10min or 0s"))
+
+
 def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Resolved:
     """The workload of ``flags`` (each None where not given) over the file at ``path``, if
     any, over :data:`DEFAULTS`. An error in a value the file gave names the file."""
@@ -201,7 +235,7 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
             value = DEFAULTS[key]
         values[key] = value
     stored: dict[str, Any] = {}
-    for key in STORAGE_KEYS:
+    for key in (*STORAGE_KEYS, *FAILURE_KEYS):
         value = flags.get(key)
         if value is None and job is not None and getattr(job, key) is not None:
             value = getattr(job, key)
@@ -210,6 +244,9 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
     try:
         w = build_workload(**values)
         policy = storage_policy(stored)
+        failures = failure_policy(stored)
+        if failures is not None:
+            failures.check(policy is not None and policy.checkpoints)
         tokens_from_file = tokens is None and job is not None and job.tokens is not None
         if tokens_from_file:
             from_file.add("tokens")
@@ -225,4 +262,4 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
         if path is not None and "recompute_modules" in from_file
         else "recompute-modules"
     )
-    return Resolved(w, tt, values["recompute_modules"], field, policy)
+    return Resolved(w, tt, values["recompute_modules"], field, policy, failures)

@@ -19,6 +19,8 @@ steps between two checkpoints; time to train adds every stall they cause.
                     superchip); the write runs in the background and stalls the next save
                     only if it is still running then (Megatron ``--async-save``, PyTorch DCP
                     ``async_save``).
+  reload            after a failure the checkpoint is read back at the storage's read rate,
+                    capped by the host links as the write is.
   data loading      each step reads global batch x (sequence + 1) token ids, 2 bytes each
                     for a vocabulary under 65,500 ids, else 4 (Megatron's indexed dataset,
                     ``DType.optimal_dtype``); data-loader workers read the next step's
@@ -142,6 +144,8 @@ class StorageCost:
     checkpoint_every_steps: int
     checkpoint_per_step_s: float
     """The stall spread over the steps between checkpoints."""
+    checkpoint_reload_s: float | None
+    """Reading a checkpoint back after a failure (None without a read rate)."""
     data_bytes_per_step: float
     data_read_s: float | None
     data_exposed_s: float
@@ -166,11 +170,13 @@ def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePoli
     read_s = data_bytes / policy.read_Bps if policy.read_Bps else None
     exposed = max(read_s - step_s, 0.0) if read_s is not None else 0.0
     if not policy.checkpoints or policy.write_Bps is None:
-        return StorageCost(0.0, 0.0, 0.0, 0, 0.0, data_bytes, read_s, exposed)
+        return StorageCost(0.0, 0.0, 0.0, 0, 0.0, None, data_bytes, read_s, exposed)
     size = checkpoint_bytes(w)
-    # every byte leaves the GPUs over their host links, however fast the storage
+    # every byte leaves (and comes back to) the GPUs over their host links, however fast
+    # the storage
     host_Bps = gpus_used * host_link_Bps(w)
     write_s = size / min(policy.write_Bps, host_Bps)
+    reload_s = size / min(policy.read_Bps, host_Bps) if policy.read_Bps else None
     if policy.checkpoint_every_steps is not None:
         every = policy.checkpoint_every_steps
     else:
@@ -183,4 +189,6 @@ def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePoli
         stall = copy_s + max(write_s - busy, 0.0)
     else:
         stall = write_s
-    return StorageCost(size, write_s, stall, every, stall / every, data_bytes, read_s, exposed)
+    return StorageCost(
+        size, write_s, stall, every, stall / every, reload_s, data_bytes, read_s, exposed
+    )

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from gpuscale.calibrate import Calibration
+from gpuscale.ops.reliability import FailurePolicy, Reliability, reliability
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload, pipelined_fsdp
@@ -162,14 +163,29 @@ class TrainingEstimate:
             self.workload, float(self.step_s[i]), int(self.plans.gpus_used()[i]), policy
         )
 
+    def reliability(self, i: int, cost: StorageCost, failures: FailurePolicy) -> Reliability:
+        """Goodput of plan ``i`` saving as ``cost`` says, with nodes failing as ``failures``."""
+        w = self.workload
+        nodes = -(-int(self.plans.gpus_used()[i]) // w.system.gpus_per_node)
+        return reliability(
+            failures,
+            nodes,
+            float(self.step_s[i]) + cost.data_exposed_s,
+            cost.checkpoint_every_steps,
+            cost.checkpoint_stall_s,
+            cost.checkpoint_reload_s,
+        )
+
     def summary(
         self,
         i: int = 0,
         train_tokens: float | None = None,
         storage: StoragePolicy | None = None,
+        failures: FailurePolicy | None = None,
     ) -> dict[str, Any]:
         """A JSON-ready description of plan ``i``: plan, memory and step breakdowns, rates;
-        with ``storage``, what checkpoints and data loading add."""
+        with ``storage``, what checkpoints and data loading add; with ``failures`` too, the
+        goodput and the time failures add."""
         w = self.workload
         used = int(self.plans.gpus_used()[i])
         out: dict[str, Any] = {
@@ -221,10 +237,29 @@ class TrainingEstimate:
                 "checkpoint_every_steps": cost.checkpoint_every_steps,
                 "checkpoint_asynchronous": storage.asynchronous if storage else False,
                 "checkpoint_per_step_s": cost.checkpoint_per_step_s,
+                "checkpoint_reload_s": cost.checkpoint_reload_s,
                 "data_bytes_per_step": cost.data_bytes_per_step,
                 "data_read_s": cost.data_read_s,
                 "data_exposed_s": cost.data_exposed_s,
             }
+        rel = None
+        if failures is not None:
+            if cost is None or not cost.checkpoint_every_steps:
+                failures.check(checkpoints=False)  # refused: nothing to restart from
+            else:
+                rel = self.reliability(i, cost, failures)
+                out["reliability"] = {
+                    "nodes": rel.nodes,
+                    "job_mtbf_s": rel.job_mtbf_s,
+                    "checkpoint_interval_s": rel.interval_s,
+                    "restart_s": rel.restart_s,
+                    "goodput": rel.goodput,
+                    "checkpoint_share": rel.checkpoint_share,
+                    "lost_work_share": rel.lost_work_share,
+                    "restart_share": rel.restart_share,
+                    "optimal_checkpoint_every_steps": rel.optimal_every_steps,
+                    "optimal_goodput": rel.optimal_goodput,
+                }
         if train_tokens is not None:
             # a plan that does not fit trains nothing: no time is given for it
             fits = bool(self.memory.fits[i])
@@ -236,10 +271,18 @@ class TrainingEstimate:
                 saves = cost.checkpoints_in(steps)
                 secs += saves * cost.checkpoint_stall_s + steps * cost.data_exposed_s
                 out["checkpoints"] = saves
+            ok = fits
+            if rel is not None:
+                # failures stretch the run: of each second, this share is lost to them; a
+                # run that fails before it saves and restarts never ends
+                left = 1.0 - rel.failure_share
+                ok = fits and left > 0.0
+                secs = secs / left if left > 0.0 else math.inf
+                out["failures"] = rel.failures_in(secs) if ok else None
             out["train_steps"] = steps
             out["train_tokens"] = train_tokens
-            out["time_to_train_s"] = float(secs) if fits else None
-            out["gpu_hours"] = float(secs * used / 3600.0) if fits else None
+            out["time_to_train_s"] = float(secs) if ok else None
+            out["gpu_hours"] = float(secs * used / 3600.0) if ok else None
         return out
 
 

@@ -21,6 +21,8 @@ checkpoint_every: 30min     # optional: how often the run saves (30min, 2h, 500s
 storage_write_bw: 200GB/s   # optional: the storage's aggregate write rate (checkpoints)
 storage_read_bw: 50GB/s     # optional: its aggregate read rate (training data)
 async_checkpoint: false     # optional: save in the background (stall only to copy to host)
+node_mtbf: 264d             # optional: mean time between a node's failures (goodput)
+restart_time: 10min         # optional: detect, relaunch (the checkpoint reload is added)
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class TrainingJob(BaseModel):
     storage_write_bw: str | None = None
     storage_read_bw: str | None = None
     async_checkpoint: bool | None = None
+    node_mtbf: str | None = None
+    restart_time: str | None = None
 
 
 def load_training_job(path: Path) -> TrainingJob:
@@ -71,7 +75,8 @@ def load_training_job(path: Path) -> TrainingJob:
         if key not in TrainingJob.model_fields:
             raise unknown_key(f"{path.name}:{key}", value, str(key), TrainingJob.model_fields)
     # counts and quantities YAML reads as numbers are parsed as the flags' text is
-    for key in ("tokens", "checkpoint_every", "storage_write_bw", "storage_read_bw"):
+    texts = ("tokens", "checkpoint_every", "storage_write_bw", "storage_read_bw")
+    for key in (*texts, "node_mtbf", "restart_time"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             data[key] = str(data[key])
     try:

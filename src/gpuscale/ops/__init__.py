@@ -1,0 +1,1 @@
+"""Operating a cluster: reliability (failures, checkpoint interval, goodput)."""
