@@ -362,10 +362,20 @@ def test_checkpoints_from_the_file_price_the_estimate(tmp_path: Path) -> None:
     # Llama 3 70B: 14 bytes a parameter (16-bit weights, Adam's fp32 master and moments)
     assert st["checkpoint_bytes"] == pytest.approx(70.6e9 * 14, rel=0.01)
     assert st["checkpoint_stall_s"] == pytest.approx(st["checkpoint_bytes"] / 10e9)
-    assert s["checkpoints"] == s["train_steps"] // 100
-    # a flag overrides the file's interval; an interval in the file without a rate fails
-    r = gpuscale("train", "estimate", "--workload", str(path), "--checkpoint-every", "1h")
-    assert r.returncode == 0 and "every" in r.stdout
+    assert s["checkpoints"] == -(-s["train_steps"] // 100)  # and one at the end
+    assert st["checkpoint_asynchronous"] is False
+    # a flag overrides the file's interval
+    r = gpuscale(
+        "train",
+        "estimate",
+        "--workload",
+        str(path),
+        "--json",
+        "--dist-opt",
+        "--checkpoint-every",
+        "7steps",
+    )
+    assert json.loads(r.stdout)["storage"]["checkpoint_every_steps"] == 7
     path.write_text(BASE + "checkpoint_every: 500\nstorage_write_bw: 10GB/s\n")
     r = gpuscale("train", "estimate", "--workload", str(path))
     assert r.returncode == 2 and r.stdout == ""
@@ -377,9 +387,78 @@ def test_a_checkpoint_interval_without_a_write_rate_is_an_error() -> None:
     r = gpuscale("train", "estimate", *job, "--checkpoint-every", "30min")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == (
-        "error: storage-write-bw='(missing)' is invalid: the storage's aggregate write rate, "
-        "e.g. 200GB/s, to price --checkpoint-every"
+        "error: storage-write-bw='(missing)' is invalid: the storage's aggregate write rate "
+        "(--storage-write-bw or the workload's storage_write_bw), e.g. 200GB/s, to price the "
+        "checkpoints"
     )
+
+
+def test_async_checkpoints_and_reads_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        BASE + "checkpoint_every: 10steps\nstorage_write_bw: 1GB/s\nstorage_read_bw: 1MB/s\n"
+        "async_checkpoint: true\n"
+    )
+    r = gpuscale(
+        "train", "estimate", "--workload", str(path), "--json", "--dist-opt", "--tokens", "1B"
+    )
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    st = s["storage"]
+    assert st["checkpoint_asynchronous"] is True
+    # Llama 3 70B's 988 GB drain in 988 s at 1 GB/s, longer than 10 steps: the next save waits
+    assert st["checkpoint_write_s"] == pytest.approx(st["checkpoint_bytes"] / 1e9)
+    assert st["checkpoint_wait_s"] == pytest.approx(
+        st["checkpoint_write_s"] - st["checkpoint_interval_s"]
+    )
+    # 8 sequences of 8,193 int32 token ids (a 128K vocabulary) at 1 MB/s: 0.262 s a step
+    assert st["data_bytes_per_step"] == 8 * 8193 * 4
+    assert st["data_read_s"] == pytest.approx(0.262176)
+    exposed = max(0.262176 - s["step_time_s"], 0.0)
+    assert st["data_exposed_s"] == pytest.approx(exposed)
+    assert st["checkpoint_interval_s"] == pytest.approx(10 * (s["step_time_s"] + exposed))
+    # the table has both rows
+    r = gpuscale("train", "estimate", "--workload", str(path), "--dist-opt")
+    labels = [line.split("│")[1].strip() for line in r.stdout.splitlines() if "│" in line]
+    assert "checkpoint" in labels and "data loading" in labels
+
+
+def test_a_save_mode_without_checkpoints_is_an_error() -> None:
+    job = ("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8")
+    for flag in ("--async-checkpoint", "--sync-checkpoint"):
+        r = gpuscale("train", "estimate", *job, flag)
+        assert r.returncode == 2 and r.stdout == ""
+        assert "checkpoint=" in r.stderr and "needs checkpoints" in r.stderr
+
+
+def test_search_prices_storage_for_its_top_plans() -> None:
+    job = ("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096")
+    r = gpuscale(
+        "train",
+        "search",
+        *job,
+        "--top",
+        "2",
+        "--json",
+        "--checkpoint-every",
+        "1h",
+        "--storage-write-bw",
+        "10GB/s",
+    )
+    assert r.returncode == 0, r.stderr
+    plans = json.loads(r.stdout)["plans"]
+    assert len(plans) == 2 and all(p["storage"]["checkpoint_every_steps"] >= 1 for p in plans)
+
+
+def test_scaling_says_it_leaves_the_storage_keys_out(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "model: llama3-8b\ngpu: h100-sxm\ngpus: 16\nglobal_batch: 64\n"
+        "checkpoint_every: 30min\nnode_mtbf: 264d\n"
+    )
+    r = gpuscale("train", "scaling", "--workload", str(path), "--mode", "strong")
+    assert r.returncode == 0, r.stderr
+    assert "note: checkpoint_every, node_mtbf from the workload file" in r.stdout
 
 
 def test_failures_from_the_file_give_goodput(tmp_path: Path) -> None:

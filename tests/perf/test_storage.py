@@ -9,6 +9,7 @@ below a 65,500-id vocabulary, else int32.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -48,37 +49,66 @@ def test_bloom_checkpoint_matches_its_model_card() -> None:
     assert checkpoint_bytes(w) == n * 14
 
 
+GPT3_PARAMS = 174_591_270_912  # GPT-3 175B, as tests/perf/test_transformer.py checks
+GPT3_CKPT = GPT3_PARAMS * 14  # 2,444,277,792,768 bytes
+
+
 def test_synchronous_checkpoint_stalls_for_the_whole_write() -> None:
     w = workload("gpt3-175b")
-    size = param_count(w.model) * 14.0
     pol = StoragePolicy(checkpoint_every_s=1800.0, write_Bps=100e9)
     c = storage_cost(w, 10.0, 64, pol)
-    assert c.checkpoint_bytes == size
-    assert c.checkpoint_write_s == pytest.approx(size / 100e9)
+    assert c.checkpoint_bytes == GPT3_CKPT
+    assert c.checkpoint_write_s == pytest.approx(24.4427779)  # 2.444 TB at 100 GB/s
     assert c.checkpoint_stall_s == c.checkpoint_write_s
-    assert c.checkpoint_every_steps == 180  # 1800 s / 10 s steps
-    assert c.checkpoint_per_step_s == pytest.approx(size / 100e9 / 180)
-    assert c.checkpoints_in(1000) == 5
-    # storage faster than the GPUs' host links together: the links bound the write
+    assert c.checkpoint_every_steps == 180  # the step that reaches 1800 s of 10 s steps
+    assert c.checkpoint_interval_s == 1800.0
+    assert c.checkpoint_per_step_s == pytest.approx(24.4427779 / 180)
+    assert c.checkpoints_in(1000) == 6  # at 180, 360, ..., 900 and at the end
+    assert c.checkpoints_in(900) == 5  # the last one is the end
+    # 1805 s is reached by the 181st step, not the 180th
+    later = storage_cost(w, 10.0, 64, replace(pol, checkpoint_every_s=1805.0))
+    assert later.checkpoint_every_steps == 181
+    # storage faster than the GPUs' host links together: 8 x 63 GB/s bound the write
     fast = storage_cost(w, 10.0, 8, StoragePolicy(checkpoint_every_steps=10, write_Bps=1e15))
-    assert fast.checkpoint_write_s == pytest.approx(size / (8 * 63e9))
+    assert fast.checkpoint_write_s == pytest.approx(GPT3_CKPT / 504e9)
+
+
+def test_an_interval_shorter_than_a_step_saves_every_step() -> None:
+    c = storage_cost(
+        workload("gpt3-175b"), 10.0, 64, StoragePolicy(checkpoint_every_s=1.0, write_Bps=1e11)
+    )
+    assert c.checkpoint_every_steps == 1 and c.interval_below_step
 
 
 def test_asynchronous_checkpoint_stalls_only_for_the_copy_to_host() -> None:
-    w = workload("gpt3-175b")  # H100 SXM: PCIe Gen 5 x16, 63 GB/s a direction
+    w = workload("gpt3-175b")  # H100 SXM in a DGX H100: PCIe Gen 5 x16, 63 GB/s a direction
     assert host_link_Bps(w) == 63e9
-    size = param_count(w.model) * 14.0
     pol = StoragePolicy(checkpoint_every_steps=100, write_Bps=100e9, asynchronous=True)
     c = storage_cost(w, 10.0, 64, pol)
-    assert c.checkpoint_stall_s == pytest.approx(size / 64 / 63e9)
-    # a write slower than the interval holds up the next save by what it overruns
+    assert c.checkpoint_stall_s == pytest.approx(GPT3_CKPT / (64 * 63e9))  # 0.606 s
+    assert c.checkpoint_wait_s == 0.0
+    # a background write (244.4 s at 10 GB/s) longer than the interval (one 10 s step)
+    # holds up the next save by what it overruns
     slow = StoragePolicy(checkpoint_every_steps=1, write_Bps=10e9, asynchronous=True)
     c = storage_cost(w, 10.0, 64, slow)
-    assert c.checkpoint_stall_s == pytest.approx(size / 64 / 63e9 + size / 10e9 - 10.0)
+    assert c.checkpoint_wait_s == pytest.approx(244.427779 - 10.0)
+    assert c.checkpoint_stall_s == pytest.approx(GPT3_CKPT / (64 * 63e9) + 234.427779)
+    # the background write drains from host memory: the GPUs' links do not bound it
+    fast = storage_cost(w, 10.0, 8, replace(pol, write_Bps=1e15))
+    assert fast.checkpoint_write_s == pytest.approx(GPT3_CKPT / 1e15)
 
 
-def test_superchip_copies_over_nvlink_c2c() -> None:
-    assert host_link_Bps(workload("llama3-70b", gpu="gb200")) == 450e9
+@pytest.mark.parametrize(
+    ("gpu", "gbps"),
+    [
+        ("gb200", 225.0),  # NVLink-C2C, two GPUs per Grace
+        ("gh200", 450.0),  # NVLink-C2C, one GPU
+        ("b200", 63.0),  # a Gen 6 GPU in a Gen 5 HGX B200
+        ("a100-sxm-80gb", 31.5),
+    ],
+)
+def test_host_link_by_gpu_and_server(gpu: str, gbps: float) -> None:
+    assert host_link_Bps(workload("llama3-70b", gpu=gpu)) == gbps * 1e9
 
 
 @pytest.mark.parametrize(
@@ -108,7 +138,7 @@ def test_async_never_stalls_more_than_sync(step: float, every: float, write: flo
     )
     # the copy to host runs at 63 GB/s per GPU, far above any per-GPU share of the write
     assert asyn.checkpoint_stall_s <= sync.checkpoint_stall_s + 1e-9
-    assert sync.checkpoint_every_steps == max(math.floor(every / step), 1)
+    assert sync.checkpoint_every_steps == max(math.ceil(every / step - 1e-9), 1)
 
 
 def test_time_to_train_adds_every_checkpoint() -> None:
@@ -118,9 +148,11 @@ def test_time_to_train_adds_every_checkpoint() -> None:
     plain = e.summary(0, 1e11)
     s = e.summary(0, 1e11, pol)
     steps = s["train_steps"]
-    assert s["checkpoints"] == steps // 100
+    assert s["checkpoints"] == -(-steps // 100)
     stall = param_count(w.model) * 14.0 / 50e9
-    assert s["time_to_train_s"] == pytest.approx(plain["time_to_train_s"] + steps // 100 * stall)
+    assert s["time_to_train_s"] == pytest.approx(
+        plain["time_to_train_s"] + -(-steps // 100) * stall
+    )
     assert s["storage"]["checkpoint_every_steps"] == 100
     assert np.isclose(s["step_time_s"], plain["step_time_s"])  # the step itself is unchanged
 
@@ -141,7 +173,9 @@ def test_interval_is_a_time_or_a_step_count(
     assert parse_interval(text) == want
 
 
-@pytest.mark.parametrize("text", ["30", "0steps", "-5min", "1.5steps", "soon", "0s"])
+@pytest.mark.parametrize(
+    "text", ["30", "0steps", "-5min", "1.5steps", "soon", "0s", "1e300h", "9" * 20 + "steps"]
+)
 def test_interval_without_a_unit_or_positive_value_is_refused(text: str) -> None:
     with pytest.raises(InputError, match="checkpoint-every"):
         parse_interval(text)
@@ -152,8 +186,12 @@ def test_policy_needs_both_an_interval_and_a_write_rate() -> None:
         StoragePolicy(checkpoint_every_steps=10).check()
     with pytest.raises(InputError, match="checkpoint-every"):
         StoragePolicy(write_Bps=1e9).check()
-    with pytest.raises(InputError, match="async-checkpoint"):
-        StoragePolicy(asynchronous=True).check()
+    with pytest.raises(InputError, match="checkpoint-every"):
+        StoragePolicy(checkpoint_every_steps=0, write_Bps=1e9).check()
+    with pytest.raises(InputError, match="checkpoint-every"):
+        StoragePolicy(checkpoint_every_s=float("inf"), write_Bps=1e9).check()
+    with pytest.raises(InputError, match="storage-read-bw"):
+        StoragePolicy(read_Bps=float("nan")).check()
 
 
 def test_minutes_and_hours_parse_and_print() -> None:

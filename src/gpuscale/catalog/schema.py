@@ -44,6 +44,9 @@ class GPU(_Entry):
     hbm_tb_per_s: float
     nvlink_gb_per_s: float = 0.0
     pcie_gen: int = 4
+    host_link_gb_per_s: float | None = Field(default=None, gt=0)
+    """One direction of the GPU's own link to host memory where it is not a PCIe x16 slot:
+    NVLink-C2C on a superchip (900 GB/s both ways per Grace CPU, shared by its GPUs)."""
     tdp_w: float
     sms: int = Field(default=0, ge=0)
     """Streaming multiprocessors (compute units): the tiles of a GEMM are spread over them."""

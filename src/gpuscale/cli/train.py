@@ -301,7 +301,8 @@ def scaling_cmd(
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
-    w = resolve(workload, _flags(locals()), None).workload
+    r = resolve(workload, _flags(locals()), None, costs=False)
+    w = r.workload
     gpus = w.num_gpus
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)
@@ -318,3 +319,10 @@ def scaling_cmd(
         return
     for m, pts in curves.items():
         print_scaling(m, w, pts)
+    if r.ignored:
+        out.print(
+            Text(
+                f"note: {', '.join(r.ignored)} from the workload file price the run's time "
+                "(train estimate, train search), not the scaling curve"
+            )
+        )

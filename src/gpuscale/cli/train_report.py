@@ -53,30 +53,47 @@ def model_line(m: Model) -> str:
 def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
     """The checkpoint and data-loading rows of an estimate (perf/storage.py); with failures
     priced, the goodput row gives the checkpoints' share of wall time instead."""
-    st, step = s["storage"], s["step_time_s"]
+    st = s["storage"]
     if st["checkpoint_bytes"] and policy.write_Bps:
-        every = st["checkpoint_every_steps"]
+        every, interval = st["checkpoint_every_steps"], st["checkpoint_interval_s"]
         per = st["checkpoint_per_step_s"]
         if policy.asynchronous:
             how = (
                 f"copy to host memory, then {fmt_time(st['checkpoint_write_s'])} of "
                 "background writing"
             )
+            if st["checkpoint_wait_s"] > 0:
+                how += (
+                    f"; {fmt_time(st['checkpoint_wait_s'])} of the stall waits for the "
+                    "previous write"
+                )
         else:
-            how = f"written synchronously at {fmt_rate(policy.write_Bps, 'B/s')}"
+            rate = st["checkpoint_bytes"] / st["checkpoint_write_s"]
+            how = f"written synchronously at {fmt_rate(rate, 'B/s')}"
+            if rate < policy.write_Bps * (1 - 1e-9):
+                how += ", the GPUs' host links' pace"
+        short = (
+            " (the interval asked is shorter than a step)"
+            if st["checkpoint_interval_below_step"]
+            else ""
+        )
+        share = (
+            ""
+            if "reliability" in s
+            else f", {100 * per / (interval / every + per):.1f}% of training time"
+        )
         t.add_row(
             "checkpoint",
             f"{fmt_bytes(st['checkpoint_bytes'], binary=False)} every {every:,} step"
-            f"{'' if every == 1 else 's'} ({fmt_time(every * step)}): training stalls "
-            f"{fmt_time(st['checkpoint_stall_s'])} each ({how})"
-            + ("" if "reliability" in s else f", {100 * per / (step + per):.1f}% of training time"),
+            f"{'' if every == 1 else 's'} ({fmt_time(interval)}){short}: training stalls "
+            f"{fmt_time(st['checkpoint_stall_s'])} each ({how}){share}",
         )
     if st["data_read_s"] is not None:
         exposed = st["data_exposed_s"]
         left = (
             f"{fmt_time(exposed)} a step beyond the step's own time"
             if exposed > 0
-            else f"hidden behind the {fmt_time(step)} step (read ahead)"
+            else f"hidden behind the {fmt_time(s['step_time_s'])} step (read ahead)"
         )
         t.add_row(
             "data loading",

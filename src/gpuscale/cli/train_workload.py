@@ -57,6 +57,8 @@ class Resolved:
     """How the run checkpoints and reads its data, when any storage key is given."""
     failures: FailurePolicy | None = None
     """How often nodes fail and how long a restart takes, when given."""
+    ignored: tuple[str, ...] = ()
+    """Workload keys the command does not use (storage and failures in train scaling)."""
 
 
 def _mount(g: GPU) -> str:
@@ -161,6 +163,14 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
     if all(values.get(k) is None for k in STORAGE_KEYS):
         return None
     every = values.get("checkpoint_every")
+    mode = values.get("async_checkpoint")
+    if mode is not None and every is None:
+        raise InputError(
+            "async-checkpoint" if mode else "sync-checkpoint",
+            mode,
+            "a save mode needs checkpoints to price: --checkpoint-every (or the workload's "
+            "checkpoint_every) and --storage-write-bw",
+        )
     secs, steps = parse_interval(every) if every is not None else (None, None)
 
     def rate(key: str) -> float | None:
@@ -178,7 +188,7 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
         checkpoint_every_steps=steps,
         write_Bps=rate("storage_write_bw"),
         read_Bps=rate("storage_read_bw"),
-        asynchronous=bool(values.get("async_checkpoint")),
+        asynchronous=bool(mode),
     )
     policy.check()
     return policy
@@ -213,9 +223,13 @@ def failure_policy(values: dict[str, Any]) -> FailurePolicy | None:
     return FailurePolicy(m, _duration(restart, "restart-time", "10min or 0s"))
 
 
-def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Resolved:
+def resolve(
+    path: Path | None, flags: dict[str, Any], tokens: str | None, costs: bool = True
+) -> Resolved:
     """The workload of ``flags`` (each None where not given) over the file at ``path``, if
-    any, over :data:`DEFAULTS`. An error in a value the file gave names the file."""
+    any, over :data:`DEFAULTS`. An error in a value the file gave names the file. Without
+    ``costs`` (a command that prices no run time) the storage and failure keys are left
+    out and listed in ``ignored``."""
     job = load_training_job(path) if path is not None else None
     values: dict[str, Any] = {}
     from_file: set[str] = set()
@@ -235,11 +249,15 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
             value = DEFAULTS[key]
         values[key] = value
     stored: dict[str, Any] = {}
+    ignored: list[str] = []
     for key in (*STORAGE_KEYS, *FAILURE_KEYS):
         value = flags.get(key)
         if value is None and job is not None and getattr(job, key) is not None:
             value = getattr(job, key)
             from_file.add(key)
+        if value is not None and not costs:
+            ignored.append(key)
+            value = None
         stored[key] = value
     try:
         w = build_workload(**values)
@@ -262,4 +280,4 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
         if path is not None and "recompute_modules" in from_file
         else "recompute-modules"
     )
-    return Resolved(w, tt, values["recompute_modules"], field, policy, failures)
+    return Resolved(w, tt, values["recompute_modules"], field, policy, failures, tuple(ignored))

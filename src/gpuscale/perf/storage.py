@@ -6,25 +6,30 @@ steps between two checkpoints; time to train adds every stall they cause.
 
   checkpoint size   every parameter (all experts, MTP layers included) in 16-bit for the
                     model, plus Adam's fp32 master weight and two moments: 2 + 12 bytes a
-                    parameter. BLOOM 176B's checkpoint is 329 GB of bf16 weights and 2.3 TB
-                    with the optimizer states, 14 bytes a parameter (bigscience/bloom
-                    model card, "Checkpoint size").
+                    parameter. BLOOM 176B's checkpoint is "329GB" of bf16 weights and
+                    "2.3TB" with the optimizer states, in binary units (176.2 B x 2 bytes is
+                    328 GiB), 14 bytes a parameter (bigscience/bloom model card).
   synchronous save  training waits while the whole checkpoint is written at the storage
                     system's aggregate write rate (each shard written once, by one of the
                     data-parallel replicas that hold it, as Megatron's distributed
                     checkpoint and PyTorch DCP do), no faster than the GPUs' host links
-                    together move it off the GPUs.
+                    together move it off the GPUs (PCIe x16 at the lower of the GPU's and
+                    the server's generation, or the catalog's NVLink-C2C share).
   asynchronous save training waits only while each GPU copies its share (size / GPUs) to
-                    host memory over its host link (PCIe x16, or NVLink-C2C on a
-                    superchip); the write runs in the background and stalls the next save
-                    only if it is still running then (Megatron ``--async-save``, PyTorch DCP
-                    ``async_save``).
+                    host memory over its host link; the write drains from host memory in
+                    the background and stalls the next save only if it is still running
+                    then (Megatron ``--async-save``, PyTorch DCP ``async_save``). Host
+                    memory must hold the staged copy; that is not checked.
   reload            after a failure the checkpoint is read back at the storage's read rate,
                     capped by the host links as the write is.
   data loading      each step reads global batch x (sequence + 1) token ids, 2 bytes each
                     for a vocabulary under 65,500 ids, else 4 (Megatron's indexed dataset,
                     ``DType.optimal_dtype``); data-loader workers read the next step's
                     batch during the current one, so only reading slower than a step shows.
+                    The figure is the step's unique data; stacks that read it on several
+                    ranks (Megatron: the first and last pipeline stages, every context-
+                    parallel rank) read a few times more.
+  saves             one every ``ceil(interval / step)`` steps, and one at the end of the run.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.transformer import mtp_param_count, param_count
+from gpuscale.units import parse_quantity
 
 WEIGHT_BYTES = 2.0
 """The model's own 16-bit copy of each weight in a checkpoint."""
@@ -44,11 +50,18 @@ ADAM_STATE_BYTES = 12.0
 PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
 """One direction of a x16 PCIe link, GB/s, by generation (PCI-SIG: 8, 16, 32, 64 GT/s a
 lane; 128b/130b coding to Gen 5, FLIT mode at Gen 6)."""
-C2C_GBPS = 450.0
-"""NVLink-C2C between a Grace CPU and its GPUs, one direction (900 GB/s both ways)."""
 
 UINT16_VOCAB = 65500
 """Vocabularies below this size store token ids as uint16 (Megatron's indexed dataset)."""
+
+MAX_INTERVAL_S = 1e10
+"""Longest checkpoint interval taken (about 300 years): beyond any training run."""
+MAX_INTERVAL_STEPS = 10**12
+
+WHERE = {
+    "checkpoint_every": "--checkpoint-every or the workload's checkpoint_every",
+    "storage_write_bw": "--storage-write-bw or the workload's storage_write_bw",
+}
 
 
 @dataclass(frozen=True)
@@ -58,11 +71,13 @@ class StoragePolicy:
     checkpoint_every_s: float | None = None
     """Wall-clock time between checkpoints (or ``checkpoint_every_steps``)."""
     checkpoint_every_steps: int | None = None
+    """Steps between checkpoints (or ``checkpoint_every_s``)."""
     write_Bps: float | None = None
     """Aggregate write rate the storage system gives this job, bytes/s."""
     read_Bps: float | None = None
-    """Aggregate read rate for the training data, bytes/s."""
+    """Aggregate read rate for the training data and checkpoint reloads, bytes/s."""
     asynchronous: bool = False
+    """Saves staged to host memory and written in the background."""
 
     @property
     def checkpoints(self) -> bool:
@@ -70,49 +85,48 @@ class StoragePolicy:
 
     def check(self) -> None:
         """Refuse a policy that cannot be priced: an interval without a write rate, a write
-        rate without an interval, non-positive values."""
+        rate without an interval, values out of range."""
         if self.checkpoints and self.write_Bps is None:
             raise InputError(
                 "storage-write-bw",
                 "(missing)",
-                "the storage's aggregate write rate, e.g. 200GB/s, to price --checkpoint-every",
+                f"the storage's aggregate write rate ({WHERE['storage_write_bw']}), e.g. "
+                "200GB/s, to price the checkpoints",
             )
         if self.write_Bps is not None and not self.checkpoints:
             raise InputError(
                 "checkpoint-every",
                 "(missing)",
-                "how often the run saves, e.g. 30min, 2h or 500steps, for --storage-write-bw",
+                f"how often the run saves ({WHERE['checkpoint_every']}), e.g. 30min or "
+                "500steps, to use the write rate",
             )
-        if self.asynchronous and not self.checkpoints:
+        for name, v in (("storage-write-bw", self.write_Bps), ("storage-read-bw", self.read_Bps)):
+            if v is not None and not (v > 0 and math.isfinite(v)):
+                raise InputError(name, v, "a positive rate, e.g. 200GB/s")
+        secs, steps = self.checkpoint_every_s, self.checkpoint_every_steps
+        if secs is not None and not 0 < secs <= MAX_INTERVAL_S:
             raise InputError(
-                "async-checkpoint", True, "needs --checkpoint-every and --storage-write-bw"
+                "checkpoint-every", secs, f"a time above 0 and at most {MAX_INTERVAL_S:g} s"
             )
-        for name, v in (
-            ("storage-write-bw", self.write_Bps),
-            ("storage-read-bw", self.read_Bps),
-            ("checkpoint-every", self.checkpoint_every_s),
-        ):
-            if v is not None and not v > 0:
-                raise InputError(name, v, "a positive rate or time")
+        if steps is not None and not 1 <= steps <= MAX_INTERVAL_STEPS:
+            raise InputError("checkpoint-every", steps, f"1 to {MAX_INTERVAL_STEPS:,} steps")
 
 
 def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | None, int | None]:
     """``"30min"``, ``"2h"``, ``"900s"`` (wall-clock seconds) or ``"500steps"`` (steps)."""
-    from gpuscale.units import parse_quantity
-
     s = text.strip().lower().replace(" ", "")
     valid = "a time such as 30min, 2h or 900s, or a step count such as 500steps"
     for suffix in ("steps", "step"):
         if s.endswith(suffix):
             num = s.removesuffix(suffix)
-            if not num.isdigit() or int(num) < 1:
+            if not num.isdigit() or not 1 <= int(num) <= MAX_INTERVAL_STEPS:
                 raise InputError(field, text, valid)
             return None, int(num)
     try:
         secs = parse_quantity(s, "seconds", field)
     except InputError:
         raise InputError(field, text, valid) from None
-    if not secs > 0 or s[-1:].isdigit():  # a bare number names no unit: steps or seconds?
+    if not 0 < secs <= MAX_INTERVAL_S or s[-1:].isdigit():  # a bare number: steps or seconds?
         raise InputError(field, text, valid)
     return secs, None
 
@@ -125,11 +139,13 @@ def checkpoint_bytes(w: Workload) -> float:
 
 
 def host_link_Bps(w: Workload) -> float:
-    """A GPU's link to host memory, one direction: NVLink-C2C on a superchip, else PCIe x16."""
+    """A GPU's link to host memory, one direction: the catalog's (NVLink-C2C on a
+    superchip), else a PCIe x16 slot at the lower of the GPU's and the server's generation."""
     g = w.gpu
-    if "superchip" in g.form_factor.lower():
-        return C2C_GBPS * 1e9
-    return PCIE_X16_GBPS[min(max(g.pcie_gen, 3), 6)] * 1e9
+    if g.host_link_gb_per_s is not None:
+        return g.host_link_gb_per_s * 1e9
+    gen = min(g.pcie_gen, w.system.pcie_gen)
+    return PCIE_X16_GBPS[min(max(gen, 3), 6)] * 1e9
 
 
 @dataclass(frozen=True)
@@ -138,16 +154,23 @@ class StorageCost:
 
     checkpoint_bytes: float
     checkpoint_write_s: float
-    """Writing one checkpoint at the storage's write rate."""
+    """Writing one checkpoint to storage (in the background when asynchronous)."""
     checkpoint_stall_s: float
     """What one checkpoint stops training for (the whole write when synchronous)."""
+    checkpoint_wait_s: float
+    """Of the stall, waiting for the previous background write to finish (asynchronous)."""
     checkpoint_every_steps: int
+    checkpoint_interval_s: float
+    """Training time between two saves (steps x the step with its exposed data loading)."""
     checkpoint_per_step_s: float
     """The stall spread over the steps between checkpoints."""
     checkpoint_reload_s: float | None
     """Reading a checkpoint back after a failure (None without a read rate)."""
+    interval_below_step: bool
+    """The asked interval is shorter than one step: the run saves every step."""
     data_bytes_per_step: float
     data_read_s: float | None
+    """Reading a step's token ids (None without a read rate)."""
     data_exposed_s: float
     """Reading beyond what the step hides (0 while the read is faster than the step)."""
 
@@ -157,8 +180,10 @@ class StorageCost:
         return self.checkpoint_per_step_s + self.data_exposed_s
 
     def checkpoints_in(self, steps: int) -> int:
-        """Checkpoints saved over ``steps`` steps (none at step 0)."""
-        return steps // self.checkpoint_every_steps if self.checkpoint_bytes else 0
+        """Checkpoints saved over ``steps`` steps: one every interval and one at the end."""
+        if not self.checkpoint_every_steps:
+            return 0
+        return -(-steps // self.checkpoint_every_steps)
 
 
 def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePolicy) -> StorageCost:
@@ -169,26 +194,46 @@ def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePoli
     data_bytes = float(w.global_batch) * (w.seq_len + 1) * vocab_bytes
     read_s = data_bytes / policy.read_Bps if policy.read_Bps else None
     exposed = max(read_s - step_s, 0.0) if read_s is not None else 0.0
+    step = step_s + exposed
     if not policy.checkpoints or policy.write_Bps is None:
-        return StorageCost(0.0, 0.0, 0.0, 0, 0.0, None, data_bytes, read_s, exposed)
+        return StorageCost(
+            0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, None, False, data_bytes, read_s, exposed
+        )
     size = checkpoint_bytes(w)
     # every byte leaves (and comes back to) the GPUs over their host links, however fast
     # the storage
     host_Bps = gpus_used * host_link_Bps(w)
-    write_s = size / min(policy.write_Bps, host_Bps)
     reload_s = size / min(policy.read_Bps, host_Bps) if policy.read_Bps else None
+    short = False
     if policy.checkpoint_every_steps is not None:
         every = policy.checkpoint_every_steps
     else:
-        # the step that reaches the interval saves; at least one step between saves
-        every = max(math.floor((policy.checkpoint_every_s or 0.0) / (step_s + exposed)), 1)
+        # the step that reaches the interval saves
+        wanted = policy.checkpoint_every_s or 0.0
+        every = max(math.ceil(wanted / step - 1e-9), 1)
+        short = wanted < step
+    interval = every * step
+    wait = 0.0
     if policy.asynchronous:
         copy_s = size / host_Bps
-        # the background write must end before the next save begins, else that save waits
-        busy = every * (step_s + exposed)
-        stall = copy_s + max(write_s - busy, 0.0)
+        # the write drains from host memory; the next save waits for it if it is not done
+        write_s = size / policy.write_Bps
+        wait = max(write_s - interval, 0.0)
+        stall = copy_s + wait
     else:
+        write_s = size / min(policy.write_Bps, host_Bps)
         stall = write_s
     return StorageCost(
-        size, write_s, stall, every, stall / every, reload_s, data_bytes, read_s, exposed
+        size,
+        write_s,
+        stall,
+        wait,
+        every,
+        interval,
+        stall / every,
+        reload_s,
+        short,
+        data_bytes,
+        read_s,
+        exposed,
     )

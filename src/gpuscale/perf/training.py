@@ -229,15 +229,18 @@ class TrainingEstimate:
         if notes:
             out["notes"] = notes
         cost = self.storage(i, storage) if storage is not None else None
-        if cost is not None:
+        if cost is not None and storage is not None:
             out["storage"] = {
                 "checkpoint_bytes": cost.checkpoint_bytes,
                 "checkpoint_write_s": cost.checkpoint_write_s,
                 "checkpoint_stall_s": cost.checkpoint_stall_s,
+                "checkpoint_wait_s": cost.checkpoint_wait_s,
                 "checkpoint_every_steps": cost.checkpoint_every_steps,
-                "checkpoint_asynchronous": storage.asynchronous if storage else False,
+                "checkpoint_interval_s": cost.checkpoint_interval_s,
+                "checkpoint_asynchronous": storage.asynchronous,
                 "checkpoint_per_step_s": cost.checkpoint_per_step_s,
                 "checkpoint_reload_s": cost.checkpoint_reload_s,
+                "checkpoint_interval_below_step": cost.interval_below_step,
                 "data_bytes_per_step": cost.data_bytes_per_step,
                 "data_read_s": cost.data_read_s,
                 "data_exposed_s": cost.data_exposed_s,
