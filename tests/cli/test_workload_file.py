@@ -450,34 +450,70 @@ def test_search_prices_storage_for_its_top_plans() -> None:
     assert len(plans) == 2 and all(p["storage"]["checkpoint_every_steps"] >= 1 for p in plans)
 
 
-def test_scaling_says_it_leaves_the_storage_keys_out(tmp_path: Path) -> None:
+def test_scaling_prices_checkpoints_and_failures_from_the_file(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(
         "model: llama3-8b\ngpu: h100-sxm\ngpus: 16\nglobal_batch: 64\n"
-        "checkpoint_every: 30min\nnode_mtbf: 264d\n"
+        "checkpoint_every: 30min\nstorage_write_bw: 20GB/s\ngpu_mtbf: 80d\n"
+        "restart_time: 10min\n"
     )
-    r = gpuscale("train", "scaling", "--workload", str(path), "--mode", "strong")
+    r = gpuscale("train", "scaling", "--workload", str(path), "--mode", "strong", "--json")
     assert r.returncode == 0, r.stderr
-    assert "note: checkpoint_every, node_mtbf from the workload file" in r.stdout
+    pts = [p for p in json.loads(r.stdout)["strong"] if p["step_s"]]
+    assert pts and all(0.0 < p["goodput"] < 1.0 for p in pts)
+    assert all("failures" in p["gpu_s_per_token"] for p in pts)
+    r = gpuscale("train", "scaling", "--workload", str(path), "--mode", "strong")
+    assert "goodput" in r.stdout
 
 
 def test_failures_from_the_file_give_goodput(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(
         BASE + "checkpoint_every: 100steps\nstorage_write_bw: 10GB/s\n"
-        "node_mtbf: 264d\nrestart_time: 10min\n"
+        "gpu_mtbf: 2112d\nrestart_time: 10min\n"
     )
     r = gpuscale("train", "estimate", "--workload", str(path), "--json", "--dist-opt")
     assert r.returncode == 0, r.stderr
     rel = json.loads(r.stdout)["reliability"]
-    assert rel["nodes"] == 1 and rel["job_mtbf_s"] == 264 * 86400.0
+    assert rel["gpus"] == 8 and rel["job_mtbf_s"] == 2112 * 86400.0 / 8
     assert 0.0 < rel["goodput"] < 1.0
-    # a node MTBF without a restart time, or without checkpoints, is refused
+    # a GPU MTBF without a restart time, or without checkpoints, is refused
     r = gpuscale("train", "estimate", "--workload", str(path), "--restart-time", "soon")
     assert r.returncode == 2
     assert r.stderr.strip() == (
         "error: restart-time='soon' is invalid: a time with its unit, e.g. 10min or 0s"
     )
-    path.write_text(BASE + "node_mtbf: 264d\nrestart_time: 10min\n")
+    path.write_text(BASE + "gpu_mtbf: 2112d\nrestart_time: 10min\n")
     r = gpuscale("train", "estimate", "--workload", str(path))
     assert r.returncode == 2 and "checkpoint-every='(missing)'" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        (
+            "restart_time: true\n",
+            "job.yaml:restart_time=True is invalid: a time with its unit, e.g. 10min",
+        ),
+        (
+            "gpu_mtbf: 2112d\nrestart_time: -1h\n",
+            "job.yaml:restart_time='-1h' is invalid: a time of 0 or more, at most 1e+12 s, "
+            "e.g. 10min or 0s",
+        ),
+        (
+            "restart_time: 10min\ngpu_mtbf: 1e400d\n",
+            "job.yaml:gpu_mtbf='1e400d' is invalid: a time with its unit, e.g. 2112d",
+        ),
+        (
+            "restart_time: 10min\n",
+            "gpu-mtbf='(missing)' is invalid: the GPU-time between interruptions (--gpu-mtbf "
+            "or the workload's gpu_mtbf), e.g. 2112d, with a restart time",
+        ),
+    ],
+)
+def test_bad_failure_keys_are_one_line_errors(tmp_path: Path, extra: str, line: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(BASE + "checkpoint_every: 1h\nstorage_write_bw: 10GB/s\n" + extra)
+    r = gpuscale("train", "estimate", "--workload", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == f"error: {line}"

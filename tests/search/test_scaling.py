@@ -103,3 +103,35 @@ def test_gpus_a_plan_leaves_idle_are_a_term_of_their_own() -> None:
     assert sum(last.gpu_s_per_token.values()) * last.tokens_per_s_per_gpu == pytest.approx(1.0)
     busy = sum(v for k, v in last.gpu_s_per_token.items() if k != "idle_gpus")
     assert busy == pytest.approx(last.step_s * last.gpus_used / (1024 * 8192))
+
+
+def test_failures_are_a_term_that_grows_with_the_cluster() -> None:
+    # Llama 3 405B weak scaling to 16,384 H100 at its cluster's GPU MTBF (2,112 days),
+    # saving every hour at 200 GB/s with a 10-minute restart: the job fails ever more often
+    # as GPUs are added (GPU MTBF / GPUs), so goodput falls at every doubling
+    from gpuscale.ops.reliability import FailurePolicy
+    from gpuscale.perf.storage import StoragePolicy
+
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    n = 16384
+    w = Workload(get_model("llama3-405b"), g, s, Fabric.from_system(s, n), n, 8192, 2048, "bf16")
+    store = StoragePolicy(checkpoint_every_s=3600.0, write_Bps=200e9, read_Bps=200e9)
+    fail = FailurePolicy(2112 * 86400.0, 600.0)
+    pts = [p for p in scaling_curve(w, default_calibration(), "weak", store, fail) if p.step_s]
+    goodputs = [p.goodput for p in pts]
+    assert all(gp is not None for gp in goodputs)
+    assert goodputs == sorted(goodputs, reverse=True)  # type: ignore[type-var]
+    for p in pts:
+        assert p.tokens_per_s_per_gpu is not None and p.step_s is not None
+        # the run's rate: every GPU's time in saves, reads and failures is in the sum
+        assert sum(p.gpu_s_per_token.values()) * p.tokens_per_s_per_gpu == pytest.approx(1.0)
+        assert {"checkpoints", "data_loading", "failures"} <= set(p.gpu_s_per_token)
+    span = attribution(pts)
+    assert span is not None
+    # from 128 GPUs to 16,384, failures cost more GPU-time per token than any step term
+    assert max(span[2], key=span[2].__getitem__) == "failures"
+    # without storage priced, the same curve has no goodput and no such terms
+    plain = [p for p in scaling_curve(w, default_calibration(), "weak") if p.step_s]
+    assert all(p.goodput is None and "failures" not in p.gpu_s_per_token for p in plain)
+    assert plain[-1].tokens_per_s_per_gpu > pts[-1].tokens_per_s_per_gpu  # type: ignore[operator]

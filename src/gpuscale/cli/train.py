@@ -168,7 +168,7 @@ def estimate_cmd(
     storage_write_bw: WriteBwOpt = None,
     storage_read_bw: ReadBwOpt = None,
     async_checkpoint: AsyncCkptOpt = None,
-    node_mtbf: MtbfOpt = None,
+    gpu_mtbf: MtbfOpt = None,
     restart_time: RestartOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
@@ -245,7 +245,7 @@ def search_cmd(
     storage_write_bw: WriteBwOpt = None,
     storage_read_bw: ReadBwOpt = None,
     async_checkpoint: AsyncCkptOpt = None,
-    node_mtbf: MtbfOpt = None,
+    gpu_mtbf: MtbfOpt = None,
     restart_time: RestartOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
@@ -295,18 +295,24 @@ def scaling_cmd(
         str,
         typer.Option("--mode", help="strong (fixed batch), weak (batch grows with GPUs) or both."),
     ] = "both",
+    checkpoint_every: CkptEveryOpt = None,
+    storage_write_bw: WriteBwOpt = None,
+    storage_read_bw: ReadBwOpt = None,
+    async_checkpoint: AsyncCkptOpt = None,
+    gpu_mtbf: MtbfOpt = None,
+    restart_time: RestartOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
-    r = resolve(workload, _flags(locals()), None, costs=False)
+    r = resolve(workload, _flags(locals()), None)
     w = r.workload
     gpus = w.num_gpus
     cal = load_calibration(calibration)
     modes = ("strong", "weak") if mode == "both" else (mode,)
-    curves = {m: scaling_curve(w, cal, m) for m in modes}
+    curves = {m: scaling_curve(w, cal, m, r.storage, r.failures) for m in modes}
     if all(p.step_s is None for pts in curves.values() for p in pts):
         last = curves[modes[0]][-1]
         raise InputError(
@@ -319,10 +325,3 @@ def scaling_cmd(
         return
     for m, pts in curves.items():
         print_scaling(m, w, pts)
-    if r.ignored:
-        out.print(
-            Text(
-                f"note: {', '.join(r.ignored)} from the workload file price the run's time "
-                "(train estimate, train search), not the scaling curve"
-            )
-        )

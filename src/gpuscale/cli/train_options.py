@@ -143,9 +143,10 @@ AsyncCkptOpt = Annotated[
 MtbfOpt = Annotated[
     str | None,
     typer.Option(
-        "--node-mtbf",
-        help="Mean time between a node's failures (e.g. 264d: Llama 3's 419 interruptions "
-        "in 54 days on 2,048 nodes), for goodput; with --restart-time and checkpoints.",
+        "--gpu-mtbf",
+        help="GPU-time between interruptions of a job, any cause: the job MTBF times its "
+        "GPUs (e.g. 2112d: Llama 3's 419 interruptions in 54 days on 16,384 H100), for "
+        "goodput; with --restart-time and checkpoints.",
     ),
 ]
 RestartOpt = Annotated[

@@ -106,15 +106,17 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
     """The failure and goodput rows of an estimate (ops/reliability.py)."""
     r, st = s["reliability"], s["storage"]
     reload = st["checkpoint_reload_s"]
+    # the first-order loss: half an interval and its save, plus the background write
+    lost = (r["checkpoint_interval_s"] + st["checkpoint_stall_s"]) / 2 + r["durable_after_s"]
     parts = [f"relaunch {fmt_time(failures.restart_s)}"]
     parts.append(
         f"reload {fmt_time(reload)}" if reload is not None else "reload not priced (no read rate)"
     )
     t.add_row(
         "failures",
-        f"one every {fmt_time(r['job_mtbf_s'])} on {r['nodes']:,} nodes (a node every "
-        f"{fmt_time(failures.node_mtbf_s)}); each loses half a checkpoint interval "
-        f"({fmt_time(r['checkpoint_interval_s'] / 2)}) and the restart "
+        f"one every {fmt_time(r['job_mtbf_s'])} on {r['gpus']:,} GPUs (GPU MTBF "
+        f"{fmt_time(failures.gpu_mtbf_s)}); each loses the work since the last durable "
+        f"checkpoint (about {fmt_time(lost)}) and the restart "
         f"({fmt_time(r['restart_s'])}: {', '.join(parts)})",
     )
     best = r["optimal_checkpoint_every_steps"]
@@ -199,7 +201,11 @@ def print_estimate(
             "time to train",
             f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} steps, "
             + (f"{s['checkpoints']:,} checkpoints, " if s.get("checkpoints") else "")
-            + (f"~{s['failures']:,.0f} failures, " if s.get("failures") is not None else "")
+            + (
+                f"~{s['failures']:,.0f} failure{'' if round(s['failures']) == 1 else 's'}, "
+                if s.get("failures") is not None
+                else ""
+            )
             + f"{s['gpu_hours']:,.0f} GPU-hours of the "
             f"{s['gpus_used']:,} GPUs it uses, for {train_tokens:.3g} tokens)",
         )
@@ -301,14 +307,32 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         title=f"{mode} scaling of {w.model.name} on {w.gpu.name}",
         caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
         "the step terms whose GPU-time per token moved most, as a share of the previous "
-        "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank.",
+        "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank."
+        + (
+            " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "
+            "data loading and failures; tok/s/GPU and eff. count that time."
+            if any(p.goodput is not None for p in pts)
+            else ""
+        ),
     )
-    cols = ("GPUs", "batch", "best plan", "step", "tok/s/GPU", "MFU", "eff.", "vs previous point")
+    run = any(p.goodput is not None for p in pts)  # checkpoints (and failures) priced
+    cols = (
+        "GPUs",
+        "batch",
+        "best plan",
+        "step",
+        "tok/s/GPU",
+        "MFU",
+        *(("goodput",) if run else ()),
+        "eff.",
+        "vs previous point",
+    )
     for col in cols:
         t.add_column(col, justify="left" if col in ("best plan", "vs previous point") else "right")
     for p in pts:
         if p.step_s is None:  # nothing fits at this count: the reason follows the table
-            t.add_row(str(p.gpus), str(p.global_batch or "-"), "none (see below)", *"-----")
+            dashes = "-" * (6 if run else 5)
+            t.add_row(str(p.gpus), str(p.global_batch or "-"), "none (see below)", *dashes)
             continue
         t.add_row(
             str(p.gpus),
@@ -317,6 +341,7 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
             fmt_time(p.step_s),
             f"{p.tokens_per_s_per_gpu:,.0f}",
             f"{100 * (p.mfu or 0.0):.1f}%",
+            *((f"{100 * (p.goodput or 0.0):.1f}%",) if run else ()),
             f"{100 * (p.efficiency or 0.0):.1f}%",
             p.loss_term,
         )

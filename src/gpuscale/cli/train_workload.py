@@ -10,7 +10,7 @@ from typing import Any
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
 from gpuscale.catalog.schema import GPU
 from gpuscale.errors import InputError
-from gpuscale.ops.reliability import FailurePolicy
+from gpuscale.ops.reliability import MAX_TIME_S, WHERE, FailurePolicy
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
@@ -38,7 +38,7 @@ a flag nor the file gives one."""
 
 STORAGE_KEYS = ("checkpoint_every", "storage_write_bw", "storage_read_bw", "async_checkpoint")
 """Workload keys that price checkpoints and data loading (perf/storage.py); none is needed."""
-FAILURE_KEYS = ("node_mtbf", "restart_time")
+FAILURE_KEYS = ("gpu_mtbf", "restart_time")
 """Workload keys that price failures and goodput (ops/reliability.py), with checkpoints."""
 
 TOKENS_VALID = "a count with a decimal prefix, e.g. 15T or 2e12"
@@ -57,8 +57,6 @@ class Resolved:
     """How the run checkpoints and reads its data, when any storage key is given."""
     failures: FailurePolicy | None = None
     """How often nodes fail and how long a restart takes, when given."""
-    ignored: tuple[str, ...] = ()
-    """Workload keys the command does not use (storage and failures in train scaling)."""
 
 
 def _mount(g: GPU) -> str:
@@ -194,42 +192,48 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
     return policy
 
 
-def _duration(text: str, field: str, example: str) -> float:
-    """A time with its unit (``264d``, ``10min``): a bare number names none."""
-    valid = f"a time with its unit, e.g. {example}"
+def _duration(text: str, field: str, example: str, positive: bool) -> float:
+    """A time with its unit (``2112d``, ``10min``): a bare number names none."""
     try:
         v = parse_quantity(text, "seconds", field)
     except InputError:
-        raise InputError(field, text, valid) from None
-    if text.strip()[-1:].isdigit() or not v >= 0:
-        raise InputError(field, text, valid)
-    return v
+        raise InputError(field, text, f"a time with its unit, e.g. {example}") from None
+    if text.strip()[-1:].isdigit():
+        raise InputError(field, text, f"a time with its unit, e.g. {example}")
+    if not (v > 0 if positive else v >= 0) or v > MAX_TIME_S:
+        least = "above 0" if positive else "of 0 or more"
+        raise InputError(field, text, f"a time {least}, at most {MAX_TIME_S:g} s, e.g. {example}")
+    return v + 0.0  # -0 s is 0 s
 
 
 def failure_policy(values: dict[str, Any]) -> FailurePolicy | None:
     """The failure keys' values (None where not given) as a policy; None when neither is."""
-    mtbf, restart = values.get("node_mtbf"), values.get("restart_time")
+    mtbf, restart = values.get("gpu_mtbf"), values.get("restart_time")
     if mtbf is None and restart is None:
         return None
     if mtbf is None:
-        raise InputError("node-mtbf", "(missing)", "a node's mean time between failures, e.g. 264d")
+        raise InputError(
+            "gpu-mtbf",
+            "(missing)",
+            f"the GPU-time between interruptions ({WHERE['gpu_mtbf']}), e.g. 2112d, with "
+            "a restart time",
+        )
     if restart is None:
         raise InputError(
-            "restart-time", "(missing)", "how long a restart takes besides the reload, e.g. 10min"
+            "restart-time",
+            "(missing)",
+            f"how long a restart takes besides the reload ({WHERE['restart_time']}), e.g. "
+            "10min, with a GPU MTBF",
         )
-    m = _duration(mtbf, "node-mtbf", "264d or 6336h")
-    if not m > 0:
-        raise InputError("node-mtbf", mtbf, "a positive time, e.g. 264d")
-    return FailurePolicy(m, _duration(restart, "restart-time", "10min or 0s"))
+    return FailurePolicy(
+        _duration(mtbf, "gpu-mtbf", "2112d", positive=True),
+        _duration(restart, "restart-time", "10min or 0s", positive=False),
+    )
 
 
-def resolve(
-    path: Path | None, flags: dict[str, Any], tokens: str | None, costs: bool = True
-) -> Resolved:
+def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Resolved:
     """The workload of ``flags`` (each None where not given) over the file at ``path``, if
-    any, over :data:`DEFAULTS`. An error in a value the file gave names the file. Without
-    ``costs`` (a command that prices no run time) the storage and failure keys are left
-    out and listed in ``ignored``."""
+    any, over :data:`DEFAULTS`. An error in a value the file gave names the file."""
     job = load_training_job(path) if path is not None else None
     values: dict[str, Any] = {}
     from_file: set[str] = set()
@@ -249,15 +253,11 @@ def resolve(
             value = DEFAULTS[key]
         values[key] = value
     stored: dict[str, Any] = {}
-    ignored: list[str] = []
     for key in (*STORAGE_KEYS, *FAILURE_KEYS):
         value = flags.get(key)
         if value is None and job is not None and getattr(job, key) is not None:
             value = getattr(job, key)
             from_file.add(key)
-        if value is not None and not costs:
-            ignored.append(key)
-            value = None
         stored[key] = value
     try:
         w = build_workload(**values)
@@ -280,4 +280,4 @@ def resolve(
         if path is not None and "recompute_modules" in from_file
         else "recompute-modules"
     )
-    return Resolved(w, tt, values["recompute_modules"], field, policy, failures, tuple(ignored))
+    return Resolved(w, tt, values["recompute_modules"], field, policy, failures)

@@ -1,82 +1,111 @@
 """Failures, checkpoints and goodput: how much of a training run's wall time trains.
 
-A run on N nodes, each interrupted on average once per node MTBF, is interrupted once per
-job MTBF M = node MTBF / N. Each interruption costs the restart R (detecting it,
-relaunching, reloading the last checkpoint) and the work done since that checkpoint: on
-average half an interval of work plus its save, (tau + C) / 2. Saving costs C of stall
-every tau of work. To first order (Young 1974; Daly 2006, "A higher order estimate of the
-optimum checkpoint interval for restart dumps"):
+Interruptions are taken as a Poisson process whose rate grows with the GPUs a job holds:
+a job on G GPUs is interrupted once per job MTBF M = GPU MTBF / G, where the GPU MTBF is a
+cluster's GPU-time between interruptions of any cause (GPUs, HBM, hosts, network,
+software). Llama 3 405B's pre-training saw 419 unexpected interruptions in 54 days on
+16,384 H100 (Dubey et al. 2024, "The Llama 3 Herd of Models", sec. 3.3.4): a GPU MTBF of
+16,384 x 54 / 419 = 2,112 days, a job MTBF of 3.1 hours.
 
-    goodput = tau / (tau + C) x (1 - (R + (tau + C) / 2) / M)
+The run saves every tau of work, for a stall C (the whole write when synchronous; the
+copy to host memory, plus any wait for the previous write, when asynchronous). Each
+interruption costs the restart R (detecting it, relaunching, reloading the checkpoint) and
+the work since the last durable checkpoint. With exponential failures (failures may strike
+during a restart too) the wall time per tau of work is Daly's complete model (Daly 2006,
+"A higher order estimate of the optimum checkpoint interval for restart dumps", eq. 11):
 
-the share of wall time that trains. With x = tau + C it is (1 - C/x)(1 - R/M - x/(2M)),
-largest at x = sqrt(2 C (M - R)): the best interval is tau_opt = sqrt(2 C (M - R)) - C,
-Daly's first-order optimum sqrt(2 C M) - C when restarts are short against M.
+    T(tau) = M exp(R' / M) (exp((tau + C) / M) - 1),   goodput = tau / T(tau)
 
-Llama 3 405B's pre-training saw 419 unexpected interruptions in 54 days on 2,048 nodes
-of 8 H100 (Dubey et al. 2024, "The Llama 3 Herd of Models", sec. 3.3.4): a node MTBF of
-2,048 x 54 / 419 = 264 days, a job MTBF of 3.1 hours.
+An asynchronous save is durable only once its background write W ends: a failure in that
+window, probability W / (tau + C), loses one more interval, W of work on average, so
+R' = R + W. T - (tau + C) is the time failures take; it is split between lost work and
+restarts as their first-order shares, (tau + C) / 2 + W and R. The best interval is found
+by evaluating T over step counts (C changes with tau when asynchronous); for a fixed C it
+is near Daly's sqrt(2 C M) - C.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpuscale.errors import InputError
+
+MAX_TIME_S = 1e12
+"""Longest MTBF or restart taken (about 30,000 years)."""
+
+WHERE = {
+    "gpu_mtbf": "--gpu-mtbf or the workload's gpu_mtbf",
+    "restart_time": "--restart-time or the workload's restart_time",
+}
 
 
 @dataclass(frozen=True)
 class FailurePolicy:
-    """How often a node fails and how long a restart takes (besides reloading)."""
+    """How often the cluster interrupts a job, per GPU, and how long a restart takes
+    (besides reloading the checkpoint)."""
 
-    node_mtbf_s: float
+    gpu_mtbf_s: float
+    """GPU-time between interruptions: the job MTBF times the GPUs it holds."""
     restart_s: float
     """Detecting the failure, replacing or excluding the node and relaunching the job."""
 
     def check(self, checkpoints: bool) -> None:
-        if not self.node_mtbf_s > 0 or not math.isfinite(self.node_mtbf_s):
-            raise InputError("node-mtbf", self.node_mtbf_s, "a positive time, e.g. 264d")
-        if not self.restart_s >= 0 or not math.isfinite(self.restart_s):
-            raise InputError("restart-time", self.restart_s, "a time of 0 or more, e.g. 10min")
+        if not 0 < self.gpu_mtbf_s <= MAX_TIME_S:
+            raise InputError(
+                "gpu-mtbf", self.gpu_mtbf_s, f"a positive time up to {MAX_TIME_S:g} s, e.g. 2112d"
+            )
+        if not 0 <= self.restart_s <= MAX_TIME_S:
+            raise InputError(
+                "restart-time", self.restart_s, f"a time of 0 to {MAX_TIME_S:g} s, e.g. 10min"
+            )
         if not checkpoints:
             raise InputError(
                 "checkpoint-every",
                 "(missing)",
-                "how often the run saves (with --storage-write-bw), to price failures: "
-                "a restart goes back to the last checkpoint",
+                "how often the run saves (--checkpoint-every with --storage-write-bw, or the "
+                "workload's keys), to price failures: a restart goes back to the last checkpoint",
             )
 
 
-def goodput(interval_s: float, checkpoint_s: float, restart_s: float, mtbf_s: float) -> float:
-    """Share of wall time that trains, saving ``checkpoint_s`` every ``interval_s`` of work
-    and losing ``restart_s`` plus half an interval at each failure (first order)."""
-    cycle = interval_s + checkpoint_s
-    return max(interval_s / cycle * (1.0 - (restart_s + cycle / 2.0) / mtbf_s), 0.0)
+def wall_per_interval_s(tau: float, c: float, r: float, mtbf: float) -> float:
+    """Daly's expected wall time to complete ``tau`` of work saved at a stall ``c``, with
+    restarts of ``r`` and failures every ``mtbf`` on average (inf when out of range)."""
+    with np.errstate(over="ignore"):
+        return float(mtbf * np.exp(r / mtbf) * np.expm1((tau + c) / mtbf))
 
 
-def optimal_interval_s(checkpoint_s: float, restart_s: float, mtbf_s: float) -> float:
-    """The work between checkpoints that maximises :func:`goodput`: sqrt(2 C (M - R)) - C
-    (at least a moment's work; M when failures leave no time to train)."""
-    room = mtbf_s - restart_s
-    if room <= 0.0:
-        return mtbf_s
-    return max(math.sqrt(2.0 * checkpoint_s * room) - checkpoint_s, 0.0)
+def goodput(tau: float, c: float, r: float, mtbf: float) -> float:
+    """Share of wall time that trains (Daly's complete model)."""
+    t = wall_per_interval_s(tau, c, r, mtbf)
+    return tau / t if math.isfinite(t) and t > 0 else 0.0
+
+
+def daly_interval_s(c: float, mtbf: float) -> float:
+    """Daly's higher-order optimum for a fixed stall (eq. 37): sqrt(2 C M) [1 + (1/3)
+    sqrt(C / 2M) + C / 18M] - C for C < 2M, else M."""
+    if c >= 2.0 * mtbf:
+        return mtbf
+    x = math.sqrt(c / (2.0 * mtbf))
+    return math.sqrt(2.0 * c * mtbf) * (1.0 + x / 3.0 + x * x / 9.0) - c
 
 
 @dataclass(frozen=True)
 class Reliability:
     """A plan's exposure to failures at its checkpoint interval."""
 
-    nodes: int
+    gpus: int
     job_mtbf_s: float
     interval_s: float
     """Training time between two saves (steps between saves x step time)."""
     checkpoint_s: float
     restart_s: float
     """Relaunch plus reloading the checkpoint."""
-    reload_s: float | None
-    """Reading the checkpoint back (None: no read rate given, not priced)."""
+    durable_after_s: float
+    """How long after a save its checkpoint becomes durable (the background write)."""
     goodput: float
     checkpoint_share: float
     lost_work_share: float
@@ -94,40 +123,70 @@ class Reliability:
         return wall_s / self.job_mtbf_s
 
 
+SaveCost = Callable[[int], tuple[float, float]]
+"""Steps between saves -> (stall per save, time until the save is durable after it)."""
+
+
 def reliability(
     policy: FailurePolicy,
-    nodes: int,
+    gpus: int,
     step_s: float,
     every_steps: int,
-    checkpoint_s: float,
+    save: SaveCost,
     reload_s: float | None,
 ) -> Reliability:
-    """Goodput of a run on ``nodes`` nodes that saves every ``every_steps`` steps of
-    ``step_s`` seconds for a stall of ``checkpoint_s`` each."""
-    mtbf = policy.node_mtbf_s / nodes
+    """Goodput of a run on ``gpus`` GPUs with ``step_s`` steps that saves every
+    ``every_steps`` steps at the cost ``save`` gives for an interval."""
+    mtbf = policy.gpu_mtbf_s / gpus
     restart = policy.restart_s + (reload_s or 0.0)
+
+    def wall(n: int) -> tuple[float, float, float]:
+        c, lag = save(n)
+        return wall_per_interval_s(n * step_s, c, restart + lag, mtbf), c, lag
+
+    t, c, lag = wall(every_steps)
     tau = every_steps * step_s
-    cycle = tau + checkpoint_s
-    g = goodput(tau, checkpoint_s, restart, mtbf)
-    fail = min((restart + cycle / 2.0) / mtbf, 1.0)
-    lost = fail * (cycle / 2.0) / (restart + cycle / 2.0)
-    # whole steps: the better of the two step counts around the optimum
-    opt = optimal_interval_s(checkpoint_s, restart, mtbf) / step_s
-    best = max(
-        {max(math.floor(opt), 1), max(math.ceil(opt), 1)},
-        key=lambda n: goodput(n * step_s, checkpoint_s, restart, mtbf),
-    )
+    if math.isfinite(t) and t > 0:
+        g = tau / t
+        ckpt = c / t
+        lost_all = max(t - tau - c, 0.0) / t
+    else:  # failures come before an interval completes: nothing trains
+        g, ckpt, lost_all = 0.0, 0.0, 1.0
+    work = (tau + c) / 2.0 + lag
+    lost = lost_all * work / (work + restart) if work + restart > 0 else 0.0
+    best, best_g = _best_steps(lambda n: n * step_s / wall(n)[0], c, mtbf, step_s, every_steps)
     return Reliability(
-        nodes=nodes,
+        gpus=gpus,
         job_mtbf_s=mtbf,
         interval_s=tau,
-        checkpoint_s=checkpoint_s,
+        checkpoint_s=c,
         restart_s=restart,
-        reload_s=reload_s,
+        durable_after_s=lag,
         goodput=g,
-        checkpoint_share=checkpoint_s / cycle * (1.0 - fail),
+        checkpoint_share=ckpt,
         lost_work_share=lost,
-        restart_share=fail - lost,
+        restart_share=lost_all - lost,
         optimal_every_steps=best,
-        optimal_goodput=goodput(best * step_s, checkpoint_s, restart, mtbf),
+        optimal_goodput=best_g,
     )
+
+
+def _best_steps(
+    good: Callable[[int], float], c: float, mtbf: float, step_s: float, every: int
+) -> tuple[int, float]:
+    """The step count between saves with the highest goodput: Daly's optimum for the
+    current stall and its neighbours, a geometric sweep up to ten job MTBFs (the stall
+    may change with the interval), and the run's own count; ties keep the fewest steps."""
+    top = max(min(10.0 * mtbf / step_s, 1e12), 1.0)
+    daly = max(daly_interval_s(c, mtbf) / step_s, 1.0)
+    grid = {every, *(max(int(v), 1) for v in np.geomspace(1.0, top, 200))}
+    grid |= {max(math.floor(daly), 1), max(math.ceil(daly), 1)}
+    best = min(grid, key=lambda n: (-_finite(good(n)), n))
+    # the sweep's points are about 6 % apart: settle on the whole count near the best
+    near = range(max(int(best / 1.07), 1), int(best * 1.07) + 2)
+    best = min((*near, *grid), key=lambda n: (-_finite(good(n)), n))
+    return best, _finite(good(best))
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0

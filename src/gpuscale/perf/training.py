@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -163,16 +163,26 @@ class TrainingEstimate:
             self.workload, float(self.step_s[i]), int(self.plans.gpus_used()[i]), policy
         )
 
-    def reliability(self, i: int, cost: StorageCost, failures: FailurePolicy) -> Reliability:
-        """Goodput of plan ``i`` saving as ``cost`` says, with nodes failing as ``failures``."""
+    def reliability(
+        self, i: int, storage: StoragePolicy, cost: StorageCost, failures: FailurePolicy
+    ) -> Reliability:
+        """Goodput of plan ``i`` saving as ``storage`` says (``cost`` at its interval), with
+        the cluster failing as ``failures``; other intervals are priced for the best one."""
         w = self.workload
-        nodes = -(-int(self.plans.gpus_used()[i]) // w.system.gpus_per_node)
+        used = int(self.plans.gpus_used()[i])
+        step = float(self.step_s[i])
+
+        def save(n: int) -> tuple[float, float]:
+            at = replace(storage, checkpoint_every_s=None, checkpoint_every_steps=n)
+            c = storage_cost(w, step, used, at)
+            return c.checkpoint_stall_s, c.checkpoint_write_s if storage.asynchronous else 0.0
+
         return reliability(
             failures,
-            nodes,
-            float(self.step_s[i]) + cost.data_exposed_s,
+            used,
+            step + cost.data_exposed_s,
             cost.checkpoint_every_steps,
-            cost.checkpoint_stall_s,
+            save,
             cost.checkpoint_reload_s,
         )
 
@@ -247,15 +257,16 @@ class TrainingEstimate:
             }
         rel = None
         if failures is not None:
-            if cost is None or not cost.checkpoint_every_steps:
+            if cost is None or storage is None or not cost.checkpoint_every_steps:
                 failures.check(checkpoints=False)  # refused: nothing to restart from
             else:
-                rel = self.reliability(i, cost, failures)
+                rel = self.reliability(i, storage, cost, failures)
                 out["reliability"] = {
-                    "nodes": rel.nodes,
+                    "gpus": rel.gpus,
                     "job_mtbf_s": rel.job_mtbf_s,
                     "checkpoint_interval_s": rel.interval_s,
                     "restart_s": rel.restart_s,
+                    "durable_after_s": rel.durable_after_s,
                     "goodput": rel.goodput,
                     "checkpoint_share": rel.checkpoint_share,
                     "lost_work_share": rel.lost_work_share,

@@ -6,6 +6,10 @@ given is the one at the largest count; smaller counts get it scaled down proport
 see :func:`weak_batch`). Efficiency is tokens/s per GPU relative to the first point
 where a plan fits. A count where nothing fits has no figures (None), only the reason.
 
+With checkpoints (and failures) priced, the rate is the run's: the time each step's
+checkpoint stall, exposed data loading and share of failures add per step is charged to
+every GPU of the count, as terms ``checkpoints``, ``data_loading`` and ``failures``.
+
 Where efficiency goes is read off GPU-time per token (GPU-seconds per training token over
 every GPU of the count, the inverse of tokens/s per GPU), which is a sum of the step's
 terms, each ``term_s x GPUs the plan uses / tokens per step``, and of the GPUs a plan
@@ -23,7 +27,10 @@ from dataclasses import asdict, dataclass, replace
 
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
+from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.plan import Workload
+from gpuscale.perf.storage import StoragePolicy
+from gpuscale.perf.training import TrainingEstimate
 from gpuscale.search.plans import search_plans
 
 
@@ -56,7 +63,11 @@ class ScalingPoint:
     shares: dict[str, float]
     """Each step term's share of the step."""
     gpu_s_per_token: dict[str, float]
-    """Each step term's GPU-seconds per training token over all ``gpus``."""
+    """Each step term's GPU-seconds per training token over all ``gpus``; with storage and
+    failures priced, also ``checkpoints``, ``data_loading`` and ``failures``."""
+    goodput: float | None = None
+    """Share of wall time spent in steps, net of checkpoint stalls, exposed data loading
+    and failures (None where they are not priced)."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -115,7 +126,38 @@ def gpu_counts(n_max: int, start: int = 8) -> list[int]:
     return counts
 
 
-def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint]:
+def run_costs(
+    e: TrainingEstimate,
+    i: int,
+    storage: StoragePolicy | None,
+    failures: FailurePolicy | None,
+) -> dict[str, float] | None:
+    """Seconds per step that plan ``i``'s checkpoints, exposed data loading and failures add
+    to its wall time (each spent by every GPU); None when failures outrun saving and
+    restarting."""
+    if storage is None:
+        return {}
+    cost = e.storage(i, storage)
+    out = {"checkpoints": cost.checkpoint_per_step_s, "data_loading": cost.data_exposed_s}
+    if failures is not None and cost.checkpoint_every_steps:
+        lost = e.reliability(i, storage, cost, failures).failure_share
+        if lost >= 1.0:
+            return None
+        # of each second, ``lost`` goes to failures: t / (1 - lost) in all
+        busy = float(e.step_s[i]) + cost.per_step_s
+        out["failures"] = busy * lost / (1.0 - lost)
+    return out
+
+
+def scaling_curve(
+    w: Workload,
+    cal: Calibration,
+    mode: str,
+    storage: StoragePolicy | None = None,
+    failures: FailurePolicy | None = None,
+) -> list[ScalingPoint]:
+    """The best plan at each GPU count and its rates; with ``storage`` (and ``failures``),
+    net of what checkpoints, data loading and failures cost the run."""
     pts: list[ScalingPoint] = []
     base_tps: float | None = None
     prev: dict[str, float] = {}
@@ -144,13 +186,22 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
         terms = {k.removesuffix("_s"): float(v[i]) for k, v in e.step.terms().items()}
         shares = {k: v / step for k, v in terms.items()}
         used = int(e.plans.gpus_used()[i])
-        # per GPU of the whole count: GPUs the plan leaves idle are capacity lost too
-        tps = float(e.tokens_per_s_per_gpu[i]) * used / n
-        # GPU-seconds per token of the GPUs the plan runs on, term by term, and of the ones
-        # it leaves idle for the whole step: together 1 / (tokens/s per GPU of all n)
+        extra = run_costs(e, i, storage, failures)
+        if extra is None:
+            why = "none: failures come before the run can save and restart"
+            pts.append(ScalingPoint(n, gbs, why, None, None, None, None, None, "", {}, {}, 0.0))
+            continue
+        wall = step + sum(extra.values())
+        # per GPU of the whole count: GPUs the plan leaves idle are capacity lost too, and
+        # so is the time every GPU spends saving, reading ahead of the step, or failing
+        tps = float(e.tokens_per_s_per_gpu[i]) * used / n * step / wall
+        # GPU-seconds per token of the GPUs the plan runs on, term by term, of the ones it
+        # leaves idle for the whole step, and of every GPU for the run's other costs:
+        # together 1 / (tokens/s per GPU of all n)
         tokens_step = gbs * w.seq_len
         gpu_s = {k: v * used / tokens_step for k, v in terms.items()}
         gpu_s["idle_gpus"] = step * (n - used) / tokens_step
+        gpu_s |= {k: v * n / tokens_step for k, v in extra.items()}
         if base_tps is None:
             base_tps = tps
         loss_txt = describe_changes(term_changes(prev, gpu_s)) if prev else "-"
@@ -172,6 +223,7 @@ def scaling_curve(w: Workload, cal: Calibration, mode: str) -> list[ScalingPoint
                 loss_txt,
                 shares,
                 gpu_s,
+                step / wall if storage is not None else None,
             )
         )
     return pts

@@ -21,7 +21,7 @@ checkpoint_every: 30min     # optional: how often the run saves (30min, 2h, 500s
 storage_write_bw: 200GB/s   # optional: the storage's aggregate write rate (checkpoints)
 storage_read_bw: 50GB/s     # optional: its aggregate read rate (training data)
 async_checkpoint: false     # optional: save in the background (stall only to copy to host)
-node_mtbf: 264d             # optional: mean time between a node's failures (goodput)
+gpu_mtbf: 2112d             # optional: GPU-time between interruptions (job MTBF x GPUs)
 restart_time: 10min         # optional: detect, relaunch (the checkpoint reload is added)
 """
 
@@ -33,6 +33,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscale.errors import InputError, unknown_key
 from gpuscale.spec.files import read_yaml
+
+TEXT_VALID = {
+    "tokens": "a count with a decimal prefix, e.g. 15T or 2e12",
+    "checkpoint_every": "a time such as 30min or a step count such as 500steps",
+    "storage_write_bw": "a rate, e.g. 200GB/s",
+    "storage_read_bw": "a rate, e.g. 200GB/s",
+    "gpu_mtbf": "a time with its unit, e.g. 2112d",
+    "restart_time": "a time with its unit, e.g. 10min",
+}
+"""What the keys given as text (a count, a time, a rate) take, for a YAML true/false."""
 
 
 class TrainingJob(BaseModel):
@@ -61,7 +71,7 @@ class TrainingJob(BaseModel):
     storage_write_bw: str | None = None
     storage_read_bw: str | None = None
     async_checkpoint: bool | None = None
-    node_mtbf: str | None = None
+    gpu_mtbf: str | None = None
     restart_time: str | None = None
 
 
@@ -76,8 +86,10 @@ def load_training_job(path: Path) -> TrainingJob:
             raise unknown_key(f"{path.name}:{key}", value, str(key), TrainingJob.model_fields)
     # counts and quantities YAML reads as numbers are parsed as the flags' text is
     texts = ("tokens", "checkpoint_every", "storage_write_bw", "storage_read_bw")
-    for key in (*texts, "node_mtbf", "restart_time"):
-        if data.get(key) is not None and not isinstance(data[key], bool):
+    for key in (*texts, "gpu_mtbf", "restart_time"):
+        if isinstance(data.get(key), bool):
+            raise InputError(f"{path.name}:{key}", data[key], TEXT_VALID[key])
+        if data.get(key) is not None:
             data[key] = str(data[key])
     try:
         return TrainingJob.model_validate(data)
