@@ -125,6 +125,8 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
     at = f"every {best:,} steps ({fmt_time(best * s['step_time_s'])})"
     if best == every or gain <= 0.0:
         hint = "no other interval does better"
+    elif s.get("train_steps") and best >= s["train_steps"]:
+        hint = f"the best interval is longer than the run's {s['train_steps']:,} steps"
     elif gain < SHOWN:
         hint = f"within 0.1% of the best interval, {at}"
     else:

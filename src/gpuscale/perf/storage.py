@@ -21,7 +21,9 @@ steps between two checkpoints; time to train adds every stall they cause.
                     then (Megatron ``--async-save``, PyTorch DCP ``async_save``). Host
                     memory must hold the staged copy; that is not checked.
   reload            after a failure the checkpoint is read back at the storage's read rate,
-                    capped by the host links as the write is.
+                    capped by the host links as the write is, each byte once (a fully
+                    parallel load; where every data-parallel replica reads the weights
+                    itself, more).
   data loading      each step reads global batch x (sequence + 1) token ids, 2 bytes each
                     for a vocabulary under 65,500 ids, else 4 (Megatron's indexed dataset,
                     ``DType.optimal_dtype``); data-loader workers read the next step's
