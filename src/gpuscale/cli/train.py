@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -301,6 +302,13 @@ def scaling_cmd(
     async_checkpoint: AsyncCkptOpt = None,
     gpu_mtbf: MtbfOpt = None,
     restart_time: RestartOpt = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Also write the curves as a self-contained HTML page (plots work offline).",
+        ),
+    ] = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
@@ -308,6 +316,10 @@ def scaling_cmd(
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
     r = resolve(workload, _flags(locals()), None)
+    if html is not None:
+        from gpuscale.report.scaling import check_target, write_scaling_report
+
+        check_target(html)  # before the curves are computed
     w = r.workload
     gpus = w.num_gpus
     cal = load_calibration(calibration)
@@ -320,8 +332,12 @@ def scaling_cmd(
             gpus,
             f"a count where some plan fits; at {gpus:,} GPUs, {last.plan.removeprefix('none: ')}",
         )
+    if html is not None:
+        write_scaling_report(html, w, curves)
     if json:
         emit_json({m: [p.to_dict() for p in pts] for m, pts in curves.items()})
         return
     for m, pts in curves.items():
         print_scaling(m, w, pts)
+    if html is not None:
+        out.print(Text(f"wrote {html}"))

@@ -17,6 +17,7 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
+from gpuscale.report.cells import scaling_cells, scaling_header
 from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.search.scaling import ScalingPoint, attribution, term_text
 from gpuscale.units import fmt_bytes, fmt_rate, fmt_time
@@ -318,35 +319,11 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         ),
     )
     run = any(p.goodput is not None for p in pts)  # checkpoints (and failures) priced
-    cols = (
-        "GPUs",
-        "batch",
-        "best plan",
-        "step",
-        "tok/s/GPU",
-        "MFU",
-        *(("goodput",) if run else ()),
-        "eff.",
-        "vs previous point",
-    )
-    for col in cols:
+    for col in scaling_header(run):
         t.add_column(col, justify="left" if col in ("best plan", "vs previous point") else "right")
     for p in pts:
-        if p.step_s is None:  # nothing fits at this count: the reason follows the table
-            dashes = "-" * (6 if run else 5)
-            t.add_row(str(p.gpus), str(p.global_batch or "-"), "none (see below)", *dashes)
-            continue
-        t.add_row(
-            str(p.gpus),
-            str(p.global_batch),
-            p.plan,
-            fmt_time(p.step_s),
-            f"{p.tokens_per_s_per_gpu:,.0f}",
-            f"{100 * (p.mfu or 0.0):.1f}%",
-            *((f"{100 * (p.goodput or 0.0):.1f}%",) if run else ()),
-            f"{100 * (p.efficiency or 0.0):.1f}%",
-            p.loss_term,
-        )
+        # a count where nothing fits: the reason follows the table
+        t.add_row(*scaling_cells(p, run, "none (see below)"))
     return t
 
 

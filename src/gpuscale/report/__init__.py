@@ -1,0 +1,1 @@
+"""Reports for people: self-contained HTML pages with interactive plots."""

@@ -1,0 +1,162 @@
+"""A scaling curve as a self-contained HTML page: efficiency (and goodput) against the GPU
+count, and where each point's GPU-time per token goes, term by term.
+
+The page embeds plotly.js, so it opens offline; it is written to a temporary file beside
+the target and renamed into place, so a failed run leaves no half-written report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import jinja2
+import plotly.graph_objects as go
+from markupsafe import Markup
+from plotly.subplots import make_subplots
+
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import Workload
+from gpuscale.report.cells import scaling_cells, scaling_header
+from gpuscale.search.scaling import ScalingPoint
+
+PAGE = jinja2.Template(
+    """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{{ title }}</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 1em 0 2em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+td:nth-child(3), td:last-child, th:nth-child(3), th:last-child { text-align: left; }
+p.note { color: #555; }
+</style></head><body>
+<h1>{{ title }}</h1>
+<p>{{ workload }}</p>
+<p class="note">Efficiency is tokens/s per GPU, over every GPU of the count, relative to the
+first count where a plan fits. GPU-time per token is GPU-seconds per training token: the
+step's terms times the GPUs the plan runs on, over the tokens of a step, plus the GPUs it
+leaves idle{% if run %}, plus the time every GPU spends saving checkpoints, reading data
+beyond the step and losing work to failures (goodput is the share of wall time in
+steps){% endif %}. Their sum is the inverse of tokens/s per GPU, so the bars show where a
+loss of efficiency comes from.</p>
+{{ figure }}
+{% for mode, rows in tables.items() %}
+<h2>{{ mode }} scaling: the best plan at each count</h2>
+<table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endfor %}
+</body></html>
+""",
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def _rows(pts: list[ScalingPoint], run: bool) -> list[tuple[str, ...]]:
+    return [scaling_cells(p, run, p.plan.removeprefix("none: ")) for p in pts]
+
+
+def _line(x: list[int], y: list[float], name: str, first: bool, **style: object) -> go.Scatter:
+    """A percentage against the GPU count, one legend entry across the modes' panels."""
+    return go.Scatter(
+        x=x,
+        y=y,
+        mode="lines+markers",
+        name=name,
+        legendgroup=name,
+        showlegend=first,
+        hovertemplate="%{x:,} GPUs: %{y:.1f}%<extra>" + name + "</extra>",
+        **style,
+    )
+
+
+def scaling_figure(curves: dict[str, list[ScalingPoint]]) -> go.Figure:
+    """For each mode: efficiency and goodput against GPUs, and GPU-time per token stacked
+    by term (terms that are zero at every point left out)."""
+    modes = list(curves)
+    fig = make_subplots(
+        rows=2,
+        cols=len(modes),
+        subplot_titles=[
+            *(f"{m} scaling: efficiency" for m in modes),
+            *(f"{m} scaling: GPU-time per token by term" for m in modes),
+        ],
+        vertical_spacing=0.14,
+    )
+    for col, mode in enumerate(modes, start=1):
+        pts = [p for p in curves[mode] if p.step_s is not None and p.gpu_s_per_token]
+        x = [p.gpus for p in pts]
+        first = col == 1
+        eff = [100 * (p.efficiency or 0.0) for p in pts]
+        fig.add_trace(_line(x, eff, "efficiency", first, line={"color": "#1f77b4"}), 1, col)
+        if any(p.goodput is not None for p in pts):
+            good = [100 * (p.goodput or 0.0) for p in pts]
+            style = {"color": "#d62728", "dash": "dash"}
+            fig.add_trace(_line(x, good, "goodput", first, line=style), 1, col)
+        terms = [
+            k
+            for k in (pts[0].gpu_s_per_token if pts else {})
+            if any(p.gpu_s_per_token.get(k, 0.0) > 0 for p in pts)
+        ]
+        for term in terms:
+            fig.add_trace(
+                go.Bar(
+                    x=[str(g) for g in x],
+                    y=[1e6 * p.gpu_s_per_token.get(term, 0.0) for p in pts],
+                    name=term.replace("_", " "),
+                    legendgroup=term,
+                    showlegend=first,
+                    hovertemplate="%{x} GPUs: %{y:.2f} GPU-us per token<extra>"
+                    + term.replace("_", " ")
+                    + "</extra>",
+                ),
+                row=2,
+                col=col,
+            )
+        fig.update_xaxes(title_text="GPUs", type="log", row=1, col=col)
+        fig.update_yaxes(title_text="% (of the first point; of wall time)", row=1, col=col)
+        fig.update_xaxes(title_text="GPUs", type="category", row=2, col=col)
+        fig.update_yaxes(title_text="GPU-microseconds per token", row=2, col=col)
+    fig.update_layout(barmode="stack", height=900, legend={"title": {"text": "term"}})
+    return fig
+
+
+def check_target(path: Path) -> Path:
+    """The directory a report at ``path`` goes to; an error before any work if it cannot."""
+    parent = path.parent
+    if not parent.is_dir() or path.is_dir():
+        raise InputError("html", str(path), "a file path in an existing directory")
+    return parent
+
+
+def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[ScalingPoint]]) -> None:
+    """Write the HTML page for ``curves`` to ``path`` (whole, or not at all)."""
+    parent = check_target(path)
+    run = any(p.goodput is not None for pts in curves.values() for p in pts)
+    fig = scaling_figure(curves)
+    html = PAGE.render(
+        title=f"Scaling of {w.model.name} on {w.gpu.name}",
+        workload=(
+            f"{w.model.name}, sequence {w.seq_len:,}, global batch {w.global_batch:,} "
+            f"at {w.num_gpus:,} GPUs, {w.precision}, {w.system.name}."
+        ),
+        run=run,
+        # plotly's own markup, with plotly.js inlined so that the page works offline
+        figure=Markup(fig.to_html(full_html=False, include_plotlyjs=True)),
+        header=scaling_header(run),
+        tables={m: _rows(pts, run) for m, pts in curves.items()},
+    )
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(html)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # as an ordinary new file, not mkstemp's 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

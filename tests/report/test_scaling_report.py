@@ -1,0 +1,87 @@
+"""`train scaling --html`: a self-contained page (plotly.js inlined, no network), with the
+curves' figures, axis titles with units, and nothing left behind when it cannot be written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.plan import Workload
+from gpuscale.report.scaling import scaling_figure, write_scaling_report
+from gpuscale.search.scaling import scaling_curve
+
+SCALING = ("train", "scaling", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64")
+
+
+def gpuscale(*args: str) -> subprocess.CompletedProcess[str]:
+    entry = "from gpuscale.cli import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", entry, *args], capture_output=True, text=True, check=False
+    )
+
+
+def workload(n: int = 256) -> Workload:
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    return Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, n), n, 4096, 512, "bf16")
+
+
+def test_figure_plots_efficiency_and_every_nonzero_term() -> None:
+    w = workload()
+    pts = scaling_curve(w, default_calibration(), "strong")
+    fig = scaling_figure({"strong": pts})
+    fitted = [p for p in pts if p.step_s is not None]
+    eff = next(t for t in fig.data if t.name == "efficiency")
+    assert list(eff.x) == [p.gpus for p in fitted]
+    assert list(eff.y) == pytest.approx([100 * (p.efficiency or 0.0) for p in fitted])
+    bars = {t.name: t for t in fig.data if t.type == "bar"}
+    assert "compute" in bars
+    # the stacked bars are GPU-time per token in microseconds: they add up to 1e6 / tok/s/GPU
+    for k, p in enumerate(fitted):
+        total = sum(b.y[k] for b in bars.values())
+        assert total == pytest.approx(1e6 / (p.tokens_per_s_per_gpu or 1.0))
+    titles = {a.title.text for a in (fig.layout.xaxis, fig.layout.yaxis2)}
+    assert "GPUs" in titles and "GPU-microseconds per token" in titles
+
+
+def test_page_is_self_contained_and_written_whole(tmp_path: Path) -> None:
+    w = workload()
+    curves = {"strong": scaling_curve(w, default_calibration(), "strong")}
+    out = tmp_path / "scaling.html"
+    write_scaling_report(out, w, curves)
+    html = out.read_text()
+    assert "<script src=" not in html  # plotly.js is inlined: the page opens offline
+    assert "Plotly.newPlot" in html and "Llama 3 8B" in html
+    assert [p.name for p in tmp_path.iterdir()] == ["scaling.html"]  # no temporary left
+    assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def test_a_report_into_a_missing_directory_is_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="html"):
+        write_scaling_report(tmp_path / "nope" / "r.html", workload(), {})
+    r = gpuscale(*SCALING, "--mode", "strong", "--html", str(tmp_path / "nope" / "r.html"))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().startswith("error: html=")
+
+
+def test_cli_writes_the_page_and_still_prints_json(tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    r = gpuscale(*SCALING, "--mode", "strong", "--html", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["strong"][0]["gpus"] == 8
+    assert out.stat().st_size > 1_000_000  # plotly.js inside
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
