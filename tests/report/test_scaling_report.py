@@ -85,3 +85,51 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_both_modes_share_one_legend_entry_and_colour_per_term() -> None:
+    from gpuscale.ops.reliability import FailurePolicy
+    from gpuscale.perf.storage import StoragePolicy
+    from gpuscale.report.scaling import TERM_COLOURS, TERM_ORDER
+
+    w = workload(1024)
+    cal = default_calibration()
+    store = StoragePolicy(checkpoint_every_s=3600.0, write_Bps=50e9)
+    fail = FailurePolicy(2112 * 86400.0, 600.0)
+    curves = {m: scaling_curve(w, cal, m, store, fail) for m in ("strong", "weak")}
+    for pts in curves.values():
+        for p in pts:
+            assert set(p.gpu_s_per_token) <= set(TERM_ORDER)  # every term has its colour
+    fig = scaling_figure(curves)
+    names = [t.name for t in fig.data if t.showlegend]
+    assert len(names) == len(set(names))  # each name once in the legend
+    assert {"efficiency", "goodput", "failures", "checkpoints"} <= set(names)
+    for t in fig.data:
+        if t.type == "bar":
+            assert t.marker.color == TERM_COLOURS[t.legendgroup]
+
+
+def test_page_has_the_summary_and_follows_a_symlink(tmp_path: Path) -> None:
+    w = workload()
+    curves = {"strong": scaling_curve(w, default_calibration(), "strong")}
+    real = tmp_path / "real.html"
+    real.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(real)
+    write_scaling_report(link, w, curves)
+    assert link.is_symlink() and "GPU-time per token changes" in real.read_text()
+
+
+def test_a_failed_write_is_an_input_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = workload()
+    curves = {"strong": scaling_curve(w, default_calibration(), "strong")}
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(InputError, match="No space left on device"):
+        write_scaling_report(tmp_path / "r.html", w, curves)
+    assert list(tmp_path.iterdir()) == []

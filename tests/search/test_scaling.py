@@ -135,3 +135,31 @@ def test_failures_are_a_term_that_grows_with_the_cluster() -> None:
     plain = [p for p in scaling_curve(w, default_calibration(), "weak") if p.step_s]
     assert all(p.goodput is None and "failures" not in p.gpu_s_per_token for p in plain)
     assert plain[-1].tokens_per_s_per_gpu > pts[-1].tokens_per_s_per_gpu  # type: ignore[operator]
+
+
+def test_scaling_goodput_is_the_estimates_for_the_same_plan() -> None:
+    # exposed data loading (1 MB/s for 34 MB a step) and failures: the curve's goodput at
+    # the last point, step / wall, is what train estimate reports for that plan
+    from gpuscale.ops.reliability import FailurePolicy
+    from gpuscale.perf.storage import StoragePolicy
+    from gpuscale.search.plans import search_plans
+
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    n = 1024
+    w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, n), n, 8192, 1024, "bf16")
+    cal = default_calibration()
+    store = StoragePolicy(checkpoint_every_s=1800.0, write_Bps=100e9, read_Bps=1e6)
+    fail = FailurePolicy(2112 * 86400.0, 600.0)
+    last = scaling_curve(w, cal, "strong", store, fail)[-1]
+    assert last.gpu_s_per_token["data_loading"] > 0
+    plain = scaling_curve(w, cal, "strong")[-1]
+    assert last.plan == plain.plan and plain.mfu is not None and last.mfu is not None
+    # MFU, like tokens/s per GPU, counts the run's wall time
+    assert last.mfu == pytest.approx(plain.mfu * (last.goodput or 0.0))
+    res = search_plans(w, cal, exact_gpus=True)  # the plan the curve's last point runs
+    e, i = res.estimate, res.best
+    assert e.plans.label(i) == last.plan
+    rel = e.summary(i, None, store, fail)["reliability"]
+    assert last.goodput == pytest.approx(rel["goodput"], rel=1e-9)
+    assert rel["data_loading_share"] > 0

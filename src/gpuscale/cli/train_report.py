@@ -17,13 +17,10 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
-from gpuscale.report.cells import scaling_cells, scaling_header
+from gpuscale.report.cells import SHOWN, scaling_cells, scaling_header, scaling_summary
 from gpuscale.search.plans import SearchResult, explain, search_plans
-from gpuscale.search.scaling import ScalingPoint, attribution, term_text
+from gpuscale.search.scaling import ScalingPoint
 from gpuscale.units import fmt_bytes, fmt_rate, fmt_time
-
-SHOWN = 0.0005
-"""The smallest change a term's share shows at one decimal of a percent."""
 
 
 def model_line(m: Model) -> str:
@@ -135,7 +132,13 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
     t.add_row(
         "goodput",
         f"{100 * r['goodput']:.1f}% of wall time trains (checkpoints "
-        f"{100 * r['checkpoint_share']:.1f}%, lost work {100 * r['lost_work_share']:.1f}%, "
+        f"{100 * r['checkpoint_share']:.1f}%, "
+        + (
+            f"data loading {100 * r['data_loading_share']:.1f}%, "
+            if r["data_loading_share"] >= SHOWN
+            else ""
+        )
+        + f"lost work {100 * r['lost_work_share']:.1f}%, "
         f"restarts {100 * r['restart_share']:.1f}%); {hint}",
     )
 
@@ -309,11 +312,11 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
     t = Table(
         title=f"{mode} scaling of {w.model.name} on {w.gpu.name}",
         caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
-        "the step terms whose GPU-time per token moved most, as a share of the previous "
+        "the terms whose GPU-time per token moved most, as a share of the previous "
         "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank."
         + (
             " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "
-            "data loading and failures; tok/s/GPU and eff. count that time."
+            "data loading and failures; tok/s/GPU, MFU and eff. count that time."
             if any(p.goodput is not None for p in pts)
             else ""
         ),
@@ -334,29 +337,6 @@ def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
     for p in pts:
         if p.step_s is None:
             out.print(f"  {p.gpus:,} GPUs: {p.plan.removeprefix('none: ')}")
-    span = attribution(pts)
-    if span is not None:
-        first, last, changes = span
-        # every term that shows at one decimal of a percent, and what the others and the
-        # rounding leave, so that the listed figures add up to the total as printed
-        costs = {k: v for k, v in changes.items() if v >= SHOWN}
-        gains = {k: v for k, v in changes.items() if v <= -SHOWN}
-        total = round(100 * sum(changes.values()), 1)
-        listed = sum(round(100 * v, 1) for v in (*costs.values(), *gains.values()))
-        rest = round(total - listed, 1)
-        parts = [
-            f"{label} " + ", ".join(term_text(k, v) for k, v in items)
-            for label, items in (
-                ("costs", sorted(costs.items(), key=lambda kv: -kv[1])),
-                ("savings", sorted(gains.items(), key=lambda kv: kv[1])),
-            )
-            if items
-        ]
-        if rest:
-            parts.append(f"other terms and rounding {rest:+.1f}%")
-        out.print(
-            f"  From {first.gpus:,} to {last.gpus:,} GPUs, GPU-time per token changes "
-            f"{total:+.1f}% (efficiency "
-            f"{100 * (last.efficiency or 0):.1f}%); by step term, as a share of the first "
-            f"point's: {'; '.join(parts) or 'no term moves'}"
-        )
+    summary = scaling_summary(pts)
+    if summary is not None:
+        out.print(f"  {summary}")

@@ -100,14 +100,17 @@ class Reliability:
     gpus: int
     job_mtbf_s: float
     interval_s: float
-    """Training time between two saves (steps between saves x step time)."""
+    """Work between two saves: steps between saves x (step + exposed data reading)."""
     checkpoint_s: float
     restart_s: float
     """Relaunch plus reloading the checkpoint."""
     durable_after_s: float
     """How long after a save its checkpoint becomes durable (the background write)."""
     goodput: float
+    """Share of wall time in steps."""
     checkpoint_share: float
+    data_loading_share: float
+    """Reading data beyond what a step hides."""
     lost_work_share: float
     restart_share: float
     optimal_every_steps: int
@@ -134,18 +137,22 @@ def reliability(
     every_steps: int,
     save: SaveCost,
     reload_s: float | None,
+    exposed_s: float = 0.0,
 ) -> Reliability:
-    """Goodput of a run on ``gpus`` GPUs with ``step_s`` steps that saves every
-    ``every_steps`` steps at the cost ``save`` gives for an interval."""
+    """Goodput of a run on ``gpus`` GPUs with ``step_s`` steps, each followed by
+    ``exposed_s`` of data reading it does not hide, that saves every ``every_steps`` steps at
+    the cost ``save`` gives for an interval."""
     mtbf = policy.gpu_mtbf_s / gpus
     restart = policy.restart_s + (reload_s or 0.0)
+    busy = step_s + exposed_s  # a step's work between saves, as failures see it
+    in_steps = step_s / busy if busy > 0 else 1.0
 
     def wall(n: int) -> tuple[float, float, float]:
         c, lag = save(n)
-        return wall_per_interval_s(n * step_s, c, restart + lag, mtbf), c, lag
+        return wall_per_interval_s(n * busy, c, restart + lag, mtbf), c, lag
 
     t, c, lag = wall(every_steps)
-    tau = every_steps * step_s
+    tau = every_steps * busy
     if math.isfinite(t) and t > 0:
         g = tau / t
         ckpt = c / t
@@ -154,7 +161,7 @@ def reliability(
         g, ckpt, lost_all = 0.0, 0.0, 1.0
     work = (tau + c) / 2.0 + lag
     lost = lost_all * work / (work + restart) if work + restart > 0 else 0.0
-    best, best_g = _best_steps(lambda n: n * step_s / wall(n)[0], c, mtbf, step_s, every_steps)
+    best, best_g = _best_steps(lambda n: n * step_s / wall(n)[0], c, mtbf, busy, every_steps)
     return Reliability(
         gpus=gpus,
         job_mtbf_s=mtbf,
@@ -162,8 +169,9 @@ def reliability(
         checkpoint_s=c,
         restart_s=restart,
         durable_after_s=lag,
-        goodput=g,
+        goodput=g * in_steps,
         checkpoint_share=ckpt,
+        data_loading_share=g * (1.0 - in_steps),
         lost_work_share=lost,
         restart_share=lost_all - lost,
         optimal_every_steps=best,

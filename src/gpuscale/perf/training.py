@@ -180,10 +180,11 @@ class TrainingEstimate:
         return reliability(
             failures,
             used,
-            step + cost.data_exposed_s,
+            step,
             cost.checkpoint_every_steps,
             save,
             cost.checkpoint_reload_s,
+            cost.data_exposed_s,
         )
 
     def summary(
@@ -269,6 +270,7 @@ class TrainingEstimate:
                     "durable_after_s": rel.durable_after_s,
                     "goodput": rel.goodput,
                     "checkpoint_share": rel.checkpoint_share,
+                    "data_loading_share": rel.data_loading_share,
                     "lost_work_share": rel.lost_work_share,
                     "restart_share": rel.restart_share,
                     "optimal_checkpoint_every_steps": rel.optimal_every_steps,

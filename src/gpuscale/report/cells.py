@@ -3,8 +3,11 @@ page (no plotting here, so the terminal does not import plotly)."""
 
 from __future__ import annotations
 
-from gpuscale.search.scaling import ScalingPoint
+from gpuscale.search.scaling import ScalingPoint, attribution, term_text
 from gpuscale.units import fmt_time
+
+SHOWN = 0.0005
+"""The smallest change a term's share shows at one decimal of a percent."""
 
 
 def scaling_header(run: bool) -> tuple[str, ...]:
@@ -27,4 +30,35 @@ def scaling_cells(p: ScalingPoint, run: bool, none: str) -> tuple[str, ...]:
         *((f"{100 * (p.goodput or 0.0):.1f}%",) if run else ()),
         f"{100 * (p.efficiency or 0.0):.1f}%",
         p.loss_term,
+    )
+
+
+def scaling_summary(pts: list[ScalingPoint]) -> str | None:
+    """Where efficiency went from the first point that fits to the last, by term: every
+    term that shows at one decimal of a percent, and what the others and the rounding
+    leave, so that the listed figures add up to the total as printed (None with fewer than
+    two points that fit)."""
+    span = attribution(pts)
+    if span is None:
+        return None
+    first, last, changes = span
+    costs = {k: v for k, v in changes.items() if v >= SHOWN}
+    gains = {k: v for k, v in changes.items() if v <= -SHOWN}
+    total = round(100 * sum(changes.values()), 1)
+    listed = sum(round(100 * v, 1) for v in (*costs.values(), *gains.values()))
+    rest = round(total - listed, 1)
+    parts = [
+        f"{label} " + ", ".join(term_text(k, v) for k, v in items)
+        for label, items in (
+            ("costs", sorted(costs.items(), key=lambda kv: -kv[1])),
+            ("savings", sorted(gains.items(), key=lambda kv: kv[1])),
+        )
+        if items
+    ]
+    if rest:
+        parts.append(f"other terms and rounding {rest:+.1f}%")
+    return (
+        f"From {first.gpus:,} to {last.gpus:,} GPUs, GPU-time per token changes "
+        f"{total:+.1f}% (efficiency {100 * (last.efficiency or 0):.1f}%); by term, as a "
+        f"share of the first point's: {'; '.join(parts) or 'no term moves'}"
     )

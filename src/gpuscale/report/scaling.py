@@ -14,11 +14,12 @@ from pathlib import Path
 import jinja2
 import plotly.graph_objects as go
 from markupsafe import Markup
+from plotly import colors
 from plotly.subplots import make_subplots
 
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import Workload
-from gpuscale.report.cells import scaling_cells, scaling_header
+from gpuscale.report.cells import scaling_cells, scaling_header, scaling_summary
 from gpuscale.search.scaling import ScalingPoint
 
 PAGE = jinja2.Template(
@@ -47,12 +48,37 @@ loss of efficiency comes from.</p>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
+{% if summaries[mode] %}<p>{{ summaries[mode] }}</p>{% endif %}
 {% endfor %}
 </body></html>
 """,
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
+
+
+TERM_ORDER = (
+    "compute",
+    "recompute",
+    "memory_bound",
+    "quantise",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "bubble",
+    "dp_comm",
+    "optimizer",
+    "overhead",
+    "idle_gpus",
+    "checkpoints",
+    "data_loading",
+    "failures",
+)
+"""The GPU-time terms a scaling point can hold, in the order they stack."""
+TERM_COLOURS = dict(zip(TERM_ORDER, colors.qualitative.Alphabet, strict=False))
+"""One colour per term in every panel (plotly's 26-colour Alphabet palette)."""
+LINE_COLOURS = {"efficiency": "#222222", "goodput": "#222222"}
 
 
 def _rows(pts: list[ScalingPoint], run: bool) -> list[tuple[str, ...]]:
@@ -86,36 +112,37 @@ def scaling_figure(curves: dict[str, list[ScalingPoint]]) -> go.Figure:
         ],
         vertical_spacing=0.14,
     )
+    shown: set[str] = set()  # one legend entry per trace name, wherever it first appears
     for col, mode in enumerate(modes, start=1):
         pts = [p for p in curves[mode] if p.step_s is not None and p.gpu_s_per_token]
         x = [p.gpus for p in pts]
-        first = col == 1
         eff = [100 * (p.efficiency or 0.0) for p in pts]
-        fig.add_trace(_line(x, eff, "efficiency", first, line={"color": "#1f77b4"}), 1, col)
+        lines = [("efficiency", eff, {"color": LINE_COLOURS["efficiency"]})]
         if any(p.goodput is not None for p in pts):
             good = [100 * (p.goodput or 0.0) for p in pts]
-            style = {"color": "#d62728", "dash": "dash"}
-            fig.add_trace(_line(x, good, "goodput", first, line=style), 1, col)
-        terms = [
-            k
-            for k in (pts[0].gpu_s_per_token if pts else {})
-            if any(p.gpu_s_per_token.get(k, 0.0) > 0 for p in pts)
-        ]
+            lines.append(("goodput", good, {"color": LINE_COLOURS["goodput"], "dash": "dash"}))
+        for name, y, style in lines:
+            fig.add_trace(_line(x, y, name, name not in shown, line=style), 1, col)
+            shown.add(name)
+        terms = [t for t in TERM_ORDER if any(p.gpu_s_per_token.get(t, 0.0) > 0 for p in pts)]
         for term in terms:
+            label = term.replace("_", " ")
             fig.add_trace(
                 go.Bar(
                     x=[str(g) for g in x],
                     y=[1e6 * p.gpu_s_per_token.get(term, 0.0) for p in pts],
-                    name=term.replace("_", " "),
+                    name=label,
                     legendgroup=term,
-                    showlegend=first,
+                    showlegend=term not in shown,
+                    marker={"color": TERM_COLOURS[term]},
                     hovertemplate="%{x} GPUs: %{y:.2f} GPU-us per token<extra>"
-                    + term.replace("_", " ")
+                    + label
                     + "</extra>",
                 ),
                 row=2,
                 col=col,
             )
+            shown.add(term)
         fig.update_xaxes(title_text="GPUs", type="log", row=1, col=col)
         fig.update_yaxes(title_text="% (of the first point; of wall time)", row=1, col=col)
         fig.update_xaxes(title_text="GPUs", type="category", row=2, col=col)
@@ -125,16 +152,20 @@ def scaling_figure(curves: dict[str, list[ScalingPoint]]) -> go.Figure:
 
 
 def check_target(path: Path) -> Path:
-    """The directory a report at ``path`` goes to; an error before any work if it cannot."""
-    parent = path.parent
-    if not parent.is_dir() or path.is_dir():
+    """The file a report at ``path`` is written to (a symlink's target); an error before any
+    work when its directory is missing or not writable."""
+    target = path.resolve()
+    parent = target.parent
+    if not parent.is_dir() or target.is_dir():
         raise InputError("html", str(path), "a file path in an existing directory")
-    return parent
+    if not os.access(parent, os.W_OK):
+        raise InputError("html", str(path), f"a file path in a writable directory ({parent})")
+    return target
 
 
 def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[ScalingPoint]]) -> None:
     """Write the HTML page for ``curves`` to ``path`` (whole, or not at all)."""
-    parent = check_target(path)
+    target = check_target(path)
     run = any(p.goodput is not None for pts in curves.values() for p in pts)
     fig = scaling_figure(curves)
     html = PAGE.render(
@@ -148,15 +179,22 @@ def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[Scaling
         figure=Markup(fig.to_html(full_html=False, include_plotlyjs=True)),
         header=scaling_header(run),
         tables={m: _rows(pts, run) for m, pts in curves.items()},
+        summaries={m: scaling_summary(pts) for m, pts in curves.items()},
     )
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError("html", str(path), f"a writable file path ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(html)
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)  # as an ordinary new file, not mkstemp's 0600
-        os.replace(tmp, path)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError("html", str(path), f"a writable file path ({exc.strerror})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

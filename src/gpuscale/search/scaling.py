@@ -218,7 +218,7 @@ def scaling_curve(
                 used,
                 step,
                 tps,
-                float(e.mfu[i]) * used / n,
+                float(e.mfu[i]) * used / n * step / wall,
                 tps / base_tps,
                 loss_txt,
                 shares,
