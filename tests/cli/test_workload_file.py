@@ -66,6 +66,9 @@ def test_bad_workload_files_are_one_line_errors(tmp_path: Path) -> None:
     assert r.returncode == 2 and "gpu" in r.stderr and "(missing)" in r.stderr
 
 
+ESTIMATE_JSON = ("train", "estimate", "--json", "--dist-opt", "--workload")
+"""`train estimate` with JSON output of a distributed-optimizer plan; the file comes next."""
+
 BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 8\n"
 
 
@@ -366,12 +369,8 @@ def test_checkpoints_from_the_file_price_the_estimate(tmp_path: Path) -> None:
     assert st["checkpoint_asynchronous"] is False
     # a flag overrides the file's interval
     r = gpuscale(
-        "train",
-        "estimate",
-        "--workload",
+        *ESTIMATE_JSON,
         str(path),
-        "--json",
-        "--dist-opt",
         "--checkpoint-every",
         "7steps",
     )
@@ -517,3 +516,16 @@ def test_bad_failure_keys_are_one_line_errors(tmp_path: Path, extra: str, line: 
     r = gpuscale("train", "estimate", "--workload", str(path))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == f"error: {line}"
+
+
+def test_best_checkpoint_interval_needs_a_failure_rate(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(BASE + "checkpoint_every: best\nstorage_write_bw: 10GB/s\n")
+    r = gpuscale("train", "estimate", "--workload", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().startswith("error: job.yaml:checkpoint_every='best' is invalid")
+    fail = ("--gpu-mtbf", "2112d", "--restart-time", "10min")
+    r = gpuscale(*ESTIMATE_JSON, str(path), *fail)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)["storage"]
+    assert st["checkpoint_every_best"] is True and st["checkpoint_every_steps"] >= 1

@@ -28,7 +28,7 @@ from gpuscale.ops.reliability import (
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.storage import StoragePolicy
-from gpuscale.perf.training import estimate
+from gpuscale.perf.training import TrainingEstimate, estimate
 
 DAY = 86400.0
 LLAMA3_GPU_MTBF_S = 16384 * 54 * DAY / 419
@@ -132,12 +132,17 @@ def test_failures_need_checkpoints_and_times_in_range() -> None:
         FailurePolicy(1e300, 60.0).check(checkpoints=True)
 
 
-def test_failures_stretch_time_to_train() -> None:
+def llama3_70b_estimate() -> TrainingEstimate:
+    """Llama 3 70B on 1,024 H100, TP8 PP4 with the distributed optimizer, 8K x 1,024."""
     g = get_gpu("h100-sxm")
     s = system_for_gpu(g)
     fabric = Fabric.from_system(s, 1024)
     w = Workload(get_model("llama3-70b"), g, s, fabric, 1024, 8192, 1024, "bf16")
-    e = estimate(w, Plans.of(tp=8, pp=4, dp=32, sharding=1), default_calibration())
+    return estimate(w, Plans.of(tp=8, pp=4, dp=32, sharding=1), default_calibration())
+
+
+def test_failures_stretch_time_to_train() -> None:
+    e = llama3_70b_estimate()
     store = StoragePolicy(checkpoint_every_steps=180, write_Bps=100e9, read_Bps=100e9)
     fail = FailurePolicy(2112 * DAY, 600.0)
     base = e.summary(0, 1e12, store)
@@ -157,3 +162,20 @@ def test_failures_stretch_time_to_train() -> None:
     # a cluster failing faster than it can save and restart never finishes
     doomed = e.summary(0, 1e12, store, FailurePolicy(60.0 * 1024, 600.0))
     assert doomed["time_to_train_s"] is None and doomed["fits"]
+
+
+def test_the_best_interval_is_resolved_per_plan() -> None:
+    from dataclasses import replace
+
+    e = llama3_70b_estimate()
+    fixed_pol = StoragePolicy(checkpoint_every_steps=500, write_Bps=20e9, read_Bps=20e9)
+    fail = FailurePolicy(100 * DAY, 600.0)
+    hint = e.summary(0, None, fixed_pol, fail)["reliability"]
+    best = e.summary(
+        0, None, replace(fixed_pol, checkpoint_every_steps=None, checkpoint_every_best=True), fail
+    )
+    assert best["storage"]["checkpoint_every_best"] is True
+    # the run saves at the interval the fixed run's hint named, with its goodput
+    assert best["storage"]["checkpoint_every_steps"] == hint["optimal_checkpoint_every_steps"]
+    assert best["reliability"]["goodput"] == pytest.approx(hint["optimal_goodput"])
+    assert best["reliability"]["goodput"] >= hint["goodput"]

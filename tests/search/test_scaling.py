@@ -105,6 +105,14 @@ def test_gpus_a_plan_leaves_idle_are_a_term_of_their_own() -> None:
     assert busy == pytest.approx(last.step_s * last.gpus_used / (1024 * 8192))
 
 
+def llama3_405b_16k() -> Workload:
+    """Llama 3 405B on 16,384 H100, 8K x 2,048 (the weak-scaling target)."""
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    n = 16384
+    return Workload(get_model("llama3-405b"), g, s, Fabric.from_system(s, n), n, 8192, 2048, "bf16")
+
+
 def test_failures_are_a_term_that_grows_with_the_cluster() -> None:
     # Llama 3 405B weak scaling to 16,384 H100 at its cluster's GPU MTBF (2,112 days),
     # saving every hour at 200 GB/s with a 10-minute restart: the job fails ever more often
@@ -112,10 +120,7 @@ def test_failures_are_a_term_that_grows_with_the_cluster() -> None:
     from gpuscale.ops.reliability import FailurePolicy
     from gpuscale.perf.storage import StoragePolicy
 
-    g = get_gpu("h100-sxm")
-    s = system_for_gpu(g)
-    n = 16384
-    w = Workload(get_model("llama3-405b"), g, s, Fabric.from_system(s, n), n, 8192, 2048, "bf16")
+    w = llama3_405b_16k()
     store = StoragePolicy(checkpoint_every_s=3600.0, write_Bps=200e9, read_Bps=200e9)
     fail = FailurePolicy(2112 * 86400.0, 600.0)
     pts = [p for p in scaling_curve(w, default_calibration(), "weak", store, fail) if p.step_s]
@@ -163,3 +168,21 @@ def test_scaling_goodput_is_the_estimates_for_the_same_plan() -> None:
     rel = e.summary(i, None, store, fail)["reliability"]
     assert last.goodput == pytest.approx(rel["goodput"], rel=1e-9)
     assert rel["data_loading_share"] > 0
+
+
+def test_the_best_interval_at_every_point_never_loses_goodput() -> None:
+    from gpuscale.ops.reliability import FailurePolicy
+    from gpuscale.perf.storage import StoragePolicy
+
+    w = llama3_405b_16k()
+    cal = default_calibration()
+    fail = FailurePolicy(2112 * 86400.0, 600.0)
+    hourly = StoragePolicy(checkpoint_every_s=3600.0, write_Bps=200e9, read_Bps=200e9)
+    best = StoragePolicy(checkpoint_every_best=True, write_Bps=200e9, read_Bps=200e9)
+    a = [p for p in scaling_curve(w, cal, "weak", hourly, fail) if p.step_s]
+    b = [p for p in scaling_curve(w, cal, "weak", best, fail) if p.step_s]
+    assert [p.gpus for p in a] == [p.gpus for p in b]
+    for p, q in zip(a, b, strict=True):
+        assert q.goodput is not None and p.goodput is not None
+        assert q.goodput >= p.goodput - 1e-12
+    assert b[-1].goodput > a[-1].goodput + 0.05  # at 16,384 GPUs an hour is far too long

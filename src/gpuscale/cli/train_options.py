@@ -114,8 +114,9 @@ CkptEveryOpt = Annotated[
     str | None,
     typer.Option(
         "--checkpoint-every",
-        help="How often the run saves a checkpoint: a time (30min, 2h) or steps (500steps); "
-        "priced with --storage-write-bw.",
+        help="How often the run saves a checkpoint: a time (30min, 2h), steps (500steps), or "
+        "best (the interval of highest goodput, with --gpu-mtbf); priced with "
+        "--storage-write-bw.",
     ),
 ]
 WriteBwOpt = Annotated[

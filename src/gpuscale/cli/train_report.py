@@ -73,6 +73,8 @@ def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
         short = (
             " (the interval asked is shorter than a step)"
             if st["checkpoint_interval_below_step"]
+            else " (the best interval for the failure rate)"
+            if st["checkpoint_every_best"]
             else ""
         )
         share = (

@@ -161,6 +161,7 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
     if all(values.get(k) is None for k in STORAGE_KEYS):
         return None
     every = values.get("checkpoint_every")
+    best = every is not None and every.strip().lower() == "best"
     mode = values.get("async_checkpoint")
     if mode is not None and every is None:
         raise InputError(
@@ -169,7 +170,7 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
             "a save mode needs checkpoints to price: --checkpoint-every (or the workload's "
             "checkpoint_every) and --storage-write-bw",
         )
-    secs, steps = parse_interval(every) if every is not None else (None, None)
+    secs, steps = parse_interval(every) if every is not None and not best else (None, None)
 
     def rate(key: str) -> float | None:
         text = values.get(key)
@@ -187,6 +188,7 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
         write_Bps=rate("storage_write_bw"),
         read_Bps=rate("storage_read_bw"),
         asynchronous=bool(mode),
+        checkpoint_every_best=best,
     )
     policy.check()
     return policy
@@ -265,6 +267,13 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
         failures = failure_policy(stored)
         if failures is not None:
             failures.check(policy is not None and policy.checkpoints)
+        if policy is not None and policy.checkpoint_every_best and failures is None:
+            raise InputError(
+                "checkpoint_every" if "checkpoint_every" in from_file else "checkpoint-every",
+                "best",
+                "a time or a step count, or best with --gpu-mtbf and --restart-time (the best "
+                "interval weighs saving against failures)",
+            )
         tokens_from_file = tokens is None and job is not None and job.tokens is not None
         if tokens_from_file:
             from_file.add("tokens")

@@ -80,10 +80,17 @@ class StoragePolicy:
     """Aggregate read rate for the training data and checkpoint reloads, bytes/s."""
     asynchronous: bool = False
     """Saves staged to host memory and written in the background."""
+    checkpoint_every_best: bool = False
+    """Save at the interval with the highest goodput for the failure rate (resolved into
+    ``checkpoint_every_steps`` per plan by ``TrainingEstimate.resolve_storage``)."""
 
     @property
     def checkpoints(self) -> bool:
-        return self.checkpoint_every_s is not None or self.checkpoint_every_steps is not None
+        return (
+            self.checkpoint_every_s is not None
+            or self.checkpoint_every_steps is not None
+            or self.checkpoint_every_best
+        )
 
     def check(self) -> None:
         """Refuse a policy that cannot be priced: an interval without a write rate, a write
@@ -115,9 +122,10 @@ class StoragePolicy:
 
 
 def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | None, int | None]:
-    """``"30min"``, ``"2h"``, ``"900s"`` (wall-clock seconds) or ``"500steps"`` (steps)."""
+    """``"30min"``, ``"2h"``, ``"900s"`` (wall-clock seconds) or ``"500steps"`` (steps);
+    ``"best"`` is read by the caller."""
     s = text.strip().lower().replace(" ", "")
-    valid = "a time such as 30min, 2h or 900s, or a step count such as 500steps"
+    valid = "a time such as 30min, 2h or 900s, a step count such as 500steps, or best"
     for suffix in ("steps", "step"):
         if s.endswith(suffix):
             num = s.removesuffix(suffix)
@@ -209,6 +217,8 @@ def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePoli
     short = False
     if policy.checkpoint_every_steps is not None:
         every = policy.checkpoint_every_steps
+    elif policy.checkpoint_every_best:
+        raise ValueError("checkpoint_every_best is resolved into steps before pricing")
     else:
         # the step that reaches the interval saves
         wanted = policy.checkpoint_every_s or 0.0

@@ -163,6 +163,17 @@ class TrainingEstimate:
             self.workload, float(self.step_s[i]), int(self.plans.gpus_used()[i]), policy
         )
 
+    def resolve_storage(
+        self, i: int, policy: StoragePolicy, failures: FailurePolicy | None
+    ) -> StoragePolicy:
+        """``policy`` with a best interval (``checkpoint_every_best``) turned into plan
+        ``i``'s step count of highest goodput under ``failures``; else ``policy`` itself."""
+        if not policy.checkpoint_every_best or failures is None:
+            return policy
+        trial = replace(policy, checkpoint_every_best=False, checkpoint_every_steps=1)
+        best = self.reliability(i, trial, self.storage(i, trial), failures).optimal_every_steps
+        return replace(trial, checkpoint_every_steps=best)
+
     def reliability(
         self, i: int, storage: StoragePolicy, cost: StorageCost, failures: FailurePolicy
     ) -> Reliability:
@@ -239,6 +250,9 @@ class TrainingEstimate:
         notes = self.notes(i)
         if notes:
             out["notes"] = notes
+        best_asked = storage is not None and storage.checkpoint_every_best
+        if storage is not None:
+            storage = self.resolve_storage(i, storage, failures)
         cost = self.storage(i, storage) if storage is not None else None
         if cost is not None and storage is not None:
             out["storage"] = {
@@ -249,6 +263,7 @@ class TrainingEstimate:
                 "checkpoint_every_steps": cost.checkpoint_every_steps,
                 "checkpoint_interval_s": cost.checkpoint_interval_s,
                 "checkpoint_asynchronous": storage.asynchronous,
+                "checkpoint_every_best": best_asked,
                 "checkpoint_per_step_s": cost.checkpoint_per_step_s,
                 "checkpoint_reload_s": cost.checkpoint_reload_s,
                 "checkpoint_interval_below_step": cost.interval_below_step,

@@ -137,6 +137,7 @@ def run_costs(
     restarting."""
     if storage is None:
         return {}
+    storage = e.resolve_storage(i, storage, failures)
     cost = e.storage(i, storage)
     out = {"checkpoints": cost.checkpoint_per_step_s, "data_loading": cost.data_exposed_s}
     if failures is not None and cost.checkpoint_every_steps:

@@ -17,7 +17,7 @@ recompute_modules: [layernorm, moe_act]   # optional: what selective recompute r
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)
 memory_headroom: 0.1        # optional: fraction of GPU memory a plan must leave free (default 0)
 tokens: 15T                 # optional: time and GPU-hours to train
-checkpoint_every: 30min     # optional: how often the run saves (30min, 2h, 500steps)
+checkpoint_every: 30min     # optional: how often the run saves (30min, 2h, 500steps, best)
 storage_write_bw: 200GB/s   # optional: the storage's aggregate write rate (checkpoints)
 storage_read_bw: 50GB/s     # optional: its aggregate read rate (training data)
 async_checkpoint: false     # optional: save in the background (stall only to copy to host)
