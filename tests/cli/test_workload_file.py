@@ -529,3 +529,34 @@ def test_best_checkpoint_interval_needs_a_failure_rate(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)["storage"]
     assert st["checkpoint_every_best"] is True and st["checkpoint_every_steps"] >= 1
+
+
+def test_the_time_to_train_says_what_it_leaves_out() -> None:
+    r = gpuscale("train", "search", "--workload", str(EXAMPLE))
+    assert "note: the time to train has no checkpoints or failures in it" in r.stdout
+    r = gpuscale(
+        "train",
+        "search",
+        "--workload",
+        str(EXAMPLE),
+        "--checkpoint-every",
+        "1h",
+        "--storage-write-bw",
+        "100GB/s",
+    )
+    assert "note: the time to train has no failures in it" in r.stdout
+    r = gpuscale(
+        "train",
+        "search",
+        "--workload",
+        str(EXAMPLE),
+        "--checkpoint-every",
+        "1h",
+        "--storage-write-bw",
+        "100GB/s",
+        "--gpu-mtbf",
+        "2112d",
+        "--restart-time",
+        "10min",
+    )
+    assert "the time to train has no" not in r.stdout and "failures, " in r.stdout

@@ -218,7 +218,15 @@ def print_estimate(
             f"{s['gpus_used']:,} GPUs it uses, for {train_tokens:.3g} tokens)",
         )
     out.print(t)
-    for note in s.get("notes", []):
+    notes = list(s.get("notes", []))
+    if train_tokens is not None and s["time_to_train_s"] is not None and failures is None:
+        # what the time to train leaves out, and the flags that price it
+        missing = "checkpoints or failures" if storage is None else "failures"
+        notes.append(
+            f"the time to train has no {missing} in it: --checkpoint-every with "
+            "--storage-write-bw prices saves, --gpu-mtbf with --restart-time failures"
+        )
+    for note in notes:
         out.print(Text(f"note: {note}"))
 
 
