@@ -532,31 +532,12 @@ def test_best_checkpoint_interval_needs_a_failure_rate(tmp_path: Path) -> None:
 
 
 def test_the_time_to_train_says_what_it_leaves_out() -> None:
-    r = gpuscale("train", "search", "--workload", str(EXAMPLE))
+    search = ("train", "search", "--workload", str(EXAMPLE))
+    saves = ("--checkpoint-every", "1h", "--storage-write-bw", "100GB/s")
+    fails = ("--gpu-mtbf", "2112d", "--restart-time", "10min")
+    r = gpuscale(*search)
     assert "note: the time to train has no checkpoints or failures in it" in r.stdout
-    r = gpuscale(
-        "train",
-        "search",
-        "--workload",
-        str(EXAMPLE),
-        "--checkpoint-every",
-        "1h",
-        "--storage-write-bw",
-        "100GB/s",
-    )
+    r = gpuscale(*search, *saves)
     assert "note: the time to train has no failures in it" in r.stdout
-    r = gpuscale(
-        "train",
-        "search",
-        "--workload",
-        str(EXAMPLE),
-        "--checkpoint-every",
-        "1h",
-        "--storage-write-bw",
-        "100GB/s",
-        "--gpu-mtbf",
-        "2112d",
-        "--restart-time",
-        "10min",
-    )
+    r = gpuscale(*search, *saves, *fails)
     assert "the time to train has no" not in r.stdout and "failures, " in r.stdout
