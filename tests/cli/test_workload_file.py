@@ -541,3 +541,6 @@ def test_the_time_to_train_says_what_it_leaves_out() -> None:
     assert "note: the time to train has no failures in it" in r.stdout
     r = gpuscale(*search, *saves, *fails)
     assert "the time to train has no" not in r.stdout and "failures, " in r.stdout
+    # the ranked table gains each plan's goodput
+    header = next(line for line in r.stdout.splitlines() if "tokens/s/GPU used" in line)
+    assert "goodput" in header

@@ -253,6 +253,12 @@ def report_search(
         )
         return
     t = Table(title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}")
+    # with failures priced, each plan's goodput (its checkpoints at its own step count)
+    good = (
+        {i: e.summary(i, None, storage, failures)["reliability"]["goodput"] for i in idx}
+        if storage is not None and failures is not None
+        else {}
+    )
     for col in (
         "#",
         "plan",
@@ -260,6 +266,7 @@ def report_search(
         "step",
         "tokens/s/GPU used",
         "MFU",
+        *(("goodput",) if good else ()),
         "memory/GPU",
         "largest term after compute",
     ):
@@ -276,6 +283,7 @@ def report_search(
             fmt_time(float(e.step_s[i])),
             f"{e.tokens_per_s_per_gpu[i]:,.0f}",
             f"{100 * e.mfu[i]:.1f}%",
+            *((f"{100 * good[i]:.1f}%",) if good else ()),
             fmt_bytes(float(e.memory.total[i])),
             f"{worst.removesuffix('_s').replace('_', ' ')} "
             f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
