@@ -130,7 +130,8 @@ ReadBwOpt = Annotated[
     str | None,
     typer.Option(
         "--storage-read-bw",
-        help="Aggregate read rate for the training data (e.g. 50GB/s): data-loading time.",
+        help="Aggregate read rate (e.g. 50GB/s) for the training data and for reloading a "
+        "checkpoint after a failure.",
     ),
 ]
 AsyncCkptOpt = Annotated[

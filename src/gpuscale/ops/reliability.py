@@ -1,11 +1,13 @@
 """Failures, checkpoints and goodput: how much of a training run's wall time trains.
 
-Interruptions are taken as a Poisson process whose rate grows with the GPUs a job holds:
-a job on G GPUs is interrupted once per job MTBF M = GPU MTBF / G, where the GPU MTBF is a
-cluster's GPU-time between interruptions of any cause (GPUs, HBM, hosts, network,
-software). Llama 3 405B's pre-training saw 419 unexpected interruptions in 54 days on
-16,384 H100 (Dubey et al. 2024, "The Llama 3 Herd of Models", sec. 3.3.4): a GPU MTBF of
-16,384 x 54 / 419 = 2,112 days, a job MTBF of 3.1 hours.
+Interruptions are taken as a Poisson process whose rate grows in proportion to the GPUs a
+job holds (an assumption: host and network failures scale with nodes and links): a job on
+G GPUs is interrupted once per job MTBF M = GPU MTBF / G, where the GPU MTBF is a
+cluster's GPU-time between unplanned interruptions of any cause (GPUs, HBM, hosts,
+network, software), counted per GPU. Llama 3 405B's pre-training saw 419 unexpected
+interruptions in 54 days on 16,384 H100, besides 47 planned ones (Dubey et al. 2024, "The
+Llama 3 Herd of Models", sec. 3.3.4): a GPU MTBF of 16,384 x 54 / 419 = 2,112 days, a job
+MTBF of 3.1 hours.
 
 The run saves every tau of work, for a stall C (the whole write when synchronous; the
 copy to host memory, plus any wait for the previous write, when asynchronous). Each

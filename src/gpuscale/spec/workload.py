@@ -19,9 +19,9 @@ memory_headroom: 0.1        # optional: fraction of GPU memory a plan must leave
 tokens: 15T                 # optional: time and GPU-hours to train
 checkpoint_every: 30min     # optional: how often the run saves (30min, 2h, 500steps, best)
 storage_write_bw: 200GB/s   # optional: the storage's aggregate write rate (checkpoints)
-storage_read_bw: 50GB/s     # optional: its aggregate read rate (training data)
+storage_read_bw: 50GB/s     # optional: its aggregate read rate (training data, reloads)
 async_checkpoint: false     # optional: save in the background (stall only to copy to host)
-gpu_mtbf: 2112d             # optional: GPU-time between interruptions (job MTBF x GPUs)
+gpu_mtbf: 2112d             # optional: GPU-time between unplanned interruptions (job MTBF x GPUs)
 restart_time: 10min         # optional: detect, relaunch (the checkpoint reload is added)
 """
 
@@ -36,7 +36,7 @@ from gpuscale.spec.files import read_yaml
 
 TEXT_VALID = {
     "tokens": "a count with a decimal prefix, e.g. 15T or 2e12",
-    "checkpoint_every": "a time such as 30min or a step count such as 500steps",
+    "checkpoint_every": "a time such as 30min, a step count such as 500steps, or best",
     "storage_write_bw": "a rate, e.g. 200GB/s",
     "storage_read_bw": "a rate, e.g. 200GB/s",
     "gpu_mtbf": "a time with its unit, e.g. 2112d",
