@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +21,7 @@ from gpuscale.cli.train_options import (
     GpuOpt,
     GpusOpt,
     HeadroomOpt,
+    HtmlOpt,
     JsonOpt,
     ModelOpt,
     ModulesOpt,
@@ -248,6 +248,7 @@ def search_cmd(
     async_checkpoint: AsyncCkptOpt = None,
     gpu_mtbf: MtbfOpt = None,
     restart_time: RestartOpt = None,
+    html: HtmlOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
@@ -256,6 +257,10 @@ def search_cmd(
     w, tt = r.workload, r.train_tokens
     if top < 1:
         raise InputError("top", top, "a positive integer")
+    if html is not None:
+        from gpuscale.report.page import check_target
+
+        check_target(html)  # before the search runs
     fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, _sharding(zero, dist_opt), None)
     cal = load_calibration(calibration)
     if json:
@@ -268,7 +273,13 @@ def search_cmd(
                 prog.update(task, completed=done, total=total)
 
             res = search_plans(w, cal, fx, progress=tick)
+    if html is not None:
+        from gpuscale.report.search import write_search_report
+
+        write_search_report(html, res, top)
     report_search(res, top, json, tt, r.storage, r.failures)
+    if html is not None and not json:
+        out.print(Text(f"wrote {html}"))
 
 
 @app.command("scaling")
@@ -302,13 +313,7 @@ def scaling_cmd(
     async_checkpoint: AsyncCkptOpt = None,
     gpu_mtbf: MtbfOpt = None,
     restart_time: RestartOpt = None,
-    html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            help="Also write the curves as a self-contained HTML page (plots work offline).",
-        ),
-    ] = None,
+    html: HtmlOpt = None,
     json: JsonOpt = False,
     calibration: Cal = None,
 ) -> None:
@@ -317,7 +322,8 @@ def scaling_cmd(
         raise InputError("mode", mode, "strong, weak or both")
     r = resolve(workload, _flags(locals()), None)
     if html is not None:
-        from gpuscale.report.scaling import check_target, write_scaling_report
+        from gpuscale.report.page import check_target
+        from gpuscale.report.scaling import write_scaling_report
 
         check_target(html)  # before the curves are computed
     w = r.workload

@@ -159,3 +159,10 @@ RestartOpt = Annotated[
         "is added at --storage-read-bw.",
     ),
 ]
+HtmlOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Also write the result as a self-contained HTML page (plots work offline).",
+    ),
+]

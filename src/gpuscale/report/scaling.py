@@ -1,40 +1,28 @@
 """A scaling curve as a self-contained HTML page: efficiency (and goodput) against the GPU
-count, and where each point's GPU-time per token goes, term by term.
-
-The page embeds plotly.js, so it opens offline; it is written to a temporary file beside
-the target and renamed into place, so a failed run leaves no half-written report.
+count, and where each point's GPU-time per token goes, term by term. The page embeds
+plotly.js, so it opens offline (written by :func:`gpuscale.report.page.write_page`).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
-import jinja2
 import plotly.graph_objects as go
 from markupsafe import Markup
 from plotly import colors
 from plotly.subplots import make_subplots
 
-from gpuscale.errors import InputError
 from gpuscale.perf.plan import Workload
 from gpuscale.report.cells import scaling_cells, scaling_header, scaling_summary
+from gpuscale.report.page import check_target, template, write_page
 from gpuscale.search.scaling import ScalingPoint
 
-PAGE = jinja2.Template(
-    """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>{{ title }}</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; color: #222; }
-table { border-collapse: collapse; font-size: 0.9em; margin: 1em 0 2em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+PAGE = template(
+    """{% extends "head" %}
+{% block style %}
 td:nth-child(3), td:last-child, th:nth-child(3), th:last-child { text-align: left; }
-p.note { color: #555; }
-</style></head><body>
-<h1>{{ title }}</h1>
-<p>{{ workload }}</p>
+{% endblock %}
+{% block body %}
 <p class="note">Efficiency is tokens/s per GPU, over every GPU of the count, relative to the
 first count where a plan fits. GPU-time per token is GPU-seconds per training token: the
 step's terms times the GPUs the plan runs on, over the tokens of a step, plus the GPUs it
@@ -50,10 +38,8 @@ loss of efficiency comes from.</p>
 {% endfor %}</table>
 {% if summaries[mode] %}<p>{{ summaries[mode] }}</p>{% endif %}
 {% endfor %}
-</body></html>
-""",
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
+{% endblock %}
+"""
 )
 
 
@@ -151,21 +137,9 @@ def scaling_figure(curves: dict[str, list[ScalingPoint]]) -> go.Figure:
     return fig
 
 
-def check_target(path: Path) -> Path:
-    """The file a report at ``path`` is written to (a symlink's target); an error before any
-    work when its directory is missing or not writable."""
-    target = path.resolve()
-    parent = target.parent
-    if not parent.is_dir() or target.is_dir():
-        raise InputError("html", str(path), "a file path in an existing directory")
-    if not os.access(parent, os.W_OK):
-        raise InputError("html", str(path), f"a file path in a writable directory ({parent})")
-    return target
-
-
 def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[ScalingPoint]]) -> None:
     """Write the HTML page for ``curves`` to ``path`` (whole, or not at all)."""
-    target = check_target(path)
+    check_target(path)  # before the page is built
     run = any(p.goodput is not None for pts in curves.values() for p in pts)
     fig = scaling_figure(curves)
     html = PAGE.render(
@@ -181,20 +155,4 @@ def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[Scaling
         tables={m: _rows(pts, run) for m, pts in curves.items()},
         summaries={m: scaling_summary(pts) for m, pts in curves.items()},
     )
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError("html", str(path), f"a writable file path ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # as an ordinary new file, not mkstemp's 0600
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError("html", str(path), f"a writable file path ({exc.strerror})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_page(path, html)
