@@ -3,6 +3,7 @@ ranked table and the reason the best wins, in a page that opens offline."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,32 +14,49 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
 from gpuscale.report.search import search_figure, write_search_report
-from gpuscale.search.plans import explain, search_plans
+from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.units import GiB
 
 
-def result():  # type: ignore[no-untyped-def]
+def result(gpus: int = 64, gbs: int = 256, headroom: float = 0.0) -> SearchResult:
     g = get_gpu("h100-sxm")
     s = system_for_gpu(g)
-    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 64), 64, 4096, 256, "bf16")
+    f = Fabric.from_system(s, gpus)
+    w = Workload(get_model("llama3-8b"), g, s, f, gpus, 4096, gbs, "bf16", memory_headroom=headroom)
     return search_plans(w, default_calibration())
 
 
-def test_every_fitting_plan_is_drawn_once_by_layout_and_the_best_is_marked() -> None:
-    res = result()
+def test_every_fitting_plan_is_drawn_once_by_tp_and_the_best_is_on_top() -> None:
+    # 1,000 GPUs and a batch of 250: some plans leave GPUs idle and run faster per GPU
+    # they use; over all 1,000 GPUs the fastest step is the highest point
+    res = result(1000, 250)
+    e, p = res.estimate, res.estimate.plans
+    assert (e.plans.gpus_used()[res.order] < 1000).any()
     fig = search_figure(res)
-    layouts = [t for t in fig.data if t.name != "best plan"]
-    assert sum(len(t.x) for t in layouts) == len(res.order)
-    e = res.estimate
-    for t in layouts:  # each trace holds one TP x PP layout
-        tp, pp = (int(v[2:]) for v in t.name.split())
-        assert all(f"TP{tp} PP{pp} " in label for label in t.text)
-    star = next(t for t in fig.data if t.name == "best plan")
+    groups = [t for t in fig.data if t.name != "best plan"]
+    assert sum(len(t.x) for t in groups) == len(res.order)
+    for t in groups:  # each trace holds one tensor-parallel degree
+        assert all(label.startswith(t.name + " ") for label in t.text)
+    assert len({t.marker.color for t in groups}) == len(groups)
+    star = fig.data[-1]  # drawn last, on top
+    assert star.name == "best plan" and star.type == "scattergl"
     b = res.best
     assert star.x[0] == pytest.approx(float(e.memory.total[b]) / GiB)
-    assert star.y[0] == pytest.approx(float(e.tokens_per_s_per_gpu[b]))
-    assert star.y[0] == max(max(t.y) for t in layouts)  # the fastest plan is the best
+    rate = float(e.tokens_per_s_per_gpu[b]) * int(p.gpus_used()[b]) / 1000
+    assert star.y[0] == pytest.approx(rate)
+    assert star.y[0] == pytest.approx(max(max(t.y) for t in groups))
     assert fig.layout.xaxis.title.text == "memory per GPU (GiB)"
+    assert fig.layout.yaxis.title.text == "tokens/s per GPU (of all 1,000 GPUs)"
+
+
+def test_the_memory_line_is_what_a_plan_may_use() -> None:
+    res = result(headroom=0.1)
+    fig = search_figure(res)
+    line = fig.layout.shapes[0]
+    usable = float(res.estimate.memory.capacity) / GiB
+    assert line.x0 == pytest.approx(usable)
+    assert usable == pytest.approx(0.9 * 81559 / 1024, rel=1e-6)  # H100: 81,559 MiB
+    assert "10 % headroom" in fig.layout.annotations[0].text
 
 
 def test_page_has_the_table_and_the_reason(tmp_path: Path) -> None:
@@ -46,9 +64,12 @@ def test_page_has_the_table_and_the_reason(tmp_path: Path) -> None:
     out = tmp_path / "search.html"
     write_search_report(out, res, 3)
     html = out.read_text()
-    assert "<script src=" not in html and "Plotly.newPlot" in html
+    assert "Plotly.newPlot" in html
+    for external in ("<script src=", "<link", "<img", "@import"):
+        assert external not in html
     assert res.estimate.plans.label(res.best) in html
-    assert explain(res).split(" is ")[0] in html
+    assert explain(res).replace("'", "&#39;") in html
+    assert html.count("<tr>") == 1 + 3  # the header and the top 3
     assert [q.name for q in tmp_path.iterdir()] == ["search.html"]
 
 
@@ -61,3 +82,19 @@ def test_cli_refuses_a_missing_directory_before_searching(
     )
     assert code == 2 and out == ""
     assert err.strip().startswith("error: html=")
+
+
+def test_a_device_or_a_directory_is_not_a_report_path(tmp_path: Path) -> None:
+    from gpuscale.errors import InputError
+    from gpuscale.report.page import check_target
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="a new or a regular file"):
+        check_target(fifo)
+    with pytest.raises(InputError, match="existing directory"):
+        check_target(tmp_path)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(InputError, match="html"):
+        check_target(loop)

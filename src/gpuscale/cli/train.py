@@ -42,6 +42,7 @@ from gpuscale.cli.train_report import (
     print_estimate,
     print_scaling,
     report_search,
+    search_goodput,
 )
 from gpuscale.cli.train_workload import (
     DEFAULTS,
@@ -276,7 +277,7 @@ def search_cmd(
     if html is not None:
         from gpuscale.report.search import write_search_report
 
-        write_search_report(html, res, top)
+        write_search_report(html, res, top, search_goodput(res, top, r.storage, r.failures))
     report_search(res, top, json, tt, r.storage, r.failures)
     if html is not None and not json:
         out.print(Text(f"wrote {html}"))

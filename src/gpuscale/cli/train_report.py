@@ -17,7 +17,14 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
-from gpuscale.report.cells import SHOWN, scaling_cells, scaling_header, scaling_summary
+from gpuscale.report.cells import (
+    SHOWN,
+    scaling_cells,
+    scaling_header,
+    scaling_summary,
+    search_cells,
+    search_header,
+)
 from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.search.scaling import ScalingPoint
 from gpuscale.units import fmt_bytes, fmt_rate, fmt_time
@@ -230,6 +237,18 @@ def print_estimate(
         out.print(Text(f"note: {note}"))
 
 
+def search_goodput(
+    res: SearchResult, top: int, storage: StoragePolicy | None, failures: FailurePolicy | None
+) -> dict[int, float]:
+    """The top plans' goodput, by index, when failures are priced; else empty."""
+    if storage is None or failures is None:
+        return {}
+    e = res.estimate
+    return {
+        i: e.summary(i, None, storage, failures)["reliability"]["goodput"] for i in res.top(top)
+    }
+
+
 def report_search(
     res: SearchResult,
     top: int,
@@ -254,40 +273,13 @@ def report_search(
         return
     t = Table(title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}")
     # with failures priced, each plan's goodput (its checkpoints at its own step count)
-    good = (
-        {i: e.summary(i, None, storage, failures)["reliability"]["goodput"] for i in idx}
-        if storage is not None and failures is not None
-        else {}
-    )
-    for col in (
-        "#",
-        "plan",
-        "GPUs used",
-        "step",
-        "tokens/s/GPU used",
-        "MFU",
-        *(("goodput",) if good else ()),
-        "memory/GPU",
-        "largest term after compute",
-    ):
+    good = search_goodput(res, top, storage, failures)
+    for col in search_header(bool(good)):
         t.add_column(
             col, justify="left" if col in ("plan", "largest term after compute") else "right"
         )
     for r, i in enumerate(idx, 1):
-        terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
-        worst = max(terms, key=lambda k: terms[k])
-        t.add_row(
-            str(r),
-            e.plans.label(i),
-            str(int(e.plans.gpus_used()[i])),
-            fmt_time(float(e.step_s[i])),
-            f"{e.tokens_per_s_per_gpu[i]:,.0f}",
-            f"{100 * e.mfu[i]:.1f}%",
-            *((f"{100 * good[i]:.1f}%",) if good else ()),
-            fmt_bytes(float(e.memory.total[i])),
-            f"{worst.removesuffix('_s').replace('_', ' ')} "
-            f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
-        )
+        t.add_row(*search_cells(e, i, r, good.get(i)))
     out.print(t)
     print_estimate(e, idx[0], "best plan", tt, storage, failures)
     out.print(why)

@@ -3,8 +3,9 @@ page (no plotting here, so the terminal does not import plotly)."""
 
 from __future__ import annotations
 
+from gpuscale.perf.training import TrainingEstimate
 from gpuscale.search.scaling import ScalingPoint, attribution, term_text
-from gpuscale.units import fmt_time
+from gpuscale.units import fmt_bytes, fmt_time
 
 SHOWN = 0.0005
 """The smallest change a term's share shows at one decimal of a percent."""
@@ -61,4 +62,28 @@ def scaling_summary(pts: list[ScalingPoint]) -> str | None:
         f"From {first.gpus:,} to {last.gpus:,} GPUs, GPU-time per token changes "
         f"{total:+.1f}% (efficiency {100 * (last.efficiency or 0):.1f}%); by term, as a "
         f"share of the first point's: {'; '.join(parts) or 'no term moves'}"
+    )
+
+
+def search_header(good: bool) -> tuple[str, ...]:
+    """Column names of the ranked plans; ``good``: their goodput is priced."""
+    rate = ("#", "plan", "GPUs used", "step", "tokens/s/GPU used", "MFU")
+    return (*rate, *(("goodput",) if good else ()), "memory/GPU", "largest term after compute")
+
+
+def search_cells(e: TrainingEstimate, i: int, rank: int, good: float | None) -> tuple[str, ...]:
+    """One ranked plan's cells (``good``: its goodput, None when not priced)."""
+    terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
+    worst = max(terms, key=lambda k: terms[k])
+    return (
+        str(rank),
+        e.plans.label(i),
+        str(int(e.plans.gpus_used()[i])),
+        fmt_time(float(e.step_s[i])),
+        f"{e.tokens_per_s_per_gpu[i]:,.0f}",
+        f"{100 * e.mfu[i]:.1f}%",
+        *((f"{100 * good:.1f}%",) if good is not None else ()),
+        fmt_bytes(float(e.memory.total[i])),
+        f"{worst.removesuffix('_s').replace('_', ' ')} "
+        f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
     )

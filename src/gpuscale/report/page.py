@@ -41,10 +41,15 @@ def template(body: str) -> jinja2.Template:
 def check_target(path: Path) -> Path:
     """The file a report at ``path`` is written to (a symlink's target); an error before any
     work when its directory is missing or not writable."""
-    target = path.resolve()
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop, an unreadable component
+        raise InputError("html", str(path), "a file path that resolves") from None
     parent = target.parent
     if not parent.is_dir() or target.is_dir():
         raise InputError("html", str(path), "a file path in an existing directory")
+    if target.exists() and not target.is_file():  # a device, a FIFO, a socket
+        raise InputError("html", str(path), "a new or a regular file")
     if not os.access(parent, os.W_OK):
         raise InputError("html", str(path), f"a file path in a writable directory ({parent})")
     return target

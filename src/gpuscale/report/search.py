@@ -1,5 +1,6 @@
 """A plan search as a self-contained HTML page: every plan that fits, its throughput against
-its memory, coloured by parallel layout, with the ranked table and why the best wins.
+its memory, coloured by tensor-parallel degree, with the ranked table and why the best
+wins.
 
 The design space at a glance: which layouts reach the best throughput, how close the
 runners-up are, and what memory each leaves free. plotly.js is inlined, so the page opens
@@ -13,20 +14,24 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 from markupsafe import Markup
+from plotly import colors
 
+from gpuscale.report.cells import search_cells, search_header
 from gpuscale.report.page import check_target, template, write_page
 from gpuscale.search.plans import SearchResult, explain
-from gpuscale.units import GiB, fmt_bytes, fmt_time
+from gpuscale.units import GiB
 
 PAGE = template(
     """{% extends "head" %}
 {% block style %}td:nth-child(2), th:nth-child(2) { text-align: left; }{% endblock %}
 {% block body %}
 <p>{{ counts }}</p>
-<p class="note">Each point is a plan that fits in memory: tokens/s per GPU it runs on against
-its memory per GPU, coloured by its tensor- and pipeline-parallel degrees. The plans differ
-further in data, context and expert parallelism, interleaving, micro-batch, recomputation
-and optimizer sharding (hover for the whole plan). The dashed line is the GPU's memory.</p>
+<p class="note">Each point is a plan that fits in memory: its tokens/s per GPU, over every
+GPU of the workload (GPUs a plan leaves idle count, so the fastest step is the highest
+point), against its memory per GPU, coloured by tensor-parallel degree. The plans differ
+further in pipeline, data, context and expert parallelism, interleaving, micro-batch,
+recomputation and optimizer sharding (hover for the whole plan). The dashed line is the
+memory a plan may use. The table's rates are per GPU the plan uses, as the terminal's.</p>
 {{ figure }}
 <h2>The fastest plans</h2>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
@@ -41,65 +46,73 @@ MAX_POINTS = 20000
 """Plans drawn at most (the fastest first), to keep the page light."""
 
 
+def _rate_all(res: SearchResult, i: int) -> float:
+    """Tokens/s per GPU of all the workload's GPUs (idle ones count), the rate the plans
+    are ranked by: the fastest step is the highest."""
+    e = res.estimate
+    return float(e.tokens_per_s_per_gpu[i]) * int(e.plans.gpus_used()[i]) / e.workload.num_gpus
+
+
 def search_figure(res: SearchResult) -> go.Figure:
-    """Tokens/s per GPU against memory per GPU for the plans that fit (the fastest
-    :data:`MAX_POINTS`), one trace per TP x PP layout, fastest layouts first."""
+    """Tokens/s per GPU (of all GPUs) against memory per GPU for the plans that fit (the
+    fastest :data:`MAX_POINTS`), one colour per tensor-parallel degree, the best on top."""
     e, p = res.estimate, res.estimate.plans
     idx = np.asarray(res.order[:MAX_POINTS], dtype=np.int64)
-    layouts: dict[str, list[int]] = {}
+    groups: dict[int, list[int]] = {}
     for i in idx:
-        layouts.setdefault(f"TP{int(p.tp[i])} PP{int(p.pp[i])}", []).append(int(i))
+        groups.setdefault(int(p.tp[i]), []).append(int(i))
     fig = go.Figure()
-    for name, members in layouts.items():
+    palette = colors.qualitative.Dark24
+    for k, tp in enumerate(sorted(groups)):
+        members = groups[tp]
         fig.add_trace(
             go.Scattergl(
                 x=[float(e.memory.total[i]) / GiB for i in members],
-                y=[float(e.tokens_per_s_per_gpu[i]) for i in members],
+                y=[_rate_all(res, i) for i in members],
                 mode="markers",
-                name=name,
-                marker={"size": 6, "opacity": 0.7},
+                name=f"TP{tp}",
+                marker={"size": 6, "opacity": 0.7, "color": palette[k % len(palette)]},
                 text=[p.label(i) for i in members],
                 hovertemplate="%{text}<br>%{y:,.0f} tokens/s per GPU, %{x:.1f} GiB<extra></extra>",
             )
         )
     best = res.best
+    # WebGL points draw above SVG ones: the star is a WebGL trace, added last
     fig.add_trace(
-        go.Scatter(
+        go.Scattergl(
             x=[float(e.memory.total[best]) / GiB],
-            y=[float(e.tokens_per_s_per_gpu[best])],
+            y=[_rate_all(res, best)],
             mode="markers",
             name="best plan",
-            marker={"size": 16, "symbol": "star", "color": "#222222"},
+            marker={"size": 18, "symbol": "star", "color": "#222222"},
             text=[p.label(best)],
             hovertemplate="best: %{text}<extra></extra>",
         )
     )
     cap = float(e.memory.capacity) / GiB
-    fig.add_vline(x=cap, line_dash="dash", annotation_text=f"GPU memory {cap:.1f} GiB")
+    room = e.workload.memory_headroom
+    label = f"usable memory {cap:.1f} GiB" + (
+        f" ({e.workload.gpu.memory_bytes / GiB:.1f} less a {100 * room:g} % headroom)"
+        if room > 0
+        else ""
+    )
+    fig.add_vline(x=cap, line_dash="dash", annotation_text=label)
     fig.update_xaxes(title_text="memory per GPU (GiB)")
-    fig.update_yaxes(title_text="tokens/s per GPU it runs on")
-    fig.update_layout(height=650, legend={"title": {"text": "layout"}})
+    fig.update_yaxes(title_text=f"tokens/s per GPU (of all {e.workload.num_gpus:,} GPUs)")
+    fig.update_layout(height=650, legend={"title": {"text": "tensor parallel"}})
     return fig
 
 
-def write_search_report(path: Path, res: SearchResult, top: int) -> None:
-    """Write the HTML page of a plan search to ``path`` (whole, or not at all)."""
+def write_search_report(
+    path: Path, res: SearchResult, top: int, good: dict[int, float] | None = None
+) -> None:
+    """Write the HTML page of a plan search to ``path`` (whole, or not at all); ``good``:
+    the top plans' goodput, when failures are priced."""
     check_target(path)  # before the page is built
     e = res.estimate
     w = e.workload
-    header = ("#", "plan", "GPUs used", "step", "tokens/s/GPU used", "MFU", "memory/GPU")
-    rows = [
-        (
-            str(r),
-            e.plans.label(i),
-            f"{int(e.plans.gpus_used()[i]):,}",
-            fmt_time(float(e.step_s[i])),
-            f"{e.tokens_per_s_per_gpu[i]:,.0f}",
-            f"{100 * e.mfu[i]:.1f}%",
-            fmt_bytes(float(e.memory.total[i])),
-        )
-        for r, i in enumerate(res.top(top), 1)
-    ]
+    good = good or {}
+    rows = [search_cells(e, i, r, good.get(i)) for r, i in enumerate(res.top(top), 1)]
     shown = min(len(res.order), MAX_POINTS)
     html = PAGE.render(
         title=f"Parallelism plans for {w.model.name} on {w.num_gpus:,} x {w.gpu.name}",
@@ -112,7 +125,7 @@ def write_search_report(path: Path, res: SearchResult, top: int) -> None:
             f"the fastest {shown:,} are drawn."
         ),
         figure=Markup(search_figure(res).to_html(full_html=False, include_plotlyjs=True)),
-        header=header,
+        header=search_header(bool(good)),
         rows=rows,
         why=explain(res),
     )
