@@ -55,6 +55,17 @@ def parse_quantity(text: str | float | int, kind: str, field: str) -> float:
     return value
 
 
+def parse_duration(text: str, field: str) -> float | None:
+    """Seconds of a time written with its unit (``30min``, ``2h``, ``2112d``); None when
+    ``text`` is not one: unparsable, not a time, not finite, or a bare number (which names
+    no unit)."""
+    try:
+        seconds = parse_quantity(text, "seconds", field)
+    except InputError:
+        return None
+    return None if text.strip()[-1:].isdigit() else seconds
+
+
 def _parse(text: str | float | int, kind: str, field: str) -> float:
     if isinstance(text, int | float):
         return float(text)

@@ -10,13 +10,14 @@ from typing import Any
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
 from gpuscale.catalog.schema import GPU
 from gpuscale.errors import InputError
-from gpuscale.ops.reliability import MAX_TIME_S, WHERE, FailurePolicy
+from gpuscale.ops.reliability import MAX_TIME_S, FailurePolicy
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
 from gpuscale.perf.storage import StoragePolicy, parse_interval
 from gpuscale.spec import load_training_job
-from gpuscale.units import parse_quantity
+from gpuscale.spec.workload import given_as
+from gpuscale.units import parse_duration, parse_quantity
 
 REQUIRED = ("model", "gpu", "gpus")
 DEFAULTS: dict[str, Any] = {
@@ -196,11 +197,8 @@ def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:
 
 def _duration(text: str, field: str, example: str, positive: bool) -> float:
     """A time with its unit (``2112d``, ``10min``): a bare number names none."""
-    try:
-        v = parse_quantity(text, "seconds", field)
-    except InputError:
-        raise InputError(field, text, f"a time with its unit, e.g. {example}") from None
-    if text.strip()[-1:].isdigit():
+    v = parse_duration(text, field)
+    if v is None:
         raise InputError(field, text, f"a time with its unit, e.g. {example}")
     if not (v > 0 if positive else v >= 0) or v > MAX_TIME_S:
         least = "above 0" if positive else "of 0 or more"
@@ -217,14 +215,14 @@ def failure_policy(values: dict[str, Any]) -> FailurePolicy | None:
         raise InputError(
             "gpu-mtbf",
             "(missing)",
-            f"the GPU-time between interruptions ({WHERE['gpu_mtbf']}), e.g. 2112d, with "
+            f"the GPU-time between interruptions ({given_as('gpu_mtbf')}), e.g. 2112d, with "
             "a restart time",
         )
     if restart is None:
         raise InputError(
             "restart-time",
             "(missing)",
-            f"how long a restart takes besides the reload ({WHERE['restart_time']}), e.g. "
+            f"how long a restart takes besides the reload ({given_as('restart_time')}), e.g. "
             "10min, with a GPU MTBF",
         )
     return FailurePolicy(

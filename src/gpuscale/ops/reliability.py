@@ -39,11 +39,6 @@ from gpuscale.errors import InputError
 MAX_TIME_S = 1e12
 """Longest MTBF or restart taken (about 30,000 years)."""
 
-WHERE = {
-    "gpu_mtbf": "--gpu-mtbf or the workload's gpu_mtbf",
-    "restart_time": "--restart-time or the workload's restart_time",
-}
-
 
 @dataclass(frozen=True)
 class FailurePolicy:

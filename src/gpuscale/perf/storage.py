@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.transformer import mtp_param_count, param_count
-from gpuscale.units import parse_quantity
+from gpuscale.spec.workload import given_as
+from gpuscale.units import parse_duration
 
 WEIGHT_BYTES = 2.0
 """The model's own 16-bit copy of each weight in a checkpoint."""
@@ -59,11 +60,6 @@ UINT16_VOCAB = 65500
 MAX_INTERVAL_S = 1e10
 """Longest checkpoint interval taken (about 300 years): beyond any training run."""
 MAX_INTERVAL_STEPS = 10**12
-
-WHERE = {
-    "checkpoint_every": "--checkpoint-every or the workload's checkpoint_every",
-    "storage_write_bw": "--storage-write-bw or the workload's storage_write_bw",
-}
 
 
 @dataclass(frozen=True)
@@ -99,14 +95,14 @@ class StoragePolicy:
             raise InputError(
                 "storage-write-bw",
                 "(missing)",
-                f"the storage's aggregate write rate ({WHERE['storage_write_bw']}), e.g. "
+                f"the storage's aggregate write rate ({given_as('storage_write_bw')}), e.g. "
                 "200GB/s, to price the checkpoints",
             )
         if self.write_Bps is not None and not self.checkpoints:
             raise InputError(
                 "checkpoint-every",
                 "(missing)",
-                f"how often the run saves ({WHERE['checkpoint_every']}), e.g. 30min or "
+                f"how often the run saves ({given_as('checkpoint_every')}), e.g. 30min or "
                 "500steps, to use the write rate",
             )
         for name, v in (("storage-write-bw", self.write_Bps), ("storage-read-bw", self.read_Bps)):
@@ -132,11 +128,8 @@ def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | 
             if not num.isdigit() or not 1 <= int(num) <= MAX_INTERVAL_STEPS:
                 raise InputError(field, text, valid)
             return None, int(num)
-    try:
-        secs = parse_quantity(s, "seconds", field)
-    except InputError:
-        raise InputError(field, text, valid) from None
-    if not 0 < secs <= MAX_INTERVAL_S or s[-1:].isdigit():  # a bare number: steps or seconds?
+    secs = parse_duration(s, field)  # a bare number: steps or seconds? neither
+    if secs is None or not 0 < secs <= MAX_INTERVAL_S:
         raise InputError(field, text, valid)
     return secs, None
 

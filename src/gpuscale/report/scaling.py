@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 from gpuscale.perf.plan import Workload
 from gpuscale.report.cells import scaling_cells, scaling_header, scaling_summary
 from gpuscale.report.page import check_target, template, write_page
-from gpuscale.search.scaling import ScalingPoint
+from gpuscale.search.scaling import TERMS, ScalingPoint
 
 PAGE = template(
     """{% extends "head" %}
@@ -43,24 +43,7 @@ loss of efficiency comes from.</p>
 )
 
 
-TERM_ORDER = (
-    "compute",
-    "recompute",
-    "memory_bound",
-    "quantise",
-    "tp_comm",
-    "cp_comm",
-    "ep_comm",
-    "pp_comm",
-    "bubble",
-    "dp_comm",
-    "optimizer",
-    "overhead",
-    "idle_gpus",
-    "checkpoints",
-    "data_loading",
-    "failures",
-)
+TERM_ORDER = TERMS
 """The GPU-time terms a scaling point can hold, in the order they stack."""
 TERM_COLOURS = dict(zip(TERM_ORDER, colors.qualitative.Alphabet, strict=False))
 """One colour per term in every panel (plotly's 26-colour Alphabet palette)."""

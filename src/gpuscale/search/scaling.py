@@ -23,12 +23,13 @@ GPU-time per token, so the terms split a loss of efficiency (or a gain) exactly:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.plan import Workload
+from gpuscale.perf.step import StepBreakdown
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.search.plans import search_plans
@@ -124,6 +125,16 @@ def gpu_counts(n_max: int, start: int = 8) -> list[int]:
         n *= 2
     counts.append(n_max)
     return counts
+
+
+RUN_TERMS = ("checkpoints", "data_loading", "failures")
+"""The GPU-time terms a point gains when the run's costs are priced (:func:`run_costs`)."""
+TERMS = (
+    *(f.name.removesuffix("_s") for f in fields(StepBreakdown)),
+    "idle_gpus",
+    *RUN_TERMS,
+)
+"""Every GPU-time term a scaling point can hold, in the step breakdown's order."""
 
 
 def run_costs(

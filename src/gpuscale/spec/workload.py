@@ -34,6 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpuscale.errors import InputError, unknown_key
 from gpuscale.spec.files import read_yaml
 
+
+def given_as(key: str) -> str:
+    """Where a workload value can be given: its flag or its workload-file key."""
+    return f"--{key.replace('_', '-')} or the workload's {key}"
+
+
 TEXT_VALID = {
     "tokens": "a count with a decimal prefix, e.g. 15T or 2e12",
     "checkpoint_every": "a time such as 30min, a step count such as 500steps, or best",
