@@ -25,6 +25,7 @@ _UNITS: dict[str, tuple[str, float]] = {
     "b": ("bits", 1.0),
     "bps": ("bits/s", 1.0),
     "bit/s": ("bits/s", 1.0),
+    "b/s": ("bits/s", 1.0),
     "B/s": ("bytes/s", 1.0),
     "Bps": ("bytes/s", 1.0),
     "s": ("seconds", 1.0),
@@ -139,6 +140,15 @@ def fmt_time(s: float) -> str:
     if a >= 1e-3:
         return f"{s * 1e3:.2f} ms"
     return f"{s * 1e6:.1f} us"
+
+
+def fmt_count(x: float) -> str:
+    """A large count the way training runs are told: ``fmt_count(1.56e13) == '15.6T'``
+    (B for billions, as in '300B tokens')."""
+    for p, f in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= f:
+            return f"{x / f:.3g}{p}"
+    return f"{x:.0f}"
 
 
 def fmt_rate(x: float, unit: str) -> str:

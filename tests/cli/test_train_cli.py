@@ -255,7 +255,7 @@ def test_unknown_model_suggests_closest() -> None:
         # GPT-3 has 96 heads; tp 64 divides the GPU count but not the heads
         (["--tp", "64"], ("tp", "64", "96 attention heads")),
         # expert parallelism on a dense model says so, not that ep must divide the experts
-        (["--tp", "8", "--ep", "4"], ("ep=4", "gpt3-175b is a dense model")),
+        (["--tp", "8", "--ep", "4"], ("ep=4", "1 for a dense model (gpt3-175b has no experts)")),
         # an MoE dispatcher gpuscale does not model names the two it does
         (["--tp", "8", "--ep-dispatch", "deepep"], ("ep-dispatch", "deepep", "all_to_all")),
         # a recompute module Megatron-Core does not have names the ones it does

@@ -125,7 +125,7 @@ def test_a_value_from_the_file_is_blamed_on_the_file(tmp_path: Path) -> None:
     r = gpuscale("train", "search", "--workload", str(path))
     assert r.returncode == 2
     assert r.stderr.strip() == (
-        "error: job.yaml:precision='fp32' is invalid: one of bf16, fp16, fp8, fp4"
+        "error: job.yaml:precision='fp32' is invalid: one of bf16, fp16, fp8 on the h100-sxm"
     )
 
 

@@ -61,8 +61,16 @@ def test_goodput_by_hand() -> None:
     total = rel.goodput + rel.checkpoint_share + rel.lost_work_share + rel.restart_share
     assert total == pytest.approx(1.0)
     assert rel.checkpoint_share == pytest.approx(60 / 3917.27, rel=1e-5)
-    # failures' 257.27 s split as the work lost (1830 s) to the restart (600 s)
-    assert rel.lost_work_share == pytest.approx(257.27 / 3917.27 * 1830 / 2430, rel=1e-4)
+    # failures' 257.27 s: M expm1(L/M) = 36000 (e^(3660/36000) - 1) = 3852.52 s, of which
+    # the work lost is 3852.52 - 3660 = 192.52 s and the restarts 3852.52 (e^(600/36000) - 1)
+    # = 64.75 s; 192.52 + 64.75 = 257.27
+    assert rel.lost_work_share == pytest.approx(192.52 / 3917.27, rel=1e-4)
+    assert rel.restart_share == pytest.approx(64.75 / 3917.27, rel=1e-4)
+    # failures strike at 1/M over all 3917.27 s: 0.108813 an interval, each losing 1769.3 s
+    # of work (under the 1830 s of half an interval and its save) and 595.0 s of restart
+    # (under the 600 s of a whole one: some failures cut a restart short)
+    assert rel.lost_per_failure_s == pytest.approx(1769.26, abs=0.05)
+    assert rel.restart_per_failure_s == pytest.approx(595.03, abs=0.05)
 
 
 def test_daly_optimum_by_hand() -> None:

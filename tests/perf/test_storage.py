@@ -30,7 +30,7 @@ from gpuscale.perf.storage import (
 )
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import param_count
-from gpuscale.units import GiB, fmt_time, parse_quantity
+from gpuscale.units import GiB, fmt_count, fmt_time, parse_quantity
 
 TiB = 2.0**40
 
@@ -192,6 +192,23 @@ def test_policy_needs_both_an_interval_and_a_write_rate() -> None:
         StoragePolicy(checkpoint_every_s=float("inf"), write_Bps=1e9).check()
     with pytest.raises(InputError, match="storage-read-bw"):
         StoragePolicy(read_Bps=float("nan")).check()
+
+
+def test_a_link_rate_in_gigabits_per_second_is_read_in_bits() -> None:
+    # Gb/s is gigabits (lower-case b), GB/s gigabytes: 100 Gb/s is 12.5 GB/s
+    assert parse_quantity("100Gb/s", "bytes/s", "r") == 12.5e9
+    assert parse_quantity("100Gbps", "bytes/s", "r") == 12.5e9
+    assert parse_quantity("100GB/s", "bytes/s", "r") == 100e9
+
+
+def test_token_counts_print_as_runs_are_told() -> None:
+    assert [fmt_count(x) for x in (1.56e13, 15e12, 3e11, 2.5e9, 999)] == [
+        "15.6T",
+        "15T",
+        "300B",
+        "2.5B",
+        "999",
+    ]
 
 
 def test_minutes_and_hours_parse_and_print() -> None:

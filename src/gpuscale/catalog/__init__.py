@@ -418,8 +418,16 @@ def system_for_gpu(gpu: GPU) -> System:
     return systems()[generic]
 
 
-def check_precision(gpu: GPU, precision: str, field: str = "precision") -> None:
-    if precision not in PRECISIONS:
-        raise InputError(field, precision, f"one of {', '.join(PRECISIONS)}")
+def check_precision(
+    gpu: GPU, precision: str, field: str = "precision", among: tuple[str, ...] = PRECISIONS
+) -> None:
+    """``precision`` is one of ``among`` (the precisions the caller runs in) and ``gpu``
+    has tensor cores for it; the error lists the ones that are both."""
+    ok = [p for p in among if p in gpu.peak_tflops]
+    if precision not in among:
+        on = f" on the {gpu.key}" if len(ok) < len(among) else ""
+        raise InputError(field, precision, f"one of {', '.join(ok)}{on}")
     if precision not in gpu.peak_tflops:
-        raise InputError(field, precision, f"{gpu.key} supports {', '.join(gpu.peak_tflops)}")
+        raise InputError(
+            field, precision, f"one of {', '.join(ok)} (the {gpu.key} has no {precision} peak)"
+        )

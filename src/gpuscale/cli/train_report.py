@@ -27,7 +27,7 @@ from gpuscale.report.cells import (
 )
 from gpuscale.search.plans import SearchResult, explain, search_plans
 from gpuscale.search.scaling import ScalingPoint
-from gpuscale.units import fmt_bytes, fmt_rate, fmt_time
+from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
 
 
 def model_line(m: Model) -> str:
@@ -113,18 +113,22 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
     """The failure and goodput rows of an estimate (ops/reliability.py)."""
     r, st = s["reliability"], s["storage"]
     reload = st["checkpoint_reload_s"]
-    # the first-order loss: half an interval and its save, plus the background write
-    lost = (r["checkpoint_interval_s"] + st["checkpoint_stall_s"]) / 2 + r["durable_after_s"]
     parts = [f"relaunch {fmt_time(failures.restart_s)}"]
     parts.append(
         f"reload {fmt_time(reload)}" if reload is not None else "reload not priced (no read rate)"
     )
+    lost, back = r["lost_work_per_failure_s"], r["restart_per_failure_s"]
+    cost = (
+        f"on average {fmt_time(lost)} of work since the last durable checkpoint and "
+        f"{fmt_time(back)} of restart"
+        if lost is not None and back is not None
+        else "the work of every interval: failures come faster than an interval completes"
+    )
     t.add_row(
         "failures",
         f"one every {fmt_time(r['job_mtbf_s'])} on {r['gpus']:,} GPUs (GPU MTBF "
-        f"{fmt_time(failures.gpu_mtbf_s)}); each loses the work since the last durable "
-        f"checkpoint (about {fmt_time(lost)}) and the restart "
-        f"({fmt_time(r['restart_s'])}: {', '.join(parts)})",
+        f"{fmt_time(failures.gpu_mtbf_s)}); each costs {cost} (a restart takes "
+        f"{fmt_time(r['restart_s'])}: {', '.join(parts)}; some failures cut one short)",
     )
     best = r["optimal_checkpoint_every_steps"]
     every = st["checkpoint_every_steps"]
@@ -222,7 +226,7 @@ def print_estimate(
                 else ""
             )
             + f"{s['gpu_hours']:,.0f} GPU-hours of the "
-            f"{s['gpus_used']:,} GPUs it uses, for {train_tokens:.3g} tokens)",
+            f"{s['gpus_used']:,} GPUs it uses, for {fmt_count(train_tokens)} tokens)",
         )
     out.print(t)
     notes = list(s.get("notes", []))

@@ -20,8 +20,11 @@ during a restart too) the wall time per tau of work is Daly's complete model (Da
 
 An asynchronous save is durable only once its background write W ends: a failure in that
 window, probability W / (tau + C), loses one more interval, W of work on average, so
-R' = R + W. T - (tau + C) is the time failures take; it is split between lost work and
-restarts as their first-order shares, (tau + C) / 2 + W and R. The best interval is found
+R' = R + W. T - (tau + C) is the time failures take. Of it, the restarts take
+M expm1((tau + C) / M) expm1(R / M) (Daly's sum over failed and completed restarts), lost
+work the rest; failures strike at 1 / M over all of T, so the average interruption loses
+less than (tau + C) / 2 of work (the mean time to a failure within an interval) and less
+than a whole restart (some interruptions cut a restart short). The best interval is found
 by evaluating T over step counts (C changes with tau when asynchronous); for a fixed C it
 is near Daly's sqrt(2 C M) - C.
 """
@@ -110,6 +113,11 @@ class Reliability:
     """Reading data beyond what a step hides."""
     lost_work_share: float
     restart_share: float
+    lost_per_failure_s: float
+    """Work an average interruption loses (inf when nothing trains)."""
+    restart_per_failure_s: float
+    """Restart time an average interruption costs: less than a whole restart, since some
+    interruptions strike a restart and cut it short (inf when nothing trains)."""
     optimal_every_steps: int
     optimal_goodput: float
 
@@ -150,14 +158,22 @@ def reliability(
 
     t, c, lag = wall(every_steps)
     tau = every_steps * busy
+    lost_each = restart_each = math.inf
     if math.isfinite(t) and t > 0:
         g = tau / t
         ckpt = c / t
         lost_all = max(t - tau - c, 0.0) / t
+        # Daly's T - (tau + C) splits exactly into the restarts, M expm1(L/M) expm1(R/M)
+        # with L = tau + C (failed restarts included), and the work lost, the rest (the
+        # lag's extra loss included); failures strike at 1/M over all of T
+        restarts = mtbf * math.expm1((tau + c) / mtbf) * math.expm1(restart / mtbf)
+        rs = min(restarts / t, lost_all)
+        failures = t / mtbf
+        lost_each = (lost_all - rs) * t / failures
+        restart_each = rs * t / failures
     else:  # failures come before an interval completes: nothing trains
-        g, ckpt, lost_all = 0.0, 0.0, 1.0
-    work = (tau + c) / 2.0 + lag
-    lost = lost_all * work / (work + restart) if work + restart > 0 else 0.0
+        g, ckpt, lost_all, rs = 0.0, 0.0, 1.0, 0.0
+    lost = lost_all - rs
     best, best_g = _best_steps(lambda n: n * step_s / wall(n)[0], c, mtbf, busy, every_steps)
     return Reliability(
         gpus=gpus,
@@ -170,7 +186,9 @@ def reliability(
         checkpoint_share=ckpt,
         data_loading_share=g * (1.0 - in_steps),
         lost_work_share=lost,
-        restart_share=lost_all - lost,
+        restart_share=rs,
+        lost_per_failure_s=lost_each,
+        restart_per_failure_s=restart_each,
         optimal_every_steps=best,
         optimal_goodput=best_g,
     )

@@ -118,9 +118,7 @@ class Workload:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= cap:
                 raise InputError(flag, v, f"a positive integer up to {cap:,}")
-        if self.precision not in TRAIN_PRECISIONS:
-            raise InputError("precision", self.precision, f"one of {', '.join(TRAIN_PRECISIONS)}")
-        check_precision(self.gpu, self.precision)
+        check_precision(self.gpu, self.precision, among=TRAIN_PRECISIONS)
         if self.attention not in ATTENTION:
             raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
         if self.elementwise not in ELEMENTWISE:
@@ -416,7 +414,7 @@ def check_plan(w: Workload, p: Plans) -> None:
         )
     ep, vpp = int(p.ep[0]), int(p.vpp[0])
     if ep > 1 and not m.is_moe:
-        raise InputError("ep", ep, f"1: {m.key} is a dense model (no experts)")
+        raise InputError("ep", ep, f"1 for a dense model ({m.key} has no experts)")
     if ep > 1:
         group = tp * dp * cp
         fits = [e for e in range(1, group + 1) if m.num_experts % e == 0 and group % e == 0]

@@ -85,11 +85,18 @@ class TrainingEstimate:
             if not bool(self.memory.fits[i]):
                 out.append("partial recompute: even recomputing every layer, the plan does not fit")
             else:
+                # Megatron counts --recompute-num-layers per virtual pipeline chunk
+                vpp = int(self.plans.vpp[i])
+                chunk = stage / vpp
+                whole = min(math.ceil(frac * chunk - 1e-9), math.ceil(chunk))
+                per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
                 out.append(
                     f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
                     f"are recomputed (~{frac * stage:.1f} of the stage's {stage:.0f}), the "
-                    "least that fits; in Megatron, --recompute-num-layers of whole layers, or "
-                    "selective --recompute-modules that free as much"
+                    "least that fits; in Megatron, --recompute-method block "
+                    f"--recompute-num-layers {whole}{per} (whole layers: a little more "
+                    "memory free, a little more recompute), or selective --recompute-modules "
+                    "that free as much"
                 )
         cap = w.gpu.memory_bytes
         used_mem = float(self.memory.total[i])
@@ -288,6 +295,9 @@ class TrainingEstimate:
                     "data_loading_share": rel.data_loading_share,
                     "lost_work_share": rel.lost_work_share,
                     "restart_share": rel.restart_share,
+                    # an average interruption's cost (None when nothing trains)
+                    "lost_work_per_failure_s": _finite_or_none(rel.lost_per_failure_s),
+                    "restart_per_failure_s": _finite_or_none(rel.restart_per_failure_s),
                     "optimal_checkpoint_every_steps": rel.optimal_every_steps,
                     "optimal_goodput": rel.optimal_goodput,
                 }
@@ -315,6 +325,10 @@ class TrainingEstimate:
             out["time_to_train_s"] = float(secs) if ok else None
             out["gpu_hours"] = float(secs * used / 3600.0) if ok else None
         return out
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def estimate(

@@ -196,6 +196,14 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         d = plans.dp * plans.cp
         alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
         keep &= ~alone | (plans.sharding == SHARDING.index("none"))
+        # ZeRO-1/2 with 16-bit gradients is DeepSpeed's: its pipeline engine does not
+        # interleave, and it has neither Transformer Engine's TP overlap nor ring context
+        # parallelism; a Megatron-Core plan shards with the distributed optimizer (fp32
+        # gradients) or FSDP instead
+        deepspeed = (plans.sharding == SHARDING.index("zero1")) | (
+            plans.sharding == SHARDING.index("zero2")
+        )
+        keep &= ~deepspeed | ((plans.vpp == 1) & (plans.cp == 1) & ~plans.tp_overlap)
     return plans.take(keep)
 
 
@@ -255,8 +263,12 @@ def search_plans(
         if progress is not None:
             progress(int(idx[-1]) + 1, len(kept))
     est = chunks[0] if len(chunks) == 1 else _combine(chunks)
-    # fastest first; plans within a microsecond of each other, the one with less memory
-    order = np.lexsort((est.memory.total, np.round(est.step_s, 6)))
+    # fastest first; plans within a microsecond of each other, the one with less memory,
+    # then the simpler one (fewer context-parallel ranks, then fewer pipeline stages)
+    plans_e = est.plans
+    order = np.lexsort(
+        (plans_e.pp, plans_e.cp, np.round(est.memory.total, -3), np.round(est.step_s, 6))
+    )
     return SearchResult(est, order, evaluated, valid)
 
 
