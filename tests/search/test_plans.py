@@ -331,20 +331,6 @@ def test_partial_recompute_names_layers_per_virtual_chunk() -> None:
     assert f"--recompute-num-layers {math.ceil(frac * 4)} of each 4-layer chunk" in note
 
 
-def test_deepspeed_zero1_and_zero2_are_not_searched_with_megatron_core_features() -> None:
-    # ZeRO-1/2's 16-bit gradients are DeepSpeed's, whose pipeline does not interleave and
-    # which has no TP overlap or ring context parallelism: those plans shard with dist-opt
-    w = workload("llama3-70b", "h100-sxm", 256, 8192, 256)
-    p = enumerate_plans(w)
-    ds = (p.sharding == SHARDING.index("zero1")) | (p.sharding == SHARDING.index("zero2"))
-    assert ds.any()
-    assert not (ds & ((p.vpp > 1) | (p.cp > 1) | p.tp_overlap)).any()
-    assert ((p.sharding == SHARDING.index("dist-opt")) & (p.vpp > 1) & (p.cp > 1)).any()
-    # asked for, the combination is still priced
-    asked = enumerate_plans(w, {"sharding": SHARDING.index("zero1"), "vpp": 2, "pp": 4})
-    assert len(asked) > 0
-
-
 @pytest.mark.parametrize(
     ("seq", "plan", "rule"),
     [
@@ -434,11 +420,30 @@ def test_one_replica_is_listed_once_not_once_per_sharding() -> None:
 def test_a_tie_goes_to_the_plan_without_context_parallelism() -> None:
     # at 8K, CP2 with micro-batch 2 does the same work per GPU as micro-batch 1 without CP,
     # its ring exchange hidden behind the attention: the same step and memory, and the plan
-    # without CP ranks first; the explanation says they are as fast
+    # without CP ranks first
     w = workload("llama3-70b", "h100-sxm", 1024, 8192, 1024)
     res = search_plans(w, CAL)
-    e, b, r = res.estimate, res.best, res.runner_up()
-    assert r is not None
-    assert float(e.step_s[r]) == pytest.approx(float(e.step_s[b]), abs=1e-6)
-    assert int(e.plans.cp[b]) == 1 and int(e.plans.cp[r]) == 2
-    assert "as fast per step (within 0.05 %)" in explain(res)
+    e, top = res.estimate, res.top(5)
+    steps = np.round(e.step_s, 6)
+    mems = np.round(e.memory.total, -3)
+    ties = [
+        (a, b) for a, b in itertools.pairwise(top) if steps[a] == steps[b] and mems[a] == mems[b]
+    ]
+    assert ties, "the top five hold a CP / no-CP pair at the same step and memory"
+    for a, b in ties:
+        assert (int(e.plans.cp[a]), int(e.plans.pp[a])) <= (int(e.plans.cp[b]), int(e.plans.pp[b]))
+    assert any(int(e.plans.cp[a]) < int(e.plans.cp[b]) for a, b in ties)
+
+
+def test_zero1_in_a_megatron_core_plan_says_what_fp32_gradients_would_add() -> None:
+    # interleaving with zero1 is Megatron's distributed optimizer with bf16 gradients; its
+    # default fp32 gradients double the 2-byte gradients the plan holds
+    w = workload("llama3-70b", "h100-sxm", 1024, 8192, 1024)
+    common = dict(tp=4, pp=4, vpp=5, dp=64, mbs=1, sp=True, tp_overlap=True, recompute=0)
+    z1 = estimate(w, Plans.of(sharding=SHARDING.index("zero1"), **common), CAL)
+    dist = estimate(w, Plans.of(sharding=SHARDING.index("dist-opt"), **common), CAL)
+    extra = float(dist.memory.gradients[0] - z1.memory.gradients[0])
+    assert extra == pytest.approx(float(z1.memory.gradients[0]), rel=1e-9)
+    note = next(n for n in z1.notes(0) if n.startswith("zero1 with Megatron-Core"))
+    assert f"{extra / 2**30:.2f} GiB more a GPU here" in note
+    assert not any(n.startswith("zero1 with") for n in dist.notes(0))

@@ -12,11 +12,12 @@ from gpuscale.calibrate import Calibration
 from gpuscale.ops.reliability import FailurePolicy, Reliability, reliability
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, FloatArrayT, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
 from gpuscale.perf.transformer import model_flops_per_token
+from gpuscale.units import fmt_bytes
 
 FloatArray = FloatArrayT
 
@@ -72,6 +73,15 @@ class TrainingEstimate:
                 "idle): its rates per GPU count the GPUs it uses (train scaling counts all)"
             )
         out.extend(self._recompute_notes(i))
+        megatron = vpp > 1 or int(self.plans.cp[i]) > 1 or bool(self.plans.tp_overlap[i])
+        if int(self.plans.sharding[i]) == SHARDING.index("zero1") and megatron:
+            grads = float(self.memory.gradients[i])
+            out.append(
+                "zero1 with Megatron-Core's interleaving, context parallelism or TP overlap "
+                "is its distributed optimizer with 16-bit gradients (ddp.grad_reduce_in_fp32 "
+                "off, as the NeMo and Megatron-Bridge recipes run); Megatron-LM's default "
+                f"keeps fp32 gradients (dist-opt): {fmt_bytes(grads)} more a GPU here"
+            )
         if bool(pipelined_fsdp(self.plans)[i]):
             out.append(
                 "zero2 under a pipeline: the weights stay gathered and the fp32 gradients "

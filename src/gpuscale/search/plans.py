@@ -196,14 +196,6 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         d = plans.dp * plans.cp
         alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
         keep &= ~alone | (plans.sharding == SHARDING.index("none"))
-        # ZeRO-1/2 with 16-bit gradients is DeepSpeed's: its pipeline engine does not
-        # interleave, and it has neither Transformer Engine's TP overlap nor ring context
-        # parallelism; a Megatron-Core plan shards with the distributed optimizer (fp32
-        # gradients) or FSDP instead
-        deepspeed = (plans.sharding == SHARDING.index("zero1")) | (
-            plans.sharding == SHARDING.index("zero2")
-        )
-        keep &= ~deepspeed | ((plans.vpp == 1) & (plans.cp == 1) & ~plans.tp_overlap)
     return plans.take(keep)
 
 
