@@ -18,7 +18,7 @@ from gpuscale.perf.memory import activation_bytes_per_layer
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.recompute import parse_modules, selective_forward_s
 from gpuscale.perf.step import step_breakdown
-from gpuscale.validate.training_rows import UnsupportedRowError, read_recompute_modules
+from gpuscale.validate.training_cells import UnsupportedRowError, read_recompute_modules
 
 CAL = default_calibration()
 

@@ -401,12 +401,32 @@ def test_a_bracketed_run_variant_keeps_the_catalog_model() -> None:
         ("torch.bfloat16", "bf16"),
         ("float16 with loss scaling", "fp16"),
         ("FP8-CS (FP8-MX)", "fp8"),
-        ("mxfp8", "fp8"),
         ("float8 (torchao rowwise)", "fp8"),
+        ("FP8 (E4M3)", "fp8"),
+        ("e4m3", "fp8"),
+        ("bf16 (fp8 disabled)", "bf16"),
+        ("BF16, no FP8", "bf16"),
+        ("w/o fp8 (bf16)", "bf16"),
     ],
 )
 def test_precision_cells_as_tables_write_them(cell: str, precision: str) -> None:
     assert prepare(_row(precision=cell), "test").workload.precision == precision
+
+
+@pytest.mark.parametrize("cell", ["mixed", "AMP", "FP8 off"])
+def test_a_precision_cell_naming_no_format_assumes_bf16_and_says_so(cell: str) -> None:
+    pr = prepare(_row(precision=cell), "test")
+    assert pr.workload.precision == "bf16"
+    assert "precision " in " ".join(pr.notes) and "bf16 assumed" in " ".join(pr.notes)
+
+
+def test_mxfp8_runs_on_blackwell_and_skips_on_hopper() -> None:
+    from gpuscale.validate.training_rows import UnsupportedRowError
+
+    row = _row(precision="MXFP8", gpu="B200 (DGX-B200)")
+    assert prepare(row, "test").workload.precision == "fp8"
+    with pytest.raises(UnsupportedRowError, match="MX formats need tensor cores"):
+        prepare(_row(precision="mxfp8"), "test")  # H100 scales per tensor, not per block
 
 
 def test_a_precision_gpuscale_does_not_model_skips_the_row_naming_it() -> None:

@@ -141,7 +141,7 @@ _SIZE = re.compile(r"\b(\d+(?:\.\d+)?) ?gi?b?\b")
 """A memory size in a lower-cased name: "80GB", "80 GB", "40G", "141GiB"."""
 _POWER = re.compile(r"\b\d+(?:\.\d+)? ?k?w\b")
 """A power figure in a lower-cased name: "700W", "1000 W", "1.2kW" (it names no part)."""
-_COUNT = re.compile(r"^\s*\d+ ?[x\u00d7]\s+|\b\d+x\b")
+_COUNT = re.compile(r"^\s*\d+ ?[x\u00d7](\s+|(?=[a-z]))|\b\d+x\b")
 """A GPU count: "8x MI350X", "8 x H100"."""
 _FORM = re.compile(r"pcie|nvl|oam|sxm\d*")
 """A form-factor word (a whole token)."""
@@ -346,8 +346,14 @@ def _gpu_by_description(name: str) -> str | None:
         cands = [k for k in cands if not _forms(k) & {"pcie", "nvl"}] or cands
     if len(cands) == 1:
         return cands[0]
-    default = _gpu_index().get(family)
-    return default if default in cands else None
+    # the family's own alias ("A100" is the SXM 80 GB part), or its alias for the form
+    # factor named ("A100 PCIe" is the 80 GB PCIe part)
+    forms = {t for t in outer + inner if _FORM.fullmatch(t)}
+    for alias in (family, *(f"{family}-{f}" for f in sorted(forms))):
+        default = _gpu_index().get(_norm(alias))
+        if default in cands:
+            return default
+    return None
 
 
 def _unknown_gpu(field: str, name: str) -> InputError:

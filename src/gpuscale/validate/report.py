@@ -170,6 +170,10 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
     header = [name.strip().lower() for name in (lines[0][1] if lines else [])]
     while header and header[-1] == "":
         header.pop()  # a trailing comma after the last column name
+    twice = sorted({c for c in header if c and header.count(c) > 1})
+    if twice:
+        # the second would silently win over the first
+        raise InputError("--runs", str(path), f"each column once; repeated: {', '.join(twice)}")
     missing = [c for c in required if c not in header]
     if missing:
         hint = (

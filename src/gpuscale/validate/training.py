@@ -9,6 +9,7 @@ for TFLOP/s figures, its ``flop_convention``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import get_gpu, system_for_gpu
+from gpuscale.catalog import system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
@@ -38,6 +39,15 @@ from gpuscale.validate.report import (
     read_rows,
     signed_error_pct,
 )
+from gpuscale.validate.training_cells import (
+    FALSY,
+    TRUTHY,
+    read_gpu,
+    read_precision,
+    read_recompute,
+    read_recompute_modules,
+    read_sharding,
+)
 from gpuscale.validate.training_rows import (
     UnsupportedRowError,
     absent_degrees,
@@ -45,9 +55,6 @@ from gpuscale.validate.training_rows import (
     model_for,
     nics_per_node,
     pipeline_schedule,
-    read_recompute,
-    read_recompute_modules,
-    read_sharding,
     sizes_from_notes,
     zero3_gathers,
 )
@@ -90,9 +97,22 @@ CONVENTIONS = (
     "megatron_model_causal",
     "unspecified",
 )
+MEASURED = {
+    "tokens_per_s_per_gpu": "measured_tokens_per_s_per_gpu",
+    "tflops_per_gpu": "measured_tflops_per_gpu",
+    "mfu": "measured_mfu",
+    "excluded": "measured_tokens_per_s_per_gpu",
+}
+"""The column each target compares."""
 HFU_RATIO_FULL_RECOMPUTE = 1.2
 """Hardware-over-model FLOPs ratio above which a run is taken to recompute fully (full
 recomputation adds one forward, 4/3 of the model FLOPs)."""
+HFU_RATIO_MAX = 1.6
+"""Above it the two figures disagree (4/3 plus the attention and vocabulary terms a FLOP
+count may add or leave out): no recompute is read from them."""
+MIN_MFU = 0.01
+"""A measured figure under this share of the GPU's dense peak is taken to be in another
+unit: published LLM training runs sit at 10-60 % of peak."""
 
 
 @dataclass(frozen=True)
@@ -121,10 +141,6 @@ MAX_TOKENS_PER_STEP = 2**27
 not sequences: twice DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest
 batch published for an LLM pre-training run we know of; Llama 3 405B used 16 M."""
 
-TRUTHY = ("1", "true", "yes", "on")
-FALSY = ("0", "false", "no", "off")
-"""How a yes/no cell (seq_parallel) may be spelled, in any case."""
-
 
 def source_group(source: str) -> str:
     head = re.split(r" \(|,| https?://|;", source, maxsplit=1)[0]
@@ -132,22 +148,23 @@ def source_group(source: str) -> str:
 
 
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
-    target = row["target"]
+    target = row["target"].strip().lower()
     if target not in TARGETS:
-        raise InputError(f"{where}:target", target, f"one of {', '.join(TARGETS)}")
-    conv = row.get("flop_convention", "").strip()
+        raise InputError(f"{where}:target", row["target"], f"one of {', '.join(TARGETS)}")
+    conv = row.get("flop_convention", "").strip().lower()
     if conv not in CONVENTIONS:
         raise InputError(
             f"{where}:flop_convention", conv, f"one of {', '.join(c for c in CONVENTIONS if c)}"
         )
     if not conv and target in ("tflops_per_gpu", "mfu"):
         conv = "unspecified"  # an empty cell: the source does not say how it counts
-    measured_col = {
-        "tokens_per_s_per_gpu": "measured_tokens_per_s_per_gpu",
-        "tflops_per_gpu": "measured_tflops_per_gpu",
-        "mfu": "measured_mfu",
-        "excluded": "measured_tokens_per_s_per_gpu",
-    }[target]
+    measured_col = MEASURED[target]
+    if target == "excluded" and not row.get(measured_col, "").strip():
+        # reported, not scored: with whichever figure the row gives
+        for col in ("measured_tflops_per_gpu", "measured_mfu"):
+            if row.get(col, "").strip():
+                measured_col = col
+                break
     measured = positive(row, measured_col, where)
     if target == "mfu" and measured is not None and measured > 1:
         raise UnsupportedRowError(
@@ -156,10 +173,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     step_s = positive(row, "measured_step_time_s", where)
     if measured is None and step_s is None:
         raise UnsupportedRowError(f"no {measured_col} value")
-    try:
-        gpu = get_gpu(row["gpu"])
-    except InputError:
-        raise UnsupportedRowError(f"GPU {row['gpu']!r} not in the catalog") from None
+    gpu, gpu_note = read_gpu(row["gpu"])
     text = stack_text(row)
     if mentions(text, PEFT):
         raise UnsupportedRowError(
@@ -167,6 +181,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
             "weights take no weight gradients, optimizer state or gradient reduction"
         )
     model, notes = model_for(row, where)
+    if gpu_note:
+        notes.insert(0, gpu_note)
     n_gpus = count(row, "num_gpus", where)
     seq, gbs, from_notes = sizes_from_notes(
         row.get("notes", ""), count(row, "seq_len", where), count(row, "global_batch_seqs", where)
@@ -191,20 +207,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         # only the iteration time is given: the tokens it trains over its GPUs
         measured = gbs * seq / (step_s * n_gpus)
         notes.append("tokens/s per GPU from the measured step time: batch x sequence / (s x GPUs)")
-    prec_raw = row.get("precision", "").lower()
-    if not prec_raw:
-        precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-        notes.append(f"precision not stated: {precision} assumed")
-    elif "fp4" in prec_raw or "float4" in prec_raw:
-        precision = "fp4"
-    elif "fp8" in prec_raw or "float8" in prec_raw:
-        precision = "fp8"
-    elif "bf16" in prec_raw or "bfloat16" in prec_raw:
-        precision = "bf16"
-    elif "fp16" in prec_raw or "float16" in prec_raw or "half" in prec_raw:
-        precision = "fp16"
-    else:
-        raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
+    precision = read_precision(row.get("precision", ""), gpu, notes)
     if precision not in gpu.peak_tflops:
         raise UnsupportedRowError(f"{gpu.key} has no {precision} peak in the catalog")
     # a figure beyond the GPU's dense peak is no per-GPU measurement of this model (an MFU
@@ -224,6 +227,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
                 f"{figure} means {rate / 1e12:,.0f} TFLOP/s per GPU, above {gpu.key}'s "
                 f"{precision} dense peak of {gpu.peak_flops(precision) / 1e12:,.0f}: not a "
                 "per-GPU figure of this model"
+            )
+        if rate < MIN_MFU * gpu.peak_flops(precision):
+            raise UnsupportedRowError(
+                f"{figure} means {rate / 1e12:,.2f} TFLOP/s per GPU, under "
+                f"{100 * MIN_MFU:g} % of {gpu.key}'s {precision} dense peak: check the "
+                "column's unit (a step time in milliseconds, a throughput per node or per run)"
             )
     attention, why = attention_kernel(row, gpu.arch)
     if why:
@@ -274,6 +283,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         v = count(row, col, where)
         if v is not None:
             fixed[key] = v
+    model_par = math.prod(int(fixed.get(k, 1)) for k in ("tp", "pp", "cp"))
+    if "dp" not in fixed and model_par > n_gpus:
+        raise UnsupportedRowError(
+            f"tp x pp x cp = {model_par:,} GPUs, more than the row's num_gpus={n_gpus:,}"
+        )
     notes.extend(absent_degrees(row.get("notes", ""), fixed))
     if "dp" in fixed and "tp" not in fixed and "pp" not in fixed:
         split = megatron_split(w, fixed)
@@ -323,9 +337,14 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         # the row's own two figures: TFLOP/s above the model-FLOPs rate by a third means the
         # source counted a recomputed forward pass (HFU), i.e. the run recomputed fully
         ratio = tf_meas * 1e12 / (tok_meas * model_flops_per_token(model, int(seq), causal=False))
-        if ratio > HFU_RATIO_FULL_RECOMPUTE:
+        if HFU_RATIO_FULL_RECOMPUTE < ratio <= HFU_RATIO_MAX:
             rc = "full"
             notes.append(f"full recompute: reported TFLOP/s are {ratio:.2f}x the model-FLOPs rate")
+        elif ratio > HFU_RATIO_MAX:
+            notes.append(
+                f"the reported TFLOP/s are {ratio:.2f}x the model-FLOPs rate of its tokens/s, "
+                "more than any recomputation adds: recompute not inferred from them"
+            )
     if not rc and re.search(
         r"activation checkpointing on|full (activation )?recompute",
         row.get("notes", ""),
@@ -356,7 +375,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
         fixed["sharding"] = SHARDING.index("zero1")
         notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
-    if re.search(r"megatron-bridge|nemo", row["source"].lower()) and int(fixed.get("tp", 1)) > 1:
+    recipes = re.search(r"megatron-bridge|nemo", row["source"].lower())
+    if recipes and int(fixed.get("tp", 1)) > 1 and fixed.get("sp") is not False:
         # the performance recipes overlap TP communication with the GEMMs whenever TP > 1
         # (tp_comm_overlap: Transformer Engine's userbuffers, under sequence parallelism)
         fixed["tp_overlap"] = True
@@ -375,10 +395,12 @@ def choose_plan(pr: PreparedRow, cal: Calibration) -> tuple[Plans, str]:
     if all(k in fx for k in ("tp", "pp", "dp")):
         stated = {k: fx[k] for k in ("tp", "pp", "dp", "cp") if k in fx}
         used = int(np.prod(list(stated.values())))
-        if used > w.num_gpus:
+        if used != w.num_gpus:
+            # fewer: the row's per-GPU figure and the plan's would count different GPUs
             raise UnsupportedRowError(
                 f"stated {'x'.join(stated)} = {'x'.join(map(str, stated.values()))} = {used} "
-                f"GPUs, more than num_gpus ({w.num_gpus})"
+                f"GPUs, {'more' if used > w.num_gpus else 'fewer'} than num_gpus "
+                f"({w.num_gpus}): the row's degrees and GPU count do not go together"
             )
     try:
         res = search_plans(w, cal, fx, require_fit=False, exact_gpus=True)
@@ -427,11 +449,15 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 # a well-formed value the model refuses (a sequence beyond any run, ...)
                 raise UnsupportedRowError(str(exc)) from None
         except UnsupportedRowError as why:
+            try:  # the figure the row's target compares, where it can be read
+                measured = num(row, MEASURED.get(row["target"].strip().lower(), ""), where)
+            except InputError:
+                measured = None
             rows.append(
                 RowResult(
                     rid,
                     None,
-                    num(row, "measured_tokens_per_s_per_gpu", where),
+                    measured,
                     None,
                     "skipped",
                     str(why),

@@ -19,115 +19,16 @@ from pydantic import ValidationError
 from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import SHARDING, Workload
-from gpuscale.perf.recompute import parse_modules
 from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SkipRow, num
-from gpuscale.validate.training_stack import NEGATOR, OFF, stack_text
+from gpuscale.validate.training_cells import read_sharding
+from gpuscale.validate.training_stack import stack_text
 
 UnsupportedRowError = SkipRow
 """A row gpuscale cannot model yet; the message is the reason."""
 
 
 GPT_VOCAB = 51200  # GPT-2 BPE (50,257) padded as Megatron does, when a row omits vocab
-
-
-SHARD_SPELLINGS = (
-    # (pattern, SHARDING index), first match wins; a cell is read lower-cased
-    (r"no[\s_-]*shard", 0),  # FSDP's NO_SHARD is plain data parallelism
-    (r"shard[\s_-]*grad[\s_-]*op", 3),  # FSDP's SHARD_GRAD_OP is ZeRO-2
-    # and so is FSDP2 keeping the gathered weights from forward to backward
-    (r"(no|without)[\s_-]*reshard|reshard[\s_-]*after[\s_-]*forward\s*[=:]?\s*(false|0|no|off)", 3),
-    # FSDP's FULL_SHARD strategy and FSDP2's fully_shard are ZeRO-3
-    (r"fsdp|full(y)?[\s_-]*shard|zero[\s_-]*(stage[\s_-]*)?3|stage[\s_-]*3", 4),
-    (r"zero[\s_-]*(stage[\s_-]*)?2|stage[\s_-]*2", 3),
-    (r"zero[\s_-]*(stage[\s_-]*)?1|stage[\s_-]*1", 2),
-    # a "distributed optimizer" column ticked yes
-    (r"dist|distributed|^(yes|true|on|1)$", 1),
-    (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0)$", 0),
-)
-_SCHEME = (
-    r"(fsdp[\w-]*|zero[\w-]*(\s*stage[\s_-]*\d)?|(use_)?dist[\w.-]*(\s+optimi[sz]er)?"
-    r"|distributed(\s+optimi[sz]er)?)"
-)
-NEGATED = re.compile(
-    rf"\b{NEGATOR}[\s_-]*{_SCHEME}"
-    rf"|{_SCHEME}\s*[:=(]?\s*{OFF}\s*\)?\s*(?=$|[,;/])"
-)
-"""A sharding the cell says the run did not use, before or after its name ("DDP (no
-dist-opt)", "without ZeRO", "FSDP: off", "use_distributed_optimizer=False"): not the scheme
-the run used."""
-
-
-def read_sharding(cell: str) -> int | None:
-    """The SHARDING index a row's sharding cell names; None when empty.
-
-    Accepts the spellings published tables use ("ZeRO-1", "ZeRO stage 3", "FSDP (full
-    shard)", FSDP's SHARD_GRAD_OP and NO_SHARD, "distributed optimizer", "DDP"), with the
-    schemes a cell says were not used set aside ("distributed optimizer (not ZeRO-3)");
-    anything else is a row gpuscale cannot read.
-    """
-    text = cell.strip().lower()
-    if not text:
-        return None
-    if re.search(r"hybrid[\s_-]*shard|hsdp", text):
-        raise UnsupportedRowError(
-            f"optimizer sharding {cell!r}: hybrid sharding (HSDP) is not modelled"
-        )
-    negated = [m.group(0) for m in NEGATED.finditer(text)]
-    rest = NEGATED.sub(" ", text)
-    if negated and not re.search(r"[a-z0-9]", rest):
-        if any(re.search(r"(zero|stage)[\s_-]*(stage[\s_-]*)?[1-3]", n) for n in negated):
-            # "no ZeRO-3" says which stage the run did not use, not which one it did
-            raise UnsupportedRowError(
-                f"optimizer sharding {cell!r}: the sharding used is not named"
-            )
-        return SHARDING.index("none")
-    for pattern, index in SHARD_SPELLINGS:
-        if re.search(pattern, rest):
-            return index
-    raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
-
-
-_RECOMPUTE = r"((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*"
-RECOMPUTE_OFF = re.compile(
-    rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
-    rf"|{_RECOMPUTE}\s*[:=(]?\s*{OFF}\s*\)?"
-    r"|(none|off|disabled)\b.*"
-)
-"""A recompute cell that says there was none: "no activation checkpointing", "without
-recomputation", "activation checkpointing: off", "gradient checkpointing=False",
-"none (no recompute)"."""
-
-
-def read_recompute(cell: str) -> str:
-    """The RECOMPUTE mode a row's recompute cell names ("" when empty)."""
-    text = cell.strip().lower()
-    if not text:
-        return ""
-    if RECOMPUTE_OFF.fullmatch(text):
-        return "none"
-    for mode, pattern in (
-        ("selective", r"selective|core attention"),
-        ("partial", r"partial|block"),
-        ("none", r"^(none|no|off|false|0|disabled)$"),
-        ("full", r"full|uniform|^(yes|on|true|1|enabled)$|checkpoint"),
-    ):
-        if re.search(pattern, text):
-            return mode
-    raise UnsupportedRowError(f"recompute {cell!r} not modelled")
-
-
-def read_recompute_modules(cell: str) -> tuple[str, ...] | None:
-    """The modules a selective recompute cell names, as Megatron-Core's
-    ``--recompute-modules`` ("selective (layernorm, moe)"), or None when it names none."""
-    found = re.search(r"selective\s*\(([^)]*)\)", cell, re.IGNORECASE)
-    if found is None:
-        return None
-    names = [re.sub(r"\s+", "_", n.strip()) for n in re.split(r"[,;/+]", found.group(1))]
-    try:
-        return parse_modules(names, "recompute")
-    except InputError as exc:
-        raise UnsupportedRowError(f"recompute module {exc.value!r} not modelled") from None
 
 
 MTP_VARIANT = re.compile(r"(?:w/|with)(o|out| no)?\s*MTP", re.IGNORECASE)
@@ -233,6 +134,11 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             ("vocab", "vocab"),
         )
     }
+    for k, v in shape.items():
+        if v is not None and (v < 1 or not v.is_integer()):
+            raise UnsupportedRowError(
+                f"{k}={row[k]!r}: a model's shape is whole numbers of at least 1"
+            )
     base = _catalog_model(row["model"], notes)
     if base is not None and base.mtp_layers and not any("MTP" in n for n in notes):
         notes.append(
@@ -290,7 +196,11 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     if kv and base.mla is None:
         upd["kv_heads"] = int(kv)
     if shape["ffn_hidden"]:
-        upd["dense_ffn_hidden" if base.is_moe else "ffn_hidden"] = int(shape["ffn_hidden"])
+        width = int(shape["ffn_hidden"])
+        if base.is_moe:
+            upd["dense_ffn_hidden"] = width
+        else:  # a dense model's every layer has that MLP
+            upd["ffn_hidden"] = upd["dense_ffn_hidden"] = width
     if upd:
         data = base.model_dump()
         if "hidden" in upd or "heads" in upd:
@@ -301,14 +211,34 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             )
         data.update(upd)
         try:
-            return Model.model_validate(data), notes
+            model = Model.model_validate(data)
         except ValidationError as exc:
             why = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise UnsupportedRowError(
                 f"the row's shape ({', '.join(f'{k}={v}' for k, v in upd.items())}) does not "
                 f"fit {base.key}: {why}"
             ) from None
-    return base, notes
+        shown = {k: v for k, v in upd.items() if k != "dense_ffn_hidden" or base.is_moe}
+        changed = [f"{k}={v}" for k, v in shown.items() if getattr(base, k) != v]
+        if changed:
+            notes.append(f"{base.key} with the row's {', '.join(changed)} (catalog's otherwise)")
+    else:
+        model = base
+    _check_size(model, num(row, "params_b", where), row["model"])
+    return model, notes
+
+
+def _check_size(model: Model, params_b: float | None, name: str) -> None:
+    """A row whose stated parameters are far from its model's (a name and a size that do
+    not go together) is not a run of that model."""
+    if params_b is None:
+        return
+    got = param_count(model)
+    if abs(got / (params_b * 1e9) - 1.0) > SIZE_TOLERANCE:
+        raise UnsupportedRowError(
+            f"params_b={params_b:g} but {name!r} ({model.key}) has {got / 1e9:.1f} B "
+            "parameters: the row's model and size do not go together"
+        )
 
 
 def nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:

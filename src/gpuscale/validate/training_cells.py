@@ -1,0 +1,191 @@
+"""How a training row's cells are spelled: the GPU, the precision, the recompute mode,
+the optimizer sharding and yes/no switches, each read into gpuscale's terms or refused
+with the reason (a :class:`~gpuscale.validate.report.SkipRow`). The rules are listed in
+``validate/README.md``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuscale.catalog import GPU, get_gpu
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import SHARDING
+from gpuscale.perf.recompute import parse_modules
+from gpuscale.validate.report import SkipRow
+from gpuscale.validate.training_stack import NEGATOR, OFF
+
+UnsupportedRowError = SkipRow
+
+TRUTHY = ("1", "true", "yes", "on", "y", "enabled")
+FALSY = ("0", "false", "no", "off", "n", "disabled")
+"""How a yes/no cell (seq_parallel) may be spelled, in any case."""
+
+ARCH_PARTS = {
+    "volta": "v100-sxm2-32gb",
+    "ampere": "a100-sxm-80gb",
+    "hopper": "h100-sxm",
+    "blackwell": "b200",
+}
+"""The data-centre training part of an NVIDIA architecture, for a row that names only the
+architecture ("NVIDIA Ampere GPUs"): the SXM part of the largest memory LLM runs used
+(dense peaks do not depend on the memory size; A800 shares A100's)."""
+MX_ARCHS = ("blackwell", "cdna4")
+"""GPU architectures whose tensor cores take MX block-scaled formats (MXFP8, MXFP4)."""
+LOW_PRECISION_OFF = re.compile(
+    r"\b(no|without|w/o|not)\s+(mx|nv)?fp[48]\b|\b(mx|nv)?fp[48]\s*[(:=]?\s*"
+    r"(off|disabled?|false|no|none)\b"
+)
+"""A low precision a precision cell says the run did not use: "no FP8", "FP8 off",
+"bf16 (fp8 disabled)"."""
+
+
+def read_gpu(cell: str) -> tuple[GPU, str]:
+    """The catalog GPU a row's cell names, and a note when it was read from an
+    architecture's name alone ("" otherwise)."""
+    try:
+        return get_gpu(cell), ""
+    except InputError:
+        arch = re.search(rf"\b({'|'.join(ARCH_PARTS)})\b", cell.lower())
+        if arch is None:
+            raise UnsupportedRowError(f"GPU {cell!r} not in the catalog") from None
+        # an architecture without its part: the part LLM training at scale ran on
+        gpu = get_gpu(ARCH_PARTS[arch.group(1)])
+        return gpu, f"GPU {cell!r} names an architecture, not a part: {gpu.key} assumed"
+
+
+def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
+    """The training precision a row's cell names (bf16, fp16, fp8, fp4); how it was read
+    goes to ``notes``."""
+    prec_cell = cell.lower().strip()
+    # a low precision the cell says was not used ("bf16 (fp8 disabled)", "no FP8")
+    prec_raw = prec_cell
+    if LOW_PRECISION_OFF.search(prec_cell):
+        prec_raw = LOW_PRECISION_OFF.sub(" ", prec_cell).strip(" ,;()")
+        notes.append(f"precision {cell!r}: the low precision it names is off")
+    if not prec_raw or re.fullmatch(
+        r"(mixed|amp|mixed[\s_-]*precision|automatic mixed precision)", prec_raw
+    ):
+        precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+        said = "not stated" if not prec_raw else f"{cell!r} names no format"
+        notes.append(f"precision {said}: {precision} assumed")
+    elif "mxfp8" in prec_raw and gpu.arch not in MX_ARCHS:
+        raise UnsupportedRowError(
+            f"precision {cell!r}: MX formats need tensor cores that scale "
+            f"blocks ({', '.join(MX_ARCHS)}), which the {gpu.key} lacks"
+        )
+    elif re.search(r"e4m3|e5m2", prec_raw):
+        precision = "fp8"
+    elif "fp4" in prec_raw or "float4" in prec_raw:
+        precision = "fp4"
+    elif "fp8" in prec_raw or "float8" in prec_raw:
+        precision = "fp8"
+    elif "bf16" in prec_raw or "bfloat16" in prec_raw:
+        precision = "bf16"
+    elif "fp16" in prec_raw or "float16" in prec_raw or "half" in prec_raw:
+        precision = "fp16"
+    else:
+        raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
+    return precision
+
+
+SHARD_SPELLINGS = (
+    # (pattern, SHARDING index), first match wins; a cell is read lower-cased
+    (r"no[\s_-]*shard", 0),  # FSDP's NO_SHARD is plain data parallelism
+    (r"shard[\s_-]*grad[\s_-]*op", 3),  # FSDP's SHARD_GRAD_OP is ZeRO-2
+    # and so is FSDP2 keeping the gathered weights from forward to backward
+    (r"(no|without)[\s_-]*reshard|reshard[\s_-]*after[\s_-]*forward\s*[=:]?\s*(false|0|no|off)", 3),
+    # FSDP's FULL_SHARD strategy and FSDP2's fully_shard are ZeRO-3
+    (r"fsdp|full(y)?[\s_-]*shard|zero[\s_-]*(stage[\s_-]*)?3|stage[\s_-]*3", 4),
+    (r"zero[\s_-]*(stage[\s_-]*)?2|stage[\s_-]*2", 3),
+    (r"zero[\s_-]*(stage[\s_-]*)?1|stage[\s_-]*1", 2),
+    # a "distributed optimizer" column ticked yes
+    (r"dist|distributed|^(yes|true|on|1|y|enabled)$", 1),
+    (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0|n|disabled)$", 0),
+)
+_SCHEME = (
+    r"(fsdp[\w-]*|zero[\w-]*(\s*stage[\s_-]*\d)?|(use_)?dist[\w.-]*(\s+optimi[sz]er)?"
+    r"|distributed(\s+optimi[sz]er)?)"
+)
+NEGATED = re.compile(
+    rf"\b{NEGATOR}[\s_-]*{_SCHEME}"
+    rf"|{_SCHEME}\s*[:=(]?\s*{OFF}\s*\)?\s*(?=$|[,;/])"
+)
+"""A sharding the cell says the run did not use, before or after its name ("DDP (no
+dist-opt)", "without ZeRO", "FSDP: off", "use_distributed_optimizer=False"): not the scheme
+the run used."""
+
+
+def read_sharding(cell: str) -> int | None:
+    """The SHARDING index a row's sharding cell names; None when empty.
+
+    Accepts the spellings published tables use ("ZeRO-1", "ZeRO stage 3", "FSDP (full
+    shard)", FSDP's SHARD_GRAD_OP and NO_SHARD, "distributed optimizer", "DDP"), with the
+    schemes a cell says were not used set aside ("distributed optimizer (not ZeRO-3)");
+    anything else is a row gpuscale cannot read.
+    """
+    text = cell.strip().lower()
+    if not text:
+        return None
+    if re.search(r"hybrid[\s_-]*shard|hsdp", text):
+        raise UnsupportedRowError(
+            f"optimizer sharding {cell!r}: hybrid sharding (HSDP) is not modelled"
+        )
+    negated = [m.group(0) for m in NEGATED.finditer(text)]
+    rest = NEGATED.sub(" ", text)
+    if negated and not re.search(r"[a-z0-9]", rest):
+        if any(re.search(r"(zero|stage)[\s_-]*(stage[\s_-]*)?[1-3]", n) for n in negated):
+            # "no ZeRO-3" says which stage the run did not use, not which one it did
+            raise UnsupportedRowError(
+                f"optimizer sharding {cell!r}: the sharding used is not named"
+            )
+        return SHARDING.index("none")
+    for pattern, index in SHARD_SPELLINGS:
+        if re.search(pattern, rest):
+            return index
+    raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
+
+
+_RECOMPUTE = r"((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*"
+RECOMPUTE_OFF = re.compile(
+    rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
+    rf"|{_RECOMPUTE}\s*[:=(]?\s*{OFF}\s*\)?"
+    r"|(none|off|disabled)\b.*"
+)
+"""A recompute cell that says there was none: "no activation checkpointing", "without
+recomputation", "activation checkpointing: off", "gradient checkpointing=False",
+"none (no recompute)"."""
+
+
+def read_recompute(cell: str) -> str:
+    """The RECOMPUTE mode a row's recompute cell names ("" when empty)."""
+    text = cell.strip().lower()
+    if not text:
+        return ""
+    if RECOMPUTE_OFF.fullmatch(text):
+        return "none"
+    if re.fullmatch(r"(no|none|off)[\s_-]*ac", text):
+        return "none"  # torchtitan's activation-checkpointing (AC) switched off
+    for mode, pattern in (
+        ("selective", r"selective|core attention|\bsac\b"),
+        # Megatron's block method over N layers of a stage ("full (4 layers)")
+        ("partial", r"partial|block|(?<!all )\b\d+\s*layers?\b"),
+        ("none", r"^(none|no|off|false|0|disabled|n)$"),
+        ("full", r"full|uniform|^(yes|on|true|1|enabled|y)$|checkpoint|\bac\b"),
+    ):
+        if re.search(pattern, text):
+            return mode
+    raise UnsupportedRowError(f"recompute {cell!r} not modelled")
+
+
+def read_recompute_modules(cell: str) -> tuple[str, ...] | None:
+    """The modules a selective recompute cell names, as Megatron-Core's
+    ``--recompute-modules`` ("selective (layernorm, moe)"), or None when it names none."""
+    found = re.search(r"selective\s*\(([^)]*)\)", cell, re.IGNORECASE)
+    if found is None:
+        return None
+    names = [re.sub(r"\s+", "_", n.strip()) for n in re.split(r"[,;/+]", found.group(1))]
+    try:
+        return parse_modules(names, "recompute")
+    except InputError as exc:
+        raise UnsupportedRowError(f"recompute module {exc.value!r} not modelled") from None

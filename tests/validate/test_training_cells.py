@@ -1,0 +1,171 @@
+"""How published rows' cells are read: the spellings of other tables, rows that contradict
+themselves, and figures in the wrong unit. Each case is a row of another file that must
+be read as its source meant, or skipped with the reason, never misread."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from test_training_rows import COLUMNS, _row
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import RECOMPUTE, SHARDING
+from gpuscale.perf.transformer import param_count
+from gpuscale.validate.report import SkipRow
+from gpuscale.validate.training import choose_plan, prepare, validate_training
+from gpuscale.validate.training_cells import read_recompute, read_sharding
+from gpuscale.validate.training_rows import model_for
+
+
+def _write(tmp_path: Path, rows: list[dict[str, str]], header: list[str] | None = None) -> Path:
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header or COLUMNS)
+        for r in rows:
+            w.writerow([r.get(c, "") for c in COLUMNS])
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("8xH100", "h100-sxm"),  # a count written against the part
+        ("8×MI300X", "mi300x"),
+        ("A100 (PCIe)", "a100-pcie-80gb"),  # no size: the 80 GB part, as a bare "A100" is
+        ("NVIDIA A100 PCIe", "a100-pcie-80gb"),
+        ("A100 PCIe 40GB", "a100-pcie-40gb"),
+    ],
+)
+def test_gpu_spellings_of_other_tables(name: str, key: str) -> None:
+    assert get_gpu(name).key == key
+
+
+@pytest.mark.parametrize(
+    ("cell", "key"),
+    [
+        ("NVIDIA Ampere (SKU not stated)", "a100-sxm-80gb"),
+        ("NVIDIA Hopper GPUs", "h100-sxm"),
+        ("Blackwell", "b200"),
+    ],
+)
+def test_an_architecture_without_its_part_is_its_training_part_and_says_so(
+    cell: str, key: str
+) -> None:
+    pr = prepare(_row(gpu=cell, measured_tokens_per_s_per_gpu="300"), "test")
+    assert pr.workload.gpu.key == key
+    assert pr.notes[0] == f"GPU {cell!r} names an architecture, not a part: {key} assumed"
+
+
+def test_a_row_whose_degrees_use_fewer_gpus_than_it_states_is_skipped() -> None:
+    # TP8 x PP4 x DP2 = 64 GPUs on a row of 128: its per-GPU figure counts other GPUs
+    pr = prepare(_row(num_gpus="128", tp="8", pp="4", dp="2"), "test")
+    with pytest.raises(SkipRow, match=r"= 64 GPUs, fewer than num_gpus \(128\)"):
+        choose_plan(pr, default_calibration())
+
+
+def test_a_dense_catalog_model_takes_the_rows_ffn_width() -> None:
+    # Llama 3 70B with a 14,336-wide MLP (the row's) instead of its 28,672
+    base, _ = model_for({"model": "llama3-70b"}, "r")
+    model, notes = model_for({"model": "llama3-70b", "ffn_hidden": "14336"}, "r")
+    assert model.ffn_hidden == model.dense_ffn_hidden == 14336
+    # 80 layers x 3 matrices x 8192 x (28672 - 14336) fewer MLP weights
+    assert param_count(base) - param_count(model) == 80 * 3 * 8192 * (28672 - 14336)
+    assert notes == ["llama3-70b with the row's ffn_hidden=14336 (catalog's otherwise)"]
+
+
+def test_a_catalog_model_and_a_stated_size_that_disagree_skip_the_row() -> None:
+    with pytest.raises(SkipRow, match=r"params_b=70 but 'llama3-8b' \(llama3-8b\) has 8\.0 B"):
+        model_for({"model": "llama3-8b", "params_b": "70"}, "r")
+    model, _ = model_for({"model": "llama3-70b", "params_b": "70"}, "r")  # within 25 %
+    assert model.key == "llama3-70b"
+
+
+@pytest.mark.parametrize(("col", "value"), [("heads", "64.5"), ("layers", "80.5"), ("vocab", "0")])
+def test_a_shape_cell_that_is_no_whole_number_skips_the_row(col: str, value: str) -> None:
+    with pytest.raises(SkipRow, match=f"{col}={value!r}: a model's shape is whole numbers"):
+        model_for({"model": "llama3-70b", col: value}, "r")
+
+
+def test_a_measurement_far_below_any_runs_rate_is_in_another_unit() -> None:
+    # 10,200 s a step (milliseconds in a seconds column): 128 x 8192 / 10200 / 64 = 1.6
+    # tokens/s per GPU, 0.7 TFLOP/s of the H100's 989
+    row = _row(measured_tokens_per_s_per_gpu="", measured_step_time_s="10200")
+    with pytest.raises(SkipRow, match="under 1 % of h100-sxm's bf16 dense peak: check"):
+        prepare(row, "test")
+
+
+def test_reported_tflops_beyond_any_recompute_leave_the_recompute_to_the_search() -> None:
+    # 1,000 tokens/s of Llama 3 70B at 8K is ~0.48 PFLOP/s of model FLOPs: 2,000 TFLOP/s
+    # reported would be 4x, more than recomputation adds (4/3)
+    pr = prepare(_row(measured_tflops_per_gpu="2000"), "test")
+    assert "recompute" not in pr.fixed
+    assert any("more than any recomputation adds" in n for n in pr.notes)
+    pr = prepare(_row(measured_tflops_per_gpu="630"), "test")  # 1.31x: full recompute
+    assert pr.fixed["recompute"] == RECOMPUTE.index("full")
+
+
+def test_sequence_parallelism_off_keeps_the_recipes_tp_overlap_off() -> None:
+    # TP overlap needs SP; a recipe row that turns SP off runs TP without it
+    pr = prepare(_row(source="NeMo performance summary", tp="4", seq_parallel="0"), "test")
+    assert pr.fixed["sp"] is False and "tp_overlap" not in pr.fixed
+
+
+@pytest.mark.parametrize(
+    ("cell", "mode"),
+    [
+        ("SAC", "selective"),
+        ("AC", "full"),
+        ("no AC", "none"),
+        ("Y", "full"),
+        ("N", "none"),
+        ("full (4 layers)", "partial"),  # Megatron's block method over 4 layers a stage
+        ("full (all 80 layers)", "full"),
+    ],
+)
+def test_recompute_spellings(cell: str, mode: str) -> None:
+    assert read_recompute(cell) == mode
+
+
+@pytest.mark.parametrize(("cell", "mode"), [("Y", "dist-opt"), ("disabled", "none")])
+def test_sharding_yes_no_spellings(cell: str, mode: str) -> None:
+    assert read_sharding(cell) == SHARDING.index(mode)
+
+
+def test_target_and_convention_are_read_in_any_case(tmp_path: Path) -> None:
+    row = _row(
+        target="TFLOPS_per_GPU",
+        flop_convention="Megatron_Model_Causal",
+        measured_tflops_per_gpu="400",
+        measured_tokens_per_s_per_gpu="",
+    )
+    report = validate_training(_write(tmp_path, [row]), default_calibration())
+    assert report.rows[0].status == "scored" and report.rows[0].measured == 400.0
+
+
+def test_an_excluded_row_with_only_tflops_is_reported(tmp_path: Path) -> None:
+    row = _row(target="excluded", measured_tflops_per_gpu="400", measured_tokens_per_s_per_gpu="")
+    report = validate_training(_write(tmp_path, [row]), default_calibration())
+    assert report.rows[0].status == "reported"
+
+
+def test_a_skipped_row_shows_the_figure_its_target_compares(tmp_path: Path) -> None:
+    row = _row(
+        gpu="TPU v5p",
+        target="mfu",
+        measured_mfu="0.45",
+        measured_tokens_per_s_per_gpu="1602",
+    )
+    report = validate_training(_write(tmp_path, [row]), default_calibration())
+    assert report.rows[0].status == "skipped" and report.rows[0].measured == 0.45
+
+
+def test_a_column_named_twice_is_a_file_error(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join([*COLUMNS, "gpu"]) + "\n")
+    with pytest.raises(InputError, match="each column once; repeated: gpu"):
+        validate_training(path, default_calibration())
