@@ -116,11 +116,17 @@ def _example(kind: str) -> str:
 def fmt_bytes(n: float, binary: bool = True) -> str:
     """Human bytes: ``fmt_bytes(2**30) == '1.00 GiB'``."""
     if binary:
-        for p, f in (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10)):
+        for p, f in (
+            ("Pi", 2.0**50),
+            ("Ti", 2.0**40),
+            ("Gi", 2.0**30),
+            ("Mi", 2.0**20),
+            ("Ki", 2.0**10),
+        ):
             if abs(n) >= f:
                 return f"{n / f:.2f} {p}B"
         return f"{n:.0f} B"
-    for p, f in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    for p, f in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= f:
             return f"{n / f:.2f} {p}B"
     return f"{n:.0f} B"

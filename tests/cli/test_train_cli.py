@@ -555,3 +555,14 @@ def test_scaling_with_no_count_that_fits_is_an_error() -> None:
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("error: gpus=4 is invalid: a count where some plan fits; at 4 GPUs,")
     assert "too few for llama3-70b" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_low_precision_mfu_is_also_given_against_the_bf16_peak() -> None:
+    args = ("--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "8192")
+    plan = ("--global-batch", "128", "--tp", "4", "--pp", "2", "--dist-opt")
+    r = gpuscale("train", "estimate", *args, *plan, "--precision", "fp8", "--json")
+    s = json.loads(r.stdout)
+    bf16 = s["model_tflops_per_gpu"] / 989.4  # H100 SXM's dense bf16 peak, TFLOP/s
+    text = gpuscale("train", "estimate", *args, *plan, "--precision", "fp8").stdout
+    row = " ".join(text.replace("\u2502", " ").split())  # the table may wrap a cell
+    assert f"{100 * s['mfu']:.1f}% of fp8 dense peak; {100 * bf16:.1f}% of the bf16" in row

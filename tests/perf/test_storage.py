@@ -157,6 +157,32 @@ def test_time_to_train_adds_every_checkpoint() -> None:
     assert np.isclose(s["step_time_s"], plain["step_time_s"])  # the step itself is unchanged
 
 
+def test_a_run_that_saves_every_few_steps_or_restarts_slowly_says_what_it_asks() -> None:
+    from gpuscale.ops.reliability import FailurePolicy
+
+    w = workload("llama3-70b", gpus=1024, gbs=1024)
+    e = estimate(w, Plans.of(tp=8, pp=4, dp=32, sharding=1), default_calibration())
+    step = float(e.step_s[0])
+    # every step, asynchronously at 1 TB/s: 987.75 GB a save, 86,400 / (step + stall) a day
+    pol = StoragePolicy(checkpoint_every_steps=1, write_Bps=1e12, asynchronous=True)
+    cost = e.storage(0, pol)
+    s = e.summary(0, None, pol)
+    per_day = cost.checkpoint_bytes * 86400 / (step + cost.checkpoint_stall_s)
+    assert any(
+        n.startswith("saving every") and f"{per_day / 1e15:.2f} PB a day" in n for n in s["notes"]
+    )
+    # the background write (0.99 s) takes most of each interval when the step is short
+    slow = StoragePolicy(
+        checkpoint_every_steps=1, write_Bps=0.9 * 987.75e9 / step, asynchronous=True
+    )
+    assert any("keep the storage busy" in n for n in e.summary(0, None, slow)["notes"])
+    # a 1-day restart against a job MTBF of 2112 d / 1024 GPUs = 2.06 days: fine; 3 days not
+    ok = e.summary(0, None, pol, FailurePolicy(2112 * 86400.0, 86400.0))
+    assert not any(n.startswith("a restart") for n in ok.get("notes", []))
+    bad = e.summary(0, None, pol, FailurePolicy(2112 * 86400.0, 3 * 86400.0))
+    assert any(n.startswith("a restart (3.0 days) takes longer") for n in bad["notes"])
+
+
 @pytest.mark.parametrize(
     ("text", "want"),
     [

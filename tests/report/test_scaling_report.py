@@ -133,3 +133,23 @@ def test_a_failed_write_is_an_input_error_and_leaves_nothing(
     with pytest.raises(InputError, match="No space left on device"):
         write_scaling_report(tmp_path / "r.html", w, curves)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_page_says_how_each_mode_sets_the_batch(tmp_path: Path) -> None:
+    w = workload(64)
+    cal = default_calibration()
+    for mode, said in (
+        ("strong", "Strong scaling: a global batch of 512 sequences at every GPU count."),
+        ("weak", "Weak scaling: the global batch grows with the GPUs, 512 sequences at 64."),
+    ):
+        path = tmp_path / f"{mode}.html"
+        write_scaling_report(path, w, {mode: scaling_curve(w, cal, mode)})
+        assert said in path.read_text()
+
+
+def test_rates_net_of_run_costs_are_marked_as_such() -> None:
+    from gpuscale.report.cells import scaling_header
+
+    assert scaling_header(False)[4:6] == ("tok/s/GPU", "MFU")
+    # with checkpoints priced the rates count their time: not a search's per-step rates
+    assert scaling_header(True)[4:7] == ("tok/s/GPU net", "MFU net", "goodput")

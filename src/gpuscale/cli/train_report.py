@@ -198,10 +198,15 @@ def print_estimate(
             )
     t.add_row("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}")
     t.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
-    mfu = f"{100 * s['mfu']:.1f}% of {e.workload.precision} dense peak"
-    if e.workload.precision in ("bf16", "fp16"):
+    w = e.workload
+    mfu = f"{100 * s['mfu']:.1f}% of {w.precision} dense peak"
+    if w.precision in ("bf16", "fp16"):
         # what a GEMM can reach on this GPU, the bar an MFU is fairly compared with
-        mfu += f" (its best GEMM reaches {100 * e.workload.gpu.matmul_eff:.0f}%)"
+        mfu += f" (its best GEMM reaches {100 * w.gpu.matmul_eff:.0f}%)"
+    elif "bf16" in w.gpu.peak_tflops:
+        # low-precision runs are often quoted against the bf16 peak: both, to compare
+        bf16 = s["model_tflops_per_gpu"] * 1e12 / w.gpu.peak_flops("bf16")
+        mfu += f"; {100 * bf16:.1f}% of the bf16 dense peak"
     t.add_row("MFU", mfu)
     if storage is not None:
         _storage_rows(t, s, storage)
@@ -330,8 +335,15 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank."
         + (
             " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "
-            "data loading and failures; tok/s/GPU, MFU and eff. count that time."
+            "data loading and failures; tok/s/GPU net, MFU net and eff. count that time (a "
+            "search or an estimate gives them per step)."
             if any(p.goodput is not None for p in pts)
+            else ""
+        )
+        + (
+            " eff. above 100 %: the first point fits only with recomputation or sharding "
+            "that more GPUs let the plan drop."
+            if any((p.efficiency or 0.0) > 1.0 for p in pts)
             else ""
         ),
     )

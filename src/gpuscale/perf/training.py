@@ -17,7 +17,7 @@ from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
 from gpuscale.perf.transformer import model_flops_per_token
-from gpuscale.units import fmt_bytes
+from gpuscale.units import fmt_bytes, fmt_time
 
 FloatArray = FloatArrayT
 
@@ -311,6 +311,9 @@ class TrainingEstimate:
                     "optimal_checkpoint_every_steps": rel.optimal_every_steps,
                     "optimal_goodput": rel.optimal_goodput,
                 }
+        run_notes = _run_notes(cost, storage, rel)
+        if run_notes:
+            out.setdefault("notes", []).extend(run_notes)
         if train_tokens is not None:
             # a plan that does not fit trains nothing: no time is given for it
             fits = bool(self.memory.fits[i])
@@ -335,6 +338,38 @@ class TrainingEstimate:
             out["time_to_train_s"] = float(secs) if ok else None
             out["gpu_hours"] = float(secs * used / 3600.0) if ok else None
         return out
+
+
+FREQUENT_SAVE_S = 300.0
+"""Saving more often than this makes the checkpoint volume a question for the storage."""
+
+
+def _run_notes(
+    cost: StorageCost | None, storage: StoragePolicy | None, rel: Reliability | None
+) -> list[str]:
+    """What a run's checkpoints and failures ask of the cluster beyond the figures."""
+    out = []
+    if cost is not None and storage is not None and cost.checkpoint_every_steps:
+        interval = cost.checkpoint_interval_s + cost.checkpoint_stall_s
+        if interval < FREQUENT_SAVE_S:
+            per_day = cost.checkpoint_bytes * 86400.0 / interval
+            out.append(
+                f"saving every {fmt_time(interval)} writes {fmt_bytes(per_day, binary=False)} "
+                "a day: check the storage's capacity, retention and endurance for that volume"
+            )
+        if storage.asynchronous and cost.checkpoint_write_s > 0.5 * interval:
+            out.append(
+                f"the background writes keep the storage busy "
+                f"{100 * min(cost.checkpoint_write_s / interval, 1.0):.0f} % of the time, "
+                "competing with data loading and other jobs for its bandwidth"
+            )
+    if rel is not None and rel.restart_s >= rel.job_mtbf_s:
+        out.append(
+            f"a restart ({fmt_time(rel.restart_s)}) takes longer than the time between "
+            f"failures ({fmt_time(rel.job_mtbf_s)}): the job spends most of its time "
+            "restarting; restart and reload faster, or run on fewer GPUs"
+        )
+    return out
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -12,9 +12,20 @@ SHOWN = 0.0005
 
 
 def scaling_header(run: bool) -> tuple[str, ...]:
-    """Column names; ``run``: checkpoints (and failures) are priced, so goodput shows."""
-    rate = ("GPUs", "batch", "best plan", "step", "tok/s/GPU", "MFU")
-    return (*rate, *(("goodput",) if run else ()), "eff.", "vs previous point")
+    """Column names; ``run``: checkpoints (and failures) are priced, so goodput shows, and
+    the rates are net of that time (marked, since a search or an estimate gives them per
+    step)."""
+    rates = ("tok/s/GPU net", "MFU net") if run else ("tok/s/GPU", "MFU")
+    return (
+        "GPUs",
+        "batch",
+        "best plan",
+        "step",
+        *rates,
+        *(("goodput",) if run else ()),
+        "eff.",
+        "vs previous point",
+    )
 
 
 def scaling_cells(p: ScalingPoint, run: bool, none: str) -> tuple[str, ...]:

@@ -120,6 +120,12 @@ def scaling_figure(curves: dict[str, list[ScalingPoint]]) -> go.Figure:
     return fig
 
 
+BATCH_RULE = {
+    "strong": "Strong scaling: a global batch of {b:,} sequences at every GPU count.",
+    "weak": "Weak scaling: the global batch grows with the GPUs, {b:,} sequences at {n:,}.",
+}
+
+
 def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[ScalingPoint]]) -> None:
     """Write the HTML page for ``curves`` to ``path`` (whole, or not at all)."""
     check_target(path)  # before the page is built
@@ -128,8 +134,8 @@ def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[Scaling
     html = PAGE.render(
         title=f"Scaling of {w.model.name} on {w.gpu.name}",
         workload=(
-            f"{w.model.name}, sequence {w.seq_len:,}, global batch {w.global_batch:,} "
-            f"at {w.num_gpus:,} GPUs, {w.precision}, {w.system.name}."
+            f"{w.model.name}, sequence {w.seq_len:,}, {w.precision}, {w.system.name}; "
+            + " ".join(BATCH_RULE[m].format(b=w.global_batch, n=w.num_gpus) for m in curves)
         ),
         run=run,
         # plotly's own markup, with plotly.js inlined so that the page works offline
