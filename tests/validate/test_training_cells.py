@@ -169,3 +169,16 @@ def test_a_column_named_twice_is_a_file_error(tmp_path: Path) -> None:
     path.write_text(",".join([*COLUMNS, "gpu"]) + "\n")
     with pytest.raises(InputError, match="each column once; repeated: gpu"):
         validate_training(path, default_calibration())
+
+
+def test_a_shape_with_a_swiglu_width_and_no_size_is_read_gated() -> None:
+    # Llama 3 70B's shape under another name: an FFN of 3.5 x hidden is no plain MLP (4 x)
+    cells = {"layers": "80", "hidden": "8192", "ffn_hidden": "28672", "heads": "64"}
+    model, notes = model_for({"model": "Custom 70B", "vocab": "128256", **cells}, "r")
+    assert model.gated_mlp
+    assert "gated MLP (SwiGLU) assumed: an FFN of 3.50 x hidden" in " ".join(notes)
+    assert "KV heads not stated: one per query head" in " ".join(notes)
+    # a GPT width stays a plain MLP
+    gpt = {"layers": "96", "hidden": "12288", "ffn_hidden": "49152", "heads": "96"}
+    model, notes = model_for({"model": "Custom 175B", **gpt}, "r")
+    assert not model.gated_mlp

@@ -91,6 +91,8 @@ def _first_int(patterns: tuple[re.Pattern[str], ...], text: str, last: bool) -> 
     return None
 
 
+GPT_FFN_SLACK = 0.05
+"""How far an FFN width may sit from 4 x hidden and still be read as a plain MLP."""
 SIZE_TOLERANCE = 0.25
 """Largest relative gap between the parameters a row states and those its shape gives."""
 
@@ -105,6 +107,14 @@ def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -
     """
     model = Model.model_validate({**body, "key": body["name"]})
     if params_b is None:
+        ratio = body.get("ffn_hidden", 4 * body["hidden"]) / body["hidden"]
+        if abs(ratio / 4.0 - 1.0) > GPT_FFN_SLACK:
+            # a plain MLP is 4 x hidden; SwiGLU models keep its parameters at 8/3 x or so
+            notes.append(
+                f"gated MLP (SwiGLU) assumed: an FFN of {ratio:.2f} x hidden is not a plain "
+                "MLP's 4 x (no params_b to tell)"
+            )
+            return Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
         return model
     stated = params_b * 1e9
     if "ffn_hidden" in body:
@@ -177,6 +187,8 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             body["ffn_hidden"] = int(shape["ffn_hidden"])
         if shape["kv_heads"]:
             body["kv_heads"] = int(shape["kv_heads"])
+        else:
+            notes.append("KV heads not stated: one per query head (multi-head attention)")
         said = f"{row['model']} {row.get('notes', '')}"
         experts, top_k = _first_int(EXPERTS, said, False), _first_int(TOP_K, said, True)
         if experts and top_k and experts > 1:
