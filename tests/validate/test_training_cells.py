@@ -182,3 +182,18 @@ def test_a_shape_with_a_swiglu_width_and_no_size_is_read_gated() -> None:
     gpt = {"layers": "96", "hidden": "12288", "ffn_hidden": "49152", "heads": "96"}
     model, notes = model_for({"model": "Custom 175B", **gpt}, "r")
     assert not model.gated_mlp
+
+
+def test_model_parallel_degrees_that_do_not_divide_the_gpus_skip_the_row() -> None:
+    # TP8 x PP3 = 24 on 64 GPUs: no whole number of replicas, so no plan uses them all
+    with pytest.raises(SkipRow, match="tp x pp x cp = 24 GPUs does not divide the row's"):
+        prepare(_row(tp="8", pp="3"), "test")
+    with pytest.raises(SkipRow, match="tp x pp x cp = 128 GPUs is more than the row's"):
+        prepare(_row(tp="8", pp="16"), "test")
+
+
+def test_a_micro_batch_that_does_not_fit_the_batch_is_named() -> None:
+    # DP2 x micro-batch 128 = 256 sequences a step against a global batch of 128
+    pr = prepare(_row(tp="8", pp="4", dp="2", micro_batch="128"), "test")
+    with pytest.raises(SkipRow, match="dp x micro-batch = 2 x 128 = 256 does not divide"):
+        choose_plan(pr, default_calibration())

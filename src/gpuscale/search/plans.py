@@ -322,6 +322,17 @@ def _no_plan_reason(
         f"for {w.model.key} on {w.num_gpus} GPUs with global batch {w.global_batch} and "
         f"sequence {w.seq_len}"
     )
+    fx = fixed or {}
+    model_par = int(np.prod([int(fx.get(k) or 1) for k in ("tp", "pp", "cp")]))
+    if rules is None and w.num_gpus % model_par:
+        return f"no plan {where}: tp x pp x cp = {model_par} does not divide the {w.num_gpus} GPUs"
+    if rules is None and fx.get("mbs") and fx.get("dp"):
+        per = int(fx["dp"]) * int(fx["mbs"])
+        if w.global_batch % per:
+            return (
+                f"no plan {where}: dp x micro-batch = {fx['dp']} x {fx['mbs']} = {per} does "
+                f"not divide the global batch {w.global_batch}"
+            )
     if rules is None:
         # nothing to enumerate: the fixed degrees leave no split of the GPUs and the batch
         return (

@@ -284,9 +284,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         if v is not None:
             fixed[key] = v
     model_par = math.prod(int(fixed.get(k, 1)) for k in ("tp", "pp", "cp"))
-    if "dp" not in fixed and model_par > n_gpus:
+    if "dp" not in fixed and n_gpus % model_par:
         raise UnsupportedRowError(
-            f"tp x pp x cp = {model_par:,} GPUs, more than the row's num_gpus={n_gpus:,}"
+            f"tp x pp x cp = {model_par:,} GPUs "
+            + ("is more than" if model_par > n_gpus else "does not divide")
+            + f" the row's num_gpus={n_gpus:,}: no whole number of data-parallel replicas"
         )
     notes.extend(absent_degrees(row.get("notes", ""), fixed))
     if "dp" in fixed and "tp" not in fixed and "pp" not in fixed:
