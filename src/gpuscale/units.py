@@ -151,9 +151,10 @@ def fmt_time(s: float) -> str:
 def fmt_count(x: float) -> str:
     """A large count the way training runs are told: ``fmt_count(1.56e13) == '15.6T'``
     (B for billions, as in '300B tokens')."""
-    for p, f in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= f:
-            return f"{x / f:.3g}{p}"
+    for p, f in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        v = float(f"{x / f:.3g}")  # rounded first: 999.6B is 1T, not 1e+03B
+        if abs(v) >= 1.0:
+            return f"{v:g}{p}"
     return f"{x:.0f}"
 
 

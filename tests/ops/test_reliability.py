@@ -187,3 +187,13 @@ def test_the_best_interval_is_resolved_per_plan() -> None:
     assert best["storage"]["checkpoint_every_steps"] == hint["optimal_checkpoint_every_steps"]
     assert best["reliability"]["goodput"] == pytest.approx(hint["optimal_goodput"])
     assert best["reliability"]["goodput"] >= hint["goodput"]
+
+
+def test_when_nothing_trains_the_restarts_take_their_limiting_share() -> None:
+    # an interval far beyond the job MTBF: T overflows; of the time, restarts take
+    # 1 - exp(-R/M) (the limit of M expm1(L/M) expm1(R/M) / T as L grows), lost work the rest
+    rel = reliability(FailurePolicy(3600.0, 7200.0), 1, 1e6, 1000, fixed(60.0), None)
+    assert rel.goodput == 0.0
+    assert rel.restart_share == pytest.approx(1.0 - math.exp(-2.0))
+    assert rel.lost_work_share == pytest.approx(math.exp(-2.0))
+    assert math.isinf(rel.lost_per_failure_s) and math.isinf(rel.restart_per_failure_s)

@@ -228,12 +228,14 @@ def test_a_link_rate_in_gigabits_per_second_is_read_in_bits() -> None:
 
 
 def test_token_counts_print_as_runs_are_told() -> None:
-    assert [fmt_count(x) for x in (1.56e13, 15e12, 3e11, 2.5e9, 999)] == [
+    assert [fmt_count(x) for x in (1.56e13, 15e12, 3e11, 2.5e9, 999, 999.6e9, 2e15)] == [
         "15.6T",
         "15T",
         "300B",
         "2.5B",
         "999",
+        "1T",  # rounded, then prefixed
+        "2P",
     ]
 
 

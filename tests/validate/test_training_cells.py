@@ -61,6 +61,12 @@ def test_an_architecture_without_its_part_is_its_training_part_and_says_so(
     assert pr.notes[0] == f"GPU {cell!r} names an architecture, not a part: {key} assumed"
 
 
+@pytest.mark.parametrize("cell", ["RTX 3090 (Ampere)", "A10 (Ampere)", "Blackwell B100"])
+def test_a_part_the_catalog_lacks_is_not_its_architectures_training_part(cell: str) -> None:
+    with pytest.raises(SkipRow, match="not in the catalog"):
+        prepare(_row(gpu=cell, measured_tokens_per_s_per_gpu="300"), "test")
+
+
 def test_a_row_whose_degrees_use_fewer_gpus_than_it_states_is_skipped() -> None:
     # TP8 x PP4 x DP2 = 64 GPUs on a row of 128: its per-GPU figure counts other GPUs
     pr = prepare(_row(num_gpus="128", tp="8", pp="4", dp="2"), "test")
@@ -125,6 +131,11 @@ def test_sequence_parallelism_off_keeps_the_recipes_tp_overlap_off() -> None:
         ("N", "none"),
         ("full (4 layers)", "partial"),  # Megatron's block method over 4 layers a stage
         ("full (all 80 layers)", "full"),
+        ("full (uniform, 1 layer)", "full"),  # the uniform method recomputes every layer
+        ("AC: off", "none"),
+        ("AC = False", "none"),
+        ("N/A (no AC)", "none"),
+        ("SAC: off", "none"),
     ],
 )
 def test_recompute_spellings(cell: str, mode: str) -> None:
@@ -147,10 +158,22 @@ def test_target_and_convention_are_read_in_any_case(tmp_path: Path) -> None:
     assert report.rows[0].status == "scored" and report.rows[0].measured == 400.0
 
 
-def test_an_excluded_row_with_only_tflops_is_reported(tmp_path: Path) -> None:
-    row = _row(target="excluded", measured_tflops_per_gpu="400", measured_tokens_per_s_per_gpu="")
-    report = validate_training(_write(tmp_path, [row]), default_calibration())
-    assert report.rows[0].status == "reported"
+@pytest.mark.parametrize(
+    ("cells", "low", "high"),
+    [
+        # TFLOP/s of Llama 3 70B on H100: hundreds, not the thousand tokens/s of the row
+        ({"measured_tflops_per_gpu": "150"}, 100.0, 989.4),
+        ({"measured_mfu": "0.45"}, 0.1, 1.0),
+    ],
+)
+def test_an_excluded_row_is_reported_in_the_figure_it_gives(
+    tmp_path: Path, cells: dict[str, str], low: float, high: float
+) -> None:
+    row = _row(target="excluded", measured_tokens_per_s_per_gpu="", **cells)
+    r = validate_training(_write(tmp_path, [row]), default_calibration()).rows[0]
+    assert r.status == "reported"
+    assert r.measured == float(next(iter(cells.values())))
+    assert r.predicted is not None and low < r.predicted < high
 
 
 def test_a_skipped_row_shows_the_figure_its_target_compares(tmp_path: Path) -> None:

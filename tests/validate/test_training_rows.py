@@ -407,6 +407,11 @@ def test_a_bracketed_run_variant_keeps_the_catalog_model() -> None:
         ("bf16 (fp8 disabled)", "bf16"),
         ("BF16, no FP8", "bf16"),
         ("w/o fp8 (bf16)", "bf16"),
+        ("BF16 (FP8 not used)", "bf16"),
+        ("bf16, FP8=0", "bf16"),
+        ("fp8 (no bf16 master weights)", "fp8"),  # what is off is not a precision
+        ("FP8 (no delayed scaling)", "fp8"),
+        ("FP8 (disabled for first/last layer)", "fp8"),  # off for some layers only
     ],
 )
 def test_precision_cells_as_tables_write_them(cell: str, precision: str) -> None:
@@ -424,6 +429,8 @@ def test_mxfp8_runs_on_blackwell_and_skips_on_hopper() -> None:
     from gpuscale.validate.training_rows import UnsupportedRowError
 
     row = _row(precision="MXFP8", gpu="B200 (DGX-B200)")
+    assert prepare(row, "test").workload.precision == "fp8"
+    row = _row(precision="MXFP8 (no NVFP4)", gpu="B200 (DGX-B200)")
     assert prepare(row, "test").workload.precision == "fp8"
     with pytest.raises(UnsupportedRowError, match="MX formats need tensor cores"):
         prepare(_row(precision="mxfp8"), "test")  # H100 scales per tensor, not per block

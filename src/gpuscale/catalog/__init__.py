@@ -432,8 +432,8 @@ def check_precision(
     ok = [p for p in among if p in gpu.peak_tflops]
     if precision not in among:
         on = f" on the {gpu.key}" if len(ok) < len(among) else ""
-        raise InputError(field, precision, f"one of {', '.join(ok)}{on}")
+        which = f"one of {', '.join(ok)}" if len(ok) > 1 else ", ".join(ok)
+        raise InputError(field, precision, f"{which}{on}")
     if precision not in gpu.peak_tflops:
-        raise InputError(
-            field, precision, f"one of {', '.join(ok)} (the {gpu.key} has no {precision} peak)"
-        )
+        which = f"one of {', '.join(ok)}" if len(ok) > 1 else ", ".join(ok)
+        raise InputError(field, precision, f"{which} (the {gpu.key} has no {precision} peak)")

@@ -172,7 +172,8 @@ def reliability(
         lost_each = (lost_all - rs) * t / failures
         restart_each = rs * t / failures
     else:  # failures come before an interval completes: nothing trains
-        g, ckpt, lost_all, rs = 0.0, 0.0, 1.0, 0.0
+        # the restarts' share tends to 1 - exp(-R/M) as the interval grows without bound
+        g, ckpt, lost_all, rs = 0.0, 0.0, 1.0, -math.expm1(-restart / mtbf)
     lost = lost_all - rs
     best, best_g = _best_steps(lambda n: n * step_s / wall(n)[0], c, mtbf, busy, every_steps)
     return Reliability(

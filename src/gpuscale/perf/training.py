@@ -104,9 +104,9 @@ class TrainingEstimate:
                     f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
                     f"are recomputed (~{frac * stage:.1f} of the stage's {stage:.0f}), the "
                     "least that fits; in Megatron, --recompute-method block "
-                    f"--recompute-num-layers {whole}{per} (whole layers: a little more "
-                    "memory free, a little more recompute), or selective --recompute-modules "
-                    "that free as much"
+                    f"--recompute-num-layers {whole}{per} (whole layers: {whole * vpp} of "
+                    f"the stage's {stage:.0f}, more memory free and more recompute than "
+                    "priced), or selective --recompute-modules that free as much"
                 )
         cap = w.gpu.memory_bytes
         used_mem = float(self.memory.total[i])

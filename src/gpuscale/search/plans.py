@@ -324,15 +324,21 @@ def _no_plan_reason(
     )
     fx = fixed or {}
     model_par = int(np.prod([int(fx.get(k) or 1) for k in ("tp", "pp", "cp")]))
-    if rules is None and w.num_gpus % model_par:
-        return f"no plan {where}: tp x pp x cp = {model_par} does not divide the {w.num_gpus} GPUs"
-    if rules is None and fx.get("mbs") and fx.get("dp"):
-        per = int(fx["dp"]) * int(fx["mbs"])
-        if w.global_batch % per:
+    if rules is None and model_par > w.num_gpus:
+        return f"no plan {where}: tp x pp x cp = {model_par} is more than the {w.num_gpus} GPUs"
+    mbs = int(fx.get("mbs") or 0)
+    dps = [int(fx["dp"])] if fx.get("dp") else range(1, w.num_gpus // model_par + 1)
+    if rules is None and mbs and all(w.global_batch % (d * mbs) for d in dps):
+        if fx.get("dp"):
             return (
-                f"no plan {where}: dp x micro-batch = {fx['dp']} x {fx['mbs']} = {per} does "
-                f"not divide the global batch {w.global_batch}"
+                f"no plan {where}: dp x micro-batch = {fx['dp']} x {mbs} = {fx['dp'] * mbs} "
+                f"does not divide the global batch {w.global_batch}"
             )
+        return (
+            f"no plan {where}: micro-batch {mbs} divides no data-parallel rank's share of the "
+            f"global batch (dp from 1 to {w.num_gpus // model_par} with tp x pp x cp = "
+            f"{model_par})"
+        )
     if rules is None:
         # nothing to enumerate: the fixed degrees leave no split of the GPUs and the batch
         return (

@@ -127,6 +127,13 @@ class PreparedRow:
     convention: str
     measured: float
     notes: tuple[str, ...]
+    figure: str = ""
+    """What is compared, in the targets' terms: the target, or for an ``excluded`` row the
+    figure it gives (tokens/s, TFLOP/s or MFU)."""
+
+    @property
+    def compared(self) -> str:
+        return self.figure or self.target
 
 
 PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
@@ -156,15 +163,15 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         raise InputError(
             f"{where}:flop_convention", conv, f"one of {', '.join(c for c in CONVENTIONS if c)}"
         )
+    excluded = target == "excluded"
+    if excluded and not row.get(MEASURED[target], "").strip():
+        # reported, not scored: with whichever figure the row gives, in its own terms (from
+        # here on ``target`` is the figure compared)
+        given = [k for k in ("tflops_per_gpu", "mfu") if row.get(MEASURED[k], "").strip()]
+        target = given[0] if given else target
     if not conv and target in ("tflops_per_gpu", "mfu"):
         conv = "unspecified"  # an empty cell: the source does not say how it counts
     measured_col = MEASURED[target]
-    if target == "excluded" and not row.get(measured_col, "").strip():
-        # reported, not scored: with whichever figure the row gives
-        for col in ("measured_tflops_per_gpu", "measured_mfu"):
-            if row.get(col, "").strip():
-                measured_col = col
-                break
     measured = positive(row, measured_col, where)
     if target == "mfu" and measured is not None and measured > 1:
         raise UnsupportedRowError(
@@ -387,7 +394,15 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if free:
         notes.append(f"not stated, chosen by gpuscale's plan search: {', '.join(free)}")
     return PreparedRow(
-        row["id"], source_group(row["source"]), w, fixed, target, conv, measured, tuple(notes)
+        row["id"],
+        source_group(row["source"]),
+        w,
+        fixed,
+        "excluded" if excluded else target,
+        conv,
+        measured,
+        tuple(notes),
+        target,
     )
 
 
@@ -419,7 +434,7 @@ def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
     e = estimate(w, plans, cal)
     step = float(e.step_s[0])
     used = float(plans.gpus_used()[0])
-    if pr.target in ("tokens_per_s_per_gpu", "excluded"):
+    if pr.compared in ("tokens_per_s_per_gpu", "excluded"):
         return float(e.tokens_per_s_per_gpu[0])
     if pr.convention == "megatron_sc21_hfu":
         flops = megatron_sc21_flops(w.model, w.global_batch, w.seq_len)
@@ -430,7 +445,7 @@ def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
     else:
         flops = model_flops_per_token(w.model, w.seq_len) * w.tokens_per_step
     tflops = flops / step / used / 1e12
-    if pr.target == "mfu":
+    if pr.compared == "mfu":
         return tflops * 1e12 / w.gpu.peak_flops(w.precision)
     return tflops
 

@@ -33,11 +33,15 @@ architecture ("NVIDIA Ampere GPUs"): the SXM part of the largest memory LLM runs
 MX_ARCHS = ("blackwell", "cdna4")
 """GPU architectures whose tensor cores take MX block-scaled formats (MXFP8, MXFP4)."""
 LOW_PRECISION_OFF = re.compile(
-    r"\b(no|without|w/o|not)\s+(mx|nv)?fp[48]\b|\b(mx|nv)?fp[48]\s*[(:=]?\s*"
-    r"(off|disabled?|false|no|none)\b"
+    r"\b(no|without|w/o|not)\s+(mx|nv)?fp[48]\b"
+    r"|\b(mx|nv)?fp[48]\s*[(:=]?\s*(off|disabled?|false|no|none|0|not used|unused)"
+    r"(?=\s*($|[),;]))"
 )
 """A low precision a precision cell says the run did not use: "no FP8", "FP8 off",
-"bf16 (fp8 disabled)"."""
+"bf16 (fp8 disabled)", "FP8=0", "FP8 not used"; the word that switches it off ends the
+phrase ("FP8 (disabled for the first layer)" keeps FP8)."""
+ARCH_ONLY = re.compile(r"(nvidia|gpus?|tensor|core|data[\s-]?cent(er|re)|class|[\s,/-])*")
+"""The words besides an architecture's name that name no part ("NVIDIA Ampere GPUs")."""
 
 
 def read_gpu(cell: str) -> tuple[GPU, str]:
@@ -46,8 +50,13 @@ def read_gpu(cell: str) -> tuple[GPU, str]:
     try:
         return get_gpu(cell), ""
     except InputError:
-        arch = re.search(rf"\b({'|'.join(ARCH_PARTS)})\b", cell.lower())
-        if arch is None:
+        text = cell.lower()
+        arch = re.search(rf"\b({'|'.join(ARCH_PARTS)})\b", text)
+        # only vendor and architecture words outside brackets: "RTX 3090 (Ampere)" or
+        # "Blackwell B100" name a part the catalog lacks, not the architecture's
+        outside = re.sub(r"\([^()]*\)|\[[^\[\]]*\]", " ", text)
+        rest = re.sub(rf"\b({'|'.join(ARCH_PARTS)})\b", " ", outside)
+        if arch is None or not ARCH_ONLY.fullmatch(rest):
             raise UnsupportedRowError(f"GPU {cell!r} not in the catalog") from None
         # an architecture without its part: the part LLM training at scale ran on
         gpu = get_gpu(ARCH_PARTS[arch.group(1)])
@@ -67,7 +76,11 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
         r"(mixed|amp|mixed[\s_-]*precision|automatic mixed precision)", prec_raw
     ):
         precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-        said = "not stated" if not prec_raw else f"{cell!r} names no format"
+        said = (
+            "not stated"
+            if not prec_cell
+            else f"{cell!r} names no {'other ' if not prec_raw else ''}format"
+        )
         notes.append(f"precision {said}: {precision} assumed")
     elif "mxfp8" in prec_raw and gpu.arch not in MX_ARCHS:
         raise UnsupportedRowError(
@@ -146,7 +159,7 @@ def read_sharding(cell: str) -> int | None:
     raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
 
 
-_RECOMPUTE = r"((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*"
+_RECOMPUTE = r"(((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*|s?ac\b)"
 RECOMPUTE_OFF = re.compile(
     rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
     rf"|{_RECOMPUTE}\s*[:=(]?\s*{OFF}\s*\)?"
@@ -164,11 +177,14 @@ def read_recompute(cell: str) -> str:
         return ""
     if RECOMPUTE_OFF.fullmatch(text):
         return "none"
-    if re.fullmatch(r"(no|none|off)[\s_-]*ac", text):
-        return "none"  # torchtitan's activation-checkpointing (AC) switched off
+    # torchtitan's activation checkpointing (AC) switched off, also after a "n/a"
+    if re.fullmatch(r"((n/a|-)\s*\(?\s*)?(no|none|off)[\s_-]*ac\)?", text):
+        return "none"
     for mode, pattern in (
         ("selective", r"selective|core attention|\bsac\b"),
-        # Megatron's block method over N layers of a stage ("full (4 layers)")
+        # Megatron's uniform method recomputes every layer, in groups of N
+        ("full", r"uniform"),
+        # its block method recomputes N layers of a stage ("full (4 layers)")
         ("partial", r"partial|block|(?<!all )\b\d+\s*layers?\b"),
         ("none", r"^(none|no|off|false|0|disabled|n)$"),
         ("full", r"full|uniform|^(yes|on|true|1|enabled|y)$|checkpoint|\bac\b"),
