@@ -12,7 +12,7 @@ import pytest
 from gpuscale.calibrate import default_calibration
 from gpuscale.cli import main
 from gpuscale.validate.inference import validate_inference
-from gpuscale.validate.inference_rows import REQUIRED
+from gpuscale.validate.inference_rows import COLUMNS
 
 GOOD = {
     "id": "good",
@@ -48,7 +48,7 @@ ONLINE = {
 
 def write(path: Path, rows: list[dict[str, str]]) -> Path:
     with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[*REQUIRED, "notes"])
+        w = csv.DictWriter(fh, fieldnames=[*COLUMNS, "notes"])
         w.writeheader()
         for r in rows:
             w.writerow(r)

@@ -14,6 +14,7 @@ separately (``metric``); ``group`` is the metric and the source for the by-sourc
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from gpuscale.calibrate import Calibration
@@ -21,6 +22,7 @@ from gpuscale.catalog import get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
+from gpuscale.perf.transformer import param_count
 from gpuscale.sim.serving import (
     EngineLimits,
     ServingResult,
@@ -93,21 +95,38 @@ def _run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
     return simulate(sm, lim, wl, cal.inf_request_overhead_s)
 
 
+NO_KIND = "throughput_kind not stated: output_total"
+STATS = "mean (avg, average), median (p50), p99"
+"""The statistics a row's ttft_stat / tpot_itl_stat may name."""
+
+
 def _pick(stat: Stat, which: str) -> float | None:
     w = which.lower()
     if (
-        w in ("mean", "itl_mean", "tpot_mean")
-        or w.startswith("prefill latency")
+        w.startswith("prefill latency")
         or w.startswith("decode latency")
         or w.startswith("reported")
         or w.startswith("single")
     ):
         return stat.mean
-    if "median" in w or "p50" in w:
-        return stat.p50
+    if re.search(r"p99\.\d|p9[0-8]\b|p95", w):
+        return None  # another percentile than the three the simulation reports
     if "p99" in w:
         return stat.p99
+    if "median" in w or "p50" in w:
+        return stat.p50
+    if re.search(r"mean|\bavg\b|average", w):
+        return stat.mean
     return None
+
+
+def weight_read_floor_s(p: RowPlan) -> float:
+    """The least time one forward pass can take: each GPU reading its share of the weights
+    from HBM once (a TTFT or a decode step below it is in another unit)."""
+    model, gpu = get_model(p.model), get_gpu(p.gpu)
+    prec = precision_plan(gpu, p.precision)
+    bytes_per = {"fp8": 1.0, "fp4": 0.5, "int4": 0.5}.get(prec.weights, 2.0)
+    return param_count(model) * bytes_per / (p.tp * p.pp) / gpu.hbm_bw_Bps
 
 
 def _short_source(src: str) -> str:
@@ -145,6 +164,21 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
         res = run_plan(plan, cal)
     except UnsupportedRowError as exc:
         return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
+    floor_ms = weight_read_floor_s(plan) * 1e3
+    for measured, col in ((measured_ttft, "ttft_ms"), (measured_itl, "tpot_or_itl_ms")):
+        if measured is not None and measured < 0.5 * floor_ms:
+            return [
+                RowResult(
+                    rid,
+                    None,
+                    measured,
+                    None,
+                    "skipped",
+                    f"{col}={row[col]!r} is under half the {floor_ms:.3g} ms each GPU takes to "
+                    "read its weights once: check the column's unit (seconds in a ms column?)",
+                    group=src,
+                )
+            ]
     out: list[RowResult] = []
     detail: dict[str, object] = {
         "mode": plan.mode,
@@ -154,7 +188,7 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
         "mean_batch": res.mean_batch,
     }
     if measured_tp is not None:
-        kind = row["throughput_kind"].lower()
+        kind = re.sub(r"[\s-]+", "_", row.get("throughput_kind", "").strip().lower())
         total = res.output_tokens_per_s * plan.replicas
         n_gpus = plan.tp * plan.pp * plan.replicas
         pred: float | None
@@ -185,6 +219,7 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
                     measured_tp,
                     signed_error_pct(pred, measured_tp),
                     "scored",
+                    "; ".join([*plan.notes, *([] if kind else [NO_KIND])]),
                     group=f"throughput | {src}",
                     metric="throughput",
                     detail=detail,
@@ -203,18 +238,20 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
                     metric="throughput_online",
                 )
             )
+    itl_stat = row.get("tpot_itl_stat", "")
     for measured, stat, which, metric in (
-        (measured_ttft, res.ttft_s, row["ttft_stat"], "ttft"),
+        (measured_ttft, res.ttft_s, row.get("ttft_stat", ""), "ttft"),
         (
             measured_itl,
-            res.itl_s if "itl" in row["tpot_itl_stat"].lower() else res.tpot_s,
-            row["tpot_itl_stat"],
+            res.itl_s if "itl" in itl_stat.lower() else res.tpot_s,
+            itl_stat,
             "tpot_itl",
         ),
     ):
         if measured is None:
             continue
         pick = _pick(stat, which or "mean")
+        said = [*plan.notes, *([] if which else [f"{metric} statistic not stated: mean"])]
         if pick is None or math.isnan(pick):
             out.append(
                 RowResult(
@@ -223,7 +260,7 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
                     measured,
                     None,
                     "skipped",
-                    f"statistic {which!r} not modelled",
+                    f"statistic {which!r} not modelled: one of {STATS}",
                     group=f"{metric} | {src}",
                     metric=metric,
                 )
@@ -237,6 +274,7 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
                 measured,
                 signed_error_pct(pred_ms, measured),
                 "scored",
+                "; ".join(said),
                 group=f"{metric} | {src}",
                 metric=metric,
                 detail=detail,

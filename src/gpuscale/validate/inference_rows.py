@@ -16,9 +16,10 @@ from gpuscale.catalog import get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import ENGINES, EngineConfig
 from gpuscale.perf.kv import precision_plan
+from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SkipRow, count, positive
 
-REQUIRED = (
+COLUMNS = (
     "id",
     "source",
     "engine",
@@ -39,6 +40,21 @@ REQUIRED = (
     "ttft_stat",
     "tpot_itl_stat",
 )
+"""The schema's columns gpuscale reads (shared/validation/README.md)."""
+REQUIRED = (
+    "id",
+    "source",
+    "engine",
+    "model",
+    "gpu",
+    "tp",
+    "input_len",
+    "output_len",
+    "batch_or_concurrency",
+    "request_rate",
+)
+"""The key columns; the schema's others (precision, num_gpus, pp, the measured figures and
+their statistics) read as empty when absent."""
 
 OFFLINE_REQUESTS_MAX = 30000
 """trtllm-bench throughput runs queue 30,000 requests (perf-overview.md); rows that state a
@@ -48,6 +64,21 @@ ONLINE_REQUESTS = 500
 table was "generated using version 0.14.0, with 500 requests" (perf-overview.md, v0.14)."""
 
 SCORED_METRICS = ("throughput", "ttft", "tpot_itl")
+
+
+THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+"""A thousands separator inside a number ("1,024"), not a list's comma ("256, max")."""
+
+PRECISION_SPELLINGS = (
+    # (pattern, precision), first match wins, on the lower-cased cell
+    (r"int4|awq|gptq|w4a16", "int4"),
+    (r"nvfp4|\bfp4\b", "fp4"),
+    (r"fp8|e4m3|w8a8", "fp8"),
+    (r"bf16|bfloat16", "bf16"),
+    (r"fp16|float16|half", "fp16"),
+)
+"""How serving tables spell the weight formats gpuscale models (AWQ and GPTQ are 4-bit
+weight-only, W4A16; W8A8 with FP8 activations is FP8)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +95,8 @@ class RowPlan:
     mode: str  # offline | static | poisson | closed | saturate
     requests: int
     rate: float = 0.0
+    notes: tuple[str, ...] = ()
+    """How the row was read where it does not say (printed as the scored row's reason)."""
 
 
 UnsupportedRowError = SkipRow
@@ -112,12 +145,26 @@ def rejected(exc: InputError) -> UnsupportedRowError:
 
 
 def _engine(name: str) -> EngineConfig:
-    low = name.lower()
-    if low.startswith("tensorrt-llm") or low.startswith("fastertransformer"):
+    # "TensorRT-LLM v0.12", "TRT-LLM", "trtllm-bench", "NVIDIA TensorRT LLM", "vLLM 0.6.3"
+    low = re.sub(r"[\s_-]+", "", name.lower())
+    if re.search(r"tensorrtllm|trtllm|fastertransformer", low):
         return ENGINES["trtllm"]
-    if low.startswith("vllm"):
+    if "vllm" in low:
         return ENGINES["vllm"]
     raise UnsupportedRowError(f"engine {name!r} not modelled")
+
+
+def _precision(cell: str, half: str, notes: list[str]) -> str:
+    """The serving precision a row's cell names; empty: ``half`` (bf16 where the GPU has
+    it), said in ``notes``."""
+    text = cell.strip().lower()
+    if not text:
+        notes.append(f"precision not stated: {half} assumed")
+        return half
+    for pattern, prec in PRECISION_SPELLINGS:
+        if re.search(pattern, text):
+            return prec
+    return text  # refused by precision_plan with the valid ones
 
 
 def plan_row(row: dict[str, str], where: str) -> RowPlan:
@@ -146,10 +193,15 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         raise UnsupportedRowError(
             "expert-parallel / attention-data-parallel MoE serving not modelled"
         )
+    read: list[str] = []
     tp = count(row, "tp", where)
     if tp is None:
         raise UnsupportedRowError("tensor-parallel degree not stated")
-    pp = count(row, "pp", where) or 1
+    pp = count(row, "pp", where)
+    if pp is None:
+        pp = 1
+        if tp > 1 or count(row, "num_gpus", where) not in (None, tp):
+            read.append("pipeline parallel not stated: PP1")
     n_gpus = count(row, "num_gpus", where) or tp * pp
     if n_gpus % (tp * pp):
         raise UnsupportedRowError(
@@ -158,14 +210,25 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
     isl, osl = _length(row, "input_len"), _length(row, "output_len")
     if isl is None or osl is None:
         raise UnsupportedRowError("variable-length dataset: input/output lengths not given")
-    prec = (row["precision"] or "bf16").lower()
+    half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+    prec = _precision(row.get("precision", ""), half, read)
     try:
         precision_plan(gpu, prec)
     except InputError as exc:
         raise UnsupportedRowError(str(exc)) from None
-    rate = row["request_rate"].lower()
-    batch = row["batch_or_concurrency"].lower()
-    m_static = re.match(r"static batch (\d+)", batch)
+    params_b = positive(row, "params_b", where)
+    if params_b is not None and abs(param_count(model) / (params_b * 1e9) - 1.0) > 0.25:
+        raise UnsupportedRowError(
+            f"params_b={params_b:g} but {model.key} has {param_count(model) / 1e9:.1f} B "
+            "parameters: the row's model and size do not go together"
+        )
+    rate = THOUSANDS.sub("", row["request_rate"].lower().strip())
+    batch = THOUSANDS.sub("", row["batch_or_concurrency"].lower().strip())
+    # a batch served at once: "static batch 64", "fixed batch 8", "batch size 64", "BS=64"
+    m_static = re.match(
+        r"(?:(?:static|fixed)\s+batch(?:\s+size)?|bs|batch(?:\s+size)?)\s*[=:]?\s*(\d+)$",
+        batch,
+    )
     m_count = re.search(r"(\d[\d,]*) requests", notes)
     replicas = n_gpus // (tp * pp)
     base = dict(
@@ -177,13 +240,14 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         replicas=replicas,
         input_len=isl,
         output_len=osl,
+        notes=tuple(read),
     )
     if m_static:
         b = int(m_static.group(1))
-        if b < 1:
+        if not 1 <= b <= OFFLINE_REQUESTS_MAX:
             raise UnsupportedRowError(
-                f"batch_or_concurrency={row['batch_or_concurrency']!r}: a static batch of at "
-                "least 1"
+                f"batch_or_concurrency={row['batch_or_concurrency']!r}: a static batch of 1 "
+                f"to {OFFLINE_REQUESTS_MAX:,} sequences"
             )
         static = EngineConfig(
             name=eng.name + "-static",
@@ -222,7 +286,7 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         n = _requests(m_count, OFFLINE_REQUESTS_MAX)
         return RowPlan(engine=e, mode="offline", requests=min(n, OFFLINE_REQUESTS_MAX), **base)  # type: ignore[arg-type]
     if rate == "inf":
-        n = _requests(m_count, ONLINE_REQUESTS)
+        n = min(_requests(m_count, ONLINE_REQUESTS), OFFLINE_REQUESTS_MAX)
         return RowPlan(engine=eng, mode="saturate", requests=n, **base)  # type: ignore[arg-type]
     m_rate = _NUMBER.match(rate)
     if m_rate:
@@ -246,9 +310,10 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         )
     m_one = re.match(r"(\d+)\b", batch)
     if m_one and rate == "":
-        if int(m_one.group(1)) < 1:
+        if not 1 <= int(m_one.group(1)) <= OFFLINE_REQUESTS_MAX:
             raise UnsupportedRowError(
-                f"batch_or_concurrency={row['batch_or_concurrency']!r}: a concurrency of at least 1"
+                f"batch_or_concurrency={row['batch_or_concurrency']!r}: a concurrency of 1 "
+                f"to {OFFLINE_REQUESTS_MAX:,}"
             )
         return RowPlan(
             engine=eng,
