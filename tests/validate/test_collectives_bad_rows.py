@@ -11,7 +11,7 @@ import pytest
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.cli import main
-from gpuscale.validate.collectives import REQUIRED, validate_collectives
+from gpuscale.validate.collectives import OPTIONAL, REQUIRED, validate_collectives
 
 GOOD = {
     "id": "good",
@@ -34,7 +34,7 @@ SMALL = {**GOOD, "message_bytes": "1024", "busbw_gbps": "", "time_us": "30"}
 
 def write(path: Path, rows: list[dict[str, str]]) -> Path:
     with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(REQUIRED))
+        w = csv.DictWriter(fh, fieldnames=[*REQUIRED, *OPTIONAL])
         w.writeheader()
         for r in rows:
             w.writerow(r)
@@ -81,7 +81,7 @@ def test_a_printed_zero_busbw_of_a_timed_tiny_message_is_still_scored(tmp_path: 
     ("change", "field"),
     [
         ({"gpus_per_node": "x"}, "runs.csv:line 3:gpus_per_node='x'"),
-        ({"message_bytes": "8G"}, "runs.csv:line 3:message_bytes='8G'"),
+        ({"message_bytes": "8 GB/s"}, "runs.csv:line 3:message_bytes='8 GB/s'"),
         ({"busbw_gbps": "NaN"}, "runs.csv:line 3:busbw_gbps='NaN'"),
         ({"busbw_gbps": "inf"}, "runs.csv:line 3:busbw_gbps='inf'"),
     ],

@@ -7,6 +7,10 @@ not say). Rows with messages of at least 64 MiB are scored on busbw (metric
 where only busbw is given, from time = size x factor / busbw. A row whose ``algorithm``
 names one (NCCL_ALGO forced) is predicted with that algorithm. The ``group`` of a row is
 ``<metric> | <source repository>`` so the by-source table shows both scores apart.
+
+A row whose figures cannot be what they say is skipped with the reason: a busbw/algbw ratio
+that gives another rank count than num_nodes x gpus_per_node, a busbw beyond what the GPU's
+links carry (Gbit/s for GB/s) or a time under a microsecond (ms for us).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import GPU, get_gpu, system_for_gpu
+from gpuscale.catalog import GPU, System, get_gpu, system_for_gpu, systems
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric, busbw_factor, estimate
 from gpuscale.perf.comm.nccl import NET_OVERHEAD_S, nvls_efficiency
@@ -35,19 +39,16 @@ from gpuscale.validate.report import (
 REQUIRED = (
     "id",
     "source",
-    "system",
     "gpu",
     "num_nodes",
     "gpus_per_node",
-    "intra_node",
-    "inter_node",
     "collective",
-    "algorithm",
     "message_bytes",
-    "algbw_gbps",
     "busbw_gbps",
-    "time_us",
 )
+"""Columns a runs file must have."""
+OPTIONAL = ("system", "intra_node", "inter_node", "algorithm", "algbw_gbps", "time_us", "notes")
+"""The schema's other columns: read as empty (not stated) when the file has none."""
 LARGE_BYTES = 64 * 2**20
 """Messages at or above this are scored on busbw; below it on time."""
 PLATEAU_BYTES = 16 * 2**30
@@ -61,25 +62,55 @@ FRAMEWORK_HARNESS = re.compile(r"all_reduce_bench|torch\.distributed", re.IGNORE
 """Notes naming a framework-level harness: its small-message times are reported, not scored
 (comm-anchors.md section 8: all_reduce_bench.py rows are not nccl-tests)."""
 
-_OPS = {
-    "all_reduce": "all_reduce",
-    "allreduce": "all_reduce",
-    "all_gather": "all_gather",
-    "allgather": "all_gather",
-    "reduce_scatter": "reduce_scatter",
-    "reducescatter": "reduce_scatter",
-    "alltoall": "all_to_all",
-    "all_to_all": "all_to_all",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "sendrecv": "send_recv",
-    "send_recv": "send_recv",
-}
-_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
-
-
 SkipRowError = SkipRow
 """A row gpuscale cannot model yet; the message is the reason."""
+
+MIN_TIME_US = 1.0
+"""No NCCL collective completes in under a microsecond (its kernel launch alone takes a
+few): a smaller time_us is in another unit (ms)."""
+MAX_OVER_PEAK = 1.1
+"""A busbw above 1.1 x what a GPU's links can carry is in another unit (Gbit/s)."""
+SIZE_PREFIX = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+"""Message size prefixes, binary: nccl-tests reads -b/-e 8G as 8 GiB (K = 1024), and a size
+column's "GB", "MB" or "KB" is read the same way (16 GB = 16 GiB), as tables quote the sizes
+nccl-tests swept; plain integers are bytes."""
+_SIZE = re.compile(r"(.*\d)\s*([kmgt]?)(i?b|bytes?)?", re.IGNORECASE)
+
+# spellings without case, spaces, '-', '_' or '/', nor nccl-tests' '_perf' and '(in-place)'
+_OPS = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all2all": "all_to_all",
+    "broadcast": "broadcast",
+    "bcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "send_recv",
+    "p2p": "send_recv",
+}
+_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+NCCL_CHOOSES = ("", "auto", "default")
+"""Algorithm cells that force nothing: NCCL's tuner picks, as when the cell is empty."""
+RANKS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+"""busbw/algbw = RANKS_FACTOR x (n - 1) / n (nccl-tests PERFORMANCE.md); other ops: 1."""
+
+
+def read_op(text: str) -> str | None:
+    """The collective a row's cell names ('all reduce', 'AllReduce', 'all_reduce_perf',
+    'send/recv', 'all_reduce (in-place)'), or None."""
+    return _OPS.get(re.sub(r"\(.*?\)|^nccl|_perf\b|[\s/_-]", "", text.lower()))
+
+
+def read_algorithm(text: str) -> str | None:
+    """The NCCL algorithm a row forces ('NVLS_Tree', 'NCCL_ALGO=Ring', 'Ring (forced)'), or
+    None where NCCL chooses ('', 'auto', 'NCCL default'); an unknown one skips the row."""
+    key = re.sub(r"\(.*?\)|^nccl(?:_algo)?\s*=?|[\s_-]", "", text.lower())
+    if key in NCCL_CHOOSES:
+        return None
+    if key not in _ALGOS:
+        raise SkipRowError(f"algorithm {text!r} not modelled")
+    return _ALGOS[key]
 
 
 def _figure(row: dict[str, str], col: str, where: str) -> float | None:
@@ -96,6 +127,24 @@ def _positive(row: dict[str, str], col: str, v: float, what: str = "a measured v
     if not v > 0:
         raise SkipRowError(f"{col}={row[col]!r}: {what} must be a finite positive number")
     return v
+
+
+def message_bytes(row: dict[str, str], where: str) -> float | None:
+    """The row's message size in bytes: '17179869184', '17,179,869,184', '16G', '16 GiB',
+    '16 GB', '16384M', '8B' (see SIZE_PREFIX); None when empty. Text that is no size is a
+    malformed cell (an InputError naming file, line and column); a negative size skips."""
+    col, text = "message_bytes", row["message_bytes"]
+    m = _SIZE.fullmatch(text)
+    number, scale = (m.group(1), SIZE_PREFIX[m.group(2).lower()]) if m else (text, 1)
+    try:
+        v = num({col: number}, col, where)
+    except InputError:
+        raise InputError(
+            f"{where}:{col}", text, "a size in bytes (8192, 8,192, 16G, 1 GiB) or an empty cell"
+        ) from None
+    if v is not None and v < 0:
+        raise SkipRowError(f"{col}={text!r}: must be a finite positive number")
+    return None if v is None else v * scale
 
 
 @dataclass(frozen=True)
@@ -117,7 +166,13 @@ def _gpu(name: str) -> GPU:
         raise SkipRowError(f"GPU {name!r} not in the catalog") from None
 
 
-_RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GBps|GB/s)"
+_RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GbE|GBps|GB/s)"
+_WORDS = r"(?:[A-Za-z][\w-]*\s+)*?"
+"""Words between a count and its rate ('8x ConnectX-7 400Gb/s') or a rate and 'per GPU'."""
+_PRODUCT = (
+    r"(\d+)\s*(?i:NICs?|HCAs?|ports?|adapters?)?\s*[x×]\s*(?:(\d+)\s*[x×]\s*)?" + _WORDS + _RATE
+)
+_PER_GPU = re.compile(r"\s*" + _WORDS + r"(?:per|/|each)\s*GPU\b", re.IGNORECASE)
 
 
 def _bps(value: str, unit: str) -> float:
@@ -127,24 +182,30 @@ def _bps(value: str, unit: str) -> float:
     )
 
 
-def parse_nics(text: str) -> tuple[float, int] | None:
+def parse_nics(text: str, gpus_per_node: int = 1) -> tuple[float, int] | None:
     """(node scale-out bytes/s, NIC count) from a row's ``inter_node`` text, or None.
 
-    Understands '8 x 400 Gbps', '8 x 2 x 400 Gb/s = 6.4 Tb/s', '8 x 50 GBps', '3200 Gbps
-    EFAv2 (32 EFA devices)', '400 Gbps ... per node'. Text that says the figure is not
-    stated, or gives no rate, returns None (the catalog system's NICs are used).
+    Understands '8 x 400 Gbps', '8 x 2 x 400 Gb/s = 6.4 Tb/s', '8 x 50 GBps', '8x
+    ConnectX-7 400Gb/s', '8 NICs x 400 Gbps', '3200 Gbps EFAv2 (32 EFA devices)', '400
+    Gbps ... per node' and, times the node's GPUs, '400 Gb/s NDR per GPU'. Text that says
+    the figure is not stated, or gives no rate, returns None (the catalog system's NICs).
     """
     if "not stated" in text:
         return None
-    prod = re.search(r"(\d+)\s*x\s*(?:(\d+)\s*x\s*)?" + _RATE, text)
+    prod = re.search(_PRODUCT, text)
+    one = re.search(_RATE, text)
     if prod:
         nics, ports = int(prod.group(1)), int(prod.group(2) or 1)
-        return nics * ports * _bps(prod.group(3), prod.group(4)), nics
-    one = re.search(_RATE, text)
-    if one:
+        node_Bps, end = nics * ports * _bps(prod.group(3), prod.group(4)), prod.end()
+    elif one:
         devices = re.search(r"(\d+)\s+\w*\s*devices", text)
-        return _bps(one.group(1), one.group(2)), int(devices.group(1)) if devices else 0
-    return None
+        nics = int(devices.group(1)) if devices else 0
+        node_Bps, end = _bps(one.group(1), one.group(2)), one.end()
+    else:
+        return None
+    if _PER_GPU.match(text, end):
+        return node_Bps * gpus_per_node, nics * gpus_per_node or gpus_per_node
+    return node_Bps, nics
 
 
 HOST_CPUS: tuple[tuple[str, str], ...] = (
@@ -161,24 +222,43 @@ HOST_CPUS: tuple[tuple[str, str], ...] = (
 first match winning."""
 
 
+def scale_up(intra: str, gpu: GPU, system: System, gpn: int) -> tuple[int, float]:
+    """(NVLink domain GPUs, per-GPU scale-up bytes/s) from a row's ``intra_node`` text.
+
+    'PCIe', 'PCIe only', 'PCIe Gen5, no NVLink' (or a GPU without NVLink): no domain, the
+    PCIe figure of the GPU's generation. 'NVLink bridge': pairs, so a larger node's ring
+    crosses PCIe. A rack-scale system's GPU (GB200, GB300) is in its rack's domain (NVL72)
+    unless the text says MNNVL is off; any other NVLink GPU sits on an NVSwitch board.
+    """
+    low = intra.lower()
+    pcie = systems()["pcie-8gpu-gen5" if gpu.pcie_gen >= 5 else "pcie-8gpu-gen4"]
+    no_nvlink = re.search(r"\b(no|without) nvlink|pcie only", low) or (
+        "pcie" in low and not re.search(r"nvlink|nvswitch|nvl\d", low)
+    )
+    if no_nvlink or gpu.nvlink_gb_per_s <= 0:
+        return 1, pcie.scaleup_bw_Bps
+    if "bridge" in low:
+        return (gpn, gpu.nvlink_bw_Bps) if gpn <= 2 else (1, pcie.scaleup_bw_Bps)
+    rack = system.nvlink_domain_gpus > system.gpus_per_node
+    if rack and not re.search(r"\b(no|without) mnnvl|mnnvl (disabled|off)", low):
+        return system.nvlink_domain_gpus, gpu.nvlink_bw_Bps
+    return gpn, gpu.nvlink_bw_Bps  # an NVSwitch board: the node is the domain
+
+
 def row_fabric(row: dict[str, str], where: str) -> RowFabric:
     gpu = _gpu(row["gpu"])
     system = system_for_gpu(gpu)
     gpn = count(row, "gpus_per_node", where)
     if gpn is None:
         raise SkipRowError("GPUs per node not stated")
-    intra = row["intra_node"]
-    if "pcie only" in intra.lower() or gpu.nvlink_gb_per_s <= 0:
-        domain, up_Bps = 1, system.scaleup_bw_Bps
-    elif "mnnvl" in intra.lower() or "nvl72" in intra.lower():
-        domain, up_Bps = system.nvlink_domain_gpus, gpu.nvlink_bw_Bps
-    else:  # an NVSwitch board: the node is the domain
-        domain, up_Bps = gpn, gpu.nvlink_bw_Bps
+    domain, up_Bps = scale_up(row["intra_node"], gpu, system, gpn)
     inter = row["inter_node"]
-    parsed = parse_nics(inter)
+    parsed = parse_nics(inter, gpn)
     if parsed is not None:
         node_Bps, nics = parsed
         nics_from = "row"
+        if not node_Bps > 0:
+            raise SkipRowError(f"inter_node={inter!r}: no scale-out bandwidth (0 NICs or 0 Gb/s)")
     else:
         node_Bps = system.nic_bw_Bps_per_gpu * gpn
         nics = max(1, round(system.nics_per_node * gpn / system.gpus_per_node))
@@ -194,6 +274,7 @@ def row_fabric(row: dict[str, str], where: str) -> RowFabric:
         scaleup_bw_Bps=up_Bps,
         nic_bw_Bps_per_gpu=node_Bps / gpn,
         nvls=system.nvls and domain > 1,
+        scaleup_mesh=system.scaleup_mesh and domain > 1,
         nics_per_node=nics,
         nvls_efficiency=nvls_efficiency(gpu.key),
         transport=transport,
@@ -207,9 +288,51 @@ def _source(url: str) -> str:
     return m.group(1) if m else re.sub(r"^https?://", "", url).split("/")[0]
 
 
+def _half_unit(cell: str) -> float:
+    """Half a unit of the last digit a figure is printed with: '41.78' -> 0.005."""
+    decimals = re.search(r"\.(\d+)", cell)
+    return 0.5 * 10.0 ** -len(decimals.group(1) if decimals else "")
+
+
+def check_ranks(row: dict[str, str], op: str, n: int, busbw: float, algbw: float) -> None:
+    """Where a row gives both busbw and algbw, their ratio fixes its rank count (all_reduce
+    2(n-1)/n, all_gather, reduce_scatter and all_to_all (n-1)/n, others 1): a ratio that
+    differs from n's by more than the printed digits allow skips the row."""
+    if not (busbw > 0 and algbw > 0):
+        return  # not both stated, or printed 0.00 for a tiny message
+    ratio, factor = busbw / algbw, float(busbw_factor(op, n))
+    rounding = ratio * (
+        _half_unit(row["busbw_gbps"]) / busbw + _half_unit(row["algbw_gbps"]) / algbw
+    )
+    if abs(ratio - factor) <= rounding + 1e-9:
+        return
+    per = RANKS_FACTOR.get(op)
+    # per (n - 1) / n = ratio: n = per / (per - ratio), 2 ranks or more
+    means = f" means {per / (per - ratio):.0f} ranks" if per and per / 2 <= ratio < per else ""
+    raise SkipRowError(
+        f"busbw_gbps/algbw_gbps = {ratio:.4f}{means} for {op}, not the {factor:.4f} of "
+        f"num_nodes x gpus_per_node = {n}: the ranks or a figure are not as stated"
+    )
+
+
+def check_peak(row: dict[str, str], col: str, busbw: float, op: str, fabric: Fabric) -> None:
+    """A busbw above MAX_OVER_PEAK x what a GPU here can move (its scale-up and NIC rates;
+    twice that for an all_reduce the NVLink switches reduce) is in another unit."""
+    peak = (fabric.scaleup_bw_Bps + fabric.nic_bw_Bps_per_gpu) / GB
+    if op == "all_reduce" and fabric.nvls:
+        peak *= 2.0  # NVLS: each GPU sends its data once, the switch adds and multicasts
+    if busbw > MAX_OVER_PEAK * peak:
+        raise SkipRowError(
+            f"{col}={row[col]!r}: a busbw of {busbw:.4g} GB/s is over {MAX_OVER_PEAK:g} x the "
+            f"{peak:.0f} GB/s a GPU here can move: check the unit (Gbit/s, not GB/s?) or "
+            "the row's intra_node and inter_node"
+        )
+
+
 def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
+    row = {**dict.fromkeys(OPTIONAL, ""), **row}
     rid, src = row["id"], _source(row["source"])
-    op = _OPS.get(row["collective"].lower().replace("-", "_"))
+    op = read_op(row["collective"])
     try:
         if op is None:
             raise SkipRowError(f"collective {row['collective']!r} not modelled")
@@ -223,20 +346,21 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
                 f"num_nodes={row['num_nodes']!r} x gpus_per_node={row['gpus_per_node']!r} = "
                 f"{n} rank: {op} needs at least 2"
             )
-        algo_txt = row["algorithm"].lower()
-        algo = _ALGOS.get(algo_txt) if algo_txt else None
-        if algo_txt and algo is None:
-            raise SkipRowError(f"algorithm {row['algorithm']!r} not modelled")
-        size = _figure(row, "message_bytes", where)
+        algo = read_algorithm(row["algorithm"])
+        size = message_bytes(row, where)
         if size is not None:
             _positive(row, "message_bytes", size, "a message size")
         busbw = _figure(row, "busbw_gbps", where)
         algbw = _figure(row, "algbw_gbps", where)
         time_us = _figure(row, "time_us", where)
+        if busbw is not None and algbw is not None:
+            check_ranks(row, op, n, busbw, algbw)
         factor = float(busbw_factor(op, n))
         busbw_col = "busbw_gbps"
         if busbw is None and algbw is not None:
             busbw, busbw_col = algbw * factor, "algbw_gbps"
+        if busbw is not None:
+            check_peak(row, busbw_col, busbw, op, rf.fabric)
         note = ""
         if size is None:
             if busbw is None:
@@ -259,6 +383,11 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
                     )
                 time_us = size * factor / (busbw * GB) * 1e6
                 note = "time derived from busbw"
+            elif 0 < time_us < MIN_TIME_US:
+                raise SkipRowError(
+                    f"time_us={row['time_us']!r} is under {MIN_TIME_US:g} us, faster than any "
+                    "NCCL collective: check the unit (ms, not us?)"
+                )
             measured = _positive(row, "time_us", time_us)
         est = estimate(op, size, n, rf.fabric, cal, algorithm=algo)
         pred = float(est.busbw_Bps) / GB if metric == "busbw_GBps" else float(est.time_s) * 1e6
