@@ -373,3 +373,39 @@ def test_a_file_of_the_required_columns_only_is_scored(tmp_path: Path) -> None:
     path = write(tmp_path / "runs.csv", [H100], list(REQUIRED))
     (row,) = validate_collectives(path, default_calibration()).rows
     assert row.status == "scored" and row.measured == 480.0
+
+
+@pytest.mark.parametrize(
+    ("text", "node_gbytes", "nics"),
+    [
+        ("400 Gb/s (one per GPU)", 400.0, 8),  # one 400 Gb/s NIC a GPU: 8 x 50 GB/s
+        ("InfiniBand NDR 400Gb/s x 8", 400.0, 8),  # the count after the rate
+        ("8x400G", 400.0, 8),  # a NIC's bare G is Gb/s
+        ("4x200G HDR", 100.0, 4),
+    ],
+)
+def test_nic_spellings_of_other_tables(text: str, node_gbytes: float, nics: int) -> None:
+    from gpuscale.validate.collectives import parse_nics
+
+    got = parse_nics(text, 8)
+    assert got is not None
+    assert (got[0] / 1e9, got[1]) == pytest.approx((node_gbytes, nics))
+
+
+@pytest.mark.parametrize(
+    ("text", "gpu", "domain"),
+    [
+        ("HGX baseboard, NICs on PCIe Gen5 switches", "h100-sxm", 8),  # PCIe of the NICs
+        ("NVLink4 via NVSwitch, PCIe Gen5 to host", "h100-sxm", 8),
+        ("PCIe (NVLink disabled)", "h100-sxm", 1),
+        ("NCCL_MNNVL_ENABLE=0", "gb200", 4),  # the tray, not the rack
+        ("", "gb200", 72),
+    ],
+)
+def test_scale_up_spellings_of_other_tables(text: str, gpu: str, domain: int) -> None:
+    from gpuscale.catalog import get_gpu, system_for_gpu
+    from gpuscale.validate.collectives import scale_up
+
+    g = get_gpu(gpu)
+    gpn = 4 if gpu == "gb200" else 8
+    assert scale_up(text, g, system_for_gpu(g), gpn)[0] == domain

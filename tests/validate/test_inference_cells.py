@@ -103,7 +103,7 @@ def test_a_model_and_a_stated_size_that_disagree_skip_the_row(tmp_path: Path) ->
         w.writeheader()
         w.writerow({**GOOD, "params_b": "70"})
     (r,) = validate_inference(path, default_calibration()).rows
-    assert r.status == "skipped" and "params_b=70 but llama3-8b has 8.0 B" in r.reason
+    assert r.status == "skipped" and "params_b='70' but llama3-8b has 8.0 B" in r.reason
 
 
 def test_a_file_with_only_the_key_columns_is_read(tmp_path: Path) -> None:
@@ -119,3 +119,85 @@ def test_a_file_with_only_the_key_columns_is_read(tmp_path: Path) -> None:
     assert "precision not stated: bf16 assumed" in r.reason
     assert "throughput_kind not stated: output_total" in r.reason
     write(tmp_path / "unused.csv", [GOOD])  # the full schema still writes
+
+
+def test_a_file_without_the_throughput_column_reads_an_engine_limit_row(tmp_path: Path) -> None:
+    # an empty rate with "max batch 256" and no throughput column: an online row, not a crash
+    cols = [*REQUIRED, "ttft_ms", "notes"]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        row = {k: GOOD.get(k, "") for k in cols}
+        w.writerow(
+            {**row, "request_rate": "", "batch_or_concurrency": "max batch 256", "ttft_ms": "100"}
+        )
+    (r,) = validate_inference(path, default_calibration()).rows
+    assert r.status == "skipped" and "load not understood" in r.reason
+
+
+@pytest.mark.parametrize("cell", ["8B", "~8", "eight"])
+def test_a_size_cell_never_stops_the_file(tmp_path: Path, cell: str) -> None:
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[*GOOD, "params_b"])
+        w.writeheader()
+        w.writerow({**GOOD, "params_b": cell})
+    (r,) = validate_inference(path, default_calibration()).rows
+    assert r.status == "scored"
+
+
+def test_an_moe_size_may_be_its_active_parameters() -> None:
+    # DeepSeek-V3: 671 B in all, 37 B active a token; a table may give either
+    row = {**GOOD, "model": "deepseek-v3", "gpu": "H200", "tp": "8", "num_gpus": "8"}
+    assert plan_row({**row, "params_b": "37"}, "t").model == "deepseek-v3"
+    assert plan_row({**row, "params_b": "671"}, "t").model == "deepseek-v3"
+
+
+@pytest.mark.parametrize(
+    ("cell", "weights", "kv"),
+    [
+        ("FP16 weights, FP8 KV cache", "fp16", "fp8"),
+        ("bf16 w/ fp8 kv", "bf16", "fp8"),
+        ("FP8 (KV cache: BF16)", "fp8", "bf16"),
+        ("fp8", "fp8", None),
+    ],
+)
+def test_a_kv_cache_format_is_read_apart_from_the_weights(
+    cell: str, weights: str, kv: str | None
+) -> None:
+    p = _plan(precision=cell)
+    assert (p.precision, p.kv) == (weights, kv)
+
+
+def test_a_batch_limit_beside_a_rate_is_not_a_static_batch() -> None:
+    p = _plan(request_rate="4", batch_or_concurrency="batch size 64")
+    assert p.mode == "poisson" and p.rate == 4.0
+    assert _plan(batch_or_concurrency="max batch size 64").engine.max_batch == 64
+
+
+def test_a_rate_range_or_decimal_comma_skips_the_row() -> None:
+    from gpuscale.validate.report import SkipRow
+
+    for rate in ("1,5", "2-4"):
+        with pytest.raises(SkipRow, match="one rate in req/s"):
+            _plan(request_rate=rate, metric_throughput_tokens_per_s="")
+
+
+def test_the_first_statistic_named_is_the_one_compared() -> None:
+    (r,) = validate_row(
+        {**ONLINE, "ttft_stat": "mean (p99 in ttft_p99_ms)"}, "t", default_calibration()
+    )
+    (m,) = validate_row({**ONLINE, "ttft_stat": "mean"}, "t", default_calibration())
+    assert r.status == "scored" and r.predicted == m.predicted
+
+
+def test_the_latency_floor_counts_an_moe_tokens_active_experts_only() -> None:
+    # Qwen3-30B-A3B: 3.3 B of 30.5 B parameters a token; the floor reads those
+    from gpuscale.perf.transformer import active_param_count
+
+    p = _plan(model="qwen3-30b-a3b", precision="bf16")
+    model = get_model("qwen3-30b-a3b")
+    floor = active_param_count(model) * 2.0 / get_gpu("h100-sxm").hbm_bw_Bps
+    assert weight_read_floor_s(p) == pytest.approx(floor)
+    assert active_param_count(model) < 0.2 * param_count(model)

@@ -70,9 +70,9 @@ def load_cases(path: Path, max_requests: int = FIT_MAX_REQUESTS) -> list[_Case]:
         cases.append(
             _Case(
                 plan,
-                row["throughput_kind"].lower(),
-                row["ttft_stat"].lower(),
-                "itl" in row["tpot_itl_stat"].lower(),
+                row.get("throughput_kind", "").lower(),
+                row.get("ttft_stat", "").lower(),
+                "itl" in row.get("tpot_itl_stat", "").lower(),
                 num(row, "metric_throughput_tokens_per_s", where),
                 num(row, "ttft_ms", where),
                 num(row, "tpot_or_itl_ms", where),

@@ -166,13 +166,18 @@ def _gpu(name: str) -> GPU:
         raise SkipRowError(f"GPU {name!r} not in the catalog") from None
 
 
-_RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GbE|GBps|GB/s)"
+_RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GbE|GBps|GB/s|G\b)"
+"""A link rate; a bare G ('8x400G', '4x200G HDR') is a NIC's Gb/s, as NICs are sold."""
 _WORDS = r"(?:[A-Za-z][\w-]*\s+)*?"
 """Words between a count and its rate ('8x ConnectX-7 400Gb/s') or a rate and 'per GPU'."""
 _PRODUCT = (
     r"(\d+)\s*(?i:NICs?|HCAs?|ports?|adapters?)?\s*[x×]\s*(?:(\d+)\s*[x×]\s*)?" + _WORDS + _RATE
 )
-_PER_GPU = re.compile(r"\s*" + _WORDS + r"(?:per|/|each)\s*GPU\b", re.IGNORECASE)
+_PER_GPU = re.compile(
+    r"\s*\(?\s*" + _WORDS + r"(?:(?:one\s+)?per|/|each|for each)\s*GPU\b", re.IGNORECASE
+)
+_RATE_TIMES = re.compile(_RATE + r"\s*[x×]\s*(\d+)\b")
+"""A rate then its count ('InfiniBand NDR 400Gb/s x 8')."""
 
 
 def _bps(value: str, unit: str) -> float:
@@ -193,17 +198,21 @@ def parse_nics(text: str, gpus_per_node: int = 1) -> tuple[float, int] | None:
     if "not stated" in text:
         return None
     prod = re.search(_PRODUCT, text)
+    times = _RATE_TIMES.search(text)
     one = re.search(_RATE, text)
     if prod:
         nics, ports = int(prod.group(1)), int(prod.group(2) or 1)
         node_Bps, end = nics * ports * _bps(prod.group(3), prod.group(4)), prod.end()
+    elif times:
+        nics = int(times.group(3))
+        node_Bps, end = nics * _bps(times.group(1), times.group(2)), times.end()
     elif one:
         devices = re.search(r"(\d+)\s+\w*\s*devices", text)
         nics = int(devices.group(1)) if devices else 0
         node_Bps, end = _bps(one.group(1), one.group(2)), one.end()
     else:
         return None
-    if _PER_GPU.match(text, end):
+    if not (prod or times) and _PER_GPU.match(text, end):  # a single rate, said per GPU
         return node_Bps * gpus_per_node, nics * gpus_per_node or gpus_per_node
     return node_Bps, nics
 
@@ -232,15 +241,19 @@ def scale_up(intra: str, gpu: GPU, system: System, gpn: int) -> tuple[int, float
     """
     low = intra.lower()
     pcie = systems()["pcie-8gpu-gen5" if gpu.pcie_gen >= 5 else "pcie-8gpu-gen4"]
-    no_nvlink = re.search(r"\b(no|without) nvlink|pcie only", low) or (
-        "pcie" in low and not re.search(r"nvlink|nvswitch|nvl\d", low)
+    # PCIe said of the GPUs, not of a board's NICs or host link ('HGX baseboard, NICs on
+    # PCIe Gen5 switches' is an NVSwitch board)
+    board = re.search(r"nvlink|nvswitch|nvl\d|hgx|dgx|sxm|baseboard", low)
+    no_nvlink = re.search(r"\b(no|without) nvlink|nvlink[\s_-]*(disabled|off)|pcie only", low) or (
+        "pcie" in low and not board
     )
     if no_nvlink or gpu.nvlink_gb_per_s <= 0:
         return 1, pcie.scaleup_bw_Bps
     if "bridge" in low:
         return (gpn, gpu.nvlink_bw_Bps) if gpn <= 2 else (1, pcie.scaleup_bw_Bps)
     rack = system.nvlink_domain_gpus > system.gpus_per_node
-    if rack and not re.search(r"\b(no|without) mnnvl|mnnvl (disabled|off)", low):
+    mnnvl_off = r"\b(no|without) mnnvl|mnnvl[\s_]*(disabled|off)|mnnvl_enable\s*=\s*0"
+    if rack and not re.search(mnnvl_off, low):
         return system.nvlink_domain_gpus, gpu.nvlink_bw_Bps
     return gpn, gpu.nvlink_bw_Bps  # an NVSwitch board: the node is the domain
 

@@ -22,7 +22,7 @@ from gpuscale.catalog import get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
-from gpuscale.perf.transformer import param_count
+from gpuscale.perf.transformer import active_param_count
 from gpuscale.sim.serving import (
     EngineLimits,
     ServingResult,
@@ -62,7 +62,7 @@ def run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
 
 def _run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
     model, gpu = get_model(p.model), get_gpu(p.gpu)
-    prec = precision_plan(gpu, p.precision)
+    prec = precision_plan(gpu, p.precision, p.kv)
     sm = build_step_model(
         model, gpu, prec, p.tp, p.pp, cal, p.engine, tokens_per_seq=p.input_len + p.output_len
     )
@@ -100,7 +100,16 @@ STATS = "mean (avg, average), median (p50), p99"
 """The statistics a row's ttft_stat / tpot_itl_stat may name."""
 
 
+STAT_WORDS = (
+    (r"p99(?:\.\d|\d)|p9[0-8]\b|p95", None),  # a percentile the simulation does not report
+    (r"p99", "p99"),
+    (r"median|p50", "p50"),
+    (r"mean|\bavg\b|average", "mean"),
+)
+
+
 def _pick(stat: Stat, which: str) -> float | None:
+    """The statistic a cell names first ("mean (p99 in another column)" is the mean)."""
     w = which.lower()
     if (
         w.startswith("prefill latency")
@@ -109,24 +118,22 @@ def _pick(stat: Stat, which: str) -> float | None:
         or w.startswith("single")
     ):
         return stat.mean
-    if re.search(r"p99\.\d|p9[0-8]\b|p95", w):
-        return None  # another percentile than the three the simulation reports
-    if "p99" in w:
-        return stat.p99
-    if "median" in w or "p50" in w:
-        return stat.p50
-    if re.search(r"mean|\bavg\b|average", w):
-        return stat.mean
-    return None
+    hits = [(m.start(), name) for pat, name in STAT_WORDS for m in [re.search(pat, w)] if m]
+    if not hits:
+        return None
+    name = min(hits, key=lambda h: h[0])[1]
+    return None if name is None else {"p99": stat.p99, "p50": stat.p50, "mean": stat.mean}[name]
 
 
 def weight_read_floor_s(p: RowPlan) -> float:
-    """The least time one forward pass can take: each GPU reading its share of the weights
-    from HBM once (a TTFT or a decode step below it is in another unit)."""
+    """The least time a first token can take: each GPU reading its share of the weights a
+    token uses (an MoE token's active experts only) from HBM once. A TTFT below it is in
+    another unit; a TPOT is not checked (speculative decoding emits several tokens a
+    step)."""
     model, gpu = get_model(p.model), get_gpu(p.gpu)
-    prec = precision_plan(gpu, p.precision)
+    prec = precision_plan(gpu, p.precision, p.kv)
     bytes_per = {"fp8": 1.0, "fp4": 0.5, "int4": 0.5}.get(prec.weights, 2.0)
-    return param_count(model) * bytes_per / (p.tp * p.pp) / gpu.hbm_bw_Bps
+    return active_param_count(model) * bytes_per / (p.tp * p.pp) / gpu.hbm_bw_Bps
 
 
 def _short_source(src: str) -> str:
@@ -165,7 +172,7 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
     except UnsupportedRowError as exc:
         return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
     floor_ms = weight_read_floor_s(plan) * 1e3
-    for measured, col in ((measured_ttft, "ttft_ms"), (measured_itl, "tpot_or_itl_ms")):
+    for measured, col in ((measured_ttft, "ttft_ms"),):
         if measured is not None and measured < 0.5 * floor_ms:
             return [
                 RowResult(
@@ -206,7 +213,7 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
                     measured_tp,
                     None,
                     "skipped",
-                    f"throughput_kind {row['throughput_kind']!r} not modelled",
+                    f"throughput_kind {row.get('throughput_kind', '')!r} not modelled",
                     group=f"throughput | {src}",
                     metric="throughput",
                 )

@@ -12,11 +12,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from gpuscale.catalog import get_gpu, get_model
+from gpuscale.catalog import Model, get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import ENGINES, EngineConfig
 from gpuscale.perf.kv import precision_plan
-from gpuscale.perf.transformer import param_count
+from gpuscale.perf.transformer import active_param_count, param_count
 from gpuscale.validate.report import SkipRow, count, positive
 
 COLUMNS = (
@@ -81,6 +81,13 @@ PRECISION_SPELLINGS = (
 weight-only, W4A16; W8A8 with FP8 activations is FP8)."""
 
 
+KV_PHRASE = re.compile(
+    r"(?:w/|with)?\s*(?P<a>fp8|fp16|bf16|bfloat16|int8)[\s_-]*kv(?:[\s_-]*cache)?"
+    r"|kv(?:[\s_-]*cache)?\s*(?:in|=|:)?\s*(?P<b>fp8|fp16|bf16|bfloat16|int8)"
+)
+"""A KV-cache format named beside the weights' ("fp8 kv cache", "KV cache: FP8")."""
+
+
 @dataclass(frozen=True)
 class RowPlan:
     model: str
@@ -97,6 +104,8 @@ class RowPlan:
     rate: float = 0.0
     notes: tuple[str, ...] = ()
     """How the row was read where it does not say (printed as the scored row's reason)."""
+    kv: str | None = None
+    """The KV-cache format the row names apart from the weights' (None: the default)."""
 
 
 UnsupportedRowError = SkipRow
@@ -154,10 +163,26 @@ def _engine(name: str) -> EngineConfig:
     raise UnsupportedRowError(f"engine {name!r} not modelled")
 
 
+def _check_size(cell: str, model: Model) -> None:
+    """A stated size ("8", "8B", "~70") far from both the model's total and its active
+    parameters (an MoE table may give either) skips the row; a cell that is no size is
+    left unread (it decides nothing)."""
+    m = re.fullmatch(r"~?\s*(\d+(?:\.\d+)?)\s*b?", cell.strip().lower())
+    if m is None or float(m.group(1)) <= 0:
+        return
+    stated = float(m.group(1)) * 1e9
+    sizes = {param_count(model), active_param_count(model)}
+    if all(abs(n / stated - 1.0) > 0.25 for n in sizes):
+        raise UnsupportedRowError(
+            f"params_b={cell!r} but {model.key} has {param_count(model) / 1e9:.1f} B "
+            "parameters: the row's model and size do not go together"
+        )
+
+
 def _precision(cell: str, half: str, notes: list[str]) -> str:
     """The serving precision a row's cell names; empty: ``half`` (bf16 where the GPU has
     it), said in ``notes``."""
-    text = cell.strip().lower()
+    text = KV_PHRASE.sub(" ", cell.strip().lower()).strip(" ,;/()+")
     if not text:
         notes.append(f"precision not stated: {half} assumed")
         return half
@@ -165,6 +190,16 @@ def _precision(cell: str, half: str, notes: list[str]) -> str:
         if re.search(pattern, text):
             return prec
     return text  # refused by precision_plan with the valid ones
+
+
+def _kv_precision(cell: str) -> str | None:
+    """The KV-cache format a precision cell names apart from the weights' ("FP16 weights,
+    FP8 KV cache"), or None."""
+    m = KV_PHRASE.search(cell.lower())
+    if m is None:
+        return None
+    fmt = m.group("a") or m.group("b") or ""
+    return {"fp8": "fp8", "fp16": "fp16", "bf16": "bf16", "bfloat16": "bf16"}.get(fmt)
 
 
 def plan_row(row: dict[str, str], where: str) -> RowPlan:
@@ -212,23 +247,21 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         raise UnsupportedRowError("variable-length dataset: input/output lengths not given")
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     prec = _precision(row.get("precision", ""), half, read)
+    kv = _kv_precision(row.get("precision", ""))
+    if kv is None and KV_PHRASE.search(row.get("precision", "").lower()):
+        raise UnsupportedRowError(f"precision {row['precision']!r}: KV-cache format not modelled")
     try:
-        precision_plan(gpu, prec)
+        precision_plan(gpu, prec, kv)
     except InputError as exc:
         raise UnsupportedRowError(str(exc)) from None
-    params_b = positive(row, "params_b", where)
-    if params_b is not None and abs(param_count(model) / (params_b * 1e9) - 1.0) > 0.25:
-        raise UnsupportedRowError(
-            f"params_b={params_b:g} but {model.key} has {param_count(model) / 1e9:.1f} B "
-            "parameters: the row's model and size do not go together"
-        )
+    _check_size(row.get("params_b", ""), model)
     rate = THOUSANDS.sub("", row["request_rate"].lower().strip())
     batch = THOUSANDS.sub("", row["batch_or_concurrency"].lower().strip())
-    # a batch served at once: "static batch 64", "fixed batch 8", "batch size 64", "BS=64"
-    m_static = re.match(
-        r"(?:(?:static|fixed)\s+batch(?:\s+size)?|bs|batch(?:\s+size)?)\s*[=:]?\s*(\d+)$",
-        batch,
-    )
+    # a batch served at once: "static batch 64", "fixed batch 8"; with no request rate also
+    # "batch size 64", "BS=64" (beside a rate, those are the engine's batch limit)
+    m_static = re.match(r"(?:static|fixed)\s+batch(?:\s+size)?\s*[=:]?\s*(\d+)$", batch)
+    if m_static is None and rate == "":
+        m_static = re.match(r"(?:bs|batch(?:\s+size)?)\s*[=:]?\s*(\d+)$", batch)
     m_count = re.search(r"(\d[\d,]*) requests", notes)
     replicas = n_gpus // (tp * pp)
     base = dict(
@@ -241,6 +274,7 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         input_len=isl,
         output_len=osl,
         notes=tuple(read),
+        kv=kv,
     )
     if m_static:
         b = int(m_static.group(1))
@@ -263,11 +297,11 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
     if (
         rate.startswith("inf (offline)")
         or rate == "offline"
-        or (rate == "" and "max" in batch and row["metric_throughput_tokens_per_s"])
+        or (rate == "" and "max" in batch and row.get("metric_throughput_tokens_per_s"))
     ):
         e = eng
         m_tok = re.search(r"max num tokens (\d+)", batch)
-        m_b = re.search(r"max batch (\d+)", batch)
+        m_b = re.search(r"max (?:runtime )?batch(?: size)?\s*[=:]?\s*(\d+)", batch)
         if m_tok or m_b:
             if (m_tok and int(m_tok.group(1)) < 1) or (m_b and int(m_b.group(1)) < 1):
                 raise UnsupportedRowError(
@@ -289,6 +323,11 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         n = min(_requests(m_count, ONLINE_REQUESTS), OFFLINE_REQUESTS_MAX)
         return RowPlan(engine=eng, mode="saturate", requests=n, **base)  # type: ignore[arg-type]
     m_rate = _NUMBER.match(rate)
+    if m_rate and re.match(r"[,\-–]\s*\d", rate[m_rate.end() :]):
+        raise UnsupportedRowError(
+            f"request_rate={row['request_rate']!r}: one rate in req/s (a range or a decimal "
+            "comma is not one)"
+        )
     if m_rate:
         qps = float(m_rate.group(0))
         if not (math.isfinite(qps) and qps > 0):
