@@ -405,11 +405,11 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
         est = estimate(op, size, n, rf.fabric, cal, algorithm=algo)
         pred = float(est.busbw_Bps) / GB if metric == "busbw_GBps" else float(est.time_s) * 1e6
     except SkipRowError as why:
-        return RowResult(rid, None, None, None, "skipped", str(why), group=src)
+        return RowResult.skip(rid, str(why), group=src)
     except InputError as exc:
         if exc.field.startswith(f"{where}:"):
             raise  # a malformed cell: one line naming file, line and column
-        return RowResult(rid, None, None, None, "skipped", f"unsupported: {exc}", group=src)
+        return RowResult.skip(rid, f"unsupported: {exc}", group=src)
     detail: dict[str, object] = {
         "op": op,
         "ranks": int(n),

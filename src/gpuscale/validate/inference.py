@@ -153,37 +153,26 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
     try:
         measured_tp, measured_ttft, measured_itl = (positive(row, c, where) for c in MEASURED)
     except UnsupportedRowError as exc:
-        return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
+        return [RowResult.skip(rid, str(exc), group=src)]
     if measured_tp is None and measured_ttft is None and measured_itl is None:
         return [
-            RowResult(
-                rid,
-                None,
-                None,
-                None,
-                "skipped",
-                "no measured throughput, TTFT or TPOT/ITL in the row",
-                group=src,
-            )
+            RowResult.skip(rid, "no measured throughput, TTFT or TPOT/ITL in the row", None, src)
         ]
     try:
         plan = plan_row(row, where)
         res = run_plan(plan, cal)
     except UnsupportedRowError as exc:
-        return [RowResult(rid, None, None, None, "skipped", str(exc), group=src)]
+        return [RowResult.skip(rid, str(exc), group=src)]
     floor_ms = weight_read_floor_s(plan) * 1e3
     for measured, col in ((measured_ttft, "ttft_ms"),):
         if measured is not None and measured < 0.5 * floor_ms:
             return [
-                RowResult(
+                RowResult.skip(
                     rid,
-                    None,
-                    measured,
-                    None,
-                    "skipped",
                     f"{col}={row[col]!r} is under half the {floor_ms:.3g} ms each GPU takes to "
                     "read its weights once: check the column's unit (seconds in a ms column?)",
-                    group=src,
+                    measured,
+                    src,
                 )
             ]
     out: list[RowResult] = []
@@ -207,15 +196,12 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
             pred = None
         if pred is None:
             out.append(
-                RowResult(
-                    f"{rid}",
-                    None,
-                    measured_tp,
-                    None,
-                    "skipped",
+                RowResult.skip(
+                    rid,
                     f"throughput_kind {row.get('throughput_kind', '')!r} not modelled",
-                    group=f"throughput | {src}",
-                    metric="throughput",
+                    measured_tp,
+                    f"throughput | {src}",
+                    "throughput",
                 )
             )
         elif plan.mode in ("offline", "static", "saturate"):
@@ -261,15 +247,12 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
         said = [*plan.notes, *([] if which else [f"{metric} statistic not stated: mean"])]
         if pick is None or math.isnan(pick):
             out.append(
-                RowResult(
+                RowResult.skip(
                     rid,
-                    None,
-                    measured,
-                    None,
-                    "skipped",
                     f"statistic {which!r} not modelled: one of {STATS}",
-                    group=f"{metric} | {src}",
-                    metric=metric,
+                    measured,
+                    f"{metric} | {src}",
+                    metric,
                 )
             )
             continue

@@ -33,6 +33,13 @@ class RowResult:
     metric: str = ""  # what is compared (tokens_per_s_per_gpu, busbw_GBps, ...)
     detail: dict[str, object] = field(default_factory=dict)
 
+    @classmethod
+    def skip(
+        cls, rid: str, reason: str, measured: float | None = None, group: str = "", metric: str = ""
+    ) -> RowResult:
+        """A row gpuscale does not score, with the reason (and the figure it gives)."""
+        return cls(rid, None, measured, None, "skipped", reason, group, metric)
+
 
 @dataclass(frozen=True)
 class ValidationReport:

@@ -471,16 +471,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
             except InputError:
                 measured = None
             rows.append(
-                RowResult(
-                    rid,
-                    None,
-                    measured,
-                    None,
-                    "skipped",
-                    str(why),
-                    source_group(row["source"]),
-                    row["target"],
-                )
+                RowResult.skip(rid, str(why), measured, source_group(row["source"]), row["target"])
             )
             continue
         reason = "; ".join([*pr.notes, note] if note else pr.notes)
