@@ -328,3 +328,71 @@ def test_the_cli_prints_gemma_7b_as_8_5_b(
     code, out, err = run_cli([*args, "--zero", "zero3"], capsys)
     assert code == 0, err
     assert "8.5 B parameters" in out
+
+
+def _write_cfg(tmp_path: Path, cfg: dict[str, Any], name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+FALCON_7B = {
+    "model_type": "falcon",
+    "hidden_size": 4544,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "vocab_size": 65024,
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "bias": False,
+    "alibi": False,
+}
+
+
+def test_falcon_shares_its_kv_heads(tmp_path: Path) -> None:
+    # Falcon-7B is multi-query: one K/V head. Per layer 4544^2 (Q) + 2 x 64 x 4544 (K, V)
+    # + 4544^2 (out) + 2 x 4544 x 18176 (plain 4h MLP) = 207,060,992; x 32 + 65,024 x 4544
+    # tied embeddings = 6,921,420,800, the 6.92 B it is published at (norms add 0.3 M)
+    m = load_hf_config(_write_cfg(tmp_path, FALCON_7B))
+    assert m.kv_heads == 1
+    assert param_count(m) == pytest.approx(6_921_420_800, rel=1e-4)
+    # Falcon-40B's spelling (new decoder architecture): num_kv_heads groups
+    forty = {**FALCON_7B, "new_decoder_architecture": True, "num_kv_heads": 8}
+    forty.update(hidden_size=8192, num_attention_heads=128, num_hidden_layers=60)
+    assert load_hf_config(_write_cfg(tmp_path, forty, "f40.json")).kv_heads == 8
+
+
+@pytest.mark.parametrize("model_type", ["jamba", "mamba", "mamba2"])
+def test_layer_layouts_config_json_gives_in_keys_not_read_are_refused(
+    tmp_path: Path, model_type: str
+) -> None:
+    cfg = {"model_type": model_type, "hidden_size": 4096, "num_hidden_layers": 32}
+    cfg.update(num_attention_heads=32, vocab_size=65536)
+    with pytest.raises(InputError, match=f"model_type='{model_type}' is invalid: a model_type"):
+        load_hf_config(_write_cfg(tmp_path, cfg))
+
+
+def test_gemma3_multimodal_config_takes_the_text_defaults(tmp_path: Path) -> None:
+    # Gemma 3 27B's published config.json: the text_config leaves the vocabulary (262,208)
+    # and the tied embeddings to Gemma3TextConfig's defaults
+    text = {"model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504}
+    text.update(num_attention_heads=32, num_hidden_layers=62, num_key_value_heads=16)
+    text.update(head_dim=128, sliding_window=1024)
+    m = load_hf_config(_write_cfg(tmp_path, {"model_type": "gemma3", "text_config": text}))
+    assert m.vocab == 262208 and m.tied_embeddings
+    assert param_count(m) / 1e9 == pytest.approx(27.0, abs=0.1)
+
+
+def test_a_top_level_tie_holds_for_the_text_model(tmp_path: Path) -> None:
+    text = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192}
+    text.update(num_attention_heads=32, num_hidden_layers=16, vocab_size=128256)
+    cfg = {"model_type": "llava", "tie_word_embeddings": True, "text_config": text}
+    assert load_hf_config(_write_cfg(tmp_path, cfg)).tied_embeddings
+
+
+def test_more_dense_layers_than_layers_names_the_key(tmp_path: Path) -> None:
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 1024, "num_hidden_layers": 4}
+    cfg.update(num_attention_heads=8, vocab_size=1000, n_routed_experts=8)
+    cfg.update(num_experts_per_tok=2, moe_intermediate_size=256, first_k_dense_replace=6)
+    with pytest.raises(InputError, match="first_k_dense_replace=6 is invalid: at most"):
+        load_hf_config(_write_cfg(tmp_path, cfg))

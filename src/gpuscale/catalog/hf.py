@@ -184,6 +184,19 @@ def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: _Ints) -> bool
     )
 
 
+GEMMA3_VOCAB = 262208
+"""Gemma 3's vocabulary, Gemma3TextConfig's default (its multimodal files leave it out)."""
+UNREAD_TYPES = {
+    "jamba": "Jamba's interleaved attention, Mamba and MoE periods are not read; the "
+    "Nemotron-H hybrids (hybrid_override_pattern) are",
+    "mamba": "a pure Mamba-1 model has no attention to read; the Nemotron-H hybrids are",
+    "mamba2": "a pure Mamba-2 model is not read; the Nemotron-H hybrids are",
+    "falcon_mamba": "a pure Mamba model has no attention to read",
+}
+"""model_types whose layer layout config.json gives in keys gpuscale does not read: refused
+by name rather than read as a transformer of the wrong shape."""
+
+
 def load_hf_config(path: Path, field: str = "model") -> Model:
     """Map the usual config.json keys (llama, mistral, mixtral, qwen, deepseek, gemma, gpt2,
     opt...). Whether the MLP is gated and, where the key is absent, whether the embeddings
@@ -201,8 +214,19 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         raise InputError(field, str(path), "config.json must hold a JSON object")
     text = cfg.get("text_config")
     if isinstance(text, dict) and "hidden_size" not in cfg:
-        # a multimodal config (Llama 4): the language model's shape is its text_config
-        cfg = {**text, "model_type": text.get("model_type", cfg.get("model_type", ""))}
+        # a multimodal config (Llama 4, Gemma 3): the language model's shape is its
+        # text_config; a key the whole model states once (tie_word_embeddings) still holds
+        top = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
+        cfg = {**top, **text, "model_type": text.get("model_type", cfg.get("model_type", ""))}
+        if str(cfg["model_type"]).startswith("gemma3") and "vocab_size" not in cfg:
+            cfg["vocab_size"] = GEMMA3_VOCAB  # Gemma3TextConfig's default
+    model_type = str(cfg.get("model_type", ""))
+    if model_type in UNREAD_TYPES:
+        raise InputError(
+            f"{path.name}:model_type",
+            model_type,
+            f"a model_type gpuscale reads: {UNREAD_TYPES[model_type]}",
+        )
     ints = _Ints(cfg, path)
     required = (
         ("num_hidden_layers", "n_layer", "num_layers"),
@@ -214,7 +238,6 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         if _first(cfg, *names) is None:
             raise InputError(f"{path.name}:{names[0]}", None, "required (a positive integer)")
     layers, hidden, heads, vocab = (ints(*names, minimum=1) for names in required)
-    model_type = str(cfg.get("model_type", ""))
     gated = _GATED_MLP.get(model_type)
     if gated is None:
         # an architecture not in the table: judge by the activation's name
@@ -265,6 +288,18 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         # (Nemotron 3: one shared expert of 2 x the routed width = 2 units)
         shared = max(round(max(shared, 1) * shared_ffn / ffn_moe), 1)
     window, window_layers = _sliding_window(cfg, model_type, ints)
+    # Falcon: num_kv_heads (n_head_kv in RW), or one KV head when multi_query (7B)
+    mq = 1 if model_type == "falcon" and cfg.get("multi_query") is True else heads
+    if model_type == "falcon" and cfg.get("new_decoder_architecture") is True:
+        mq = heads  # num_kv_heads names the groups; without it, one per head
+    kv_heads = ints("num_key_value_heads", "num_kv_heads", "n_head_kv", default=mq, minimum=1)
+    first_dense = ints("first_k_dense_replace")
+    if first_dense > layers:
+        raise InputError(
+            f"{path.name}:first_k_dense_replace",
+            first_dense,
+            f"at most num_hidden_layers ({layers}): the dense layers before the MoE ones",
+        )
     position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
@@ -275,7 +310,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "layers": layers,
         "hidden": hidden,
         "heads": heads,
-        "kv_heads": ints("num_key_value_heads", default=heads, minimum=1),
+        "kv_heads": kv_heads,
         "head_dim": ints("head_dim"),
         "ffn_hidden": ffn_moe if experts > 1 else ffn_dense,
         "dense_ffn_hidden": ffn_dense,
@@ -290,7 +325,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         # group-limited routing (DeepSeek-V2/V3): n_group groups, topk_group of them a token
         "route_groups": ints("n_group", default=1, minimum=1),
         "route_topk_groups": ints("topk_group"),
-        "first_dense_layers": ints("first_k_dense_replace"),
+        "first_dense_layers": first_dense,
         "moe_layer_step": ints("interleave_moe_layer_step", default=1, minimum=1),
         "mla": mla,
         "pattern": pattern,

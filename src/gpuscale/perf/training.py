@@ -16,7 +16,7 @@ from gpuscale.perf.plan import RECOMPUTE, SHARDING, FloatArrayT, Plans, Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
-from gpuscale.perf.transformer import model_flops_per_token
+from gpuscale.perf.transformer import active_param_count, model_flops_per_token, param_count
 from gpuscale.units import fmt_bytes, fmt_time
 
 FloatArray = FloatArrayT
@@ -229,6 +229,9 @@ class TrainingEstimate:
         used = int(self.plans.gpus_used()[i])
         out: dict[str, Any] = {
             "model": w.model.key,
+            # parameters as the model line prints them (embeddings included; MTP depths apart)
+            "parameters": param_count(w.model),
+            "active_parameters": active_param_count(w.model),
             "gpu": w.gpu.key,
             "system": w.system.key,
             "gpus": w.num_gpus,
