@@ -396,3 +396,10 @@ def test_more_dense_layers_than_layers_names_the_key(tmp_path: Path) -> None:
     cfg.update(num_experts_per_tok=2, moe_intermediate_size=256, first_k_dense_replace=6)
     with pytest.raises(InputError, match="first_k_dense_replace=6 is invalid: at most"):
         load_hf_config(_write_cfg(tmp_path, cfg))
+
+
+def test_a_snapshots_config_is_named_after_its_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "falcon-7b"
+    folder.mkdir()
+    assert load_hf_config(_write_cfg(folder, FALCON_7B)).key == "falcon-7b"
+    assert load_hf_config(_write_cfg(tmp_path, FALCON_7B, "f7.json")).key == "f7"

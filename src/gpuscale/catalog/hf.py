@@ -304,7 +304,10 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
     body: dict[str, Any] = {
-        "key": path.stem,
+        # a snapshot's config.json is named after its folder (falcon-7b/config.json)
+        "key": path.resolve().parent.name
+        if path.stem == "config" and path.resolve().parent.name
+        else path.stem,
         "name": f"{model_type or 'model'} from {path}",
         "source": f"local Hugging Face config {path}",
         "layers": layers,
