@@ -430,10 +430,9 @@ def check_precision(
     """``precision`` is one of ``among`` (the precisions the caller runs in) and ``gpu``
     has tensor cores for it; the error lists the ones that are both."""
     ok = [p for p in among if p in gpu.peak_tflops]
+    which = f"one of {', '.join(ok)}" if len(ok) > 1 else ", ".join(ok)
     if precision not in among:
         on = f" on the {gpu.key}" if len(ok) < len(among) else ""
-        which = f"one of {', '.join(ok)}" if len(ok) > 1 else ", ".join(ok)
         raise InputError(field, precision, f"{which}{on}")
     if precision not in gpu.peak_tflops:
-        which = f"one of {', '.join(ok)}" if len(ok) > 1 else ", ".join(ok)
         raise InputError(field, precision, f"{which} (the {gpu.key} has no {precision} peak)")

@@ -303,11 +303,10 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
+    # a snapshot's config.json is named after its folder (falcon-7b/config.json)
+    folder = path.resolve().parent.name
     body: dict[str, Any] = {
-        # a snapshot's config.json is named after its folder (falcon-7b/config.json)
-        "key": path.resolve().parent.name
-        if path.stem == "config" and path.resolve().parent.name
-        else path.stem,
+        "key": folder if path.stem == "config" and folder else path.stem,
         "name": f"{model_type or 'model'} from {path}",
         "source": f"local Hugging Face config {path}",
         "layers": layers,

@@ -16,8 +16,7 @@ from gpuscale.catalog import Model, get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import ENGINES, EngineConfig
 from gpuscale.perf.kv import precision_plan
-from gpuscale.perf.transformer import active_param_count, param_count
-from gpuscale.validate.report import SkipRow, count, positive
+from gpuscale.validate.report import SkipRow, check_size, count, positive
 
 COLUMNS = (
     "id",
@@ -170,13 +169,7 @@ def _check_size(cell: str, model: Model) -> None:
     m = re.fullmatch(r"~?\s*(\d+(?:\.\d+)?)\s*b?", cell.strip().lower())
     if m is None or float(m.group(1)) <= 0:
         return
-    stated = float(m.group(1)) * 1e9
-    sizes = {param_count(model), active_param_count(model)}
-    if all(abs(n / stated - 1.0) > 0.25 for n in sizes):
-        raise UnsupportedRowError(
-            f"params_b={cell!r} but {model.key} has {param_count(model) / 1e9:.1f} B "
-            "parameters: the row's model and size do not go together"
-        )
+    check_size(model, float(m.group(1)), repr(cell), model.key, active=True)
 
 
 def _precision(cell: str, half: str, notes: list[str]) -> str:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuscale.catalog import Model
 from gpuscale.errors import InputError
+from gpuscale.perf.transformer import active_param_count, param_count
 
 
 @dataclass(frozen=True)
@@ -282,3 +284,20 @@ def count(row: dict[str, str], col: str, where: str) -> int | None:
     if v < 1 or not v.is_integer():
         raise SkipRow(f"{col}={row[col]!r}: must be a whole number of at least 1")
     return int(v)
+
+
+SIZE_TOLERANCE = 0.25
+"""Largest relative gap between the parameters a row states and those its model has."""
+
+
+def check_size(model: Model, stated_b: float, shown: str, label: str, active: bool = False) -> None:
+    """Skip a row whose stated size (``stated_b`` billion parameters, printed as ``shown``)
+    is more than SIZE_TOLERANCE from ``model``'s parameters, or with ``active`` from both
+    its total and its active parameters (an MoE table may give either): the row's model
+    (``label``) and size do not go together."""
+    sizes = {param_count(model)} | ({active_param_count(model)} if active else set())
+    if all(abs(n / (stated_b * 1e9) - 1.0) > SIZE_TOLERANCE for n in sizes):
+        raise SkipRow(
+            f"params_b={shown} but {label} has {param_count(model) / 1e9:.1f} B "
+            "parameters: the row's model and size do not go together"
+        )

@@ -20,7 +20,7 @@ from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import SHARDING, Workload
 from gpuscale.perf.transformer import param_count
-from gpuscale.validate.report import SkipRow, num
+from gpuscale.validate.report import SIZE_TOLERANCE, SkipRow, check_size, num
 from gpuscale.validate.training_cells import read_sharding
 from gpuscale.validate.training_stack import stack_text
 
@@ -93,8 +93,6 @@ def _first_int(patterns: tuple[re.Pattern[str], ...], text: str, last: bool) -> 
 
 GPT_FFN_SLACK = 0.05
 """How far an FFN width may sit from 4 x hidden and still be read as a plain MLP."""
-SIZE_TOLERANCE = 0.25
-"""Largest relative gap between the parameters a row states and those its shape gives."""
 
 
 def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -> Model:
@@ -236,21 +234,10 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             notes.append(f"{base.key} with the row's {', '.join(changed)} (catalog's otherwise)")
     else:
         model = base
-    _check_size(model, num(row, "params_b", where), row["model"])
+    params_b = num(row, "params_b", where)
+    if params_b is not None:
+        check_size(model, params_b, f"{params_b:g}", f"{row['model']!r} ({model.key})")
     return model, notes
-
-
-def _check_size(model: Model, params_b: float | None, name: str) -> None:
-    """A row whose stated parameters are far from its model's (a name and a size that do
-    not go together) is not a run of that model."""
-    if params_b is None:
-        return
-    got = param_count(model)
-    if abs(got / (params_b * 1e9) - 1.0) > SIZE_TOLERANCE:
-        raise UnsupportedRowError(
-            f"params_b={params_b:g} but {name!r} ({model.key}) has {got / 1e9:.1f} B "
-            "parameters: the row's model and size do not go together"
-        )
 
 
 def nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
