@@ -184,6 +184,52 @@ def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: _Ints) -> bool
     )
 
 
+def _moe_layout(cfg: dict[str, Any], path: Path, ints: _Ints, layers: int) -> tuple[int, int]:
+    """(first dense layers, MoE layer step) that give the MoE layer count the file's keys
+    set, following each family's modeling code: DeepSeek's ``first_k_dense_replace`` and
+    ``moe_layer_freq`` (layer i is MoE when i >= k and i % freq == 0), Qwen2/3-MoE's
+    ``decoder_sparse_step`` and ``mlp_only_layers`` (MoE when (i + 1) % step == 0 and i is
+    not listed), Llama 4's ``interleave_moe_layer_step`` (or its ``moe_layers`` list).
+    Only the count matters to gpuscale's per-layer averages."""
+    first = ints("first_k_dense_replace")
+    if first > layers:
+        raise InputError(
+            f"{path.name}:first_k_dense_replace",
+            first,
+            f"at most num_hidden_layers ({layers}): the dense layers before the MoE ones",
+        )
+    freq = ints("moe_layer_freq", default=1, minimum=1)
+    step = ints("decoder_sparse_step", "interleave_moe_layer_step", default=1, minimum=1)
+    only = _layer_list(cfg, path, "mlp_only_layers", layers)
+    listed = _layer_list(cfg, path, "moe_layers", layers) if "moe_layers" in cfg else None
+    if listed is not None:
+        moe = set(listed)
+    else:
+        moe = {i for i in range(first, layers) if i % freq == 0 and (i + 1) % step == 0}
+        moe -= set(only)
+    count = len(moe)
+    if count == (layers - first) // step:
+        return first, step
+    if layers - count * step >= 0:
+        return layers - count * step, step
+    return layers - count, 1
+
+
+def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[int]:
+    """A list of layer indices (0 .. layers - 1), each checked."""
+    val = cfg.get(key)
+    if val is None:
+        return []
+    ok = isinstance(val, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in val
+    )
+    if not ok:
+        raise InputError(
+            f"{path.name}:{key}", val, f"a list of layer indices from 0 to {layers - 1}"
+        )
+    return list(val)
+
+
 GEMMA3_VOCAB = 262208
 """Gemma 3's vocabulary, Gemma3TextConfig's default (its multimodal files leave it out)."""
 UNREAD_TYPES = {
@@ -288,18 +334,28 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         # (Nemotron 3: one shared expert of 2 x the routed width = 2 units)
         shared = max(round(max(shared, 1) * shared_ffn / ffn_moe), 1)
     window, window_layers = _sliding_window(cfg, model_type, ints)
+    window_kind = "sliding"
+    chunk = ints("attention_chunk_size")
+    if chunk and not window:
+        # Llama 4: the RoPE layers (no_rope_layers 1) attend within chunks, every
+        # no_rope_layer_interval-th layer (default 4) globally
+        window, window_kind = chunk, "chunked"
+        every = ints("no_rope_layer_interval", default=4, minimum=1)
+        rope = cfg.get("no_rope_layers")
+        if rope is None:
+            window_layers = sum(1 for i in range(layers) if (i + 1) % every)
+        elif isinstance(rope, list) and len(rope) == layers and set(rope) <= {0, 1}:
+            window_layers = sum(rope)
+        else:
+            raise InputError(
+                f"{path.name}:no_rope_layers", rope, f"a list of {layers} zeros and ones"
+            )
     # Falcon: num_kv_heads (n_head_kv in RW), or one KV head when multi_query (7B)
     mq = 1 if model_type == "falcon" and cfg.get("multi_query") is True else heads
     if model_type == "falcon" and cfg.get("new_decoder_architecture") is True:
         mq = heads  # num_kv_heads names the groups; without it, one per head
     kv_heads = ints("num_key_value_heads", "num_kv_heads", "n_head_kv", default=mq, minimum=1)
-    first_dense = ints("first_k_dense_replace")
-    if first_dense > layers:
-        raise InputError(
-            f"{path.name}:first_k_dense_replace",
-            first_dense,
-            f"at most num_hidden_layers ({layers}): the dense layers before the MoE ones",
-        )
+    first_dense, moe_step = _moe_layout(cfg, path, ints, layers) if experts > 1 else (0, 1)
     position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
@@ -328,13 +384,14 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "route_groups": ints("n_group", default=1, minimum=1),
         "route_topk_groups": ints("topk_group"),
         "first_dense_layers": first_dense,
-        "moe_layer_step": ints("interleave_moe_layer_step", default=1, minimum=1),
+        "moe_layer_step": moe_step,
         "mla": mla,
         "pattern": pattern,
         "mamba": mamba,
         "moe_latent": ints("moe_latent_size"),
         "window": window,
         "window_layers": window_layers,
+        "window_kind": window_kind,
         "mtp_layers": ints("num_nextn_predict_layers"),
     }
     try:

@@ -222,6 +222,10 @@ class Model(_Entry):
     """Sliding-window attention: tokens each query sees back (GPT-OSS 128); 0 = none."""
     window_layers: int | None = Field(default=None, ge=0)
     """Attention layers that use the window (GPT-OSS: every other one); default all."""
+    window_kind: Literal["sliding", "chunked"] = "sliding"
+    """How the windowed layers see ``window`` tokens: ``sliding``, the last ``window`` ones;
+    ``chunked``, those of the query's own block of ``window`` tokens (Llama 4's attention
+    chunks of 8,192 in 3 of 4 layers, ``attention_chunk_size``)."""
     mtp_layers: int = Field(default=0, ge=0)
     """Multi-token prediction depths run in training (DeepSeek-V3 sec. 2.2; Megatron-Core
     ``mtp_num_layers``): each projects [embedding; hidden] (2h -> h), runs one more layer

@@ -51,7 +51,8 @@ def model_line(m: Model) -> str:
             f"(+{mtp_param_count(m) / 1e9:,.1f} B parameters beside the shared embedding)"
         )
     if m.window_layers:
-        parts.append(f"{m.window_layers} layers with a {m.window}-token window")
+        kind = "window" if m.window_kind == "sliding" else "attention chunk"
+        parts.append(f"{m.window_layers} layers with a {m.window}-token {kind}")
     return "; ".join(parts)
 
 

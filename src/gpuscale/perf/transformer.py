@@ -195,14 +195,31 @@ def mean_keys(seq_len: float, window: float) -> float:
     return window - window * window / (2.0 * s)
 
 
+def chunk_keys(seq_len: float, chunk: float, causal: bool = True) -> float:
+    """Keys a query attends to in chunked attention (each query sees its own block of
+    ``chunk`` tokens only), averaged over the sequence: n full chunks and a remainder r,
+    (n c^2 + r^2) / (2 s) when causal, twice that when not."""
+    s, c = float(seq_len), float(chunk)
+    n = s // c
+    r = s - n * c
+    both = (n * c * c + r * r) / s
+    return both / 2.0 if causal else both
+
+
 def keys_per_query(m: Model, seq_len: float, causal: bool = True) -> float:
     """Keys per query averaged over the attention layers (sliding-window ones see at most
-    ``window``): what the attention core's FLOPs scale with (s/2 for causal full attention)."""
+    ``window``, chunked ones their own chunk): what the attention core's FLOPs scale with
+    (s/2 for causal full attention)."""
     full = seq_len / 2.0 if causal else float(seq_len)
     win = int(m.window_layers or 0)
     if not win:
         return full
-    windowed = mean_keys(seq_len, m.window) if causal else min(float(m.window), seq_len)
+    if m.window_kind == "chunked":
+        windowed = chunk_keys(seq_len, m.window, causal)
+    elif causal:
+        windowed = mean_keys(seq_len, m.window)
+    else:
+        windowed = min(float(m.window), seq_len)
     return ((m.attn_layers - win) * full + win * windowed) / m.attn_layers
 
 
