@@ -205,11 +205,14 @@ def _best_steps(
     daly = max(daly_interval_s(c, mtbf) / step_s, 1.0)
     grid = {every, *(max(int(v), 1) for v in np.geomspace(1.0, top, 200))}
     grid |= {max(math.floor(daly), 1), max(math.ceil(daly), 1)}
-    best = min(grid, key=lambda n: (-_finite(good(n)), n))
+    score = {n: _finite(good(n)) for n in grid}
+    best = min(score, key=lambda n: (-score[n], n))
     # the sweep's points are about 6 % apart: settle on the whole count near the best
-    near = range(max(int(best / 1.07), 1), int(best * 1.07) + 2)
-    best = min((*near, *grid), key=lambda n: (-_finite(good(n)), n))
-    return best, _finite(good(best))
+    for n in range(max(int(best / 1.07), 1), int(best * 1.07) + 2):
+        if n not in score:
+            score[n] = _finite(good(n))
+    best = min(score, key=lambda n: (-score[n], n))
+    return best, score[best]
 
 
 def _finite(x: float) -> float:
