@@ -56,9 +56,24 @@ def _load(tmp_path: Path, **keys: Any) -> Any:
         ({"model_type": "llama4_text", "num_local_experts": 4, "interleave_moe_layer_step": 2}, 12),
         ({"model_type": "llama4_text", "num_local_experts": 4, "moe_layers": [1, 3, 5]}, 3),
         ({"model_type": "mixtral", "num_local_experts": 4}, 24),
+        # a null list is the default layout
+        ({"model_type": "llama4_text", "num_local_experts": 4, "moe_layers": None}, 24),
+        # ERNIE 4.5: start <= i <= end (-1: the last) and (i + 1) % interval == 0
+        (
+            {"model_type": "ernie4_5_moe", "moe_num_experts": 4, "moe_k": 2}
+            | {"tie_word_embeddings": True, "moe_layer_start_index": 1}
+            | {"moe_layer_end_index": -1, "moe_layer_interval": 1},
+            23,
+        ),
+        (
+            {"model_type": "ernie4_5_moe", "moe_num_experts": 4, "moe_k": 2}
+            | {"tie_word_embeddings": True, "moe_layer_start_index": 2}
+            | {"moe_layer_end_index": 20, "moe_layer_interval": 2},
+            9,  # 3, 5, ..., 19 (21 is past the end)
+        ),
     ],
     ids=["qwen-step", "qwen-mlp-only", "qwen-both", "deepseek-freq", "deepseek-v3", "llama4-step",
-         "llama4-list", "mixtral"],
+         "llama4-list", "mixtral", "llama4-null", "ernie", "ernie-span"],
 )  # fmt: skip
 def test_moe_layers_follow_the_familys_keys(
     tmp_path: Path, keys: dict[str, Any], moe_layers: int
@@ -110,7 +125,12 @@ def test_llama4_attends_within_chunks_in_3_of_4_layers() -> None:
 
 @pytest.mark.parametrize(
     ("keys", "chunked"),
-    [({}, 18), ({"no_rope_layer_interval": 2}, 12), ({"no_rope_layers": [1, 0] * 12}, 12)],
+    [
+        ({}, 18),
+        ({"no_rope_layers": []}, 18),  # as Meta's Scout file has it: the default
+        ({"no_rope_layer_interval": 2}, 12),
+        ({"no_rope_layers": [1, 0] * 12}, 12),
+    ],
 )
 def test_config_json_chunks_the_rope_layers(
     tmp_path: Path, keys: dict[str, Any], chunked: int
@@ -130,3 +150,73 @@ def test_bad_no_rope_layers_names_the_key(tmp_path: Path) -> None:
             attention_chunk_size=8192,
             no_rope_layers=[1],
         )
+
+
+# ERNIE-4.5-21B-A3B config.json (baidu/ERNIE-4.5-21B-A3B-PT): 21 B total, 3 B active on its
+# model card
+ERNIE_21B: dict[str, Any] = {
+    "model_type": "ernie4_5_moe",
+    "hidden_act": "silu",
+    "hidden_size": 2560,
+    "intermediate_size": 12288,
+    "max_position_embeddings": 131072,
+    "moe_intermediate_size": 1536,
+    "moe_k": 6,
+    "moe_layer_end_index": 27,
+    "moe_layer_interval": 1,
+    "moe_layer_start_index": 1,
+    "moe_num_experts": 64,
+    "moe_num_shared_experts": 2,
+    "num_attention_heads": 20,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "tie_word_embeddings": True,
+    "vocab_size": 103424,
+}
+
+
+def test_ernie_moe_reads_its_own_expert_keys(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ERNIE_21B))
+    m = load_hf_config(path)
+    assert (m.num_experts, m.top_k, m.shared_experts, m.moe_layers) == (64, 6, 2, 27)
+    # per layer: attention 2560 x (2560 + 2 x 512) + 2560 x 2560 = 15,728,640; 64 + 2
+    # gated experts of 3 x 2560 x 1536 = 11,796,480 each and a 2560 x 64 router; layer 0
+    # a gated MLP of 3 x 2560 x 12288; one tied 103,424 x 2560 embedding
+    attn = 2560 * (2560 + 2 * 512) + 2560 * 2560
+    moe = 66 * 3 * 2560 * 1536 + 2560 * 64
+    dense = 3 * 2560 * 12288
+    weights = 28 * attn + 27 * moe + dense + 103424 * 2560
+    norms = 28 * 2 * 2560 + 2560
+    assert param_count(m) == weights + norms
+    assert round(param_count(m) / 1e9, 1) == 21.8
+
+
+@pytest.mark.parametrize(
+    ("keys", "key"),
+    [
+        ({"model_type": "qwen3_next", "num_experts": 4}, "model_type"),
+        (
+            {"model_type": "some_hybrid", "num_experts": 4}
+            | {"layer_types": ["linear_attention"] * 3 + ["full_attention"]},
+            "layer_types",
+        ),
+    ],
+)
+def test_linear_attention_models_are_refused(
+    tmp_path: Path, keys: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(InputError, match=f"config.json:{key}=.*linear"):
+        _load(tmp_path, **keys)
+
+
+def test_errors_name_the_snapshot_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "qwen3-moe-snapshot"
+    folder.mkdir()
+    path = folder / "config.json"
+    path.write_text(
+        json.dumps({**BASE, "model_type": "qwen3_moe", "num_experts": 4, "decoder_sparse_step": 0})
+    )
+    with pytest.raises(InputError, match=r"qwen3-moe-snapshot/config\.json:decoder_sparse_step"):
+        load_hf_config(path)

@@ -11,6 +11,14 @@ from pydantic import ValidationError
 from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
 
+
+def where(path: Path) -> str:
+    """How messages name a config file: a snapshot's config.json with its folder
+    (falcon-7b/config.json), any other file by its name."""
+    folder = path.resolve().parent.name
+    return f"{folder}/{path.name}" if path.stem == "config" and folder else path.name
+
+
 _GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
 """Activations read as a gated MLP when the model_type is not in :data:`_GATED_MLP`."""
 _GATED_MLP: dict[str, bool] = {
@@ -22,7 +30,7 @@ _GATED_MLP: dict[str, bool] = {
         (
             "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
             "qwen3_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "deepseek_v2",
-            "deepseek_v3", "phi3", "gpt_oss",
+            "deepseek_v3", "phi3", "gpt_oss", "ernie4_5", "ernie4_5_moe",
         ),
         True,
     ),
@@ -78,16 +86,16 @@ def _hybrid(cfg: dict[str, Any], path: Path, ints: _Ints) -> tuple[str, Mamba | 
         unknown = [b for b in blocks if not isinstance(b, str) or b not in _BLOCK_TYPES]
         if unknown:
             raise InputError(
-                f"{path.name}:layers_block_type", unknown[0], f"one of {', '.join(_BLOCK_TYPES)}"
+                f"{where(path)}:layers_block_type", unknown[0], f"one of {', '.join(_BLOCK_TYPES)}"
             )
         pattern = "".join(_BLOCK_TYPES[b] for b in blocks)
     if not isinstance(pattern, str):
-        raise InputError(f"{path.name}:hybrid_override_pattern", pattern, "a string of M * - E")
+        raise InputError(f"{where(path)}:hybrid_override_pattern", pattern, "a string of M * - E")
     if "M" not in pattern:
         return pattern, None
     for key in ("mamba_num_heads", "mamba_head_dim"):
         if cfg.get(key) is None:
-            raise InputError(f"{path.name}:{key}", None, "required for Mamba blocks (an integer)")
+            raise InputError(f"{where(path)}:{key}", None, "required for Mamba blocks (an integer)")
     try:
         mamba = Mamba(
             heads=ints("mamba_num_heads", minimum=1),
@@ -98,7 +106,7 @@ def _hybrid(cfg: dict[str, Any], path: Path, ints: _Ints) -> tuple[str, Mamba | 
             chunk=ints("chunk_size", default=128, minimum=1),
         )
     except ValidationError as exc:
-        raise InputError(f"{path.name}:mamba", None, f"invalid Mamba sizes ({exc})") from exc
+        raise InputError(f"{where(path)}:mamba", None, f"invalid Mamba sizes ({exc})") from exc
     return pattern, mamba
 
 
@@ -125,7 +133,9 @@ class _Ints:
                 isinstance(val, int) or (isinstance(val, float) and val.is_integer())
             )
             if not ok or int(val) < minimum:
-                raise InputError(f"{self.path.name}:{n}", val, f"an integer of at least {minimum}")
+                raise InputError(
+                    f"{where(self.path)}:{n}", val, f"an integer of at least {minimum}"
+                )
             return int(val)
         return default
 
@@ -135,7 +145,7 @@ class _Ints:
         if val is None:
             return default
         if not isinstance(val, bool):
-            raise InputError(f"{self.path.name}:{name}", val, "true or false (JSON booleans)")
+            raise InputError(f"{where(self.path)}:{name}", val, "true or false (JSON booleans)")
         return val
 
 
@@ -177,10 +187,10 @@ def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: _Ints) -> bool
     if model_type in _TIED_DEFAULT:
         return _TIED_DEFAULT[model_type]
     raise InputError(
-        f"{path.name}:tie_word_embeddings",
+        f"{where(path)}:tie_word_embeddings",
         None,
-        f"absent, and the default of model_type {model_type or '(none)'!r} is not known here: "
-        "add true or false (transformers' PretrainedConfig default is true)",
+        f"absent, with no known default for model_type {model_type or '(none)'!r}: add true "
+        "or false (PretrainedConfig's default is true)",
     )
 
 
@@ -189,24 +199,38 @@ def _moe_layout(cfg: dict[str, Any], path: Path, ints: _Ints, layers: int) -> tu
     set, following each family's modeling code: DeepSeek's ``first_k_dense_replace`` and
     ``moe_layer_freq`` (layer i is MoE when i >= k and i % freq == 0), Qwen2/3-MoE's
     ``decoder_sparse_step`` and ``mlp_only_layers`` (MoE when (i + 1) % step == 0 and i is
-    not listed), Llama 4's ``interleave_moe_layer_step`` (or its ``moe_layers`` list).
+    not listed), ERNIE 4.5's ``moe_layer_start_index``, ``moe_layer_end_index`` (-1: the
+    last layer) and ``moe_layer_interval`` (MoE when start <= i <= end and (i + 1) %
+    interval == 0), Llama 4's ``interleave_moe_layer_step`` (or its ``moe_layers`` list).
     Only the count matters to gpuscale's per-layer averages."""
     first = ints("first_k_dense_replace")
     if first > layers:
         raise InputError(
-            f"{path.name}:first_k_dense_replace",
+            f"{where(path)}:first_k_dense_replace",
             first,
             f"at most num_hidden_layers ({layers}): the dense layers before the MoE ones",
         )
+    start = ints("moe_layer_start_index")
+    end = (
+        layers - 1
+        if cfg.get("moe_layer_end_index") == -1
+        else ints("moe_layer_end_index", default=layers - 1)
+    )
     freq = ints("moe_layer_freq", default=1, minimum=1)
-    step = ints("decoder_sparse_step", "interleave_moe_layer_step", default=1, minimum=1)
-    only = _layer_list(cfg, path, "mlp_only_layers", layers)
-    listed = _layer_list(cfg, path, "moe_layers", layers) if "moe_layers" in cfg else None
-    if listed is not None:
-        moe = set(listed)
+    step = ints(
+        "decoder_sparse_step",
+        "interleave_moe_layer_step",
+        "moe_layer_interval",
+        default=1,
+        minimum=1,
+    )
+    only = set(_layer_list(cfg, path, "mlp_only_layers", layers))
+    # a null list is transformers' default layout (Llama4TextConfig)
+    if cfg.get("moe_layers") is not None:
+        moe = set(_layer_list(cfg, path, "moe_layers", layers))
     else:
-        moe = {i for i in range(first, layers) if i % freq == 0 and (i + 1) % step == 0}
-        moe -= set(only)
+        span = range(max(first, start), min(end, layers - 1) + 1)
+        moe = {i for i in span if i % freq == 0 and (i + 1) % step == 0} - only
     count = len(moe)
     if count == (layers - first) // step:
         return first, step
@@ -225,7 +249,7 @@ def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[
     )
     if not ok:
         raise InputError(
-            f"{path.name}:{key}", val, f"a list of layer indices from 0 to {layers - 1}"
+            f"{where(path)}:{key}", val, f"a list of layer indices from 0 to {layers - 1}"
         )
     return list(val)
 
@@ -238,6 +262,9 @@ UNREAD_TYPES = {
     "mamba": "a pure Mamba-1 model has no attention to read; the Nemotron-H hybrids are",
     "mamba2": "a pure Mamba-2 model is not read; the Nemotron-H hybrids are",
     "falcon_mamba": "a pure Mamba model has no attention to read",
+    "qwen3_next": "Qwen3-Next's Gated DeltaNet (linear attention) layers are not modelled",
+    "minimax": "MiniMax's lightning (linear) attention layers are not modelled",
+    "kimi_linear": "Kimi Linear's KDA (linear attention) layers are not modelled",
 }
 """model_types whose layer layout config.json gives in keys gpuscale does not read: refused
 by name rather than read as a transformer of the wrong shape."""
@@ -269,9 +296,16 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     model_type = str(cfg.get("model_type", ""))
     if model_type in UNREAD_TYPES:
         raise InputError(
-            f"{path.name}:model_type",
+            f"{where(path)}:model_type",
             model_type,
             f"a model_type gpuscale reads: {UNREAD_TYPES[model_type]}",
+        )
+    kinds = cfg.get("layer_types")
+    if isinstance(kinds, list) and "linear_attention" in kinds:
+        raise InputError(
+            f"{where(path)}:layer_types",
+            "linear_attention",
+            "softmax attention layers only: linear-attention layers are not modelled",
         )
     ints = _Ints(cfg, path)
     required = (
@@ -282,7 +316,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     )
     for names in required:
         if _first(cfg, *names) is None:
-            raise InputError(f"{path.name}:{names[0]}", None, "required (a positive integer)")
+            raise InputError(f"{where(path)}:{names[0]}", None, "required (a positive integer)")
     layers, hidden, heads, vocab = (ints(*names, minimum=1) for names in required)
     gated = _GATED_MLP.get(model_type)
     if gated is None:
@@ -296,7 +330,14 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             default="gelu",
         )
         gated = str(act).lower() in _GATED_ACTS
-    experts = ints("num_local_experts", "n_routed_experts", "num_experts", default=1, minimum=1)
+    experts = ints(
+        "num_local_experts",
+        "n_routed_experts",
+        "num_experts",
+        "moe_num_experts",
+        default=1,
+        minimum=1,
+    )
     ffn_dense = ints(
         "intermediate_size_mlp",
         "intermediate_size",
@@ -318,13 +359,13 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         )
         if mla.qk_nope_head_dim + mla.qk_rope_head_dim == 0:
             raise InputError(
-                f"{path.name}:qk_nope_head_dim",
+                f"{where(path)}:qk_nope_head_dim",
                 0,
                 "qk_nope_head_dim + qk_rope_head_dim at least 1 (a query/key head dimension)",
             )
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")
     pattern, mamba = _hybrid(cfg, path, ints)
-    shared = ints("n_shared_experts")
+    shared = ints("n_shared_experts", "moe_num_shared_experts")
     if model_type == "llama4_text" and experts > 1:
         shared = 1  # every Llama 4 MoE layer adds one shared expert of the experts' width
     # Nemotron 3 / Megatron spelling, and Qwen2-MoE's (Qwen1.5-MoE: one shared expert of 5632)
@@ -342,13 +383,13 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         window, window_kind = chunk, "chunked"
         every = ints("no_rope_layer_interval", default=4, minimum=1)
         rope = cfg.get("no_rope_layers")
-        if rope is None:
+        if rope is None or rope == []:  # an empty list is Llama4TextConfig's default too
             window_layers = sum(1 for i in range(layers) if (i + 1) % every)
         elif isinstance(rope, list) and len(rope) == layers and set(rope) <= {0, 1}:
             window_layers = sum(rope)
         else:
             raise InputError(
-                f"{path.name}:no_rope_layers", rope, f"a list of {layers} zeros and ones"
+                f"{where(path)}:no_rope_layers", rope, f"a list of {layers} zeros and ones"
             )
     # Falcon: num_kv_heads (n_head_kv in RW), or one KV head when multi_query (7B)
     mq = 1 if model_type == "falcon" and cfg.get("multi_query") is True else heads
@@ -378,7 +419,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "position": position,
         "tied_embeddings": _tied(cfg, model_type, path, ints),
         "num_experts": experts,
-        "top_k": ints("num_experts_per_tok", "experts_per_token", default=1, minimum=1),
+        "top_k": ints("num_experts_per_tok", "experts_per_token", "moe_k", default=1, minimum=1),
         "shared_experts": shared,
         # group-limited routing (DeepSeek-V2/V3): n_group groups, topk_group of them a token
         "route_groups": ints("n_group", default=1, minimum=1),
@@ -400,7 +441,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         err = exc.errors()[0]
         if err["loc"]:
             loc = ".".join(str(p) for p in err["loc"])
-            raise InputError(f"{path.name}:{loc}", err.get("input"), err["msg"]) from exc
+            raise InputError(f"{where(path)}:{loc}", err.get("input"), err["msg"]) from exc
         # a whole-model check (e.g. top_k above the expert count): its message names the keys
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise InputError(field, str(path), f"inconsistent shape: {msg}") from exc
