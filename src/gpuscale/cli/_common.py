@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscale.calibrate import Calibration, default_calibration
-from gpuscale.validate.report import ValidationReport, strict_json
+from gpuscale.validate.report import TWIN_TOLERANCE, ValidationReport, strict_json
 
 PIPED_WIDTH = 200
 """Columns of the tables when stdout is not a terminal and COLUMNS is not set."""
@@ -52,6 +52,11 @@ def load_calibration(path: Path | None) -> Calibration:
     return default_calibration() if path is None else Calibration.load(path)
 
 
+def _num(x: float) -> str:
+    """A figure to four significant digits, whole numbers with separators (18,070)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
 def print_validation(report: ValidationReport, as_json: bool) -> None:
     """Per-row table then summary, or the JSON object of the validation contract."""
     if as_json:
@@ -66,8 +71,8 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
         t.add_row(
             Text(r.id),
             Text(r.metric),
-            "" if r.predicted is None else f"{r.predicted:,.4g}",
-            "" if r.measured is None else f"{r.measured:,.4g}",
+            "" if r.predicted is None else _num(r.predicted),
+            "" if r.measured is None else _num(r.measured),
             "" if r.error_pct is None else f"{r.error_pct:+.1f}",
             Text(r.status if not r.reason else f"{r.status}: {r.reason}"),
         )
@@ -108,3 +113,15 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
         f"scored {len(report.scored)}, skipped {len(report.skipped)}, reported (not scored) "
         f"{n_rep} of {whole}; MAPE {mape}, median |error| {med}, worst |error| {worst}"
     )
+    limit = (1.0 + TWIN_TOLERANCE) / (1.0 - TWIN_TOLERANCE)
+    for tw in report.twins():
+        listed = ", ".join(f"{i} {_num(m)}" for i, m in zip(tw.ids, tw.measured, strict=True))
+        out.print(
+            Text(
+                f"note: {listed} ({tw.metric}) are one configuration as gpuscale reads them, "
+                f"measured {tw.ratio:.2f} x apart: no single prediction is within "
+                f"{TWIN_TOLERANCE * 100:.0f} % of each (they would have to be at most "
+                f"{limit:.2f} x apart); the rows differ in something they do not state "
+                "(a software release, a setting), or one is in error"
+            )
+        )

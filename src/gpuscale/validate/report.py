@@ -43,10 +43,46 @@ class RowResult:
         return cls(rid, None, measured, None, "skipped", reason, group, metric)
 
 
+TWIN_TOLERANCE = 0.25
+"""The issue's per-row bound: one prediction is within it of two measurements only when
+they differ by at most (1 + t) / (1 - t), 1.67 x."""
+
+
+@dataclass(frozen=True)
+class Twins:
+    """Scored rows the model reads as one configuration (same inputs, same prediction)
+    whose measurements differ by more than any single prediction can be within
+    :data:`TWIN_TOLERANCE` of: a software release, a setting the rows leave out, or an
+    error in one of them."""
+
+    ids: list[str]
+    measured: list[float]
+    metric: str
+
+    @property
+    def ratio(self) -> float:
+        return max(self.measured) / min(self.measured)
+
+
 @dataclass(frozen=True)
 class ValidationReport:
     kind: str
     rows: list[RowResult]
+
+    def twins(self) -> list[Twins]:
+        """Groups of scored rows with one ``detail["config"]`` (the inputs as the model read
+        them) whose measurements are too far apart for one prediction to fit them all."""
+        groups: dict[tuple[str, object], list[RowResult]] = {}
+        for r in self.scored:
+            if r.detail.get("config") and r.measured:
+                groups.setdefault((r.metric, r.detail["config"]), []).append(r)
+        limit = (1.0 + TWIN_TOLERANCE) / (1.0 - TWIN_TOLERANCE)
+        out = []
+        for (metric, _), rs in groups.items():
+            t = Twins([r.id for r in rs], [float(r.measured or 0.0) for r in rs], metric)
+            if len(rs) > 1 and t.ratio > limit:
+                out.append(t)
+        return out
 
     @property
     def scored(self) -> list[RowResult]:
@@ -103,6 +139,10 @@ class ValidationReport:
                 m: {"n": len(rs), **self.stats(rs)} for m, rs in self.by_metric().items()
             },
             "by_group": {g: {"n": len(rs), **self.stats(rs)} for g, rs in self.by_group().items()},
+            "indistinguishable_rows": [
+                {"ids": t.ids, "measured": t.measured, "metric": t.metric, "ratio": t.ratio}
+                for t in self.twins()
+            ],
         }
 
     def by_metric(self) -> dict[str, list[RowResult]]:

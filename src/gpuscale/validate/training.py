@@ -491,7 +491,9 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 reason,
                 pr.group,
                 pr.target,
-                {"plan": plans.label(0)},
+                # the inputs as the model read them (every one moves the prediction), to
+                # find rows it cannot tell apart (ValidationReport.twins)
+                {"plan": plans.label(0), "config": f"{plans.label(0)} {pr.compared} {pred:.9g}"},
             )
         )
     return ValidationReport("training", rows)
