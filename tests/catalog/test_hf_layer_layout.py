@@ -220,3 +220,32 @@ def test_errors_name_the_snapshot_folder(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match=r"qwen3-moe-snapshot/config\.json:decoder_sparse_step"):
         load_hf_config(path)
+
+
+def test_ernie_keys_left_out_take_the_config_class_defaults(tmp_path: Path) -> None:
+    # Ernie4_5_MoeConfig: 64 experts, top-6, 2 shared, layer 0 dense, tied embeddings
+    trimmed = {k: v for k, v in ERNIE_21B.items() if not k.startswith("moe_") or k == "moe_k"}
+    del trimmed["tie_word_embeddings"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(trimmed))
+    m = load_hf_config(path)
+    assert (m.num_experts, m.top_k, m.shared_experts, m.moe_layers) == (64, 6, 2, 27)
+    assert m.tied_embeddings
+    path.write_text(json.dumps(ERNIE_21B))
+    assert param_count(m) == param_count(load_hf_config(path))
+
+
+def test_a_hugging_face_cache_snapshot_is_named_after_its_repository(tmp_path: Path) -> None:
+    # models--org--name/snapshots/<commit>/config.json links to ../../blobs/<etag>
+    repo = tmp_path / "models--Qwen--Qwen3-30B-A3B"
+    (repo / "blobs").mkdir(parents=True)
+    snap = repo / "snapshots" / ("ab" * 20)
+    snap.mkdir(parents=True)
+    blob = repo / "blobs" / "e1"
+    blob.write_text(json.dumps({**BASE, "model_type": "qwen3_moe", "num_experts": 4}))
+    (snap / "config.json").symlink_to(Path("../../blobs/e1"))
+    assert load_hf_config(snap / "config.json").key == "Qwen3-30B-A3B"
+    bad = {**BASE, "model_type": "qwen3_moe", "num_experts": 4, "decoder_sparse_step": 0}
+    blob.write_text(json.dumps(bad))
+    with pytest.raises(InputError, match=r"^Qwen3-30B-A3B/config\.json:decoder_sparse_step"):
+        load_hf_config(snap / "config.json")

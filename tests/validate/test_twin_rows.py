@@ -12,6 +12,7 @@ from cli_runner import run_cli
 from test_training_rows import COLUMNS, _row
 
 from gpuscale.calibrate import default_calibration
+from gpuscale.cli._common import _num
 from gpuscale.validate.report import TWIN_TOLERANCE, RowResult, ValidationReport
 from gpuscale.validate.training import validate_training
 
@@ -76,3 +77,24 @@ def test_rows_without_a_configuration_are_never_twins() -> None:
         RowResult("y", 1.0, 3.0, -66.7, "scored", metric="m"),
     ]
     assert ValidationReport("inference", rows).twins() == []
+
+
+def test_rows_on_different_gpus_are_not_twins_even_when_predicted_alike(tmp_path: Path) -> None:
+    # the A800 is the A100 SXM die with slower NVLink: on one GPU both predict the same
+    rows = [
+        _row(id=g, model="llama3-8b", gpu=f"{g}-sxm-80gb", num_gpus="1", global_batch_seqs="4")
+        for g in ("a100", "a800")
+    ]
+    rows[0]["measured_tokens_per_s_per_gpu"] = "500"
+    report = validate_training(_write(tmp_path, rows), default_calibration())
+    assert len(report.scored) == 2
+    assert report.scored[0].predicted == report.scored[1].predicted
+    assert report.twins() == []
+
+
+@pytest.mark.parametrize(
+    ("x", "shown"),
+    [(999.97, "1,000"), (999.4, "999.4"), (123456.7, "123,457"), (0.5, "0.5"), (-2500.0, "-2,500")],
+)
+def test_validation_figures_print_whole_from_a_thousand(x: float, shown: str) -> None:
+    assert _num(x) == shown

@@ -12,11 +12,25 @@ from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
 
 
+def snapshot_name(path: Path) -> str:
+    """The model a config.json belongs to: its folder (falcon-7b/config.json), or in a
+    Hugging Face cache (models--tiiuae--falcon-7b/snapshots/<commit>/config.json, where the
+    file links to a blob) the repository's name; links are not followed. Empty for a file
+    not named config.json or one without a folder."""
+    if path.stem != "config":
+        return ""
+    folder = path.absolute().parent
+    repo = folder.parent.parent.name
+    if folder.parent.name == "snapshots" and repo.startswith("models--"):
+        return repo.rsplit("--", 1)[-1]
+    return folder.name
+
+
 def where(path: Path) -> str:
-    """How messages name a config file: a snapshot's config.json with its folder
+    """How messages name a config file: a snapshot's config.json with its model
     (falcon-7b/config.json), any other file by its name."""
-    folder = path.resolve().parent.name
-    return f"{folder}/{path.name}" if path.stem == "config" and folder else path.name
+    name = snapshot_name(path)
+    return f"{name}/{path.name}" if name else path.name
 
 
 _GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
@@ -60,13 +74,13 @@ _TIED_DEFAULT: dict[str, bool] = {
         ),
         False,
     ),
-    # True: GemmaConfig, Gemma2Config, Gemma3TextConfig, GPTBigCodeConfig and MptConfig set
-    # it; GPT2Config, OPTConfig, BloomConfig, FalconConfig and Gemma3Config leave it to
-    # PretrainedConfig, whose default is True (transformers 4.x PretrainedConfig.__init__)
+    # True: Ernie4_5_MoeConfig, GemmaConfig, Gemma2Config, Gemma3TextConfig, GPTBigCodeConfig
+    # and MptConfig set it; GPT2Config, OPTConfig, BloomConfig, FalconConfig and Gemma3Config
+    # leave it to PretrainedConfig, whose default is True (transformers 4.x PretrainedConfig)
     **dict.fromkeys(
         (
-            "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon",
-            "mpt", "gpt_bigcode",
+            "ernie4_5_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom",
+            "falcon", "mpt", "gpt_bigcode",
         ),
         True,
     ),
@@ -256,6 +270,14 @@ def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[
 
 GEMMA3_VOCAB = 262208
 """Gemma 3's vocabulary, Gemma3TextConfig's default (its multimodal files leave it out)."""
+ERNIE_MOE_DEFAULTS: dict[str, int] = {
+    "moe_num_experts": 64,
+    "moe_k": 6,
+    "moe_num_shared_experts": 2,
+    "moe_intermediate_size": 1536,
+    "moe_layer_start_index": 1,
+}
+"""Ernie4_5_MoeConfig's defaults for the MoE keys a file may leave out (transformers)."""
 UNREAD_TYPES = {
     "jamba": "Jamba's interleaved attention, Mamba and MoE periods are not read; the "
     "Nemotron-H hybrids (hybrid_override_pattern) are",
@@ -307,6 +329,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             "linear_attention",
             "softmax attention layers only: linear-attention layers are not modelled",
         )
+    if model_type == "ernie4_5_moe":
+        cfg = {**ERNIE_MOE_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     ints = _Ints(cfg, path)
     required = (
         ("num_hidden_layers", "n_layer", "num_layers"),
@@ -400,10 +424,10 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
-    # a snapshot's config.json is named after its folder (falcon-7b/config.json)
-    folder = path.resolve().parent.name
+    # a snapshot's config.json is named after its model (falcon-7b/config.json)
+    folder = snapshot_name(path)
     body: dict[str, Any] = {
-        "key": folder if path.stem == "config" and folder else path.stem,
+        "key": folder or path.stem,
         "name": f"{model_type or 'model'} from {path}",
         "source": f"local Hugging Face config {path}",
         "layers": layers,

@@ -54,7 +54,8 @@ def load_calibration(path: Path | None) -> Calibration:
 
 def _num(x: float) -> str:
     """A figure to four significant digits, whole numbers with separators (18,070)."""
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+    y = float(f"{x:.4g}")  # rounded first: 999.97 is 1,000
+    return f"{x:,.0f}" if abs(y) >= 1000 else f"{x:.4g}"
 
 
 def print_validation(report: ValidationReport, as_json: bool) -> None:
@@ -121,7 +122,7 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
                 f"note: {listed} ({tw.metric}) are one configuration as gpuscale reads them, "
                 f"measured {tw.ratio:.2f} x apart: no single prediction is within "
                 f"{TWIN_TOLERANCE * 100:.0f} % of each (they would have to be at most "
-                f"{limit:.2f} x apart); the rows differ in something they do not state "
-                "(a software release, a setting), or one is in error"
+                f"{limit:.2f} x apart); the rows differ in something gpuscale does not read "
+                "(a software release, a setting such as token dropping), or one is in error"
             )
         )

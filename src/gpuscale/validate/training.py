@@ -51,6 +51,7 @@ from gpuscale.validate.training_cells import (
 from gpuscale.validate.training_rows import (
     UnsupportedRowError,
     absent_degrees,
+    config_key,
     megatron_split,
     model_for,
     nics_per_node,
@@ -491,9 +492,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 reason,
                 pr.group,
                 pr.target,
-                # the inputs as the model read them (every one moves the prediction), to
-                # find rows it cannot tell apart (ValidationReport.twins)
-                {"plan": plans.label(0), "config": f"{plans.label(0)} {pr.compared} {pred:.9g}"},
+                {"plan": (plan := plans.label(0)), "config": config_key(pr, plan, pred)},
             )
         )
     return ValidationReport("training", rows)

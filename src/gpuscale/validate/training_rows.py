@@ -12,7 +12,7 @@ model-parallel size and the pipeline schedule's defaults. The rules are listed i
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -23,6 +23,9 @@ from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SIZE_TOLERANCE, SkipRow, check_size, num
 from gpuscale.validate.training_cells import read_sharding
 from gpuscale.validate.training_stack import stack_text
+
+if TYPE_CHECKING:  # PreparedRow is built from these rules
+    from gpuscale.validate.training import PreparedRow
 
 UnsupportedRowError = SkipRow
 """A row gpuscale cannot model yet; the message is the reason."""
@@ -416,3 +419,12 @@ def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> l
                 "local batch, micro-batch searched"
             )
     return notes
+
+
+def config_key(pr: PreparedRow, plan: str, predicted: float) -> str:
+    """A prepared row's inputs as the model read them (model, GPU, run shape, plan, compared
+    figure and the prediction they give), for finding rows it cannot tell apart
+    (``ValidationReport.twins``)."""
+    w = pr.workload
+    run = f"{w.model.key} {w.gpu.key} {w.num_gpus} {w.seq_len} {w.global_batch} {w.precision}"
+    return f"{run} {plan} {pr.compared} {predicted:.9g}"
