@@ -249,3 +249,8 @@ def test_a_hugging_face_cache_snapshot_is_named_after_its_repository(tmp_path: P
     blob.write_text(json.dumps(bad))
     with pytest.raises(InputError, match=r"^Qwen3-30B-A3B/config\.json:decoder_sparse_step"):
         load_hf_config(snap / "config.json")
+
+
+def test_an_end_index_below_minus_one_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="moe_layer_end_index=-2 is invalid: a layer index, or -1"):
+        _load(tmp_path, model_type="ernie4_5_moe", moe_layer_end_index=-2)

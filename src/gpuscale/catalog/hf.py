@@ -225,11 +225,12 @@ def _moe_layout(cfg: dict[str, Any], path: Path, ints: _Ints, layers: int) -> tu
             f"at most num_hidden_layers ({layers}): the dense layers before the MoE ones",
         )
     start = ints("moe_layer_start_index")
-    end = (
-        layers - 1
-        if cfg.get("moe_layer_end_index") == -1
-        else ints("moe_layer_end_index", default=layers - 1)
-    )
+    last = cfg.get("moe_layer_end_index")
+    if isinstance(last, int) and not isinstance(last, bool) and last < -1:
+        raise InputError(
+            f"{where(path)}:moe_layer_end_index", last, "a layer index, or -1 for the last layer"
+        )
+    end = layers - 1 if last == -1 else ints("moe_layer_end_index", default=layers - 1)
     freq = ints("moe_layer_freq", default=1, minimum=1)
     step = ints(
         "decoder_sparse_step",
