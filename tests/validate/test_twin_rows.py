@@ -13,7 +13,7 @@ from test_training_rows import COLUMNS, _row
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.cli._common import _num
-from gpuscale.validate.report import TWIN_TOLERANCE, RowResult, ValidationReport
+from gpuscale.validate.report import TWIN_LIMIT, TWIN_TOLERANCE, RowResult, ValidationReport
 from gpuscale.validate.training import validate_training
 
 
@@ -29,7 +29,7 @@ def _write(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
 
 def test_the_limit_is_what_one_prediction_can_span() -> None:
     # p within 25 % of a and of b: a >= p / 1.25 and b <= p / 0.75, so b / a <= 5 / 3
-    assert pytest.approx(5 / 3) == (1 + TWIN_TOLERANCE) / (1 - TWIN_TOLERANCE)
+    assert pytest.approx(5 / 3) == (1 + TWIN_TOLERANCE) / (1 - TWIN_TOLERANCE) == TWIN_LIMIT
 
 
 @pytest.mark.parametrize(("second", "twins"), [("1600", False), ("1700", True)])

@@ -249,9 +249,7 @@ def _moe_layout(cfg: dict[str, Any], path: Path, ints: _Ints, layers: int) -> tu
     count = len(moe)
     if count == (layers - first) // step:
         return first, step
-    if layers - count * step >= 0:
-        return layers - count * step, step
-    return layers - count, 1
+    return layers - count, 1  # any other layout: the same count as leading dense layers
 
 
 def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[int]:

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscale.calibrate import Calibration, default_calibration
-from gpuscale.validate.report import TWIN_TOLERANCE, ValidationReport, strict_json
+from gpuscale.validate.report import TWIN_LIMIT, TWIN_TOLERANCE, ValidationReport, strict_json
 
 PIPED_WIDTH = 200
 """Columns of the tables when stdout is not a terminal and COLUMNS is not set."""
@@ -54,8 +54,8 @@ def load_calibration(path: Path | None) -> Calibration:
 
 def _num(x: float) -> str:
     """A figure to four significant digits, whole numbers with separators (18,070)."""
-    y = float(f"{x:.4g}")  # rounded first: 999.97 is 1,000
-    return f"{x:,.0f}" if abs(y) >= 1000 else f"{x:.4g}"
+    short = f"{x:.4g}"  # rounded first: 999.97 is 1,000
+    return f"{x:,.0f}" if abs(float(short)) >= 1000 else short
 
 
 def print_validation(report: ValidationReport, as_json: bool) -> None:
@@ -114,7 +114,6 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
         f"scored {len(report.scored)}, skipped {len(report.skipped)}, reported (not scored) "
         f"{n_rep} of {whole}; MAPE {mape}, median |error| {med}, worst |error| {worst}"
     )
-    limit = (1.0 + TWIN_TOLERANCE) / (1.0 - TWIN_TOLERANCE)
     for tw in report.twins():
         listed = ", ".join(f"{i} {_num(m)}" for i, m in zip(tw.ids, tw.measured, strict=True))
         out.print(
@@ -122,7 +121,7 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
                 f"note: {listed} ({tw.metric}) are one configuration as gpuscale reads them, "
                 f"measured {tw.ratio:.2f} x apart: no single prediction is within "
                 f"{TWIN_TOLERANCE * 100:.0f} % of each (they would have to be at most "
-                f"{limit:.2f} x apart); the rows differ in something gpuscale does not read "
+                f"{TWIN_LIMIT:.2f} x apart); the rows differ in something gpuscale does not read "
                 "(a software release, a setting such as token dropping), or one is in error"
             )
         )

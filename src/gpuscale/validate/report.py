@@ -45,7 +45,9 @@ class RowResult:
 
 TWIN_TOLERANCE = 0.25
 """The issue's per-row bound: one prediction is within it of two measurements only when
-they differ by at most (1 + t) / (1 - t), 1.67 x."""
+they differ by at most :data:`TWIN_LIMIT`."""
+TWIN_LIMIT = (1.0 + TWIN_TOLERANCE) / (1.0 - TWIN_TOLERANCE)
+"""(1 + t) / (1 - t), 1.67 x: the widest spread of measurements one prediction fits."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,10 @@ class ValidationReport:
         for r in self.scored:
             if r.detail.get("config") and r.measured:
                 groups.setdefault((r.metric, r.detail["config"]), []).append(r)
-        limit = (1.0 + TWIN_TOLERANCE) / (1.0 - TWIN_TOLERANCE)
         out = []
         for (metric, _), rs in groups.items():
             t = Twins([r.id for r in rs], [float(r.measured or 0.0) for r in rs], metric)
-            if len(rs) > 1 and t.ratio > limit:
+            if len(rs) > 1 and t.ratio > TWIN_LIMIT:
                 out.append(t)
         return out
 
