@@ -19,7 +19,7 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
-from gpuscale.sim.serving import EngineLimits, offline, poisson, simulate
+from gpuscale.sim.serving import offline, poisson, simulate
 
 
 def main() -> None:
@@ -29,9 +29,7 @@ def main() -> None:
     cal = default_calibration()
     m, g = get_model("llama3-70b"), get_gpu("h100-sxm")
     sm = build_step_model(m, g, precision_plan(g, "fp8"), 4, 1, cal, tokens_per_seq=2048 + 256)
-    lim = EngineLimits(
-        sm.engine.max_batch, sm.engine.max_num_tokens, sm.memory.kv_blocks, sm.memory.block_tokens
-    )
+    lim = sm.limits()
     n = args.requests
     t0 = time.perf_counter()
     res = simulate(sm, lim, poisson(n, 6.0, 2048, 256, seed=0), cal.inf_request_overhead_s)

@@ -49,7 +49,7 @@ def _sequence_fits(mem: MemoryPlan, m: Model, input_len: int, output_len: int, w
     if mem.fits or mem.kv_pool_bytes <= 0:
         return
     total = input_len + output_len
-    need = mem.blocks_per_seq * mem.block_tokens * mem.kv_bytes_per_token
+    need = mem.kv_bytes_per_seq
     beyond = f", beyond {m.key}'s max_seq of {m.max_seq}" if total > m.max_seq else ""
     raise InputError(
         "input-len",
@@ -104,7 +104,7 @@ def estimate(
     from gpuscale.catalog import get_gpu, get_model
     from gpuscale.perf.inference import build_step_model, get_engine
     from gpuscale.perf.kv import precision_plan
-    from gpuscale.sim.serving import EngineLimits, Workload, poisson, simulate
+    from gpuscale.sim.serving import Workload, poisson, simulate
     from gpuscale.sim.serving import concurrency as closed
     from gpuscale.sim.serving import offline as all_at_once
 
@@ -155,10 +155,7 @@ def estimate(
         assert concurrency is not None
         wl = closed(max(requests, concurrency), concurrency, input_len, output_len)
         mode = f"concurrency {concurrency}, {max(requests, concurrency)} requests"
-    lim = EngineLimits(
-        eng.max_batch, eng.max_num_tokens, mem.kv_blocks, mem.block_tokens, eng.chunked_prefill
-    )
-    res = simulate(sm, lim, wl, cal.inf_request_overhead_s)
+    res = simulate(sm, sm.limits(), wl, cal.inf_request_overhead_s)
     _warn_context(m, input_len, output_len)
     pf = sm.breakdown(float(input_len), input_len * (input_len + 1) / 2.0, 1, 0, 0.0)
     dbatch = max(1, min(round(res.mean_batch), mem.max_seqs))
@@ -193,10 +190,19 @@ def estimate(
         ("activation workspace + reserved", _gib(mem.workspace_bytes)),
         ("KV pool", _gib(mem.kv_pool_bytes)),
         ("KV per token", f"{mem.kv_bytes_per_token / 1024:,.1f} KiB"),
+        (
+            f"KV per sequence of {mem.tokens_per_seq:,} tokens",
+            f"{mem.kv_bytes_per_seq / 2**20:,.1f} MiB",
+        ),
         ("KV blocks", f"{mem.kv_blocks:,} x {mem.block_tokens} tokens"),
         ("max sequences", f"{mem.max_seqs:,} (KV allows {mem.kv_limited_seqs:,})"),
     ):
         t.add_row(key, val)
+    if mem.window_tokens:
+        t.caption = (
+            f"{mem.window_share:.0%} of the attention layers keep at most "
+            f"{mem.window_tokens:,} tokens a sequence ({m.window_kind} window)"
+        )
     out.print(t)
     s = Table(title="step time breakdown")
     for c in (

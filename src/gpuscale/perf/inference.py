@@ -15,7 +15,10 @@ replica its time is
 2 x active parameters, attention 4 x attention layers x heads x head_dim x q x kv / 2
 causal — Vidur mfu_calculator.py; 2 all-reduces per layer (one per block of a hybrid model)
 — GenZ tests/test_decode_time.py; a hybrid's Mamba blocks read and write each sequence's
-state once per step; sliding windows are not exploited: those layers cost as full ones). MoE layers
+state once per step). Layers with a sliding window of ``w`` tokens (chunked ones: chunks of
+``w``) read at most ``w`` cached tokens a sequence and score at most ``w`` keys a query;
+the step model bounds both in aggregate, min(context, sequences x w) and
+min(pairs, prompt tokens x w), exact once every sequence is past the window. MoE layers
 read only the experts the step's tokens route to: with ``T`` tokens each picking ``k`` of
 ``E`` experts the expected number of distinct experts touched is E x (1 - (1 - k/E)^T).
 Pipeline parallelism splits layers over PP stages; PP micro-batches are in flight, so one
@@ -39,10 +42,13 @@ from gpuscale.perf.kv import (
     MemoryPlan,
     PrecisionPlan,
     kv_bytes_per_token,
+    kv_window,
     mamba_state_bytes_per_seq,
     memory_plan,
     param_counts,
+    window_share,
 )
+from gpuscale.sim.serving import EngineLimits
 
 
 @dataclass(frozen=True)
@@ -175,23 +181,62 @@ class StepModel:
     seq_overhead_s: float
     moe_k_over_e: float = 0.0
     num_experts: int = 1
+    window_share: float = 0.0
+    """Share of the attention layers with a window (their pairs and KV reads are capped)."""
+    window_tokens: int = 0
     extras: dict[str, float] = field(default_factory=dict)
 
+    def limits(self) -> EngineLimits:
+        """The simulator's view of this replica: batch, token budget and KV blocks."""
+        eng, mem = self.engine, self.memory
+        return EngineLimits(
+            eng.max_batch,
+            eng.max_num_tokens,
+            mem.kv_blocks,
+            mem.block_tokens,
+            eng.chunked_prefill,
+            self.window_share,
+            self.window_tokens,
+        )
+
     # --- the formula -------------------------------------------------------------------
+    def _windowed(self, amount: float, cap: float) -> float:
+        """``amount`` (query-key pairs or cached tokens read) with the windowed layers'
+        share capped at ``cap``."""
+        s = self.window_share
+        if s <= 0.0 or amount <= cap:
+            return amount
+        return (1.0 - s) * amount + s * cap
+
     def _stage(
-        self, tokens: float, samples: float, attn_pairs: float, ctx_tokens: float
-    ) -> tuple[float, float, float, float, str]:
-        flops = self.flops_per_token * tokens + self.head_flops_per_sample * samples
+        self,
+        prefill_tokens: float,
+        prefill_pairs: float,
+        prefill_seqs: int,
+        decode_seqs: int,
+        ctx_tokens: float,
+    ) -> tuple[float, float, float, float, float, str]:
+        """One PP stage's share of a step (a 1/PP micro-batch): GEMM, attention, KV read,
+        TP and PP communication seconds, and what bounds the GEMMs."""
+        pp = self.pp
+        pre, dec = prefill_tokens / pp, decode_seqs / pp
+        tokens = pre + dec
+        flops = self.flops_per_token * tokens
+        flops += self.head_flops_per_sample * (prefill_seqs + decode_seqs) / pp
         wbytes = self.fixed_weight_bytes
         if self.num_experts > 1 and tokens > 0:
             wbytes += self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** tokens)
         t_c = flops / self.gemm_rate_flops
         t_m = wbytes / self.hbm_Bps
         gemm = t_c if t_c > t_m else t_m
-        attn = self.attn_flops_per_pair * attn_pairs / self.attn_rate_flops
-        kv = self.kv_bytes_per_ctx_token * ctx_tokens / self.hbm_Bps
+        w = self.window_tokens
+        pairs = self._windowed(prefill_pairs / pp, pre * w)
+        attn = self.attn_flops_per_pair * pairs / self.attn_rate_flops
+        read = self._windowed(ctx_tokens / pp, dec * w)
+        kv = self.kv_bytes_per_ctx_token * read / self.hbm_Bps
         comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
-        return gemm, attn, kv, comm, ("compute" if t_c > t_m else "memory")
+        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens) if pp > 1 else 0.0
+        return gemm, attn, kv, comm, hop, ("compute" if t_c > t_m else "memory")
 
     def step_time_s(
         self,
@@ -205,12 +250,11 @@ class StepModel:
         query-key pairs), ``decode_seqs`` decoding sequences with ``ctx_tokens`` context.
 
         The simulator's hot path: the same sum as :meth:`breakdown`, without building it."""
-        pp = self.pp
-        tokens = prefill_tokens + decode_seqs
+        g, a, k, c, hop, _ = self._stage(
+            prefill_tokens, prefill_pairs, prefill_seqs, decode_seqs, ctx_tokens
+        )
         samples = prefill_seqs + decode_seqs
-        g, a, k, c, _ = self._stage(tokens / pp, samples / pp, prefill_pairs / pp, ctx_tokens / pp)
-        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens / pp) if pp > 1 else 0.0
-        return pp * (g + a + k + c + hop) + self.overhead_s + self.seq_overhead_s * samples
+        return self.pp * (g + a + k + c + hop) + self.overhead_s + self.seq_overhead_s * samples
 
     def breakdown(
         self,
@@ -221,26 +265,29 @@ class StepModel:
         ctx_tokens: float,
     ) -> StepBreakdown:
         pp = self.pp
-        tokens = prefill_tokens + decode_seqs
-        samples = prefill_seqs + decode_seqs
-        g, a, k, c, bound = self._stage(
-            tokens / pp, samples / pp, prefill_pairs / pp, ctx_tokens / pp
+        g, a, k, c, hop, bound = self._stage(
+            prefill_tokens, prefill_pairs, prefill_seqs, decode_seqs, ctx_tokens
         )
-        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens / pp) if pp > 1 else 0.0
         return StepBreakdown(
             gemm_s=pp * g,
             attention_s=pp * a,
             kv_read_s=pp * k,
             tp_comm_s=pp * c,
             pp_comm_s=pp * hop,
-            overhead_s=self.overhead_s + self.seq_overhead_s * samples,
+            overhead_s=self.overhead_s + self.seq_overhead_s * (prefill_seqs + decode_seqs),
             bound=bound,
         )
 
-    def decode_coeffs(self, batch: int) -> tuple[float, float]:
-        """Pure-decode step time as ``a + b x ctx_tokens`` for a fixed batch (closed form)."""
+    def decode_coeffs(self, batch: int, ctx_tokens: float) -> tuple[float, float]:
+        """Pure-decode step time as ``a + b x context`` for a fixed batch (closed form), the
+        line through ``ctx_tokens``: once the mean context is past the window, windowed
+        layers read a fixed ``batch x window`` tokens."""
         a = self.step_time_s(0.0, 0.0, 0, batch, 0.0)
         b = self.kv_bytes_per_ctx_token / self.hbm_Bps
+        cap = batch * self.window_tokens
+        if self.window_share > 0.0 and ctx_tokens >= cap:
+            a += self.window_share * b * cap
+            b *= 1.0 - self.window_share
         return a, b
 
     def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
@@ -261,7 +308,11 @@ class StepModel:
         if self.num_experts > 1:
             wbytes = wbytes + self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** b)
         gemm = np.maximum(flops / self.gemm_rate_flops, wbytes / self.hbm_Bps)
-        kv = self.kv_bytes_per_ctx_token * b * np.asarray(ctx_len) / self.hbm_Bps
+        ctx = np.asarray(ctx_len, dtype=np.float64)
+        if self.window_share > 0.0:
+            s = self.window_share
+            ctx = (1.0 - s) * ctx + s * np.minimum(ctx, self.window_tokens)
+        kv = self.kv_bytes_per_ctx_token * b * ctx / self.hbm_Bps
         comm = self.ar_alpha_s + self.ar_beta_s_per_token * b
         hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * b) if self.pp > 1 else 0.0
         return np.asarray(
@@ -415,4 +466,6 @@ def build_step_model(
         + pp * 2.0 * mamba_state_bytes_per_seq(model, 2.0, tp, pp) / hbm_bps,
         moe_k_over_e=(model.top_k / model.num_experts) if model.is_moe else 0.0,
         num_experts=model.num_experts,
+        window_share=window_share(model),
+        window_tokens=kv_window(model),
     )

@@ -27,7 +27,7 @@ from gpuscale.catalog import GPU, Model, get_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import EngineConfig, StepModel, build_step_model
 from gpuscale.perf.kv import precision_plan
-from gpuscale.sim.serving import EngineLimits, ServingResult, poisson, simulate
+from gpuscale.sim.serving import ServingResult, poisson, simulate
 from gpuscale.spec.files import read_yaml
 
 SIM_REQUESTS = 1500
@@ -119,15 +119,7 @@ def _capacity(sm: StepModel, isl: int, osl: int, tpot_s: float) -> float:
 def _simulate(
     sm: StepModel, qps: float, isl: int, osl: int, cal: Calibration, n: int = SIM_REQUESTS
 ) -> ServingResult:
-    eng = sm.engine
-    lim = EngineLimits(
-        eng.max_batch,
-        eng.max_num_tokens,
-        sm.memory.kv_blocks,
-        sm.memory.block_tokens,
-        eng.chunked_prefill,
-    )
-    return simulate(sm, lim, poisson(n, qps, isl, osl, seed=1), cal.inf_request_overhead_s)
+    return simulate(sm, sm.limits(), poisson(n, qps, isl, osl, seed=1), cal.inf_request_overhead_s)
 
 
 def size(

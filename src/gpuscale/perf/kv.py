@@ -11,7 +11,9 @@ Formulas (each with its source):
   docs/source/reference/memory.md).
 - KV pool = engine memory fraction x memory - weights - activation workspace; paged KV
   allocates whole blocks of ``block_size`` tokens (vLLM default 16; waste "under 4%",
-  https://blog.vllm.ai/2023/06/20/vllm.html).
+  https://blog.vllm.ai/2023/06/20/vllm.html). Layers with a sliding window or attention
+  chunks keep only the window's blocks (``seq_blocks``): vLLM's hybrid KV cache manager,
+  TensorRT-LLM's pool per window size.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
 from gpuscale.perf.transformer import layer_shapes
+from gpuscale.sim.serving import seq_blocks
 
 # bytes per element of a stored tensor; 4-bit formats carry their block scales:
 # NVFP4 one FP8 scale per 16 values, INT4 (AWQ/GPTQ) one FP16 scale per group of 128
@@ -161,12 +164,26 @@ def mamba_state_bytes_per_seq(
 
 
 def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1) -> float:
-    """KV-cache bytes per token of context on one GPU (``tp = pp = 1``: the whole model):
-    attention layers only (a hybrid's Mamba blocks keep a state instead:
-    :func:`mamba_state_bytes_per_seq`). Sliding-window layers are cached as full ones, an
-    upper bound past the window (the serving model does not exploit windows)."""
+    """KV-cache bytes per token of context on one GPU (``tp = pp = 1``: the whole model),
+    every attention layer counted: a hybrid's Mamba blocks keep a state instead
+    (:func:`mamba_state_bytes_per_seq`), and layers with a window keep at most
+    :func:`kv_window` tokens (:func:`window_share` of these bytes)."""
     layers = math.ceil(m.attn_layers / pp)
     return kv_elements_per_token_layer(m, tp) * layers * kv_bytes
+
+
+def window_share(m: Model) -> float:
+    """Share of the attention layers (and of the KV bytes) with a bounded window: GPT-OSS's
+    sliding layers (half), Llama 4's chunked ones (3 of 4), Mistral 7B v0.1's (all)."""
+    if not m.window or not m.attn_layers:
+        return 0.0
+    return (m.window_layers or 0) / m.attn_layers
+
+
+def kv_window(m: Model) -> int:
+    """Tokens a windowed layer keeps at most: a sliding window's last ``window`` tokens, or
+    the current chunk of a chunked one (0: no windowed layers)."""
+    return m.window if window_share(m) > 0.0 else 0
 
 
 # --- memory plan -------------------------------------------------------------------------
@@ -184,6 +201,12 @@ class MemoryPlan:
     """Activations of one step at the token budget plus runtime reservations."""
     kv_pool_bytes: float
     kv_bytes_per_token: float
+    """Every attention layer's KV of one token."""
+    kv_bytes_per_seq: float
+    """KV one sequence of ``tokens_per_seq`` holds, in whole blocks (windowed layers kept to
+    their window)."""
+    window_share: float
+    window_tokens: int
     block_tokens: int
     tokens_per_seq: int
     blocks_per_seq: int
@@ -204,6 +227,7 @@ class MemoryPlan:
             "workspace_bytes": self.workspace_bytes,
             "kv_pool_bytes": self.kv_pool_bytes,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_seq": self.kv_bytes_per_seq,
             "kv_blocks": self.kv_blocks,
             "max_seqs": self.max_seqs,
             "kv_limited_seqs": self.kv_limited_seqs,
@@ -260,7 +284,8 @@ def memory_plan(
         usable = mem_fraction * total
         pool = usable - w - ws
     per_tok = kv_bytes_per_token(m, prec.kv_bytes, tp, pp)
-    blocks_per_seq = max(math.ceil(tokens_per_seq / block_tokens), 1)
+    share, win = window_share(m), kv_window(m)
+    blocks_per_seq = seq_blocks(tokens_per_seq, block_tokens, share, win)
     state = mamba_state_bytes_per_seq(m, 2.0, tp, pp)
     block_b = per_tok * block_tokens
     n_blocks = int(pool // block_b) if pool > 0 and block_b > 0 else 0
@@ -277,6 +302,9 @@ def memory_plan(
         workspace_bytes=ws,
         kv_pool_bytes=max(pool, 0.0),
         kv_bytes_per_token=per_tok,
+        kv_bytes_per_seq=blocks_per_seq * block_b,
+        window_share=share,
+        window_tokens=win,
         block_tokens=block_tokens,
         tokens_per_seq=tokens_per_seq,
         blocks_per_seq=blocks_per_seq,

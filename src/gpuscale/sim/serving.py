@@ -14,6 +14,9 @@ sequence emits its last token). Between two events the batch does not change, so
 ``a(B) + b x (C + j B)`` seconds (``C`` context tokens of the ``B`` running sequences), so
 ``k`` of them take ``k a + b (k C + B k (k - 1) / 2)``; ``k`` is the smaller of the
 iterations to the next completion and to the next admissible arrival (a quadratic root).
+A model with sliding-window or chunked layers has two such lines, before and after the
+mean context passes the window (those layers then read a fixed amount); each run uses the
+one it starts on.
 
 Deterministic: arrivals come from a seeded NumPy generator; the loop itself has no
 randomness.
@@ -50,7 +53,7 @@ class StepTimer(Protocol):
         ctx_tokens: float,
     ) -> float: ...
 
-    def decode_coeffs(self, batch: int) -> tuple[float, float]: ...
+    def decode_coeffs(self, batch: int, ctx_tokens: float) -> tuple[float, float]: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class FixedStep:
     ) -> float:
         return self.step_s
 
-    def decode_coeffs(self, batch: int) -> tuple[float, float]:
+    def decode_coeffs(self, batch: int, ctx_tokens: float) -> tuple[float, float]:
         return self.step_s, 0.0
 
 
@@ -203,6 +206,21 @@ class ServingResult:
         }
 
 
+def seq_blocks(tokens: int, block_tokens: int, window_share: float, window_tokens: int) -> int:
+    """Paged-KV blocks one sequence of ``tokens`` holds, a block being one block's worth of
+    every attention layer. Layers with a window of ``window_tokens`` (``window_share`` of the
+    KV bytes) keep at most the blocks that cover it, ceil(window / block) + 1 when it does
+    not start on a block boundary: vLLM's hybrid KV cache manager reserves sliding-window
+    layers "slots only for the most recent sliding_window_size tokens" and chunked ones
+    their chunk (docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager); TensorRT-LLM keeps a
+    pool per attention window size (TensorRT-LLM features/kvcache.md)."""
+    nb = max(-(-tokens // block_tokens), 1)
+    kept = -(-window_tokens // block_tokens) + 1
+    if window_share <= 0.0 or window_tokens <= 0 or nb <= kept:
+        return nb
+    return math.ceil((1.0 - window_share) * nb + window_share * kept - 1e-9)
+
+
 @dataclass(frozen=True)
 class EngineLimits:
     max_batch: int
@@ -210,6 +228,13 @@ class EngineLimits:
     kv_blocks: int
     block_tokens: int
     chunked_prefill: bool = True
+    window_share: float = 0.0
+    """Share of the KV bytes in layers with a bounded window (sliding or chunked)."""
+    window_tokens: int = 0
+    """That window: tokens those layers keep per sequence at most (0: no such layers)."""
+
+    def blocks_for(self, tokens: int) -> int:
+        return seq_blocks(tokens, self.block_tokens, self.window_share, self.window_tokens)
 
     def __post_init__(self) -> None:
         for f, v in (
@@ -290,13 +315,14 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload, ovh: float) -> _Trace
     ins = wl.input_len.tolist()
     outs = wl.output_len.tolist()
     bt = lim.block_tokens
-    need = [-(-(i + o) // bt) for i, o in zip(ins, outs, strict=True)]
+    need = [lim.blocks_for(i + o) for i, o in zip(ins, outs, strict=True)]
     if n and max(need) > lim.kv_blocks:
         j = int(np.argmax(need))
         raise InputError(
             "input-len + output-len",
             ins[j] + outs[j],
-            f"at most {lim.kv_blocks * bt} tokens fit in the KV cache of a replica",
+            f"a length whose KV cache fits a replica's {lim.kv_blocks} blocks of {bt} tokens "
+            f"(this request needs {need[j]})",
         )
     closed = wl.closed_loop
     released = sum(1 for x in arr if x != math.inf) if closed else n
@@ -305,7 +331,8 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload, ovh: float) -> _Trace
     itl_v: array = array("d")  # type: ignore[type-arg]
     itl_w: array = array("d")  # type: ignore[type-arg]
     step_fn: Callable[[float, float, int, int, float], float] = step.step_time_s
-    coeffs: dict[int, tuple[float, float]] = {}
+    coeffs: dict[tuple[int, bool], tuple[float, float]] = {}
+    past = lim.window_tokens  # a sequence's context past which its windows are full
     max_batch, budget_max, chunked = lim.max_batch, lim.max_num_tokens, lim.chunked_prefill
     free = lim.kv_blocks
     t = 0.0
@@ -391,10 +418,11 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload, ovh: float) -> _Trace
                     continue
                 raise RuntimeError("serving simulation stalled")  # pragma: no cover
             # pure decode: advance k iterations in closed form
-            ab = coeffs.get(nd)
+            key = (nd, ctx >= nd * past)
+            ab = coeffs.get(key)
             if ab is None:
-                ab = step.decode_coeffs(nd)
-                coeffs[nd] = ab
+                ab = step.decode_coeffs(nd, ctx)
+                coeffs[key] = ab
             a, b = ab
             k = heap[0][0] - dit
             if head < n and nd < max_batch and need[head] <= free and arr[head] != inf:

@@ -24,7 +24,6 @@ from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
 from gpuscale.perf.transformer import active_param_count
 from gpuscale.sim.serving import (
-    EngineLimits,
     ServingResult,
     Stat,
     Workload,
@@ -78,13 +77,7 @@ def _run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
             f"does not fit: {mem.weights_bytes / 1e9:.1f} GB of weights per GPU leave "
             f"no KV cache on {gpu.key}"
         )
-    lim = EngineLimits(
-        p.engine.max_batch,
-        p.engine.max_num_tokens,
-        sm.memory.kv_blocks,
-        sm.memory.block_tokens,
-        p.engine.chunked_prefill,
-    )
+    lim = sm.limits()
     wl: Workload
     if p.mode in ("offline", "static", "saturate"):
         wl = offline(p.requests, p.input_len, p.output_len)
