@@ -19,7 +19,15 @@ class InputError(ValueError):
         self.field = field
         self.value = value
         self.valid = valid
-        super().__init__(f"{field}={value!r} is invalid: {valid}")
+        super().__init__(f"{field}={_clip(repr(value))} is invalid: {_clip(valid, 2000)}")
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was: a value pasted or
+    expanded by mistake (a YAML alias bomb) must not make a message of megabytes."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}… ({len(text):,} characters)"
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:

@@ -253,7 +253,7 @@ def test_layers_block_type_lists_are_read_as_the_pattern(tmp_path: Path) -> None
     ("change", "message"),
     [
         ({"hybrid_override_pattern": "MEMX" + "E" * 48}, "pattern letters"),
-        ({"num_hidden_layers": 50}, "52 blocks but layers=50"),
+        ({"num_hidden_layers": 50}, "52 blocks but num_hidden_layers=50"),
         ({"mamba_num_heads": None}, "mamba_num_heads"),
     ],
 )

@@ -157,6 +157,10 @@ class Calibration:
     def load(cls, path: Path) -> Calibration:
         try:
             data = json.loads(path.read_text(encoding="utf-8-sig"))
+        except RecursionError:
+            raise InputError(
+                "calibration", str(path), "JSON nested at most a few hundred levels deep"
+            ) from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError("calibration", str(path), f"not a readable JSON file ({exc})") from exc
         if not isinstance(data, dict):

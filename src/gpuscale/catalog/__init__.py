@@ -22,6 +22,7 @@ from rapidfuzz.distance import OSA
 
 from gpuscale.catalog.schema import GPU, PRECISIONS, Model, System
 from gpuscale.errors import InputError, unknown
+from gpuscale.paths import path_kind
 
 __all__ = [
     "GPU",
@@ -149,8 +150,15 @@ _FORM_WORDS = frozenset({"pcie", "nvl", "oam", "sxm"})
 """The form-factor words without a generation, as a misspelling is checked against them."""
 _NEUTRAL = re.compile(r"gpus?|hbm\d*e?")
 """Words that name no part: "GPU", a memory technology ("HBM3")."""
-_BRANDS = {"tesla": "nvidia", "instinct": "amd"}
-"""Product brands, each checked against the part's vendor like the vendor's own name."""
+_BRANDS = {
+    "tesla": "nvidia", "geforce": "nvidia", "quadro": "nvidia",
+    "instinct": "amd", "radeon": "amd",
+    # makers of accelerators the catalog does not hold: they fit no part
+    "intel": "intel", "gaudi": "intel", "habana": "intel", "google": "google", "tpu": "google",
+    "trainium": "aws", "inferentia": "aws",
+}  # fmt: skip
+"""Product brands and makers, each checked against the part's vendor like the vendor's own
+name."""
 _GONE = "\x00"
 """What a size or a power figure leaves: no word, but it keeps "a100-80gb-pcie" one piece."""
 _JOINED = re.compile(r"[a-z0-9\x00]+(?:[-_]+[a-z0-9\x00]+)*")
@@ -389,9 +397,12 @@ def get_system(name: str, field: str = "system") -> System:
 
 def get_model(name: str, field: str = "model") -> Model:
     """A catalog model by key/alias, or a local Hugging Face ``config.json`` path."""
-    if Path(name).is_dir():
+    if not name.strip():
+        raise InputError(field, name, "empty; give a catalog model or a config.json file")
+    kind = path_kind(Path(name), field)
+    if kind == "dir":
         raise InputError(field, name, "a directory; give a catalog model or a config.json file")
-    if name.endswith(".json") or Path(name).is_file():
+    if name.endswith(".json") or kind != "missing":
         from gpuscale.catalog.hf import load_hf_config
 
         return load_hf_config(Path(name), field)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 
 from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
+from gpuscale.paths import require_file
 
 
 def snapshot_name(path: Path) -> str:
@@ -131,17 +133,32 @@ def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+_FIELD_KEYS = {
+    "layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "vocab": "vocab_size",
+    "max_seq": "max_position_embeddings", "ffn_hidden": "moe_intermediate_size",
+    "dense_ffn_hidden": "intermediate_size_mlp", "num_experts": "num_local_experts",
+    "top_k": "num_experts_per_tok", "route_groups": "n_group", "route_topk_groups": "topk_group",
+    "moe_latent": "moe_latent_size", "mtp_layers": "num_nextn_predict_layers",
+}  # fmt: skip
+"""A catalog field and the first of the config.json keys it is read from (the key a file
+used is in :attr:`_Ints.found`)."""
+
+
 class _Ints:
     """Integer keys of one config file, each checked and named in the error it raises."""
 
     def __init__(self, cfg: dict[str, Any], path: Path) -> None:
         self.cfg, self.path = cfg, path
+        self.found: dict[str, str] = {}
+        """The key each value was read from, by the first of the names asked for."""
 
     def __call__(self, *names: str, default: int = 0, minimum: int = 0) -> int:
         for n in names:
             val = self.cfg.get(n)
             if val is None:
                 continue
+            self.found[names[0]] = n
             # JSON true/false are not sizes; 32.0 is accepted as 32
             ok = not isinstance(val, bool) and (
                 isinstance(val, int) or (isinstance(val, float) and val.is_integer())
@@ -296,12 +313,11 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     opt...). Whether the MLP is gated and, where the key is absent, whether the embeddings
     are tied follow the model_type as transformers does (:data:`_GATED_MLP`,
     :data:`_TIED_DEFAULT`)."""
-    if not path.is_file():
-        raise InputError(
-            field, str(path), "no such file; give a catalog model or a config.json path"
-        )
+    require_file(path, field, "a catalog model or a config.json path")
     try:
         cfg = json.loads(path.read_text(encoding="utf-8-sig"))
+    except RecursionError:
+        raise InputError(field, str(path), "JSON nested a few hundred levels at most") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(field, str(path), f"not a readable JSON file ({exc})") from exc
     if not isinstance(cfg, dict):
@@ -408,7 +424,11 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         rope = cfg.get("no_rope_layers")
         if rope is None or rope == []:  # an empty list is Llama4TextConfig's default too
             window_layers = sum(1 for i in range(layers) if (i + 1) % every)
-        elif isinstance(rope, list) and len(rope) == layers and set(rope) <= {0, 1}:
+        elif (
+            isinstance(rope, list)
+            and len(rope) == layers
+            and all(type(x) is int and x in (0, 1) for x in rope)
+        ):
             window_layers = sum(rope)
         else:
             raise InputError(
@@ -463,8 +483,13 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     except ValidationError as exc:
         err = exc.errors()[0]
         if err["loc"]:
-            loc = ".".join(str(p) for p in err["loc"])
+            # the file's key, not the catalog's field: hidden_size (or n_embd), not hidden
+            first = _FIELD_KEYS.get(str(err["loc"][0]))
+            loc = ints.found.get(first, first) if first else ".".join(map(str, err["loc"]))
             raise InputError(f"{where(path)}:{loc}", err.get("input"), err["msg"]) from exc
-        # a whole-model check (e.g. top_k above the expert count): its message names the keys
+        # a whole-model check (e.g. top_k above the expert count): its message names the
+        # fields, said here as the file's keys
         msg = str(err["msg"]).removeprefix("Value error, ")
+        for fld, first in _FIELD_KEYS.items():
+            msg = re.sub(rf"\b{fld}=", f"{ints.found.get(first, first)}=", msg)
         raise InputError(field, str(path), f"inconsistent shape: {msg}") from exc

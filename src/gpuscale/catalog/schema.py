@@ -195,7 +195,9 @@ class Model(_Entry):
     al.'s 10sbh) and, on the unfused attention path, one per attention score. Models
     trained without it (LLaMA and later) keep none: PyTorch's dropout at p = 0 returns its
     input."""
-    num_experts: int = 1
+    num_experts: int = Field(default=1, le=1_048_576)
+    """Routed experts per MoE layer (up to 2^20: parameter-efficient expert retrieval runs a
+    million tiny experts, He 2024)."""
     top_k: int = 1
     shared_experts: int = 0
     route_groups: int = Field(default=1, ge=1)
@@ -270,6 +272,16 @@ class Model(_Entry):
         if (self.window_layers or 0) > self.attn_layers:
             n = self.attn_layers
             raise ValueError(f"window_layers={self.window_layers} exceeds the {n} attention layers")
+        if self.route_topk_groups > self.route_groups:
+            raise ValueError(
+                f"route_topk_groups={self.route_topk_groups} exceeds route_groups="
+                f"{self.route_groups} (a token draws its experts from some of the groups)"
+            )
+        if self.mtp_layers > self.layers:
+            raise ValueError(
+                f"mtp_layers={self.mtp_layers} exceeds the model's {self.layers} layers "
+                "(multi-token prediction adds a few depths: DeepSeek-V3 1)"
+            )
         if self.mtp_weight_sets is None:
             object.__setattr__(self, "mtp_weight_sets", self.mtp_layers)
         if (self.mtp_weight_sets or 0) > self.mtp_layers:

@@ -264,7 +264,7 @@ def search_cmd(
         check_target(html)  # before the search runs
     fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, _sharding(zero, dist_opt), None)
     cal = load_calibration(calibration)
-    if json:
+    if json or not out.is_terminal:  # a bar is for a person watching
         res = search_plans(w, cal, fx)
     else:
         with Progress(transient=True, console=out) as prog:
@@ -334,6 +334,15 @@ def scaling_cmd(
     curves = {m: scaling_curve(w, cal, m, r.storage, r.failures) for m in modes}
     if all(p.step_s is None for pts in curves.values() for p in pts):
         last = curves[modes[0]][-1]
+        failing = all("failures come" in p.plan for pts in curves.values() for p in pts)
+        if failing and r.failures is not None:  # plans fit; the failure rate is the problem
+            raise InputError(
+                "gpu-mtbf",
+                f"{r.failures.gpu_mtbf_s:g} s",
+                f"a GPU MTBF the run outlasts: from 8 to {gpus:,} GPUs, failures come before "
+                "the run can save and restart (save more often, or check --gpu-mtbf and "
+                "--restart-time)",
+            )
         raise InputError(
             "gpus",
             gpus,

@@ -109,8 +109,8 @@ def build_workload(
             )
     m = get_model(model)
     if mtp is not None:
-        if mtp < 0:
-            raise InputError("mtp", mtp, "a number of MTP depths, 0 or more")
+        if not 0 <= mtp <= m.layers:
+            raise InputError("mtp", mtp, f"a number of MTP depths, 0 to {m.layers} (its layers)")
         sets = min(m.mtp_weight_sets or mtp, mtp) if m.mtp_layers else mtp
         m = m.model_copy(update={"mtp_layers": mtp, "mtp_weight_sets": sets})
     return Workload(

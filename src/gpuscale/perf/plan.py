@@ -328,7 +328,8 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         # account_for_embedding/loss_in_pipeline_split: 126 layers + 2 on PP16 x VPP8)
         (
             p.pp * p.vpp <= m.layers + np.where(p.pp > 1, 2, 0),
-            f"pp x vpp exceeds the {m.layers} layers (+ embedding and loss chunks)",
+            f"pp x vpp exceeds the {m.layers} layers (+ embedding and loss chunks): at most "
+            f"{m.layers + 2}",
         ),
         (
             (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
@@ -355,7 +356,10 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         ),
         # Megatron overlaps the TP collectives with GEMMs only under sequence parallelism
         # (tp_comm_overlap asserts sequence_parallel)
-        (~p.tp_overlap | p.sp, "tp communication overlap needs sequence parallelism"),
+        (
+            ~p.tp_overlap | p.sp,
+            "tp communication overlap needs tp > 1 with sequence parallelism",
+        ),
         # Megatron: "--fp8-param-gather only supported with distributed optimizer, torch
         # fsdp2, megatron fsdp"; without sharding nothing is gathered
         (

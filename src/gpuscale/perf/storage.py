@@ -125,7 +125,7 @@ def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | 
     for suffix in ("steps", "step"):
         if s.endswith(suffix):
             num = s.removesuffix(suffix)
-            if not num.isdigit() or not 1 <= int(num) <= MAX_INTERVAL_STEPS:
+            if not num.isdecimal() or not 1 <= int(num) <= MAX_INTERVAL_STEPS:
                 raise InputError(field, text, valid)
             return None, int(num)
     secs = parse_duration(s, field)  # a bare number: steps or seconds? neither

@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from gpuscale.errors import InputError
+from gpuscale.paths import path_kind
 
 HEAD = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -46,9 +47,9 @@ def check_target(path: Path) -> Path:
     except (OSError, RuntimeError):  # a symlink loop, an unreadable component
         raise InputError("html", str(path), "a file path that resolves") from None
     parent = target.parent
-    if not parent.is_dir() or target.is_dir():
+    if path_kind(parent, "html") != "dir" or path_kind(target, "html") == "dir":
         raise InputError("html", str(path), "a file path in an existing directory")
-    if target.exists() and not target.is_file():  # a device, a FIFO, a socket
+    if path_kind(target, "html") == "other":  # a device, a FIFO, a socket
         raise InputError("html", str(path), "a new or a regular file")
     if not os.access(parent, os.W_OK):
         raise InputError("html", str(path), f"a file path in a writable directory ({parent})")

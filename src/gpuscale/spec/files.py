@@ -3,12 +3,14 @@ which file, where, and what was expected."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpuscale.errors import InputError
+from gpuscale.paths import require_file
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -33,19 +35,50 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = Fals
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
+# Numbers as YAML 1.2 reads them: integers decimal (with _ between digits), 0o octal or 0x
+# hex, and no base-60 numbers. YAML 1.1, PyYAML's default, reads 0512 as octal (330) and
+# 1:04 as base 60 (64); here the first is 512 and the second a string the schema rejects.
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_UniqueKeyLoader.add_implicit_resolver(
+    _INT_TAG,
+    re.compile(r"^(?:[-+]?[0-9](?:_?[0-9])*|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"),
+)
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def _int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    return int(text, 0) if text[:2] in ("0o", "0x") else int(text, 10)
+
+
+_UniqueKeyLoader.add_constructor(_INT_TAG, _int)
+
 
 def read_yaml(path: Path, field: str, what: str) -> Any:
     """The parsed document of the YAML file ``path`` (``what`` it should be, for errors)."""
-    if path.is_dir():
-        raise InputError(field, str(path), f"a directory; give {what}")
-    if not path.is_file():
-        raise InputError(field, str(path), f"no such file; give {what}")
+    require_file(path, field, what)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(field, str(path), f"not a readable UTF-8 text file ({exc})") from None
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise InputError(
+            field, str(path), "YAML nested at most a few hundred levels deep"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -93,10 +93,12 @@ def load_training_job(path: Path) -> TrainingJob:
     # counts and quantities YAML reads as numbers are parsed as the flags' text is
     texts = ("tokens", "checkpoint_every", "storage_write_bw", "storage_read_bw")
     for key in (*texts, "gpu_mtbf", "restart_time"):
-        if isinstance(data.get(key), bool):
-            raise InputError(f"{path.name}:{key}", data[key], TEXT_VALID[key])
-        if data.get(key) is not None:
-            data[key] = str(data[key])
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, str | int | float | None):
+            shown = value if isinstance(value, bool) else f"a {type(value).__name__}"
+            raise InputError(f"{path.name}:{key}", shown, TEXT_VALID[key])
+        if value is not None:
+            data[key] = str(value)
     try:
         return TrainingJob.model_validate(data)
     except ValidationError as exc:

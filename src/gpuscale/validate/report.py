@@ -20,6 +20,7 @@ import numpy as np
 
 from gpuscale.catalog import Model
 from gpuscale.errors import InputError
+from gpuscale.paths import require_file
 from gpuscale.perf.transformer import active_param_count, param_count
 
 
@@ -196,10 +197,7 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
     The whole file is checked before the first row is given, so that a file that is wrong
     as a table (a row with fewer or more cells than the header names, a repeated id, no
     data rows) is an :class:`InputError` naming file and line before anything is scored."""
-    if path.is_dir():
-        raise InputError("--runs", str(path), "a directory; give a CSV file")
-    if not path.is_file():
-        raise InputError("--runs", str(path), "no such file")
+    require_file(path, "--runs", "a CSV file")
     try:
         # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
         text = path.read_text(encoding="utf-8-sig")
@@ -252,6 +250,8 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
             if col not in ("id", "source", "notes") and cell.lower() in NOT_STATED:
                 row[col] = ""
         rid = row.get("id", "")
+        if not rid and "id" in required:
+            raise InputError(f"{path.name}:line {lineno}:id", rid, "a row id (it names the row)")
         if rid and rid in first_line:
             raise InputError(
                 f"{path.name}:line {lineno}:id", rid, f"unique; line {first_line[rid]} has it"

@@ -12,6 +12,7 @@ model-parallel size and the pipeline schedule's defaults. The rules are listed i
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -39,14 +40,23 @@ MTP_VARIANT = re.compile(r"(?:w/|with)(o|out| no)?\s*MTP", re.IGNORECASE)
 multi-token-prediction layers (Megatron-Bridge's DeepSeek-V3 rows)."""
 
 
-def _catalog_model(name: str, notes: list[str]) -> Model | None:
+def _names_file(name: str) -> bool:
+    try:
+        return name.endswith(".json") or Path(name).is_file()
+    except OSError:  # a name too long to be a path
+        return False
+
+
+def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
     """The catalog model a row names, also when a run variant is added in brackets
     ("DeepSeekV3 (tokendrop)", "Qwen3_30B_a3B (dropless)"): the variant changes how tokens
-    are routed, not the model's shape, and is kept in the row's reason."""
+    are routed, not the model's shape, and is kept in the row's reason. A config.json the
+    row names that cannot be read is an error, not a model missing from the catalog."""
     try:
-        return get_model(name)
+        return get_model(name, f"{where}:model")
     except InputError:
-        pass
+        if _names_file(name):
+            raise
     bare = re.sub(r"\s*\([^)]*\)\s*$", "", name)
     if bare == name or not bare:
         return None
@@ -150,7 +160,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             raise UnsupportedRowError(
                 f"{k}={row[k]!r}: a model's shape is whole numbers of at least 1"
             )
-    base = _catalog_model(row["model"], notes)
+    base = _catalog_model(row["model"], notes, where)
     if base is not None and base.mtp_layers and not any("MTP" in n for n in notes):
         notes.append(
             f"MTP not stated: {base.mtp_layers} multi-token-prediction depth(s), as "
