@@ -7,6 +7,7 @@ is a bug and keeps its traceback.
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
 
 from rapidfuzz.distance import OSA
@@ -19,7 +20,15 @@ class InputError(ValueError):
         self.field = field
         self.value = value
         self.valid = valid
-        super().__init__(f"{field}={_clip(repr(value))} is invalid: {_clip(valid, 2000)}")
+        shown = repr(value) if isinstance(value, str | int | float) else _SHORT.repr(value)
+        super().__init__(f"{field}={_clip(shown)} is invalid: {_clip(valid, 2000)}")
+
+
+_SHORT = reprlib.Repr()  # Python 3.11: limits are attributes, not arguments
+"""How a list or mapping is echoed: a few items and levels (a YAML alias bomb expands to
+millions)."""
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 8, 8
+_SHORT.maxstring = _SHORT.maxother = 160
 
 
 def _clip(text: str, limit: int = 200) -> str:

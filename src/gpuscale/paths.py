@@ -18,6 +18,8 @@ def path_kind(path: Path, field: str) -> str:
         return "missing"
     except OSError as exc:
         raise InputError(field, str(path), f"a path the system can open ({exc.strerror})") from None
+    except ValueError:  # a NUL character
+        raise InputError(field, str(path), "a path without NUL characters") from None
     if stat.S_ISDIR(mode):
         return "dir"
     return "file" if stat.S_ISREG(mode) else "other"

@@ -205,3 +205,44 @@ def test_scaling_blames_the_failure_rate_when_failures_stop_every_run(
 def test_tp_overlap_on_one_gpu_names_tp(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["train", "estimate", "--model", "llama3.2-1b", *SMALL, "--tp", "1", "--tp-overlap"]
     assert "needs tp > 1 with sequence parallelism" in _error(args, capsys)
+
+
+def test_a_nul_in_a_model_name_is_an_input_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text('model: "llama\\0x"\ngpu: h100-sxm\ngpus: 8\n')
+    assert "without NUL characters" in _error(
+        ["train", "estimate", "--workload", str(path)], capsys
+    )
+
+
+def test_an_alias_bomb_in_a_count_is_echoed_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    levels = ["&a [x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdef", "bcdefg", strict=True):
+        levels.append(f"&{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: llama3.2-1b\ngpu: h100-sxm\ngpus: [{', '.join(levels)}]\n")
+    line = _error(["train", "estimate", "--workload", str(path)], capsys)
+    assert line.startswith("error: job.yaml:gpus=[[") and len(line) < 600
+
+
+def test_a_missing_config_a_runs_row_names_skips_that_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = (
+        "id,source,model,seq_len,global_batch_seqs,gpu,num_gpus,"
+        "measured_tokens_per_s_per_gpu,target"
+    )
+    runs = tmp_path / "runs.csv"
+    runs.write_text(
+        f"{header}\nr1,test,{tmp_path}/gone/config.json,8192,64,h100-sxm,8,9000,"
+        "tokens_per_s_per_gpu\nr2,test,llama3-8b,8192,64,h100-sxm,8,9000,tokens_per_s_per_gpu\n"
+    )
+    code, out, _ = run_cli(["validate", "training", "--runs", str(runs), "--json"], capsys)
+    assert code == 0
+    rows = {r["id"]: r for r in json.loads(out)["rows"]}
+    assert rows["r1"]["status"] == "skipped" and "no such file" in rows["r1"]["reason"]
+    assert rows["r2"]["status"] == "scored"

@@ -27,12 +27,14 @@ from gpuscale.sim.serving import (
 )
 
 
-def _oss(window: bool = True, tokens: int = 9216) -> StepModel:
+def _oss(window: bool = True, tokens: int = 9216, prompt: int | None = None) -> StepModel:
+    """GPT-OSS 120B on 2 H100 at FP8 with TensorRT-LLM's defaults."""
     m = get_model("gpt-oss-120b")
     if not window:
         m = m.model_copy(update={"window": 0, "window_layers": 0})
     gpu = get_gpu("h100-sxm")
-    return build_step_model(m, gpu, precision_plan(gpu, "fp8"), 2, 1, Calibration(), None, tokens)
+    plan = precision_plan(gpu, "fp8")
+    return build_step_model(m, gpu, plan, 2, 1, Calibration(), None, tokens, prompt)
 
 
 def test_window_share_and_tokens_of_catalog_models() -> None:
@@ -68,17 +70,22 @@ def test_seq_blocks_bounds(tokens: int, block: int, share: float, window: int) -
     assert seq_blocks(tokens + block, block, share, window) >= got  # never shrinks
 
 
-def test_gpt_oss_sequence_kv_is_its_blocks_and_twice_the_sequences_fit() -> None:
+def test_gpt_oss_sequence_reserves_its_window_and_a_prompt_chunk() -> None:
     sm = _oss()
     mem = sm.memory
     # fp8 KV at TP2: 36 layers x 2 x 4 heads x 64 x 1 B = 18 KiB a token
     assert mem.kv_bytes_per_token == 18 * 1024
-    assert mem.blocks_per_seq == 147
-    assert mem.kv_bytes_per_seq == 147 * 32 * 18 * 1024
-    assert mem.kv_limited_seqs == mem.kv_blocks // 147
-    full = _oss(window=False).memory
-    assert full.blocks_per_seq == 288
-    assert mem.kv_limited_seqs / full.kv_limited_seqs == pytest.approx(288 / 147, rel=0.01)
+    # 9,216 tokens: 288 blocks of 32 in the full layers; the sliding ones hold the window
+    # and a prefill chunk of up to 8,192 tokens (TensorRT-LLM's budget): 8,320 tokens,
+    # 260 + 1 blocks; 0.5 x 288 + 0.5 x 261 = 274.5 -> 275
+    assert mem.blocks_per_seq == 275
+    assert mem.kv_bytes_per_seq == 275 * 32 * 18 * 1024
+    assert mem.kv_limited_seqs == mem.kv_blocks // 275
+    assert _oss(window=False).memory.blocks_per_seq == 288
+    # a short prompt and a long answer: the window saves nearly half
+    long = _oss(tokens=512 + 16384, prompt=512).memory
+    assert long.blocks_per_seq == math.ceil(0.5 * 528 + 0.5 * (math.ceil(640 / 32) + 1))
+    assert _oss(tokens=512 + 16384).memory.blocks_per_seq == 395  # prompt not given: 8,192
 
 
 def test_decode_kv_read_is_capped_at_the_window() -> None:
@@ -113,25 +120,54 @@ def test_decode_line_passes_through_the_step_it_starts_on(ctx: float) -> None:
 
 
 def test_simulator_admits_a_request_only_the_window_lets_fit() -> None:
-    # 200 tokens = 13 blocks of 16; half the bytes windowed to 16 tokens keep 2 blocks:
-    # ceil(6.5 + 1) = 8 blocks, within a pool of 10
+    # 200 tokens = 13 blocks of 16; half the bytes windowed to 16 tokens, with a prompt
+    # chunk of 16 (the step budget), keep 32 tokens, 3 blocks: ceil(6.5 + 1.5) = 8 of 10
     windowed = EngineLimits(
-        4, 1000, kv_blocks=10, block_tokens=16, window_share=0.5, window_tokens=16
+        4, 16, kv_blocks=10, block_tokens=16, window_share=0.5, window_tokens=16
     )
-    res = simulate(FixedStep(0.01), windowed, offline(2, 150, 50))
-    assert res.tokens_generated == 100
+    assert windowed.blocks_for(200, 20) == 8
+    res = simulate(FixedStep(0.01), windowed, offline(2, 20, 180))
+    assert res.tokens_generated == 360
     with pytest.raises(InputError, match="10 blocks of 16 tokens"):
-        simulate(FixedStep(0.01), EngineLimits(4, 1000, 10, 16), offline(2, 150, 50))
+        simulate(FixedStep(0.01), EngineLimits(4, 16, 10, 16), offline(2, 20, 180))
 
 
 def test_windowed_serving_holds_more_sequences_at_once() -> None:
-    # 200 in flight: the KV of 9,216-token sequences holds 130 of them without the
-    # window, 254 with it
-    with_w, without = _oss(), _oss(window=False)
-    assert without.memory.max_seqs < 200 <= with_w.memory.max_seqs
-    wl = concurrency(400, 200, 8192, 1024)
+    # 512-token prompts, 16,384-token answers: 70 sequences fit without the window, 136
+    # with it
+    with_w = _oss(tokens=512 + 16384, prompt=512)
+    without = _oss(window=False, tokens=512 + 16384, prompt=512)
+    assert without.memory.max_seqs < 100 <= with_w.memory.max_seqs
+    wl = concurrency(200, 100, 512, 16384)
     fast = simulate(with_w, with_w.limits(), wl)
     slow = simulate(without, without.limits(), wl)
     assert slow.mean_batch <= without.memory.max_seqs
     assert fast.mean_batch > 1.3 * slow.mean_batch
     assert fast.output_tokens_per_s > 1.3 * slow.output_tokens_per_s
+
+
+def test_decode_runs_switch_line_where_the_context_passes_the_window() -> None:
+    # Llama 4 Scout, chunks of 8,192 in 36 of 48 layers; 2,048-token prompts decoded to
+    # 16,384 tokens all at once: past 8,192 context the chunked layers stop reading more
+    m, gpu = get_model("llama4-scout"), get_gpu("h200")
+    cal = Calibration()
+    plan = precision_plan(gpu, "fp8")
+    sm = build_step_model(m, gpu, plan, 4, 1, cal, None, 2048 + 16384)
+    nowin = m.model_copy(update={"window": 0, "window_layers": 0})
+    full = build_step_model(nowin, gpu, plan, 4, 1, cal, None, 2048 + 16384)
+    wl = offline(4, 2048, 16384)
+    a = simulate(sm, sm.limits(), wl).tpot_s.mean
+    b = simulate(full, full.limits(), wl).tpot_s.mean
+    # the mean decode step over the run, from the step model: contexts 2,049 .. 18,431
+    ctx = np.arange(2048, 2048 + 16383, dtype=np.float64)
+    for got, model in ((a, sm), (b, full)):
+        want = float(np.mean(model.decode_time_s_vec(np.full_like(ctx, 4), ctx)))
+        assert got == pytest.approx(want, rel=0.002)
+    assert a < b
+
+
+def test_pipeline_stage_with_the_most_full_layers_sets_the_share() -> None:
+    m = get_model("gpt-oss-120b")  # 36 layers, 18 sliding
+    assert window_share(m, 1) == 0.5
+    assert window_share(m, 4) == pytest.approx(4 / 9)  # 9 a stage: 5 full, 4 sliding
+    assert window_share(m, 36) == 0.0  # one layer a stage: some stage holds a full one

@@ -133,7 +133,7 @@ def estimate(
     m, g = get_model(model), get_gpu(gpu)
     pplan = precision_plan(g, precision, kv_precision)
     eng = get_engine(engine)
-    sm = build_step_model(m, g, pplan, tp, pp, cal, eng, tokens_per_seq=input_len + output_len)
+    sm = build_step_model(m, g, pplan, tp, pp, cal, eng, input_len + output_len, input_len)
     mem = sm.memory
     _sequence_fits(mem, m, input_len, output_len, f"{m.key} at TP{tp} x PP{pp} on {g.key}")
     if not mem.fits:

@@ -220,9 +220,9 @@ class StepModel:
         TP and PP communication seconds, and what bounds the GEMMs."""
         pp = self.pp
         pre, dec = prefill_tokens / pp, decode_seqs / pp
-        tokens = pre + dec
-        flops = self.flops_per_token * tokens
-        flops += self.head_flops_per_sample * (prefill_seqs + decode_seqs) / pp
+        tokens = (prefill_tokens + decode_seqs) / pp
+        samples = (prefill_seqs + decode_seqs) / pp
+        flops = self.flops_per_token * tokens + self.head_flops_per_sample * samples
         wbytes = self.fixed_weight_bytes
         if self.num_experts > 1 and tokens > 0:
             wbytes += self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** tokens)
@@ -235,7 +235,8 @@ class StepModel:
         read = self._windowed(ctx_tokens / pp, dec * w)
         kv = self.kv_bytes_per_ctx_token * read / self.hbm_Bps
         comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
-        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * tokens) if pp > 1 else 0.0
+        hop = self.pp_hop_beta_s_per_token * (prefill_tokens + decode_seqs) / pp
+        hop = self.pp_hop_alpha_s + hop if pp > 1 else 0.0
         return gemm, attn, kv, comm, hop, ("compute" if t_c > t_m else "memory")
 
     def step_time_s(
@@ -356,6 +357,7 @@ def build_step_model(
     cal: Calibration,
     engine: EngineConfig | None = None,
     tokens_per_seq: int = 4096,
+    prompt_tokens: int | None = None,
     system: System | None = None,
 ) -> StepModel:
     """The step model and memory plan of one replica of ``tp x pp`` GPUs."""
@@ -380,6 +382,7 @@ def build_step_model(
         eng.block_tokens,
         eng.reserved_bytes,
         eng.fraction_of_free,
+        prompt_tokens,
     )
     pc = param_counts(model)
     gp = tp * pp  # parameters of one stage are split over TP; layers over PP
@@ -466,6 +469,6 @@ def build_step_model(
         + pp * 2.0 * mamba_state_bytes_per_seq(model, 2.0, tp, pp) / hbm_bps,
         moe_k_over_e=(model.top_k / model.num_experts) if model.is_moe else 0.0,
         num_experts=model.num_experts,
-        window_share=window_share(model),
+        window_share=window_share(model, pp),
         window_tokens=kv_window(model),
     )

@@ -171,7 +171,7 @@ def size(
         for tp in tps:
             if model.heads % tp:
                 continue
-            sm = build_step_model(model, gpu, pplan, tp, 1, cal, eng, tokens_per_seq=isl + osl)
+            sm = build_step_model(model, gpu, pplan, tp, 1, cal, eng, isl + osl, isl)
             label = f"{gpu.key} {prec} TP{tp}"
             if not sm.memory.fits:
                 pool = sm.memory.kv_pool_bytes

@@ -172,12 +172,16 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
     return kv_elements_per_token_layer(m, tp) * layers * kv_bytes
 
 
-def window_share(m: Model) -> float:
-    """Share of the attention layers (and of the KV bytes) with a bounded window: GPT-OSS's
-    sliding layers (half), Llama 4's chunked ones (3 of 4), Mistral 7B v0.1's (all)."""
+def window_share(m: Model, pp: int = 1) -> float:
+    """Share of one pipeline stage's attention layers (and KV bytes) with a bounded window:
+    GPT-OSS's sliding layers (half), Llama 4's chunked ones (3 of 4), Mistral 7B v0.1's
+    (all). Over PP stages, the stage with the most full layers: GPT-OSS on PP4 holds 5 full
+    and 4 sliding layers of its 9."""
     if not m.window or not m.attn_layers:
         return 0.0
-    return (m.window_layers or 0) / m.attn_layers
+    stage = math.ceil(m.attn_layers / pp)
+    full = min(math.ceil((m.attn_layers - (m.window_layers or 0)) / pp), stage)
+    return 1.0 - full / stage
 
 
 def kv_window(m: Model) -> int:
@@ -267,8 +271,11 @@ def memory_plan(
     block_tokens: int,
     reserved_bytes: float,
     fraction_of_free: bool,
+    prompt_tokens: int | None = None,
 ) -> MemoryPlan:
-    """How many sequences of ``tokens_per_seq`` tokens one replica holds.
+    """How many sequences of ``tokens_per_seq`` tokens one replica holds (``prompt_tokens``
+    of them the prompt; not given: as many as one step's budget takes, the most a windowed
+    layer holds beyond its window while prefilling).
 
     ``fraction_of_free``: TensorRT-LLM sizes its KV pool as a fraction of the memory left
     after weights and activations (``kv_cache_free_gpu_mem_fraction``); vLLM caps the whole
@@ -284,8 +291,12 @@ def memory_plan(
         usable = mem_fraction * total
         pool = usable - w - ws
     per_tok = kv_bytes_per_token(m, prec.kv_bytes, tp, pp)
-    share, win = window_share(m), kv_window(m)
-    blocks_per_seq = seq_blocks(tokens_per_seq, block_tokens, share, win)
+    share, win = window_share(m, pp), kv_window(m)
+    # while a prompt is prefilled the windowed layers hold its chunk too (at most the token
+    # budget of one step) on top of the window
+    prompt = tokens_per_seq if prompt_tokens is None else prompt_tokens
+    kept = win + min(prompt, max_num_tokens) if win else 0
+    blocks_per_seq = seq_blocks(tokens_per_seq, block_tokens, share, kept)
     state = mamba_state_bytes_per_seq(m, 2.0, tp, pp)
     block_b = per_tok * block_tokens
     n_blocks = int(pool // block_b) if pool > 0 and block_b > 0 else 0

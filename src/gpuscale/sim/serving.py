@@ -231,10 +231,18 @@ class EngineLimits:
     window_share: float = 0.0
     """Share of the KV bytes in layers with a bounded window (sliding or chunked)."""
     window_tokens: int = 0
-    """That window: tokens those layers keep per sequence at most (0: no such layers)."""
+    """That window: tokens those layers keep per sequence once the prompt is in (0: no such
+    layers). Take the limits of a step model from it (``StepModel.limits()``): the decode
+    runs change line where the context passes this window."""
 
-    def blocks_for(self, tokens: int) -> int:
-        return seq_blocks(tokens, self.block_tokens, self.window_share, self.window_tokens)
+    def blocks_for(self, tokens: int, prompt: int) -> int:
+        """Blocks a request of ``tokens`` in all reserves: its windowed layers hold the
+        window and, while the prompt is prefilled, a chunk of it (at most the token budget
+        of one step; TensorRT-LLM reserves window + min(max_num_tokens, prompt - window),
+        vLLM window - 1 + max_num_batched_tokens)."""
+        w = self.window_tokens
+        kept = w + min(prompt, self.max_num_tokens) if w else 0
+        return seq_blocks(tokens, self.block_tokens, self.window_share, kept)
 
     def __post_init__(self) -> None:
         for f, v in (
@@ -315,7 +323,7 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload, ovh: float) -> _Trace
     ins = wl.input_len.tolist()
     outs = wl.output_len.tolist()
     bt = lim.block_tokens
-    need = [lim.blocks_for(i + o) for i, o in zip(ins, outs, strict=True)]
+    need = [lim.blocks_for(i + o, i) for i, o in zip(ins, outs, strict=True)]
     if n and max(need) > lim.kv_blocks:
         j = int(np.argmax(need))
         raise InputError(
@@ -425,6 +433,8 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload, ovh: float) -> _Trace
                 coeffs[key] = ab
             a, b = ab
             k = heap[0][0] - dit
+            if not key[1] and past:  # the line changes where the context passes the window
+                k = min(k, max(1, -(-(nd * past - int(ctx)) // nd)))
             if head < n and nd < max_batch and need[head] <= free and arr[head] != inf:
                 horizon = arr[head] - t
                 k = 1 if horizon <= 0.0 else min(k, _k_until(a, b, ctx, nd, horizon))

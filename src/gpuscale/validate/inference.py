@@ -63,7 +63,7 @@ def _run_plan(p: RowPlan, cal: Calibration) -> ServingResult:
     model, gpu = get_model(p.model), get_gpu(p.gpu)
     prec = precision_plan(gpu, p.precision, p.kv)
     sm = build_step_model(
-        model, gpu, prec, p.tp, p.pp, cal, p.engine, tokens_per_seq=p.input_len + p.output_len
+        model, gpu, prec, p.tp, p.pp, cal, p.engine, p.input_len + p.output_len, p.input_len
     )
     mem = sm.memory
     if not mem.fits and mem.kv_pool_bytes > 0:

@@ -43,7 +43,7 @@ multi-token-prediction layers (Megatron-Bridge's DeepSeek-V3 rows)."""
 def _names_file(name: str) -> bool:
     try:
         return name.endswith(".json") or Path(name).is_file()
-    except OSError:  # a name too long to be a path
+    except (OSError, ValueError):  # a name too long to be a path, or with a NUL
         return False
 
 
@@ -54,9 +54,9 @@ def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
     row names that cannot be read is an error, not a model missing from the catalog."""
     try:
         return get_model(name, f"{where}:model")
-    except InputError:
-        if _names_file(name):
-            raise
+    except InputError as exc:
+        if _names_file(name):  # the row's reason, not the whole file's error
+            raise UnsupportedRowError(str(exc).removeprefix(f"{where}:")) from None
     bare = re.sub(r"\s*\([^)]*\)\s*$", "", name)
     if bare == name or not bare:
         return None
