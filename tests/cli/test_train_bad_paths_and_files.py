@@ -95,15 +95,21 @@ def test_a_base_60_count_is_refused_not_read_as_64(
     assert "job.yaml:gpus='1:04' is invalid" in line
 
 
-def test_an_alias_bomb_is_refused_without_expanding_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # 9^7 (4.8 million) strings once expanded; the message must not print them
+def _alias_bomb(key: str) -> str:
+    """A workload whose ``key`` is 9^7 (4.8 million) strings once its aliases expand."""
     levels = ["&a [x, x, x, x, x, x, x, x, x]"]
     for prev, name in zip("abcdef", "bcdefg", strict=True):
         levels.append(f"&{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    base = {"model": "llama3.2-1b", "gpu": "h100-sxm", "gpus": "8"}
+    base[key] = f"[{', '.join(levels)}]"
+    return "".join(f"{k}: {v}\n" for k, v in base.items())
+
+
+def test_an_alias_bomb_is_refused_without_expanding_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text(f"model: llama3.2-1b\ngpu: h100-sxm\ngpus: 8\ntokens: [{', '.join(levels)}]\n")
+    path.write_text(_alias_bomb("tokens"))
     line = _error(["train", "estimate", "--workload", str(path)], capsys)
     assert "job.yaml:tokens='a list' is invalid" in line
 
@@ -220,11 +226,8 @@ def test_a_nul_in_a_model_name_is_an_input_error(
 def test_an_alias_bomb_in_a_count_is_echoed_short(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    levels = ["&a [x, x, x, x, x, x, x, x, x]"]
-    for prev, name in zip("abcdef", "bcdefg", strict=True):
-        levels.append(f"&{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
     path = tmp_path / "job.yaml"
-    path.write_text(f"model: llama3.2-1b\ngpu: h100-sxm\ngpus: [{', '.join(levels)}]\n")
+    path.write_text(_alias_bomb("gpus"))
     line = _error(["train", "estimate", "--workload", str(path)], capsys)
     assert line.startswith("error: job.yaml:gpus=[[") and len(line) < 600
 
