@@ -15,6 +15,9 @@ from gpuscale.spec.files import read_yaml
 
 LONG = "a" * 300  # longer than a file name may be (255 bytes)
 SMALL = ["--gpu", "h100-sxm", "--gpus", "8"]
+RUNS_HEADER = (
+    "id,source,model,seq_len,global_batch_seqs,gpu,num_gpus,measured_tokens_per_s_per_gpu,target"
+)
 
 
 def _error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -189,10 +192,7 @@ def test_a_broken_config_a_runs_row_names_is_its_reason(
 def test_an_empty_row_id_is_an_input_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    header = (
-        "id,source,model,seq_len,global_batch_seqs,gpu,num_gpus,"
-        "measured_tokens_per_s_per_gpu,target"
-    )
+    header = RUNS_HEADER
     runs = tmp_path / "runs.csv"
     runs.write_text(f"{header}\n,test,llama3-8b,8192,64,h100-sxm,8,9000,tokens_per_s_per_gpu\n")
     line = _error(["validate", "training", "--runs", str(runs)], capsys)
@@ -235,10 +235,7 @@ def test_an_alias_bomb_in_a_count_is_echoed_short(
 def test_a_missing_config_a_runs_row_names_skips_that_row(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    header = (
-        "id,source,model,seq_len,global_batch_seqs,gpu,num_gpus,"
-        "measured_tokens_per_s_per_gpu,target"
-    )
+    header = RUNS_HEADER
     runs = tmp_path / "runs.csv"
     runs.write_text(
         f"{header}\nr1,test,{tmp_path}/gone/config.json,8192,64,h100-sxm,8,9000,"
