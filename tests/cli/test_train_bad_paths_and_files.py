@@ -246,3 +246,17 @@ def test_a_missing_config_a_runs_row_names_skips_that_row(
     rows = {r["id"]: r for r in json.loads(out)["rows"]}
     assert rows["r1"]["status"] == "skipped" and "no such file" in rows["r1"]["reason"]
     assert rows["r2"]["status"] == "scored"
+
+
+@pytest.mark.parametrize("given", [["--gpus", "8_0"], ["--gpus=1_024"], ["--tp", "+2_0"]])
+def test_digits_grouped_with_underscores_are_refused(
+    given: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Python's int() reads 8_0 as 80; an option value that way is a typo more often
+    args = ["train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", *given]
+    if "--gpus" not in given[0]:
+        args += ["--gpus", "8"]
+    line = _error(args, capsys)
+    flag, _, value = given[0].partition("=")
+    value = value or given[1]
+    assert line == f"error: {flag[2:]}={value!r} is invalid: digits only, without _ between them"

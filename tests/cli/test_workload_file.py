@@ -544,3 +544,38 @@ def test_the_time_to_train_says_what_it_leaves_out() -> None:
     # the ranked table gains each plan's goodput
     header = next(line for line in r.stdout.splitlines() if "tokens/s/GPU used" in line)
     assert "goodput" in header
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        # the global batch the file gave, which the plan's DP x micro-batch does not divide
+        (
+            ["estimate", "--tp", "4", "--mbs", "3"],
+            "job.yaml:global_batch=100 is invalid: must be divisible by dp x micro-batch = "
+            "3 x 3 = 9",
+        ),
+        # the GPU count the file gave, which the fixed degrees do not divide
+        (
+            ["estimate", "--tp", "8"],
+            "tp*pp*cp=8 is invalid: must divide the 12 GPUs of job.yaml:gpus (tp=8, pp=1, cp=1)",
+        ),
+        # the same values given as flags are the flags' errors
+        (
+            ["estimate", "--tp", "4", "--mbs", "2", "--global-batch", "99"],
+            "global-batch=99 is invalid: must be divisible by dp x micro-batch = 3 x 2 = 6",
+        ),
+        (
+            ["estimate", "--tp", "8", "--gpus", "12"],
+            "tp*pp*cp=8 is invalid: must divide the 12 GPUs of --gpus (tp=8, pp=1, cp=1)",
+        ),
+    ],
+)
+def test_plan_errors_about_file_values_name_the_file_key(
+    tmp_path: Path, extra: list[str], line: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-8b\ngpu: h100-sxm\ngpus: 12\nglobal_batch: 100\n")
+    r = gpuscale("train", extra[0], "--workload", str(path), *extra[1:])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == f"error: {line}"

@@ -6,6 +6,7 @@ Each command group lives in its own module and registers on :data:`app`. User er
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     returns normally, so that ``main([...])`` can be called from Python.
     """
     try:
+        _refuse_grouped_digits(sys.argv[1:] if argv is None else argv)
         rc = app(args=argv, prog_name="gpuscale", standalone_mode=False)
     except InputError as exc:
         _error(str(exc))
@@ -72,6 +74,21 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     if isinstance(rc, int) and rc != 0:
         sys.exit(rc)  # a command that exits non-zero (typer.Exit) keeps its status
+
+
+_GROUPED = re.compile(r"[+-]?\d+(?:_\d+)+")
+"""A number with ``_`` between digits, which Click's int() reads as Python does (8_0 is 80)."""
+
+
+def _refuse_grouped_digits(args: list[str]) -> None:
+    """An option value such as ``--gpus 8_0`` is a typo more often than digit grouping:
+    refused, naming the option, rather than read as 80."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if not eq:
+            flag, value = (args[i - 1] if i else ""), arg
+        if flag.startswith("-") and _GROUPED.fullmatch(value):
+            raise InputError(flag.lstrip("-"), value, "digits only, without _ between them")
 
 
 def _error(message: str) -> None:

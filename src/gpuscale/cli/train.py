@@ -81,6 +81,12 @@ def _sharding(zero: str | None, dist_opt: bool) -> str | None:
     return "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
 
 
+def _at(r: Resolved, key: str) -> str:
+    """Where ``key``'s value was given, in words: its flag or the workload file's key."""
+    where = r.where(key)
+    return where if ":" in where else f"--{where}"
+
+
 def _fixed(
     r: Resolved,
     tp: int | None,
@@ -104,7 +110,7 @@ def _fixed(
         fx["recompute"] = RECOMPUTE.index(recompute)
         if modules is not None and recompute != "selective":
             raise InputError(
-                r.modules_field,
+                r.where("recompute_modules"),
                 modules,
                 f"--recompute selective (--recompute {recompute} recomputes no module selectively)",
             )
@@ -179,15 +185,18 @@ def estimate_cmd(
     r = resolve(workload, _flags(locals()), tokens)
     w = r.workload
     sharding = _sharding(zero, dist_opt) or "none"
-    fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
     gpus = w.num_gpus
-    if gpus % (tp * pp * cp):
-        raise InputError(
-            "tp*pp*cp", tp * pp * cp, f"must divide --gpus {gpus} (tp={tp}, pp={pp}, cp={cp})"
-        )
-    dp = gpus // (tp * pp * cp)
-    plan = Plans.of(dp=dp, tp_overlap=tp_overlap, **fx)
-    check_plan(w, plan)
+    with r.naming_file_values():
+        fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
+        if gpus % (tp * pp * cp):
+            raise InputError(
+                "tp*pp*cp",
+                tp * pp * cp,
+                f"must divide the {gpus} GPUs of {_at(r, 'gpus')} (tp={tp}, pp={pp}, cp={cp})",
+            )
+        dp = gpus // (tp * pp * cp)
+        plan = Plans.of(dp=dp, tp_overlap=tp_overlap, **fx)
+        check_plan(w, plan)
     cal = load_calibration(calibration)
     e = estimate(w, plan, cal)
     tt = r.train_tokens
@@ -262,18 +271,19 @@ def search_cmd(
         from gpuscale.report.page import check_target
 
         check_target(html)  # before the search runs
-    fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, _sharding(zero, dist_opt), None)
     cal = load_calibration(calibration)
-    if json or not out.is_terminal:  # a bar is for a person watching
-        res = search_plans(w, cal, fx)
-    else:
-        with Progress(transient=True, console=out) as prog:
-            task = prog.add_task("evaluating plans", total=None)
+    with r.naming_file_values():
+        fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, _sharding(zero, dist_opt), None)
+        if json or not out.is_terminal:  # a bar is for a person watching
+            res = search_plans(w, cal, fx)
+        else:
+            with Progress(transient=True, console=out) as prog:
+                task = prog.add_task("evaluating plans", total=None)
 
-            def tick(done: int, total: int) -> None:
-                prog.update(task, completed=done, total=total)
+                def tick(done: int, total: int) -> None:
+                    prog.update(task, completed=done, total=total)
 
-            res = search_plans(w, cal, fx, progress=tick)
+                res = search_plans(w, cal, fx, progress=tick)
     if html is not None:
         from gpuscale.report.search import write_search_report
 
@@ -337,14 +347,14 @@ def scaling_cmd(
         failing = all("failures come" in p.plan for pts in curves.values() for p in pts)
         if failing and r.failures is not None:  # plans fit; the failure rate is the problem
             raise InputError(
-                "gpu-mtbf",
+                r.where("gpu_mtbf"),
                 f"{r.failures.gpu_mtbf_s:g} s",
                 f"a GPU MTBF the run outlasts: from 8 to {gpus:,} GPUs, failures come before "
                 "the run can save and restart (save more often, or check --gpu-mtbf and "
                 "--restart-time)",
             )
         raise InputError(
-            "gpus",
+            r.where("gpus"),
             gpus,
             f"a count where some plan fits; at {gpus:,} GPUs, {last.plan.removeprefix('none: ')}",
         )

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +54,35 @@ class Resolved:
     """Tokens to train on (``--tokens`` or the file's ``tokens``), for time and GPU-hours."""
     modules_text: str | None
     """The recompute modules as given (flag or file), None for the default."""
-    modules_field: str = "recompute-modules"
-    """Where the modules came from, for an error about them: the flag, or file:key."""
     storage: StoragePolicy | None = None
     """How the run checkpoints and reads its data, when any storage key is given."""
     failures: FailurePolicy | None = None
     """How often nodes fail and how long a restart takes, when given."""
+    file_keys: dict[str, str] = field(default_factory=dict)
+    """The keys whose value the workload file gave, each as its errors name it
+    (``job.yaml:global_batch``)."""
+
+    def where(self, key: str) -> str:
+        """The field an error about ``key``'s value names: the flag's, or file:key."""
+        return self.file_keys.get(key, key.replace("_", "-"))
+
+    @contextmanager
+    def naming_file_values(self) -> Iterator[None]:
+        """Errors about a value the workload file gave (a global batch that the plan's
+        DP x micro-batch does not divide) name the file and its key, not the flag."""
+        with _naming(self.file_keys):
+            yield
+
+
+@contextmanager
+def _naming(file_keys: dict[str, str]) -> Iterator[None]:
+    try:
+        yield
+    except InputError as exc:
+        where = file_keys.get(exc.field.replace("-", "_"))
+        if where is None:
+            raise
+        raise InputError(where, exc.value, exc.valid) from None
 
 
 def _mount(g: GPU) -> str:
@@ -259,7 +284,11 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
             value = getattr(job, key)
             from_file.add(key)
         stored[key] = value
-    try:
+    tokens_from_file = tokens is None and job is not None and job.tokens is not None
+    if tokens_from_file:
+        from_file.add("tokens")
+    file_keys = {} if path is None else {k: f"{path.name}:{k}" for k in from_file}
+    with _naming(file_keys):
         w = build_workload(**values)
         policy = storage_policy(stored)
         failures = failure_policy(stored)
@@ -267,24 +296,10 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
             failures.check(policy is not None and policy.checkpoints)
         if policy is not None and policy.checkpoint_every_best and failures is None:
             raise InputError(
-                "checkpoint_every" if "checkpoint_every" in from_file else "checkpoint-every",
+                "checkpoint-every",
                 "best",
                 "a time or a step count, or best with --gpu-mtbf and --restart-time (the best "
                 "interval weighs saving against failures)",
             )
-        tokens_from_file = tokens is None and job is not None and job.tokens is not None
-        if tokens_from_file:
-            from_file.add("tokens")
         tt = parse_tokens(job.tokens if tokens_from_file and job is not None else tokens)
-    except InputError as exc:
-        key = exc.field.replace("-", "_")
-        if path is None or key not in from_file:
-            raise
-        # the value came from the workload file: say which file
-        raise InputError(f"{path.name}:{key}", exc.value, exc.valid) from None
-    field = (
-        f"{path.name}:recompute_modules"
-        if path is not None and "recompute_modules" in from_file
-        else "recompute-modules"
-    )
-    return Resolved(w, tt, values["recompute_modules"], field, policy, failures)
+    return Resolved(w, tt, values["recompute_modules"], policy, failures, file_keys)
