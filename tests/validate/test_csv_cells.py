@@ -12,7 +12,7 @@ from cli_runner import run_cli
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.errors import InputError
-from gpuscale.validate.report import strict_json
+from gpuscale.validate.report import num, strict_json
 from gpuscale.validate.training import validate_training
 
 HEADER = (
@@ -158,6 +158,21 @@ def test_a_table_as_a_spreadsheet_exports_it_is_read(tmp_path: Path) -> None:
     assert [r.status for r in rep.rows] == ["scored"]
     assert rep.rows[0].predicted == expected.predicted
     assert rep.rows[0].measured == 5000.0
+
+
+@pytest.mark.parametrize(
+    ("col", "text", "value"),
+    [
+        ("measured_tokens_per_s_per_gpu", "1.6k", 1600.0),  # decimal thousands
+        ("measured_tokens_per_s_per_gpu", "5K", 5000.0),
+        ("measured_tflops_per_gpu", "0.4M", 400000.0),
+        ("params_b", "70B", 70.0),  # the column's own unit restated
+        ("params_b", "1.8T", 1800.0),
+        ("seq_len", "8K", 8192.0),  # context lengths count binary thousands
+    ],
+)
+def test_unit_suffixes_tables_print(col: str, text: str, value: float) -> None:
+    assert num({col: text}, col, "runs.csv:line 2") == value
 
 
 def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:

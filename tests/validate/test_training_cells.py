@@ -132,6 +132,10 @@ def test_sequence_parallelism_off_keeps_the_recipes_tp_overlap_off() -> None:
         ("full (4 layers)", "partial"),  # Megatron's block method over 4 layers a stage
         ("full (all 80 layers)", "full"),
         ("full (uniform, 1 layer)", "full"),  # the uniform method recomputes every layer
+        ("full (1 layer)", "full"),  # NeMo's default: uniform, groups of one layer
+        ("full, 1 layer", "full"),
+        ("full (12 layers)", "partial"),
+        ("block", "partial"),
         ("AC: off", "none"),
         ("AC = False", "none"),
         ("N/A (no AC)", "none"),
@@ -220,3 +224,51 @@ def test_a_micro_batch_that_does_not_fit_the_batch_is_named() -> None:
     pr = prepare(_row(tp="8", pp="4", dp="2", micro_batch="128"), "test")
     with pytest.raises(SkipRow, match="dp x micro-batch = 2 x 128 = 256 does not divide"):
         choose_plan(pr, default_calibration())
+
+
+@pytest.mark.parametrize(
+    ("cell", "mode"),
+    [
+        ("Distributed Data Parallel (DDP)", "none"),  # PyTorch DDP shards nothing
+        ("DistributedDataParallel", "none"),
+        ("torch.distributed DDP", "none"),
+        ("DDP + distributed optimizer", "dist-opt"),
+        ("zero_stage=1", "zero1"),  # DeepSpeed's config key
+        ("zero_stage: 3", "zero3"),
+        ("ZeRO-3 (no offload)", "zero3"),
+    ],
+)
+def test_sharding_spellings_of_other_stacks(cell: str, mode: str) -> None:
+    assert read_sharding(cell) == SHARDING.index(mode)
+
+
+@pytest.mark.parametrize(
+    "cell", ["ZeRO-3 + CPU offload", "FSDP (CPU offload)", "ZeRO-2 w/ offload"]
+)
+def test_offloading_to_the_host_skips_the_row(cell: str) -> None:
+    with pytest.raises(SkipRow, match="offloading to host memory is not modelled"):
+        read_sharding(cell)
+
+
+def test_a_recompute_cell_that_starts_with_none_but_names_a_mode_reads_the_mode() -> None:
+    assert read_recompute("none (selective for MoE)") == "selective"
+    assert read_recompute("none (no recompute)") == "none"
+
+
+@pytest.mark.parametrize("cell", ["MX-FP8", "MX FP8", "mxfp8"])
+def test_mx_formats_on_hopper_skip_the_row(cell: str) -> None:
+    with pytest.raises(SkipRow, match="MX formats need"):
+        prepare(_row(precision=cell), "test")
+
+
+def test_gh200_runs_on_its_four_gpu_node_not_a_pcie_server() -> None:
+    pr = prepare(_row(gpu="NVIDIA GH200", tp="4"), "test")
+    s = pr.workload.system
+    assert (s.key, s.gpus_per_node, s.nvlink_domain_gpus, s.scaleup_mesh) == (
+        "gh200-quad",
+        4,
+        4,
+        True,
+    )
+    # 4 Slingshot-11 NICs of 200 Gb/s: 25 GB/s a GPU
+    assert s.nic_bw_Bps_per_gpu == 25e9

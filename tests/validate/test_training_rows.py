@@ -702,6 +702,24 @@ def test_scale_out_units(cell: str, nics: int | None) -> None:
 
 
 @pytest.mark.parametrize(
+    ("cell", "nics"),
+    [
+        # links counted per GPU: times the node's 8 GPUs
+        ("1x 400Gb/s NDR per GPU", 8),
+        ("2x 200Gb/s per GPU", 8),
+        ("1 x 400G IB /GPU", 8),
+        # the node's links, one per GPU: no multiplying
+        ("4x 200 Gb/s Slingshot (one per GPU)", 2),
+        ("8x 400Gb/s, 1 per GPU", 8),
+    ],
+)
+def test_links_counted_per_gpu_are_the_nodes_times_its_gpus(cell: str, nics: int) -> None:
+    assert nics_per_node({"inter_node": cell}, 400.0, 8) == nics
+    pr = prepare(_row(inter_node=cell), "test")
+    assert pr.workload.system.nics_per_node == nics
+
+
+@pytest.mark.parametrize(
     ("source", "notes", "arch", "kernel"),
     [
         ("Megatron-LM", "no flash attention", "ampere", "unfused"),

@@ -276,8 +276,10 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     -> InputError naming the cell.
 
     Accepts the forms published tables print: thousands separators ("8,192"), an
-    approximate mark ("~5762"), a percent sign (43 % -> 0.43) and, for a sequence length,
-    a K suffix in binary thousands ("8K" -> 8192, as context lengths are quoted)."""
+    approximate mark ("~5762"), a percent sign (43 % -> 0.43), for a sequence length a K
+    suffix in binary thousands ("8K" -> 8192, as context lengths are quoted), for a
+    parameter count in billions a B or T suffix ("70B", "1.8T"), and for a measured figure
+    a decimal k or M suffix ("1.6k")."""
     text = row.get(col, "").strip().lstrip("~\u2248").strip()
     if text == "":
         return None
@@ -286,6 +288,12 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
         text, scale = text[:-1].strip(), 0.01
     elif col == "seq_len" and text[-1:] in ("k", "K"):
         text, scale = text[:-1].strip(), 1024.0
+    elif col == "params_b" and text[-1:] in ("b", "B", "t", "T"):
+        # the column counts billions: "70B" restates its unit, "1.8T" is 1,800
+        text, scale = text[:-1].strip(), 1000.0 if text[-1] in "tT" else 1.0
+    elif col.startswith("measured_") and text[-1:] in ("k", "K", "M"):
+        # a rate in decimal thousands or millions ("1.6k" tokens/s)
+        text, scale = text[:-1].strip(), 1e6 if text[-1] == "M" else 1e3
     if _THOUSANDS.fullmatch(text):
         text = re.sub(_SEPARATOR, "", text)
     try:

@@ -258,7 +258,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
     system = system_for_gpu(gpu)
-    nics = nics_per_node(row, system.nic_gbps)
+    nics = nics_per_node(row, system.nic_gbps, system.gpus_per_node)
     if nics is not None and nics != system.nics_per_node:
         system = system.model_copy(update={"nics_per_node": nics})
         nic = f"{system.nic_gbps:g} Gb/s"

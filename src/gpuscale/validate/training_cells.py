@@ -63,6 +63,10 @@ def read_gpu(cell: str) -> tuple[GPU, str]:
         return gpu, f"GPU {cell!r} names an architecture, not a part: {gpu.key} assumed"
 
 
+MX_FP8 = re.compile(r"mx[\s_-]*fp8")
+"""An MX (microscaling, 32-element blocks) FP8 format: "MXFP8", "MX-FP8", "MX FP8"."""
+
+
 def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
     """The training precision a row's cell names (bf16, fp16, fp8, fp4); how it was read
     goes to ``notes``."""
@@ -82,7 +86,7 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
             else f"{cell!r} names no {'other ' if not prec_raw else ''}format"
         )
         notes.append(f"precision {said}: {precision} assumed")
-    elif "mxfp8" in prec_raw and gpu.arch not in MX_ARCHS:
+    elif MX_FP8.search(prec_raw) and gpu.arch not in MX_ARCHS:
         raise UnsupportedRowError(
             f"precision {cell!r}: MX formats need tensor cores that scale "
             f"blocks ({', '.join(MX_ARCHS)}), which the {gpu.key} lacks"
@@ -109,9 +113,12 @@ SHARD_SPELLINGS = (
     # and so is FSDP2 keeping the gathered weights from forward to backward
     (r"(no|without)[\s_-]*reshard|reshard[\s_-]*after[\s_-]*forward\s*[=:]?\s*(false|0|no|off)", 3),
     # FSDP's FULL_SHARD strategy and FSDP2's fully_shard are ZeRO-3
-    (r"fsdp|full(y)?[\s_-]*shard|zero[\s_-]*(stage[\s_-]*)?3|stage[\s_-]*3", 4),
-    (r"zero[\s_-]*(stage[\s_-]*)?2|stage[\s_-]*2", 3),
-    (r"zero[\s_-]*(stage[\s_-]*)?1|stage[\s_-]*1", 2),
+    (r"fsdp|full(y)?[\s_-]*shard|zero[\s_-]*(stage[\s_=:-]*)?3|stage[\s_=:-]*3", 4),
+    (r"zero[\s_-]*(stage[\s_=:-]*)?2|stage[\s_=:-]*2", 3),
+    (r"zero[\s_-]*(stage[\s_=:-]*)?1|stage[\s_=:-]*1", 2),
+    (r"dist\w*[\s_.-]*optim", 1),
+    # PyTorch's DistributedDataParallel replicates the optimizer: no sharding
+    (r"\bddp\b|distributed[\s_-]*data[\s_-]*parallel", 0),
     # a "distributed optimizer" column ticked yes
     (r"dist|distributed|^(yes|true|on|1|y|enabled)$", 1),
     (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0|n|disabled)$", 0),
@@ -140,6 +147,11 @@ def read_sharding(cell: str) -> int | None:
     text = cell.strip().lower()
     if not text:
         return None
+    kept_on_gpu = re.search(rf"{NEGATOR}[\s_-]*(\w+[\s_-]+)?offload", text)
+    if "offload" in text and not kept_on_gpu:
+        raise UnsupportedRowError(
+            f"optimizer sharding {cell!r}: offloading to host memory is not modelled"
+        )
     if re.search(r"hybrid[\s_-]*shard|hsdp", text):
         raise UnsupportedRowError(
             f"optimizer sharding {cell!r}: hybrid sharding (HSDP) is not modelled"
@@ -163,7 +175,7 @@ _RECOMPUTE = r"(((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoi
 RECOMPUTE_OFF = re.compile(
     rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
     rf"|{_RECOMPUTE}\s*[:=(]?\s*{OFF}\s*\)?"
-    r"|(none|off|disabled)\b.*"
+    r"|(none|off|disabled)\b(?!.*\b(selective|full|partial|block|uniform)\b).*"
 )
 """A recompute cell that says there was none: "no activation checkpointing", "without
 recomputation", "activation checkpointing: off", "gradient checkpointing=False",
@@ -184,8 +196,9 @@ def read_recompute(cell: str) -> str:
         ("selective", r"selective|core attention|\bsac\b"),
         # Megatron's uniform method recomputes every layer, in groups of N
         ("full", r"uniform"),
-        # its block method recomputes N layers of a stage ("full (4 layers)")
-        ("partial", r"partial|block|(?<!all )\b\d+\s*layers?\b"),
+        # its block method recomputes N layers of a stage ("full (4 layers)"); one layer is
+        # the uniform method's group of one (NeMo's default), every layer recomputed
+        ("partial", r"partial|block|(?<!all )\b(0*[2-9]|0*[1-9]\d+)\s*layers?\b"),
         ("none", r"^(none|no|off|false|0|disabled|n)$"),
         ("full", r"full|uniform|^(yes|on|true|1|enabled|y)$|checkpoint|\bac\b"),
     ):

@@ -253,11 +253,12 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     return model, notes
 
 
-def nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
-    """NICs per node when the row states its per-node scale-out network, in NICs of the
-    reference system's speed: 'N x ... M Gbps' links per node, or a simulator config's
-    per-node 'inter_node_bandwidth=X' (Gb/s) in the notes. A per-GPU figure ('400 Gb/s per
-    GPU') states no node total and leaves the reference node as it is."""
+def nics_per_node(row: dict[str, str], nic_gbps: float, gpus_per_node: int = 1) -> int | None:
+    """NICs per node when the row states its scale-out network, in NICs of the reference
+    system's speed: 'N x ... M Gbps' links per node, or per GPU ('1x 400Gb/s NDR per GPU',
+    times the node's ``gpus_per_node``), or a simulator config's per-node
+    'inter_node_bandwidth=X' (Gb/s) in the notes. A per-GPU speed without a count ('400
+    Gb/s per GPU') leaves the reference node as it is."""
     text = row.get("inter_node", "")
     per_node = None
     # "8x400Gbps", "8 x 400 Gb/s", "4× 100G", "8x 0.4 Tbps", "8x50 GB/s" (bytes: x 8)
@@ -265,6 +266,8 @@ def nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
     if m:
         unit = (1000.0 if m.group(3) in "Tt" else 1.0) * (8.0 if m.group(4) == "B" else 1.0)
         per_node = float(m.group(1)) * float(m.group(2)) * unit
+        if PER_GPU.search(text[m.end() :]):
+            per_node *= gpus_per_node
     else:
         m = re.search(r"inter_node_bandwidth\s*=\s*(\d+(?:\.\d+)?)", row.get("notes", ""))
         if m:
@@ -272,6 +275,13 @@ def nics_per_node(row: dict[str, str], nic_gbps: float) -> int | None:
     if per_node is None or nic_gbps <= 0:
         return None
     return max(1, round(per_node / nic_gbps))
+
+
+PER_GPU = re.compile(
+    r"^[^,;(]*?(?<!one )(?<!1 )(\bper\s+gpu|/\s*gpu|\beach\s+gpu)\b", re.IGNORECASE
+)
+"""A link count stated per GPU, after it in the same clause ("2x 200Gb/s per GPU"), not
+the node's links spread one per GPU ("4x 200 Gb/s (one per GPU)")."""
 
 
 def zero3_gathers(row: dict[str, str]) -> tuple[str, str]:
