@@ -17,7 +17,7 @@ from gpuscale.perf.plan import RECOMPUTE, SHARDING
 from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SkipRow
 from gpuscale.validate.training import choose_plan, prepare, validate_training
-from gpuscale.validate.training_cells import read_recompute, read_sharding
+from gpuscale.validate.training_cells import read_recompute, read_sharding, read_target
 from gpuscale.validate.training_rows import model_for
 
 
@@ -272,3 +272,25 @@ def test_gh200_runs_on_its_four_gpu_node_not_a_pcie_server() -> None:
     )
     # 4 Slingshot-11 NICs of 200 Gb/s: 25 GB/s a GPU
     assert s.nic_bw_Bps_per_gpu == 25e9
+
+
+@pytest.mark.parametrize(
+    ("cell", "target"),
+    [
+        ("Tokens/s/GPU", "tokens_per_s_per_gpu"),
+        ("tokens per second per GPU", "tokens_per_s_per_gpu"),
+        ("TFLOPS", "tflops_per_gpu"),
+        ("TFLOP/s per GPU", "tflops_per_gpu"),
+        ("MFU (%)", "mfu"),
+        ("throughput", "throughput"),  # not a target: returned for the caller to refuse
+    ],
+)
+def test_target_labels_of_other_tables(cell: str, target: str) -> None:
+    assert read_target(cell) == target
+
+
+def test_a_target_label_of_another_table_scores_the_row_alike(tmp_path: Path) -> None:
+    rows = [_row(id="a"), _row(id="b", target="Tokens/s/GPU")]
+    rep = validate_training(_write(tmp_path, rows), default_calibration())
+    assert [r.status for r in rep.rows] == ["scored", "scored"]
+    assert rep.rows[0].predicted == rep.rows[1].predicted

@@ -47,6 +47,7 @@ from gpuscale.validate.training_cells import (
     read_recompute,
     read_recompute_modules,
     read_sharding,
+    read_target,
 )
 from gpuscale.validate.training_rows import (
     UnsupportedRowError,
@@ -156,7 +157,7 @@ def source_group(source: str) -> str:
 
 
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
-    target = row["target"].strip().lower()
+    target = read_target(row["target"])
     if target not in TARGETS:
         raise InputError(f"{where}:target", row["target"], f"one of {', '.join(TARGETS)}")
     conv = row.get("flop_convention", "").strip().lower()
@@ -456,6 +457,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
     for lineno, row in read_rows(path, REQUIRED):
         where = f"{path.name}:line {lineno}"
         rid = row["id"] or f"line {lineno}"
+        target = read_target(row["target"])
         try:
             try:
                 pr = prepare(row, where)
@@ -468,11 +470,11 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 raise UnsupportedRowError(str(exc)) from None
         except UnsupportedRowError as why:
             try:  # the figure the row's target compares, where it can be read
-                measured = num(row, MEASURED.get(row["target"].strip().lower(), ""), where)
+                measured = num(row, MEASURED.get(target, ""), where)
             except InputError:
                 measured = None
             rows.append(
-                RowResult.skip(rid, str(why), measured, source_group(row["source"]), row["target"])
+                RowResult.skip(rid, str(why), measured, source_group(row["source"]), target)
             )
             continue
         reason = "; ".join([*pr.notes, note] if note else pr.notes)

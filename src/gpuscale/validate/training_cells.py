@@ -21,6 +21,26 @@ TRUTHY = ("1", "true", "yes", "on", "y", "enabled")
 FALSY = ("0", "false", "no", "off", "n", "disabled")
 """How a yes/no cell (seq_parallel) may be spelled, in any case."""
 
+TARGET_SPELLINGS = (
+    # (pattern over the lower-cased cell, target), as tables label the figure they give
+    (r"tokens?\s*(/|_?per_?|\s)\s*s(ec(ond)?)?\s*(/|_?per_?|\s)\s*gpu", "tokens_per_s_per_gpu"),
+    (r"(model\s*)?tflop/?s(\s*(/|_?per_?|\s)\s*gpu)?", "tflops_per_gpu"),
+    (r"mfu\s*(\(\s*%\s*\)|%)?", "mfu"),
+)
+"""Labels of the schema's targets other tables use ("Tokens/s/GPU", "TFLOPS", "MFU (%)")."""
+
+
+def read_target(cell: str) -> str:
+    """The schema's target a row's ``target`` cell names, in any case and in the labels of
+    :data:`TARGET_SPELLINGS`; any other text is returned lower-cased for the caller to
+    refuse."""
+    text = cell.strip().lower()
+    for pattern, target in TARGET_SPELLINGS:
+        if re.fullmatch(pattern, text):
+            return target
+    return text
+
+
 ARCH_PARTS = {
     "volta": "v100-sxm2-32gb",
     "ampere": "a100-sxm-80gb",
