@@ -248,7 +248,10 @@ def test_a_missing_config_a_runs_row_names_skips_that_row(
     assert rows["r2"]["status"] == "scored"
 
 
-@pytest.mark.parametrize("given", [["--gpus", "8_0"], ["--gpus=1_024"], ["--tp", "+2_0"]])
+@pytest.mark.parametrize(
+    "given",
+    [["--gpus", "8_0"], ["--gpus=1_024"], ["--tp", "+2_0"], ["--memory-headroom", "0.0_5"]],
+)
 def test_digits_grouped_with_underscores_are_refused(
     given: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -260,3 +263,14 @@ def test_digits_grouped_with_underscores_are_refused(
     flag, _, value = given[0].partition("=")
     value = value or given[1]
     assert line == f"error: {flag[2:]}={value!r} is invalid: digits only, without _ between them"
+
+
+def test_text_options_may_hold_underscored_digits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a path is text: only number options refuse digits grouped by _
+    html = tmp_path / "2024_06"
+    args = ["train", "search", "--model", "llama3.2-1b", *SMALL, "--top", "1", "--html", str(html)]
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert html.is_file()

@@ -233,9 +233,16 @@ def test_a_micro_batch_that_does_not_fit_the_batch_is_named() -> None:
         ("DistributedDataParallel", "none"),
         ("torch.distributed DDP", "none"),
         ("DDP + distributed optimizer", "dist-opt"),
+        ("DDP, dist-opt", "dist-opt"),
+        ("DDP w/ dist opt", "dist-opt"),
         ("zero_stage=1", "zero1"),  # DeepSpeed's config key
         ("zero_stage: 3", "zero3"),
         ("ZeRO-3 (no offload)", "zero3"),
+        # offloading said to be off
+        ("ZeRO-3, offload: off", "zero3"),
+        ("ZeRO-3 (offload disabled)", "zero3"),
+        ("FSDP cpu_offload=False", "zero3"),
+        ("ZeRO-3 without optimizer state offload", "zero3"),
     ],
 )
 def test_sharding_spellings_of_other_stacks(cell: str, mode: str) -> None:
@@ -250,9 +257,21 @@ def test_offloading_to_the_host_skips_the_row(cell: str) -> None:
         read_sharding(cell)
 
 
-def test_a_recompute_cell_that_starts_with_none_but_names_a_mode_reads_the_mode() -> None:
-    assert read_recompute("none (selective for MoE)") == "selective"
-    assert read_recompute("none (no recompute)") == "none"
+@pytest.mark.parametrize(
+    ("cell", "mode"),
+    [
+        ("none (selective for MoE)", "selective"),  # the bracket names the mode used
+        ("none (no recompute)", "none"),
+        # a mode the bracket says is off
+        ("none (full recompute off)", "none"),
+        ("none (no selective)", "none"),
+        ("none (block method disabled)", "none"),
+        ("none (partial offload)", "none"),
+        ("full (1 layer per stage)", "partial"),  # Megatron's block wording
+    ],
+)
+def test_recompute_cells_that_name_a_mode_after_none(cell: str, mode: str) -> None:
+    assert read_recompute(cell) == mode
 
 
 @pytest.mark.parametrize("cell", ["MX-FP8", "MX FP8", "mxfp8"])

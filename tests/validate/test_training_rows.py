@@ -708,9 +708,13 @@ def test_scale_out_units(cell: str, nics: int | None) -> None:
         ("1x 400Gb/s NDR per GPU", 8),
         ("2x 200Gb/s per GPU", 8),
         ("1 x 400G IB /GPU", 8),
+        ("1x 400Gb/s (per GPU)", 8),
         # the node's links, one per GPU: no multiplying
         ("4x 200 Gb/s Slingshot (one per GPU)", 2),
         ("8x 400Gb/s, 1 per GPU", 8),
+        ("8x 400Gb/s one NIC per GPU", 8),
+        ("8 x 400 Gbps IB - one HCA per GPU", 8),
+        ("8x400 Gb/s/GPU", 8),  # as many links as the node's GPUs: the node's
     ],
 )
 def test_links_counted_per_gpu_are_the_nodes_times_its_gpus(cell: str, nics: int) -> None:

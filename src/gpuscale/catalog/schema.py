@@ -107,8 +107,9 @@ class System(_Entry):
     scaleup_gb_per_s: float = Field(gt=0)
     nvls: bool = False
     scaleup_mesh: bool = False
-    """GPUs fully connected by direct links (AMD Infinity Fabric), not through a switch: a
-    GPU reaches the k - 1 other members of its group over k - 1 of its links only."""
+    """GPUs fully connected by direct links (AMD Infinity Fabric, a 4-GH200 node's NVLink),
+    not through a switch: a GPU reaches the k - 1 other members of its group over k - 1 of
+    its links only."""
     nics_per_node: int = Field(ge=0)
     nic_gbps: float = Field(ge=0)
     host_cpu: Literal["intel", "amd", "arm"] = "intel"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -76,18 +77,37 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(rc)  # a command that exits non-zero (typer.Exit) keeps its status
 
 
-_GROUPED = re.compile(r"[+-]?\d+(?:_\d+)+")
-"""A number with ``_`` between digits, which Click's int() reads as Python does (8_0 is 80)."""
+_GROUPED = re.compile(r"[+-]?[\d.]*\d_[\d_.]*([eE][+-]?\d+)?")
+"""A number with ``_`` between digits, which Click's int() and float() read as Python does
+(8_0 is 80)."""
+_NUMERIC = ("integer", "float", "integer range", "float range")
+"""The names of Click's number types."""
+
+
+def _is_number(param: Any) -> bool:
+    """Whether a command's option takes an int or a float (Typer's own option class, or
+    Click's)."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if annotation is not None:
+        return annotation in (int, float)
+    return getattr(getattr(param, "type", None), "name", "") in _NUMERIC
 
 
 def _refuse_grouped_digits(args: list[str]) -> None:
-    """An option value such as ``--gpus 8_0`` is a typo more often than digit grouping:
-    refused, naming the option, rather than read as 80."""
+    """A number option given as ``--gpus 8_0`` is a typo more often than digit grouping:
+    refused, naming the option, rather than read as 80. Text options (a path, a name) may
+    hold any ``_``."""
+    cmd: Any = typer.main.get_command(app)
+    words = [a for a in args if not a.startswith("-")]
+    while hasattr(cmd, "commands") and words and words[0] in cmd.commands:
+        cmd = cmd.commands[words.pop(0)]
+    numeric = {opt for p in getattr(cmd, "params", ()) if _is_number(p) for opt in p.opts}
     for i, arg in enumerate(args):
         flag, eq, value = arg.partition("=")
         if not eq:
-            flag, value = (args[i - 1] if i else ""), arg
-        if flag.startswith("-") and _GROUPED.fullmatch(value):
+            before = args[i - 1] if i else ""
+            flag, value = ("" if "=" in before else before), arg
+        if flag in numeric and _GROUPED.fullmatch(value):
             raise InputError(flag.lstrip("-"), value, "digits only, without _ between them")
 
 

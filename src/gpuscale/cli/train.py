@@ -350,8 +350,8 @@ def scaling_cmd(
                 r.where("gpu_mtbf"),
                 f"{r.failures.gpu_mtbf_s:g} s",
                 f"a GPU MTBF the run outlasts: from 8 to {gpus:,} GPUs, failures come before "
-                "the run can save and restart (save more often, or check --gpu-mtbf and "
-                "--restart-time)",
+                f"the run can save and restart (save more often, or check {_at(r, 'gpu_mtbf')} "
+                f"and {_at(r, 'restart_time')})",
             )
         raise InputError(
             r.where("gpus"),

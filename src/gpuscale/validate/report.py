@@ -291,7 +291,11 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     elif col == "params_b" and text[-1:] in ("b", "B", "t", "T"):
         # the column counts billions: "70B" restates its unit, "1.8T" is 1,800
         text, scale = text[:-1].strip(), 1000.0 if text[-1] in "tT" else 1.0
-    elif col.startswith("measured_") and text[-1:] in ("k", "K", "M"):
+    elif col in ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu") and text[-1:] in (
+        "k",
+        "K",
+        "M",
+    ):
         # a rate in decimal thousands or millions ("1.6k" tokens/s)
         text, scale = text[:-1].strip(), 1e6 if text[-1] == "M" else 1e3
     if _THOUSANDS.fullmatch(text):

@@ -136,7 +136,7 @@ SHARD_SPELLINGS = (
     (r"fsdp|full(y)?[\s_-]*shard|zero[\s_-]*(stage[\s_=:-]*)?3|stage[\s_=:-]*3", 4),
     (r"zero[\s_-]*(stage[\s_=:-]*)?2|stage[\s_=:-]*2", 3),
     (r"zero[\s_-]*(stage[\s_=:-]*)?1|stage[\s_=:-]*1", 2),
-    (r"dist\w*[\s_.-]*optim", 1),
+    (r"dist\w*[\s_.-]*opt", 1),
     # PyTorch's DistributedDataParallel replicates the optimizer: no sharding
     (r"\bddp\b|distributed[\s_-]*data[\s_-]*parallel", 0),
     # a "distributed optimizer" column ticked yes
@@ -167,7 +167,9 @@ def read_sharding(cell: str) -> int | None:
     text = cell.strip().lower()
     if not text:
         return None
-    kept_on_gpu = re.search(rf"{NEGATOR}[\s_-]*(\w+[\s_-]+)?offload", text)
+    kept_on_gpu = re.search(rf"\b{NEGATOR}[\s_-]+(\w+[\s_-]+){{0,3}}offload", text) or re.search(
+        rf"offload\w*(\s+\w+)?\s*[:=(]?\s*{OFF}\b", text
+    )
     if "offload" in text and not kept_on_gpu:
         raise UnsupportedRowError(
             f"optimizer sharding {cell!r}: offloading to host memory is not modelled"
@@ -195,7 +197,7 @@ _RECOMPUTE = r"(((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoi
 RECOMPUTE_OFF = re.compile(
     rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
     rf"|{_RECOMPUTE}\s*[:=(]?\s*{OFF}\s*\)?"
-    r"|(none|off|disabled)\b(?!.*\b(selective|full|partial|block|uniform)\b).*"
+    r"|(none|off|disabled)\b.*"
 )
 """A recompute cell that says there was none: "no activation checkpointing", "without
 recomputation", "activation checkpointing: off", "gradient checkpointing=False",
@@ -207,6 +209,12 @@ def read_recompute(cell: str) -> str:
     text = cell.strip().lower()
     if not text:
         return ""
+    # "none (selective for MoE)": the mode in the brackets, unless it too is off
+    inner = re.fullmatch(r"(none|off|disabled)\s*[(:;,]\s*(.*?)\)?", text)
+    if inner and re.match(r"(selective|full|partial|block|uniform)\b", inner.group(2)):
+        said = inner.group(2)
+        off = re.search(rf"\b({NEGATOR}|{OFF}|not used|unused)\b|offload", said)
+        return "none" if off else read_recompute(said)
     if RECOMPUTE_OFF.fullmatch(text):
         return "none"
     # torchtitan's activation checkpointing (AC) switched off, also after a "n/a"
@@ -218,7 +226,11 @@ def read_recompute(cell: str) -> str:
         ("full", r"uniform"),
         # its block method recomputes N layers of a stage ("full (4 layers)"); one layer is
         # the uniform method's group of one (NeMo's default), every layer recomputed
-        ("partial", r"partial|block|(?<!all )\b(0*[2-9]|0*[1-9]\d+)\s*layers?\b"),
+        (
+            "partial",
+            r"partial|block|(?<!all )\b(0*[2-9]|0*[1-9]\d+)\s*layers?\b"
+            r"|layers?\s+(per|a|each)\s+(pipeline\s+)?stage",
+        ),
         ("none", r"^(none|no|off|false|0|disabled|n)$"),
         ("full", r"full|uniform|^(yes|on|true|1|enabled|y)$|checkpoint|\bac\b"),
     ):

@@ -265,8 +265,11 @@ def nics_per_node(row: dict[str, str], nic_gbps: float, gpus_per_node: int = 1) 
     m = re.search(r"(\d+)\s*[x\u00d7]\s*[^,;]*?(\d+(?:\.\d+)?)\s*([GgTt])([bB]?)(?:ps|/s|\b)", text)
     if m:
         unit = (1000.0 if m.group(3) in "Tt" else 1.0) * (8.0 if m.group(4) == "B" else 1.0)
-        per_node = float(m.group(1)) * float(m.group(2)) * unit
-        if PER_GPU.search(text[m.end() :]):
+        count = float(m.group(1))
+        per_node = count * float(m.group(2)) * unit
+        # links per GPU are fewer than the node's GPUs; "8x 400G ... per GPU" on an 8-GPU
+        # node counts the node's, one to each GPU
+        if count < gpus_per_node and PER_GPU.search(text[m.end() :]):
             per_node *= gpus_per_node
     else:
         m = re.search(r"inter_node_bandwidth\s*=\s*(\d+(?:\.\d+)?)", row.get("notes", ""))
@@ -278,7 +281,9 @@ def nics_per_node(row: dict[str, str], nic_gbps: float, gpus_per_node: int = 1) 
 
 
 PER_GPU = re.compile(
-    r"^[^,;(]*?(?<!one )(?<!1 )(\bper\s+gpu|/\s*gpu|\beach\s+gpu)\b", re.IGNORECASE
+    r"^(?![^,;]*\b(one|1|a|single)\s+(\w+\s+)?(per|to\s+each|each)\s+gpu)"
+    r"[^,;]*?(\bper\s+gpu|/\s*gpu|\beach\s+gpu)\b",
+    re.IGNORECASE,
 )
 """A link count stated per GPU, after it in the same clause ("2x 200Gb/s per GPU"), not
 the node's links spread one per GPU ("4x 200 Gb/s (one per GPU)")."""

@@ -31,8 +31,9 @@ class Fabric:
     nvls: bool = False
     """In-switch reduction (NVLink SHARP) available in the scale-up domain."""
     scaleup_mesh: bool = False
-    """Scale-up by direct GPU-to-GPU links (a full mesh, AMD Infinity Fabric): a group of k
-    GPUs in the domain gets k - 1 of each GPU's domain - 1 links, not the whole rate."""
+    """Scale-up by direct GPU-to-GPU links (a full mesh: AMD Infinity Fabric, GH200 NVLink):
+    a group of k GPUs in the domain gets k - 1 of each GPU's domain - 1 links, not the whole
+    rate."""
     total_gpus: int = 1 << 30
     """GPUs in the cluster (groups larger than this are rejected)."""
     leaf_gpus: int = 1 << 30
