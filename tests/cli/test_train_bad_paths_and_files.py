@@ -29,6 +29,13 @@ def _error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
+def _workload_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """The one error line of `train estimate` on a workload file ``job.yaml`` of ``text``."""
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return _error(["train", "estimate", "--workload", str(path)], capsys)
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -53,9 +60,8 @@ def test_deeply_nested_files_are_refused(
     cfg.write_text("[" * 5000 + "]" * 5000)
     line = _error(["train", "estimate", "--model", str(cfg), *SMALL], capsys)
     assert "JSON nested a few hundred levels at most" in line
-    wl = tmp_path / "job.yaml"
-    wl.write_text("name: " + "[" * 5000 + "]" * 5000 + "\n")
-    assert "YAML nested" in _error(["train", "estimate", "--workload", str(wl)], capsys)
+    nested = "name: " + "[" * 5000 + "]" * 5000 + "\n"
+    assert "YAML nested" in _workload_error(tmp_path, nested, capsys)
     line = _error(
         ["train", "estimate", "--model", "llama3.2-1b", *SMALL, "--calibration", str(cfg)], capsys
     )
@@ -92,9 +98,7 @@ def test_workload_numbers_are_read_as_yaml_1_2(tmp_path: Path, text: str, value:
 def test_a_base_60_count_is_refused_not_read_as_64(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "job.yaml"
-    path.write_text("model: llama3.2-1b\ngpu: h100-sxm\ngpus: 1:04\n")
-    line = _error(["train", "estimate", "--workload", str(path)], capsys)
+    line = _workload_error(tmp_path, "model: llama3.2-1b\ngpu: h100-sxm\ngpus: 1:04\n", capsys)
     assert "job.yaml:gpus='1:04' is invalid" in line
 
 
@@ -111,18 +115,16 @@ def _alias_bomb(key: str) -> str:
 def test_an_alias_bomb_is_refused_without_expanding_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "job.yaml"
-    path.write_text(_alias_bomb("tokens"))
-    line = _error(["train", "estimate", "--workload", str(path)], capsys)
+    line = _workload_error(tmp_path, _alias_bomb("tokens"), capsys)
     assert "job.yaml:tokens='a list' is invalid" in line
 
 
 def test_tokens_given_as_a_list_are_named_by_type(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "job.yaml"
-    path.write_text("model: llama3.2-1b\ngpu: h100-sxm\ngpus: 8\ntokens: [1, 2]\n")
-    line = _error(["train", "estimate", "--workload", str(path)], capsys)
+    line = _workload_error(
+        tmp_path, "model: llama3.2-1b\ngpu: h100-sxm\ngpus: 8\ntokens: [1, 2]\n", capsys
+    )
     assert "job.yaml:tokens='a list' is invalid" in line
 
 
@@ -216,19 +218,14 @@ def test_tp_overlap_on_one_gpu_names_tp(capsys: pytest.CaptureFixture[str]) -> N
 def test_a_nul_in_a_model_name_is_an_input_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "job.yaml"
-    path.write_text('model: "llama\\0x"\ngpu: h100-sxm\ngpus: 8\n')
-    assert "without NUL characters" in _error(
-        ["train", "estimate", "--workload", str(path)], capsys
-    )
+    text = 'model: "llama\\0x"\ngpu: h100-sxm\ngpus: 8\n'
+    assert "without NUL characters" in _workload_error(tmp_path, text, capsys)
 
 
 def test_an_alias_bomb_in_a_count_is_echoed_short(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "job.yaml"
-    path.write_text(_alias_bomb("gpus"))
-    line = _error(["train", "estimate", "--workload", str(path)], capsys)
+    line = _workload_error(tmp_path, _alias_bomb("gpus"), capsys)
     assert line.startswith("error: job.yaml:gpus=[[") and len(line) < 600
 
 
