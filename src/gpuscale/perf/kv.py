@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
 from gpuscale.perf.transformer import layer_shapes
-from gpuscale.sim.serving import seq_blocks
+from gpuscale.sim.serving import seq_blocks, window_kept
 
 # bytes per element of a stored tensor; 4-bit formats carry their block scales:
 # NVFP4 one FP8 scale per 16 values, INT4 (AWQ/GPTQ) one FP16 scale per group of 128
@@ -292,10 +292,8 @@ def memory_plan(
         pool = usable - w - ws
     per_tok = kv_bytes_per_token(m, prec.kv_bytes, tp, pp)
     share, win = window_share(m, pp), kv_window(m)
-    # while a prompt is prefilled the windowed layers hold its chunk too (at most the token
-    # budget of one step) on top of the window
     prompt = tokens_per_seq if prompt_tokens is None else prompt_tokens
-    kept = win + min(prompt, max_num_tokens) if win else 0
+    kept = window_kept(win, prompt, max_num_tokens)
     blocks_per_seq = seq_blocks(tokens_per_seq, block_tokens, share, kept)
     state = mamba_state_bytes_per_seq(m, 2.0, tp, pp)
     block_b = per_tok * block_tokens

@@ -47,9 +47,10 @@ def check_target(path: Path) -> Path:
     except (OSError, RuntimeError):  # a symlink loop, an unreadable component
         raise InputError("html", str(path), "a file path that resolves") from None
     parent = target.parent
-    if path_kind(parent, "html") != "dir" or path_kind(target, "html") == "dir":
+    kind = path_kind(target, "html") if path_kind(parent, "html") == "dir" else "no directory"
+    if kind in ("no directory", "dir"):
         raise InputError("html", str(path), "a file path in an existing directory")
-    if path_kind(target, "html") == "other":  # a device, a FIFO, a socket
+    if kind == "other":  # a device, a FIFO, a socket
         raise InputError("html", str(path), "a new or a regular file")
     if not os.access(parent, os.W_OK):
         raise InputError("html", str(path), f"a file path in a writable directory ({parent})")

@@ -221,6 +221,14 @@ def seq_blocks(tokens: int, block_tokens: int, window_share: float, window_token
     return math.ceil((1.0 - window_share) * nb + window_share * kept - 1e-9)
 
 
+def window_kept(window_tokens: int, prompt: int, max_num_tokens: int) -> int:
+    """Tokens a windowed layer holds for one request at most: its window and, while the
+    prompt is prefilled, a chunk of it (at most the token budget of one step; TensorRT-LLM
+    reserves window + min(max_num_tokens, prompt - window), vLLM window - 1 +
+    max_num_batched_tokens); 0 without windowed layers."""
+    return window_tokens + min(prompt, max_num_tokens) if window_tokens else 0
+
+
 @dataclass(frozen=True)
 class EngineLimits:
     max_batch: int
@@ -236,12 +244,9 @@ class EngineLimits:
     runs change line where the context passes this window."""
 
     def blocks_for(self, tokens: int, prompt: int) -> int:
-        """Blocks a request of ``tokens`` in all reserves: its windowed layers hold the
-        window and, while the prompt is prefilled, a chunk of it (at most the token budget
-        of one step; TensorRT-LLM reserves window + min(max_num_tokens, prompt - window),
-        vLLM window - 1 + max_num_batched_tokens)."""
-        w = self.window_tokens
-        kept = w + min(prompt, self.max_num_tokens) if w else 0
+        """Blocks a request of ``tokens`` in all reserves, its windowed layers holding
+        :func:`window_kept` tokens."""
+        kept = window_kept(self.window_tokens, prompt, self.max_num_tokens)
         return seq_blocks(tokens, self.block_tokens, self.window_share, kept)
 
     def __post_init__(self) -> None:
