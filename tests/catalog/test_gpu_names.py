@@ -41,6 +41,8 @@ from gpuscale.errors import InputError
         ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),  # nvidia-smi's name
         ("V100 16GB", "v100-sxm2-16gb"),  # SXM2 unless PCIe is named
         ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+        ("Tesla V100-SXM3-32GB", "v100-sxm3-32gb"),  # DGX-2H, nvidia-smi's name
+        ("V100 SXM3", "v100-sxm3-32gb"),
     ],
 )
 def test_published_names_resolve(name: str, key: str) -> None:
@@ -243,3 +245,14 @@ def test_a_truncated_list_of_known_gpus_says_so() -> None:
     shown = valid.removeprefix("unknown; known: ").split(", ")
     assert shown[-1] == f"… ({len(gpus()) - len(shown) + 1} more)"
     assert all(k in gpus() for k in shown[:-1])
+
+
+def test_the_dgx2h_gpu_is_housed_in_its_16_gpu_nvswitch_node() -> None:
+    from gpuscale.catalog import system_for_gpu
+
+    gpu = get_gpu("V100-SXM3-32GB")
+    node = system_for_gpu(gpu)
+    # 2.1 PFLOPS over 16 GPUs (NVIDIA) ~ 131 TF; ADLR's 62.4 TF = 48 % of peak gives 130
+    assert gpu.peak_tflops["fp16"] == 130 and gpu.tdp_w == 450
+    assert (node.gpus_per_node, node.nvlink_domain_gpus, node.nics_per_node) == (16, 16, 8)
+    assert node.node_power_kw == 12.0
