@@ -80,7 +80,7 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
             "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
             "zero3_gathers, elementwise, ep_dispatch, recompute_modules, fp8_param_gather, mtp, "
-            "memory_headroom, system, tokens",
+            "memory_headroom, shard_group, system, tokens",
         ),
         ("Global_Batch: 8", "did you mean global_batch?"),
         # one typo from two keys: both are offered, not the one difflib happens to rank first
@@ -579,3 +579,43 @@ def test_plan_errors_about_file_values_name_the_file_key(
     r = gpuscale("train", extra[0], "--workload", str(path), *extra[1:])
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == f"error: {line}"
+
+
+def test_hybrid_sharding_from_the_flag_and_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["train", "estimate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "128"]
+    plan = ["--tp", "8", "--zero", "fsdp", "--recompute", "full", "--global-batch", "128"]
+    code, out, err = run_cli([*base, *plan, "--shard-group", "4"], capsys)
+    assert code == 0, err
+    assert "states sharded over 4 ranks, 4 replicas" in out
+    code, out, err = run_cli([*base, *plan, "--shard-group", "4", "--json"], capsys)
+    hybrid = json.loads(out)
+    code, out, err = run_cli([*base, *plan, "--json"], capsys)
+    full = json.loads(out)
+    assert (hybrid["shard_group"], full["shard_group"]) == (4, 0)
+    # ZeRO-3 states over 4 ranks instead of 16: four times the bytes
+    for part in ("weights", "gradients", "optimizer"):
+        assert hybrid["memory_bytes"][part] == pytest.approx(4 * full["memory_bytes"][part])
+    # the file's key, and a group the 16 data-parallel ranks do not split into
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-70b\ngpu: h100-sxm\ngpus: 128\nshard_group: 3\n")
+    code, _, err = run_cli(["train", "estimate", "--workload", str(path), *plan], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "dp x cp is not a multiple of the shard group (3)" in err
+    code, _, err = run_cli([*base, "--tp", "8", "--zero", "none", "--shard-group", "4"], capsys)
+    assert code == 2 and "needs a sharded optimizer" in err
+
+
+def test_search_with_a_shard_group_ranks_only_plans_that_split_into_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["train", "search", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64"]
+    code, out, err = run_cli([*args, "--shard-group", "8", "--json", "--top", "20"], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans
+    for p in plans:
+        d = p["plan"]["dp"] * p["plan"]["cp"]
+        assert p["plan"]["sharding"] != "none"
+        assert d <= 8 or d % 8 == 0

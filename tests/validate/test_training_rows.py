@@ -352,10 +352,8 @@ def test_recompute_spellings(cell: str, mode: int) -> None:
     ("col", "cell"),
     [
         ("recompute", "sometimes"),
-        ("dist_optimizer_or_zero", "HSDP"),
         ("dist_optimizer_or_zero", "no ZeRO-3"),  # which stage it did use is unsaid
         ("dist_optimizer_or_zero", "ZeRO-1: no"),
-        ("dist_optimizer_or_zero", "FSDP (HYBRID_SHARD)"),  # HSDP is not modelled
     ],
 )
 def test_unknown_spellings_skip_the_row_with_the_cell(col: str, cell: str) -> None:
@@ -878,3 +876,29 @@ def test_fp8_parameter_gathers_are_read_from_the_stack(
     gpu = "B200" if precision == "fp4" else "H100-SXM5-80GB"
     pr = prepare(_row(notes=notes, precision=precision, gpu=gpu), "test")
     assert pr.workload.fp8_param_gather is gathered
+
+
+@pytest.mark.parametrize(
+    ("cells", "sharding", "group"),
+    [
+        # FSDP's HYBRID_SHARD: full sharding within a node (8 GPUs), replicas across nodes
+        ({"dist_optimizer_or_zero": "HSDP"}, 4, 8),
+        ({"dist_optimizer_or_zero": "FSDP (HYBRID_SHARD)"}, 4, 8),
+        # with TP 2 a node holds 4 data-parallel ranks
+        ({"dist_optimizer_or_zero": "HSDP", "tp": "2"}, 4, 4),
+        ({"dist_optimizer_or_zero": "_HYBRID_SHARD_ZERO2"}, 3, 8),
+        # the group the cell sizes
+        ({"dist_optimizer_or_zero": "HSDP (shard 16)"}, 4, 16),
+        ({"dist_optimizer_or_zero": "HSDP dp_shard=32"}, 4, 32),
+        ({"dist_optimizer_or_zero": "hybrid sharding, 16-way shard"}, 4, 16),
+        ({"dist_optimizer_or_zero": "FSDP"}, 4, 0),
+    ],
+)
+def test_hybrid_sharding_is_read_with_its_shard_group(
+    cells: dict[str, str], sharding: int, group: int
+) -> None:
+    pr = prepare(_row(source="some paper", **cells), "test")
+    assert pr.fixed["sharding"] == sharding
+    assert pr.workload.shard_group == group
+    if group:
+        assert any("hybrid sharding" in n for n in pr.notes)

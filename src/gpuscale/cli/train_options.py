@@ -110,6 +110,16 @@ HeadroomOpt = Annotated[
         "fragmentation, a margin), 0 to 0.5; default 0.",
     ),
 ]
+ShardGroupOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--shard-group",
+        help="Hybrid sharding (HSDP): spread the sharded optimizer, ZeRO or FSDP states over "
+        "groups of N data-parallel ranks and replicate them across groups (FSDP "
+        "HYBRID_SHARD: N = GPUs per node; torchtitan's dp_shard; Megatron's "
+        "--num-distributed-optimizer-instances = DP / N). Default: all data-parallel ranks.",
+    ),
+]
 CkptEveryOpt = Annotated[
     str | None,
     typer.Option(

@@ -13,7 +13,7 @@ from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import FailurePolicy
-from gpuscale.perf.plan import Workload
+from gpuscale.perf.plan import ShardGroups, Workload
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
@@ -157,6 +157,15 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
     )
 
 
+def _hybrid_shards(e: TrainingEstimate, i: int) -> str:
+    """ ", states sharded over 8, 16 replicas" for a hybrid-sharded plan, else ""."""
+    g = ShardGroups.of(e.workload, e.plans)
+    replicas = float(g.dense_replicas[i])
+    if e.workload.shard_group == 0 or replicas <= 1.0:
+        return ""
+    return f", states sharded over {g.dense[i]:.0f} ranks, {replicas:.0f} replicas"
+
+
 def print_estimate(
     e: TrainingEstimate,
     i: int,
@@ -174,7 +183,8 @@ def print_estimate(
     t.add_row(
         "plan",
         label + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
-        f"{s['microbatches']} micro-batch{'' if s['microbatches'] == 1 else 'es'})",
+        f"{s['microbatches']} micro-batch{'' if s['microbatches'] == 1 else 'es'}"
+        f"{_hybrid_shards(e, i)})",
     )
     mem = s["memory_bytes"]
     fit = (

@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "mtp": None,  # the model's own
     "fp8_param_gather": False,
     "memory_headroom": 0.0,
+    "shard_group": 0,  # shard over every data-parallel rank
 }
 """The workload keys besides :data:`REQUIRED`, with the value a command takes when neither
 a flag nor the file gives one."""
@@ -109,6 +110,7 @@ def build_workload(
     recompute_modules: str | None = None,
     fp8_param_gather: bool = False,
     memory_headroom: float | None = None,
+    shard_group: int = 0,
 ) -> Workload:
     g = get_gpu(gpu)
     if precision is None:
@@ -153,6 +155,7 @@ def build_workload(
         ep_dispatch=ep_dispatch,
         fp8_param_gather=fp8_param_gather,
         memory_headroom=0.0 if memory_headroom is None else memory_headroom,
+        shard_group=shard_group,
         recompute_modules=(
             parse_modules(recompute_modules.split(","))
             if recompute_modules is not None

@@ -7,24 +7,42 @@ micro-batch's gradients (it keeps them only as shards), each hidden as ZeRO-1's 
 gathers parameters once per step. ZeRO-3/FSDP gathers each layer's weights in forward and
 backward and reduce-scatters its gradients every micro-batch, hidden up to
 ``zero3_overlap`` and the micro-batch's compute. Expert weights reduce over their own,
-smaller expert-data-parallel group. The optimizer reads and writes every local parameter's
-Adam state at HBM speed.
+smaller expert-data-parallel group. With hybrid sharding (HSDP) the gathers and
+reduce-scatters run within a shard group, and each reduce-scatter's shard is all-reduced
+across the group's replicas (as FSDP's HYBRID_SHARD does after every reduce-scatter). The
+optimizer reads and writes every local parameter's Adam state at HBM speed.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm.distinct import collective_s
 from gpuscale.perf.memory import params_per_gpu
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
+from gpuscale.perf.plan import FloatArrayT, Plans, ShardGroups, Workload, cost_sharding
 
 FloatArray = FloatArrayT
 
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read fp32 param, grad, m, v (16 B),
 write param, m, v (12 B) and the 16-bit model copy (2 B)."""
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The ranks of one kind of data-parallel collective: ``n`` of them for the dense
+    parameters, ``k`` inside each scale-up domain, and the share ``1 / split`` of the
+    parameters each one moves (the same for the expert parameters' groups)."""
+
+    n: FloatArray
+    k: FloatArray
+    n_exp: FloatArray
+    k_exp: FloatArray
+    split: FloatArray | float = 1.0
+    split_exp: FloatArray | float = 1.0
 
 
 def data_parallel_s(
@@ -60,23 +78,56 @@ def data_parallel_s(
     # expert parallelism takes the innermost ranks (expert TP = 1), so an expert-DP group
     # has only domain / EP members in each scale-up domain
     k_exp = np.clip(f.scaleup_domain_gpus / p.ep, 1.0, d_exp)
+    # hybrid sharding: a shard group takes the innermost data-parallel ranks, its replicas
+    # the ranks a shard group's size apart
+    g = ShardGroups.of(w, p)
+    whole = _Group(d, dp_k, d_exp, k_exp)
+    shards = _Group(g.dense, np.minimum(dp_k, g.dense), g.expert, np.minimum(k_exp, g.expert))
+    replicas = _Group(
+        g.dense_replicas,
+        np.clip(dp_k / g.dense, 1.0, g.dense_replicas),
+        g.expert_replicas,
+        np.clip(k_exp / g.expert, 1.0, g.expert_replicas),
+        g.dense,
+        g.expert,
+    )
 
     def dp_time(
-        op: str, nbytes_per_param: FloatArray | float, pieces: FloatArray | float = 1.0
+        op: str,
+        nbytes_per_param: FloatArray | float,
+        pieces: FloatArray | float = 1.0,
+        over: _Group = whole,
     ) -> FloatArray:
-        """DP collective over the stage's parameters, issued as ``pieces`` equal calls."""
-        t_dense = collective_s(op, dense * nbytes_per_param / pieces, d, dp_k, f, cal)
+        """DP collective over the stage's parameters (1 / ``over.split`` of them), issued
+        as ``pieces`` equal calls among the ranks of ``over``."""
+        t_dense = collective_s(
+            op, dense * nbytes_per_param / (pieces * over.split), over.n, over.k, f, cal
+        )
         t_exp = (
-            collective_s(op, expert * nbytes_per_param / pieces, d_exp, k_exp, f, cal)
+            collective_s(
+                op,
+                expert * nbytes_per_param / (pieces * over.split_exp),
+                over.n_exp,
+                over.k_exp,
+                f,
+                cal,
+            )
             if w.model.is_moe
             else np.zeros_like(d)
         )
-        return pieces * (np.where(d > 1, t_dense, 0.0) + np.where(d_exp > 1, t_exp, 0.0))
+        return pieces * (np.where(over.n > 1, t_dense, 0.0) + np.where(over.n_exp > 1, t_exp, 0.0))
 
-    reduce_scatter = dp_time("reduce_scatter", grad_b)
+    def reduce_grads(pieces: FloatArray | float = 1.0) -> FloatArray:
+        """Reduce-scatter within the shard group, then all-reduce each shard across the
+        replicas (nothing more without hybrid sharding)."""
+        return dp_time("reduce_scatter", grad_b, pieces, shards) + dp_time(
+            "all_reduce", grad_b, pieces, replicas
+        )
+
+    reduce_scatter = reduce_grads()
     grads = np.where(shard == 0, dp_time("all_reduce", grad_b), reduce_scatter)
     ag_b = w.gathered_weight_bytes
-    gather = dp_time("all_gather", ag_b)
+    gather = dp_time("all_gather", ag_b, over=shards)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
     window = busy_mb * (2.0 / 3.0)
 
@@ -88,8 +139,8 @@ def data_parallel_s(
     exposed_step = exposed(grads + np.where(shard >= 1, gather, 0.0))
     # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
     # its gradients, layer by layer, every micro-batch (one collective per layer each)
-    rs_z3 = dp_time("reduce_scatter", grad_b, layers_stage)
-    ag_z3 = dp_time("all_gather", ag_b, layers_stage)
+    rs_z3 = reduce_grads(layers_stage)
+    ag_z3 = dp_time("all_gather", ag_b, layers_stage, shards)
     if w.zero3_gathers == "per-param":
         # per-tensor gathers from module hooks: the implementation's rate bounds each pass
         # over the stage's gathered weights, and recomputation gathers them once more
@@ -107,7 +158,7 @@ def data_parallel_s(
 
     # --- optimizer ---------------------------------------------------------------------------
     sharded = shard >= 1
-    opt_params = np.where(sharded, dense / d + expert / d_exp, dense + expert)
+    opt_params = np.where(sharded, dense / g.dense + expert / g.expert, dense + expert)
     optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
 
     return dp_comm, optimizer

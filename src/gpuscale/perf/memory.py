@@ -1,7 +1,8 @@
 """Memory per GPU of a training plan: weights, gradients, optimizer states, activations.
 
 Bytes per parameter with mixed-precision Adam (ZeRO paper, arXiv 1910.02054; Megatron
-``theoretical_memory_usage.py``), d = data-parallel sharding group (DP x CP):
+``theoretical_memory_usage.py``), d = data-parallel sharding group (DP x CP, or the
+hybrid shard group):
   none (Megatron DDP, fp32 main grads): 2 + 4 + 12        = 18
   dist-opt (Megatron distributed opt.): 2 + 4 + 12/d
   zero1:                                2 + 2 + 12/d
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
+from gpuscale.perf.plan import FloatArrayT, Plans, ShardGroups, Workload, cost_sharding
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.transformer import (
     attn_dims,
@@ -237,8 +238,9 @@ def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatA
 def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown:
     m = w.model
     dense, expert, per_layer = params_per_gpu(w, p)
-    d = (p.dp * p.cp).astype(np.float64)
-    d_exp = np.maximum(d * p.tp / p.ep, 1.0)
+    # the ranks the sharded states spread over (all DP x CP ranks, or a hybrid shard group)
+    groups = ShardGroups.of(w, p)
+    d, d_exp = groups.dense, groups.expert
     # ZeRO-2 under a pipeline holds whole weights and fp32 gradients, as the distributed
     # optimizer does (plan.pipelined_fsdp)
     shard = cost_sharding(p)

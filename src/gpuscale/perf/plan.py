@@ -101,6 +101,13 @@ class Workload:
     """Fraction of each GPU's memory a plan must leave free (fragmentation beyond the
     activation overhead the memory model adds, a profiler, a margin): plans fit in
     (1 - headroom) x the memory the driver reports."""
+    shard_group: int = 0
+    """Hybrid sharding (HSDP): the data-parallel ranks (of DP x CP) that a sharded
+    optimizer, ZeRO or FSDP spreads its states over, replicated across the DP x CP /
+    shard_group groups, whose gradient shards are all-reduced across the replicas (PyTorch
+    FSDP's HYBRID_SHARD, torchtitan's dp_shard, Megatron's
+    --num-distributed-optimizer-instances = DP x CP / shard_group). 0: all of them. A plan
+    with fewer data-parallel ranks shards over all it has."""
 
     @property
     def memory_capacity(self) -> float:
@@ -163,6 +170,14 @@ class Workload:
         if self.zero3_gathers not in ZERO3_GATHERS:
             raise InputError(
                 "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"
+            )
+        g = self.shard_group
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= self.num_gpus:
+            raise InputError(
+                "shard-group",
+                g,
+                f"a number of data-parallel ranks from 1 to the {self.num_gpus} GPUs, or 0 "
+                "to shard over all of them",
             )
 
     @property
@@ -296,10 +311,36 @@ def cost_sharding(p: Plans) -> IntArray:
     return out
 
 
+@dataclass(frozen=True)
+class ShardGroups:
+    """Over how many ranks each plan's sharded states are spread, and how many copies of
+    them are kept: dense parameters over ``dense`` of the DP x CP ranks, expert parameters
+    over ``expert`` of their expert-data-parallel ranks (DP x CP x TP / EP), each replicated
+    ``dense_replicas`` / ``expert_replicas`` times (1 without hybrid sharding)."""
+
+    dense: FloatArrayT
+    expert: FloatArrayT
+    dense_replicas: FloatArrayT
+    expert_replicas: FloatArrayT
+
+    @classmethod
+    def of(cls, w: Workload, p: Plans) -> ShardGroups:
+        d = (p.dp * p.cp).astype(np.float64)
+        d_exp = np.maximum(d * p.tp / p.ep, 1.0)
+        if w.shard_group == 0:
+            return cls(d, d_exp, np.ones_like(d), np.ones_like(d))
+        g = np.minimum(d, float(w.shard_group))
+        # as Megatron's distributed-optimizer instances, the replicas split the expert
+        # ranks too: each holds d_exp / replicas of them (at least one)
+        g_exp = np.maximum(d_exp / (d / g), 1.0)
+        return cls(g, g_exp, d / g, d_exp / g_exp)
+
+
 def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, str]]]:
     """Which plans are structurally valid, and the named rules each violates."""
     m = w.model
     used = p.gpus_used()
+    d = p.dp * p.cp
     mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
     if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
         mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
@@ -367,6 +408,16 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             "FP8 parameter gathers need a sharded optimizer (dist-opt, ZeRO or FSDP)",
         ),
         (mamba_ok, "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"),
+        # hybrid sharding splits the data-parallel ranks into equal shard groups, and shards
+        # something: a DDP plan has no states to spread
+        (
+            (w.shard_group == 0) | ((d <= w.shard_group) | (d % max(w.shard_group, 1) == 0)),
+            f"dp x cp is not a multiple of the shard group ({w.shard_group})",
+        ),
+        (
+            (w.shard_group == 0) | (p.sharding != SHARDING.index("none")),
+            "hybrid sharding (a shard group) needs a sharded optimizer (dist-opt, ZeRO, FSDP)",
+        ),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]
     ok = np.ones(len(p), dtype=bool)

@@ -248,6 +248,7 @@ class TrainingEstimate:
             "ep_dispatch": w.ep_dispatch,
             "fp8_param_gather": w.fp8_param_gather,
             "memory_headroom": w.memory_headroom,
+            "shard_group": w.shard_group,
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": {
                 "weights": float(self.memory.weights[i]),

@@ -16,6 +16,7 @@ ep_dispatch: hierarchical   # optional: hierarchical (DeepEP, HybridEP) | all_to
 recompute_modules: [layernorm, moe_act]   # optional: what selective recompute runs again
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)
 memory_headroom: 0.1        # optional: fraction of GPU memory a plan must leave free (default 0)
+shard_group: 8              # optional: hybrid sharding (HSDP) over 8 DP ranks (default: all)
 tokens: 15T                 # optional: time and GPU-hours to train
 checkpoint_every: 30min     # optional: how often the run saves (30min, 2h, 500steps, best)
 storage_write_bw: 200GB/s   # optional: the storage's aggregate write rate (checkpoints)
@@ -71,6 +72,7 @@ class TrainingJob(BaseModel):
     fp8_param_gather: bool | None = None
     mtp: int | None = Field(default=None, ge=0)
     memory_headroom: float | None = None  # checked by the Workload, as the flag is
+    shard_group: int | None = None  # checked by the Workload, as the flag is
     system: str | None = None
     tokens: str | None = None
     checkpoint_every: str | None = None

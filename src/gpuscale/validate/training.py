@@ -46,6 +46,7 @@ from gpuscale.validate.training_cells import (
     read_precision,
     read_recompute,
     read_recompute_modules,
+    read_shard_group,
     read_sharding,
     read_target,
 )
@@ -243,15 +244,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
                 f"{100 * MIN_MFU:g} % of {gpu.key}'s {precision} dense peak: check the "
                 "column's unit (a step time in milliseconds, a throughput per node or per run)"
             )
-    attention, why = attention_kernel(row, gpu.arch)
-    if why:
-        notes.append(why)
-    gathers, why = zero3_gathers(row)
-    if why:
-        notes.append(why)
-    elementwise, why = elementwise_kernels(row)
-    if why:
-        notes.append(why)
+    (attention, why_a), (gathers, why_g) = attention_kernel(row, gpu.arch), zero3_gathers(row)
+    elementwise, why_e = elementwise_kernels(row)
+    notes.extend(why for why in (why_a, why_g, why_e) if why)
     dispatch, why = ep_dispatch(row)
     if why and model.is_moe:
         notes.append(why)
@@ -264,6 +259,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         system = system.model_copy(update={"nics_per_node": nics})
         nic = f"{system.nic_gbps:g} Gb/s"
         notes.append(f"scale-out: {nics} x {nic} NICs per node, as the row states")
+    shard_group, why = read_shard_group(row, system.gpus_per_node)
+    if why:
+        notes.append(why)
     w = Workload(
         model,
         gpu,
@@ -278,6 +276,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         elementwise=elementwise,
         ep_dispatch=dispatch,
         fp8_param_gather=fp8_gather,
+        shard_group=shard_group,
     )
     fixed: dict[str, Any] = {}
     for col, key in (

@@ -156,6 +156,37 @@ dist-opt)", "without ZeRO", "FSDP: off", "use_distributed_optimizer=False"): not
 the run used."""
 
 
+HYBRID = re.compile(r"hybrid[\s_-]*shard(ing|ed)?|\bhsdp\b")
+"""Hybrid sharding: FSDP's HYBRID_SHARD, "HSDP"."""
+SHARD_SIZE = re.compile(
+    r"(dp_)?shard(ing)?[\s_-]*(group|degree|size)?\s*[=:]?\s*(?P<a>\d+)"
+    r"|(?P<b>\d+)[\s-]*(way|gpus?|ranks?)[\s_-]*(shard\w*|per[\s_-]*shard)"
+    r"|hsdp\s*[(:=]?\s*(?P<c>\d+)"
+)
+"""How a cell sizes the shard group: "shard 8", "dp_shard=8", "8-way shard", "HSDP 8"."""
+
+
+def read_shard_group(row: dict[str, str], gpus_per_node: int) -> tuple[int, str]:
+    """The hybrid shard group a row's sharding cell names (0 and "" without hybrid
+    sharding), and how it was read: the size the cell states, else one node's
+    data-parallel ranks (its GPUs over the row's TP), as FSDP's HYBRID_SHARD shards within a
+    node and replicates across nodes (PyTorch FSDP ShardingStrategy documentation)."""
+    cell = row.get("dist_optimizer_or_zero", "")
+    text = cell.strip().lower()
+    if not HYBRID.search(text):
+        return 0, ""
+    size = SHARD_SIZE.search(text)
+    n = int(next(g for g in size.group("a", "b", "c") if g)) if size else 0
+    if n >= 1:
+        return n, f"hybrid sharding over groups of {n} data-parallel ranks, as the row states"
+    tp = row.get("tp", "").strip()
+    n = max(gpus_per_node // int(tp), 1) if tp.isdigit() and int(tp) > 0 else gpus_per_node
+    return n, (
+        f"hybrid sharding ({cell!r}) over one node's {n} data-parallel ranks, replicated "
+        "across nodes, as FSDP's HYBRID_SHARD does; the row states no shard group"
+    )
+
+
 def read_sharding(cell: str) -> int | None:
     """The SHARDING index a row's sharding cell names; None when empty.
 
@@ -174,10 +205,12 @@ def read_sharding(cell: str) -> int | None:
         raise UnsupportedRowError(
             f"optimizer sharding {cell!r}: offloading to host memory is not modelled"
         )
-    if re.search(r"hybrid[\s_-]*shard|hsdp", text):
-        raise UnsupportedRowError(
-            f"optimizer sharding {cell!r}: hybrid sharding (HSDP) is not modelled"
-        )
+    if HYBRID.search(text):
+        # the stage a hybrid strategy shards by, FSDP's full sharding unless another is
+        # named (FSDP's _HYBRID_SHARD_ZERO2); the group's size is read_shard_group's
+        rest = SHARD_SIZE.sub(" ", HYBRID.sub(" ", text))
+        named = [i for pattern, i in SHARD_SPELLINGS[1:7] if re.search(pattern, rest)]
+        return named[0] if named else SHARDING.index("zero3")
     negated = [m.group(0) for m in NEGATED.finditer(text)]
     rest = NEGATED.sub(" ", text)
     if negated and not re.search(r"[a-z0-9]", rest):
