@@ -67,6 +67,7 @@ def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
         ("Meta-Llama-3.1-8B", "llama3-8b"),
         ("DeepSeek V3", "deepseek-v3"),
         ("GPT-3 2.7B", "gpt3-2.7b"),  # the dot stays: 2.7B is not 27B
+        ("codellama/CodeLlama-34b-hf", "llama2-34b"),  # Llama 2's unreleased 34B shape
     ],
 )
 def test_model_spellings_resolve(name: str, key: str) -> None:

@@ -384,3 +384,17 @@ def test_llama4_from_its_multimodal_config_json(
     assert param_count(m) == pytest.approx(published, rel=5e-3)
     assert active_param_count(m) == pytest.approx(17.2e9, rel=1e-2)
     assert m.moe_layers == 48 // step
+
+
+def test_llama2_34b_has_code_llamas_33_7b_parameters() -> None:
+    # Code Llama 34B: 33.7 B parameters (Roziere et al. 2023); 48 layers of GQA attention
+    # (64 heads, 8 KV heads of 128) and a 22,016-wide SwiGLU MLP, untied 32,000 embeddings
+    from gpuscale.catalog import get_model
+    from gpuscale.perf.transformer import param_count
+
+    h, f, v, layers = 8192, 22016, 32000, 48
+    attn = h * h * 2 + 2 * h * 8 * 128
+    per_layer = attn + 3 * h * f + 2 * h
+    total = layers * per_layer + 2 * v * h + h
+    assert param_count(get_model("llama2-34b")) == total
+    assert round(total / 1e9, 1) == 33.7
