@@ -88,6 +88,7 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
         "recompute": "selective",
         "sharding": "dist-opt",
         "tp_comm_overlap": False,
+        "shard_group": 0,
     }
     assert d["microbatches"] == 1536 // 16
     mem = d["memory_bytes"]

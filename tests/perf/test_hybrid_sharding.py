@@ -18,7 +18,8 @@ from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.distinct import collective_s
 from gpuscale.perf.data_parallel import data_parallel_s
 from gpuscale.perf.memory import memory_breakdown, params_per_gpu
-from gpuscale.perf.plan import SHARDING, Plans, ShardGroups, Workload, check_plan, validity
+from gpuscale.perf.plan import SHARDING, Plans, Workload, check_plan, validity
+from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.step import step_breakdown
 
 CAL = default_calibration()
@@ -130,3 +131,21 @@ def test_the_shard_group_is_a_rank_count(bad: object) -> None:
         workload(shard_group=bad)  # type: ignore[arg-type]
     assert exc.value.field == "shard-group"
     assert "0 to shard over all of them" in exc.value.valid
+
+
+def test_search_tries_each_fsdp_plan_sharded_within_one_scale_up_domain() -> None:
+    from gpuscale.search.plans import enumerate_plans
+
+    w = workload(model="llama3-8b", gpus=64)
+    plans = enumerate_plans(w, {"sharding": SHARDING.index("zero3"), "tp": 2})
+    hybrid = plans.take(plans.shard_group > 0)
+    # TP2 leaves 4 data-parallel ranks in an 8-GPU NVLink domain: shard over those 4
+    assert len(hybrid) > 0 and set(hybrid.shard_group.tolist()) == {4}
+    assert (hybrid.dp * hybrid.cp > 4).all()
+    assert "zero3 hsdp4" in hybrid.label(0)
+    # each hybrid plan is the twin of a fully sharded one
+    full = plans.take(plans.shard_group == 0)
+    assert len(full) > len(hybrid)
+    # asked for a shard group, the search prices every plan with it and adds no twin
+    fixed = enumerate_plans(replace(w, shard_group=8), {"sharding": SHARDING.index("zero3")})
+    assert (fixed.shard_group == 0).all()

@@ -13,7 +13,8 @@ from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import FailurePolicy
-from gpuscale.perf.plan import ShardGroups, Workload
+from gpuscale.perf.plan import Workload
+from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
@@ -161,7 +162,7 @@ def _hybrid_shards(e: TrainingEstimate, i: int) -> str:
     """ ", states sharded over 8, 16 replicas" for a hybrid-sharded plan, else ""."""
     g = ShardGroups.of(e.workload, e.plans)
     replicas = float(g.dense_replicas[i])
-    if e.workload.shard_group == 0 or replicas <= 1.0:
+    if replicas <= 1.0:
         return ""
     return f", states sharded over {g.dense[i]:.0f} ranks, {replicas:.0f} replicas"
 

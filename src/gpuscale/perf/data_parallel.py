@@ -22,7 +22,8 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm.distinct import collective_s
 from gpuscale.perf.memory import params_per_gpu
-from gpuscale.perf.plan import FloatArrayT, Plans, ShardGroups, Workload, cost_sharding
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
+from gpuscale.perf.sharding import ShardGroups
 
 FloatArray = FloatArrayT
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.plan import FloatArrayT, Plans, ShardGroups, Workload, cost_sharding
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
 from gpuscale.perf.recompute import op_sac_gemms
+from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.transformer import (
     attn_dims,
     embedding_params,

@@ -213,6 +213,9 @@ class Plans:
     """Index into :data:`SHARDING`."""
     tp_overlap: BoolArray
     """Overlap tensor-parallel communication with GEMMs (Megatron --tp-comm-overlap)."""
+    shard_group: IntArray
+    """Hybrid sharding: the data-parallel ranks the plan's sharded states spread over
+    (:attr:`Workload.shard_group`); 0 takes the workload's."""
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -226,7 +229,7 @@ class Plans:
             default: Any = (
                 False
                 if f.name in ("sp", "tp_overlap")
-                else (0 if f.name in ("recompute", "sharding") else 1)
+                else (0 if f.name in ("recompute", "sharding", "shard_group") else 1)
             )
             arr = np.asarray(default if v is None else v)
             dtype = np.bool_ if f.name in ("sp", "tp_overlap") else np.int64
@@ -263,6 +266,7 @@ class Plans:
             "recompute": RECOMPUTE[int(self.recompute[i])],
             "sharding": SHARDING[int(self.sharding[i])],
             "tp_comm_overlap": bool(self.tp_overlap[i]),
+            "shard_group": int(self.shard_group[i]),
         }
 
     def label(self, i: int) -> str:
@@ -281,6 +285,8 @@ class Plans:
         # no optimizer sharding is plain data parallelism (a lone "none" would read as the
         # recompute mode's)
         parts.append("ddp" if r["sharding"] == "none" else r["sharding"])
+        if r["shard_group"]:
+            parts.append(f"hsdp{r['shard_group']}")
         if r["tp_comm_overlap"]:
             parts.append("tp-ovl")
         return " ".join(parts)
@@ -311,29 +317,15 @@ def cost_sharding(p: Plans) -> IntArray:
     return out
 
 
-@dataclass(frozen=True)
-class ShardGroups:
-    """Over how many ranks each plan's sharded states are spread, and how many copies of
-    them are kept: dense parameters over ``dense`` of the DP x CP ranks, expert parameters
-    over ``expert`` of their expert-data-parallel ranks (DP x CP x TP / EP), each replicated
-    ``dense_replicas`` / ``expert_replicas`` times (1 without hybrid sharding)."""
+def _shown(values: IntArray) -> str:
+    """The distinct nonzero values of ``values``, for a rule's message."""
+    return ", ".join(str(int(v)) for v in np.unique(values) if v) or "0"
 
-    dense: FloatArrayT
-    expert: FloatArrayT
-    dense_replicas: FloatArrayT
-    expert_replicas: FloatArrayT
 
-    @classmethod
-    def of(cls, w: Workload, p: Plans) -> ShardGroups:
-        d = (p.dp * p.cp).astype(np.float64)
-        d_exp = np.maximum(d * p.tp / p.ep, 1.0)
-        if w.shard_group == 0:
-            return cls(d, d_exp, np.ones_like(d), np.ones_like(d))
-        g = np.minimum(d, float(w.shard_group))
-        # as Megatron's distributed-optimizer instances, the replicas split the expert
-        # ranks too: each holds d_exp / replicas of them (at least one)
-        g_exp = np.maximum(d_exp / (d / g), 1.0)
-        return cls(g, g_exp, d / g, d_exp / g_exp)
+def shard_group_of(w: Workload, p: Plans) -> IntArray:
+    """Each plan's hybrid shard group: its own, else the workload's (0: all ranks)."""
+    out: IntArray = np.where(p.shard_group > 0, p.shard_group, w.shard_group)
+    return out
 
 
 def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, str]]]:
@@ -341,6 +333,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     m = w.model
     used = p.gpus_used()
     d = p.dp * p.cp
+    sg = shard_group_of(w, p)
     mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
     if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
         mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
@@ -411,11 +404,11 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         # hybrid sharding splits the data-parallel ranks into equal shard groups, and shards
         # something: a DDP plan has no states to spread
         (
-            (w.shard_group == 0) | ((d <= w.shard_group) | (d % max(w.shard_group, 1) == 0)),
-            f"dp x cp is not a multiple of the shard group ({w.shard_group})",
+            (sg == 0) | (d <= sg) | (d % np.maximum(sg, 1) == 0),
+            f"dp x cp is not a multiple of the shard group ({_shown(sg)})",
         ),
         (
-            (w.shard_group == 0) | (p.sharding != SHARDING.index("none")),
+            (sg == 0) | (p.sharding != SHARDING.index("none")),
             "hybrid sharding (a shard group) needs a sharded optimizer (dist-opt, ZeRO, FSDP)",
         ),
         (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),

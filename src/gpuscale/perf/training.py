@@ -12,7 +12,15 @@ from gpuscale.calibrate import Calibration
 from gpuscale.ops.reliability import FailurePolicy, Reliability, reliability
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, FloatArrayT, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.plan import (
+    RECOMPUTE,
+    SHARDING,
+    FloatArrayT,
+    Plans,
+    Workload,
+    pipelined_fsdp,
+    shard_group_of,
+)
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
@@ -248,7 +256,8 @@ class TrainingEstimate:
             "ep_dispatch": w.ep_dispatch,
             "fp8_param_gather": w.fp8_param_gather,
             "memory_headroom": w.memory_headroom,
-            "shard_group": w.shard_group,
+            # the hybrid shard group this plan runs with (its own or the workload's)
+            "shard_group": int(shard_group_of(w, self.plans)[i]),
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": {
                 "weights": float(self.memory.weights[i]),

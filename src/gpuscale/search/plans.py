@@ -2,10 +2,11 @@
 
 The space is at least Calculon's ``llm-optimal-execution`` (TP, PP, DP, interleaving,
 micro-batch, recomputation, sequence parallelism, optimizer sharding, TP overlap), plus
-context and expert parallelism. Structural knobs (TP, CP, PP, VPP, EP, DP, micro-batch) are
-listed in Python (thousands of tuples); the switch knobs (recompute x SP x sharding x
-overlap) are crossed with NumPy, and the whole set is evaluated as arrays: memory for every
-valid plan, step time for those that fit.
+context and expert parallelism, and hybrid sharding (each ZeRO-3/FSDP plan again with its
+states sharded within one scale-up domain and replicated across domains). Structural knobs (TP,
+CP, PP, VPP, EP, DP, micro-batch) are listed in Python (thousands of tuples); the switch
+knobs (recompute x SP x sharding x overlap) are crossed with NumPy, and the whole set is
+evaluated as arrays: memory for every valid plan, step time for those that fit.
 A plan may leave GPUs idle when no exact factorisation exists (e.g. 5,128 GPUs with a
 global batch of 2,520); ``gpus_used`` says how many it uses.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -196,7 +197,39 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         d = plans.dp * plans.cp
         alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
         keep &= ~alone | (plans.sharding == SHARDING.index("none"))
-    return plans.take(keep)
+    plans = plans.take(keep)
+    return _with_hybrid_sharding(w, plans) if w.shard_group == 0 else plans
+
+
+def _with_hybrid_sharding(w: Workload, plans: Plans) -> Plans:
+    """``plans`` and, for each fully sharded one (ZeRO-3/FSDP, whose gathers run every
+    micro-batch) whose data-parallel ranks span more than one scale-up domain, its
+    hybrid-sharded twin (FSDP's HYBRID_SHARD): the states sharded over the ranks of one
+    domain (the largest divisor of DP x CP that fits), replicated across domains. The
+    other shardings gather and reduce once a step, where hybrid sharding only adds memory
+    and an all-reduce; ``--shard-group`` prices them that way when asked."""
+    zero3 = plans.take(plans.sharding == SHARDING.index("zero3"))
+    if len(zero3) == 0:
+        return plans
+    d = zero3.dp * zero3.cp
+    per_domain = np.maximum(w.fabric.scaleup_domain_gpus // (zero3.tp * zero3.cp), 1)
+    # the largest divisor of d within a domain, once per distinct (d, ranks per domain)
+    span = int(per_domain.max()) + 1
+    keys, inverse = np.unique(d * span + per_domain, return_inverse=True)
+    group = np.array(
+        [max(x for x in _divisors(int(k // span)) if x <= k % span) for k in keys],
+        dtype=np.int64,
+    )[inverse.reshape(-1)]
+    twin = (group > 1) & (group < d)
+    if not twin.any():
+        return plans
+    hybrid = replace(zero3.take(twin), shard_group=group[twin])
+    return Plans(
+        **{
+            f.name: np.concatenate([getattr(plans, f.name), getattr(hybrid, f.name)])
+            for f in fields(Plans)
+        }
+    )
 
 
 def search_plans(
