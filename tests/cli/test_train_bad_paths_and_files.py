@@ -59,13 +59,16 @@ def test_deeply_nested_files_are_refused(
     cfg = tmp_path / "config.json"
     cfg.write_text("[" * 5000 + "]" * 5000)
     line = _error(["train", "estimate", "--model", str(cfg), *SMALL], capsys)
-    assert "JSON nested a few hundred levels at most" in line
+    assert "JSON nested at most a few hundred levels deep" in line
     nested = "name: " + "[" * 5000 + "]" * 5000 + "\n"
-    assert "YAML nested" in _workload_error(tmp_path, nested, capsys)
+    assert "YAML nested at most a few hundred levels deep" in _workload_error(
+        tmp_path, nested, capsys
+    )
     line = _error(
         ["train", "estimate", "--model", "llama3.2-1b", *SMALL, "--calibration", str(cfg)], capsys
     )
     assert line.startswith("error: calibration=")
+    assert "JSON nested at most a few hundred levels deep" in line
 
 
 def test_a_device_is_not_a_runs_file(capsys: pytest.CaptureFixture[str]) -> None:
