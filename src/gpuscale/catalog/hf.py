@@ -317,7 +317,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     try:
         cfg = json.loads(path.read_text(encoding="utf-8-sig"))
     except RecursionError:
-        raise InputError(field, str(path), "JSON nested at most a few hundred levels deep") from None
+        raise InputError(
+            field, str(path), "JSON nested at most a few hundred levels deep"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(field, str(path), f"not a readable JSON file ({exc})") from exc
     if not isinstance(cfg, dict):
