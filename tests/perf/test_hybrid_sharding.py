@@ -125,12 +125,48 @@ def test_plans_that_cannot_split_into_shard_groups_are_invalid() -> None:
         check_plan(w, plan(sharding=SHARDING.index("none")))
 
 
-@pytest.mark.parametrize("bad", [-1, True, 129, 2.5])
+@pytest.mark.parametrize("bad", [-1, True, 2**25, 2.5])
 def test_the_shard_group_is_a_rank_count(bad: object) -> None:
     with pytest.raises(InputError) as exc:
         workload(shard_group=bad)  # type: ignore[arg-type]
     assert exc.value.field == "shard-group"
     assert "0 to shard over all of them" in exc.value.valid
+
+
+def test_a_shard_group_larger_than_the_gpus_is_full_sharding_not_an_error() -> None:
+    # train scaling starts at 8 GPUs with the shard group given for the largest point
+    w, p = workload(gpus=8, shard_group=16), plan(dp=1)
+    assert ShardGroups.of(w, p).dense_replicas[0] == 1.0
+
+
+def test_replicas_four_shard_groups_of_four_inside_each_node() -> None:
+    # TP1, DP32 on four 8-GPU nodes, groups of 4: each node holds two shard groups (4 members
+    # in the domain), and each replica group of 8 has 2 members in every node
+    w = workload(model="llama3-8b", gpus=32, shard_group=4)
+    p = plan(tp=1, dp=32, sharding=SHARDING.index("dist-opt"))
+    dense, _, _ = params_per_gpu(w, p)
+    zero = np.zeros(1)
+    comm, opt = data_parallel_s(w, p, CAL, zero, zero, np.ones(1), np.full(1, 32.0), zero)
+    f = w.fabric
+    expected = (
+        collective_s("reduce_scatter", dense * 4.0, 4.0, 4.0, f, CAL)
+        + collective_s("all_reduce", dense * 4.0 / 4.0, 8.0, 2.0, f, CAL)
+        + collective_s("all_gather", dense * 2.0, 4.0, 4.0, f, CAL)
+    )
+    assert comm[0] == pytest.approx(expected[0], rel=1e-12)
+    # Adam reads and writes the states of a quarter of the parameters
+    bw = w.gpu.hbm_bw_Bps * CAL.hbm_eff
+    assert opt[0] == pytest.approx(dense[0] / 4 * 30.0 / bw, rel=1e-12)
+
+
+def test_moe_expert_ranks_must_split_over_the_replicas() -> None:
+    # Qwen3-30B-A3B, DP64 EP8: 8 expert data-parallel ranks cannot be split over the 32
+    # replicas of shard groups of 2 (Megatron asserts the same)
+    w = workload(model="qwen3-30b-a3b", gpus=64, shard_group=2)
+    with pytest.raises(InputError, match="not a multiple of the shard group's replicas"):
+        check_plan(w, Plans.of(tp=1, dp=64, ep=8, sharding=SHARDING.index("dist-opt")))
+    ok, _ = validity(replace(w, shard_group=8), Plans.of(tp=1, dp=64, ep=8, sharding=1))
+    assert ok[0]
 
 
 def test_search_tries_each_fsdp_plan_sharded_within_one_scale_up_domain() -> None:
@@ -143,6 +179,10 @@ def test_search_tries_each_fsdp_plan_sharded_within_one_scale_up_domain() -> Non
     assert len(hybrid) > 0 and set(hybrid.shard_group.tolist()) == {4}
     assert (hybrid.dp * hybrid.cp > 4).all()
     assert "zero3 hsdp4" in hybrid.label(0)
+    # a shard group counts DP x CP ranks: with TP1 CP2 a domain still holds 8 of them
+    long = replace(w, seq_len=32768)
+    cp2 = enumerate_plans(long, {"sharding": SHARDING.index("zero3"), "tp": 1, "cp": 2})
+    assert set(cp2.take(cp2.shard_group > 0).shard_group.tolist()) == {8}
     # each hybrid plan is the twin of a fully sharded one
     full = plans.take(plans.shard_group == 0)
     assert len(full) > len(hybrid)

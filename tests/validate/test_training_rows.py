@@ -892,6 +892,11 @@ def test_fp8_parameter_gathers_are_read_from_the_stack(
         ({"dist_optimizer_or_zero": "HSDP dp_shard=32"}, 4, 32),
         ({"dist_optimizer_or_zero": "hybrid sharding, 16-way shard"}, 4, 16),
         ({"dist_optimizer_or_zero": "FSDP"}, 4, 0),
+        # hybrid sharding said not to be used
+        ({"dist_optimizer_or_zero": "FSDP (no HSDP)"}, 4, 0),
+        ({"dist_optimizer_or_zero": "FSDP, not hybrid sharded"}, 4, 0),
+        # a replica count is not a shard group: one node's ranks
+        ({"dist_optimizer_or_zero": "HSDP (2 replicas)"}, 4, 8),
     ],
 )
 def test_hybrid_sharding_is_read_with_its_shard_group(

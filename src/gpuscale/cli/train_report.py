@@ -164,7 +164,8 @@ def _hybrid_shards(e: TrainingEstimate, i: int) -> str:
     replicas = float(g.dense_replicas[i])
     if replicas <= 1.0:
         return ""
-    return f", states sharded over {g.dense[i]:.0f} ranks, {replicas:.0f} replicas"
+    over = f"{g.dense[i]:.0f} rank{'' if g.dense[i] == 1 else 's'}"
+    return f", states sharded over {over}, {replicas:.0f} replicas"
 
 
 def print_estimate(

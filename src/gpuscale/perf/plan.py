@@ -172,12 +172,12 @@ class Workload:
                 "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"
             )
         g = self.shard_group
-        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= self.num_gpus:
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_GPUS:
             raise InputError(
                 "shard-group",
                 g,
-                f"a number of data-parallel ranks from 1 to the {self.num_gpus} GPUs, or 0 "
-                "to shard over all of them",
+                f"a number of data-parallel ranks from 1 to {MAX_GPUS:,}, or 0 to shard over "
+                "all of them",
             )
 
     @property
@@ -334,6 +334,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     used = p.gpus_used()
     d = p.dp * p.cp
     sg = shard_group_of(w, p)
+    replicas = np.maximum(d // np.maximum(sg, 1), 1)
     mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
     if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
         mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
@@ -406,6 +407,12 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         (
             (sg == 0) | (d <= sg) | (d % np.maximum(sg, 1) == 0),
             f"dp x cp is not a multiple of the shard group ({_shown(sg)})",
+        ),
+        # Megatron: "expert DP size must be divisible by the number of optimizer instances"
+        (
+            (sg == 0) | (d <= sg) | (not m.is_moe) | ((d * p.tp // p.ep) % replicas == 0),
+            "expert data-parallel ranks (dp x cp x tp / ep) not a multiple of the shard "
+            "group's replicas",
         ),
         (
             (sg == 0) | (p.sharding != SHARDING.index("none")),

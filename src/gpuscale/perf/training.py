@@ -19,9 +19,9 @@ from gpuscale.perf.plan import (
     Plans,
     Workload,
     pipelined_fsdp,
-    shard_group_of,
 )
 from gpuscale.perf.recompute import DEFAULT_MODULES
+from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
 from gpuscale.perf.transformer import active_param_count, model_flops_per_token, param_count
@@ -235,6 +235,7 @@ class TrainingEstimate:
         goodput and the time failures add."""
         w = self.workload
         used = int(self.plans.gpus_used()[i])
+        groups = ShardGroups.of(w, self.plans)
         out: dict[str, Any] = {
             "model": w.model.key,
             # parameters as the model line prints them (embeddings included; MTP depths apart)
@@ -256,8 +257,9 @@ class TrainingEstimate:
             "ep_dispatch": w.ep_dispatch,
             "fp8_param_gather": w.fp8_param_gather,
             "memory_headroom": w.memory_headroom,
-            # the hybrid shard group this plan runs with (its own or the workload's)
-            "shard_group": int(shard_group_of(w, self.plans)[i]),
+            # the hybrid shard group this plan runs with (its own or the workload's), 0 when
+            # it keeps one copy of its states (full sharding)
+            "shard_group": int(groups.dense[i]) if groups.dense_replicas[i] > 1 else 0,
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": {
                 "weights": float(self.memory.weights[i]),

@@ -212,7 +212,8 @@ def _with_hybrid_sharding(w: Workload, plans: Plans) -> Plans:
     if len(zero3) == 0:
         return plans
     d = zero3.dp * zero3.cp
-    per_domain = np.maximum(w.fabric.scaleup_domain_gpus // (zero3.tp * zero3.cp), 1)
+    # a shard group counts DP x CP ranks: a domain holds domain / TP of them
+    per_domain = np.maximum(w.fabric.scaleup_domain_gpus // zero3.tp, 1)
     # the largest divisor of d within a domain, once per distinct (d, ranks per domain)
     span = int(per_domain.max()) + 1
     keys, inverse = np.unique(d * span + per_domain, return_inverse=True)

@@ -158,10 +158,22 @@ the run used."""
 
 HYBRID = re.compile(r"hybrid[\s_-]*shard(ing|ed)?|\bhsdp\b")
 """Hybrid sharding: FSDP's HYBRID_SHARD, "HSDP"."""
+HYBRID_OFF = re.compile(
+    rf"\b{NEGATOR}[\s_-]+(hybrid[\s_-]*shard(ing|ed)?|hsdp)\b"
+    rf"|(hybrid[\s_-]*shard(ing|ed)?|\bhsdp)\s*[:=(]?\s*{OFF}\b"
+)
+"""Hybrid sharding the cell says was not used ("FSDP (no HSDP)", "hybrid_shard: off")."""
+
+
+def _hybrid(text: str) -> bool:
+    """Whether a lower-cased sharding cell names hybrid sharding, not switched off."""
+    return HYBRID.search(HYBRID_OFF.sub(" ", text)) is not None
+
+
 SHARD_SIZE = re.compile(
     r"(dp_)?shard(ing)?[\s_-]*(group|degree|size)?\s*[=:]?\s*(?P<a>\d+)"
     r"|(?P<b>\d+)[\s-]*(way|gpus?|ranks?)[\s_-]*(shard\w*|per[\s_-]*shard)"
-    r"|hsdp\s*[(:=]?\s*(?P<c>\d+)"
+    r"|hsdp\s*[(:=]?\s*(?P<c>\d+)(?![\s-]*(x|replica))"
 )
 """How a cell sizes the shard group: "shard 8", "dp_shard=8", "8-way shard", "HSDP 8"."""
 
@@ -173,7 +185,7 @@ def read_shard_group(row: dict[str, str], gpus_per_node: int) -> tuple[int, str]
     node and replicates across nodes (PyTorch FSDP ShardingStrategy documentation)."""
     cell = row.get("dist_optimizer_or_zero", "")
     text = cell.strip().lower()
-    if not HYBRID.search(text):
+    if not _hybrid(text):
         return 0, ""
     size = SHARD_SIZE.search(text)
     n = int(next(g for g in size.group("a", "b", "c") if g)) if size else 0
@@ -205,6 +217,7 @@ def read_sharding(cell: str) -> int | None:
         raise UnsupportedRowError(
             f"optimizer sharding {cell!r}: offloading to host memory is not modelled"
         )
+    text = HYBRID_OFF.sub(" ", text)
     if HYBRID.search(text):
         # the stage a hybrid strategy shards by, FSDP's full sharding unless another is
         # named (FSDP's _HYBRID_SHARD_ZERO2); the group's size is read_shard_group's
