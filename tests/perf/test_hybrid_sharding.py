@@ -68,23 +68,38 @@ def test_zero3_bytes_per_parameter_over_the_shard_group() -> None:
     assert mem.optimizer[0] == pytest.approx(12 * dense[0] / 4, rel=1e-12)
 
 
-def test_distributed_optimizer_reduces_within_a_node_then_across_the_replicas() -> None:
-    # TP1, DP16 on two 8-GPU nodes, one shard group per node: fp32 gradients
-    # reduce-scattered over the node's 8 GPUs, each 1/8 shard all-reduced between the two
-    # nodes (one member per node), 16-bit weights all-gathered over the node
-    w = workload(model="llama3-8b", gpus=16, shard_group=8)
-    p = plan(tp=1, dp=16, sharding=SHARDING.index("dist-opt"))
+@pytest.mark.parametrize(
+    ("gpus", "group", "replicas", "replicas_per_node"),
+    [
+        # two 8-GPU nodes, one shard group per node: each 1/8 shard all-reduced between the
+        # two nodes (one member per node)
+        (16, 8, 2, 1),
+        # four nodes in groups of 4: each node holds two shard groups, and each replica
+        # group of 8 has 2 members in every node
+        (32, 4, 8, 2),
+    ],
+)
+def test_distributed_optimizer_reduces_within_the_group_then_across_the_replicas(
+    gpus: int, group: int, replicas: int, replicas_per_node: int
+) -> None:
+    # TP1: fp32 gradients reduce-scattered over the group (all of it in one node), the
+    # 1/group shard all-reduced across the replicas, 16-bit weights all-gathered over the group
+    w = workload(model="llama3-8b", gpus=gpus, shard_group=group)
+    p = plan(tp=1, dp=gpus, sharding=SHARDING.index("dist-opt"))
     dense, _, _ = params_per_gpu(w, p)
     zero = np.zeros(1)
-    comm, _ = data_parallel_s(w, p, CAL, zero, zero, np.ones(1), np.full(1, 32.0), zero)
-    f = w.fabric
+    comm, opt = data_parallel_s(w, p, CAL, zero, zero, np.ones(1), np.full(1, 32.0), zero)
+    f, g = w.fabric, float(group)
     expected = (
-        collective_s("reduce_scatter", dense * 4.0, 8.0, 8.0, f, CAL)
-        + collective_s("all_reduce", dense * 4.0 / 8.0, 2.0, 1.0, f, CAL)
-        + collective_s("all_gather", dense * 2.0, 8.0, 8.0, f, CAL)
+        collective_s("reduce_scatter", dense * 4.0, g, g, f, CAL)
+        + collective_s("all_reduce", dense * 4.0 / g, float(replicas), replicas_per_node, f, CAL)
+        + collective_s("all_gather", dense * 2.0, g, g, f, CAL)
     )
     # no backward to hide behind (busy 0): all of it exposed
     assert comm[0] == pytest.approx(expected[0], rel=1e-12)
+    # Adam reads and writes the states of 1/group of the parameters
+    bw = w.gpu.hbm_bw_Bps * CAL.hbm_eff
+    assert opt[0] == pytest.approx(dense[0] / g * 30.0 / bw, rel=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
@@ -137,26 +152,6 @@ def test_a_shard_group_larger_than_the_gpus_is_full_sharding_not_an_error() -> N
     # train scaling starts at 8 GPUs with the shard group given for the largest point
     w, p = workload(gpus=8, shard_group=16), plan(dp=1)
     assert ShardGroups.of(w, p).dense_replicas[0] == 1.0
-
-
-def test_replicas_four_shard_groups_of_four_inside_each_node() -> None:
-    # TP1, DP32 on four 8-GPU nodes, groups of 4: each node holds two shard groups (4 members
-    # in the domain), and each replica group of 8 has 2 members in every node
-    w = workload(model="llama3-8b", gpus=32, shard_group=4)
-    p = plan(tp=1, dp=32, sharding=SHARDING.index("dist-opt"))
-    dense, _, _ = params_per_gpu(w, p)
-    zero = np.zeros(1)
-    comm, opt = data_parallel_s(w, p, CAL, zero, zero, np.ones(1), np.full(1, 32.0), zero)
-    f = w.fabric
-    expected = (
-        collective_s("reduce_scatter", dense * 4.0, 4.0, 4.0, f, CAL)
-        + collective_s("all_reduce", dense * 4.0 / 4.0, 8.0, 2.0, f, CAL)
-        + collective_s("all_gather", dense * 2.0, 4.0, 4.0, f, CAL)
-    )
-    assert comm[0] == pytest.approx(expected[0], rel=1e-12)
-    # Adam reads and writes the states of a quarter of the parameters
-    bw = w.gpu.hbm_bw_Bps * CAL.hbm_eff
-    assert opt[0] == pytest.approx(dense[0] / 4 * 30.0 / bw, rel=1e-12)
 
 
 def test_moe_expert_ranks_must_split_over_the_replicas() -> None:
