@@ -515,6 +515,8 @@ def test_search_takes_the_distributed_optimizer_flag_as_estimate_does() -> None:
     assert {p["plan"]["sharding"] for p in json.loads(r.stdout)["plans"]} == {"dist-opt"}
     both = gpuscale("train", "search", *args, "--dist-opt", "--zero", "zero1")
     assert_one_line_error(both, "zero", "not both")
+    bogus = gpuscale("train", "search", *args, "--zero", "3")
+    assert_one_line_error(bogus, "zero='3'", "none, dist-opt, zero1, zero2, zero3 or fsdp")
 
 
 @pytest.mark.parametrize(

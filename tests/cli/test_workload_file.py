@@ -602,9 +602,10 @@ def test_hybrid_sharding_from_the_flag_and_the_file(
     path.write_text("model: llama3-70b\ngpu: h100-sxm\ngpus: 128\nshard_group: 3\n")
     code, _, err = run_cli(["train", "estimate", "--workload", str(path), *plan], capsys)
     assert code == 2 and "Traceback" not in err
-    assert "dp x cp is not a multiple of the shard group (3)" in err
+    assert "job.yaml:shard_group=3 is invalid: a divisor of the plan's dp x cp = 16" in err
+    assert "(1, 2, 4, 8), 16 or more for full sharding, or 0" in err
     code, _, err = run_cli([*base, "--tp", "8", "--zero", "none", "--shard-group", "4"], capsys)
-    assert code == 2 and "needs a sharded optimizer" in err
+    assert code == 2 and "shard-group=4 is invalid: 0 (no hybrid sharding) unless" in err
 
 
 def test_search_with_a_shard_group_ranks_only_plans_that_split_into_it(

@@ -136,8 +136,9 @@ def test_plans_that_cannot_split_into_shard_groups_are_invalid() -> None:
     assert not ok[0]
     assert any("multiple of the shard group (3)" in why for m, why in rules if not m[0])
     w = workload(shard_group=4)
-    with pytest.raises(InputError, match="needs a sharded optimizer"):
+    with pytest.raises(InputError, match="unless the optimizer is sharded") as exc:
         check_plan(w, plan(sharding=SHARDING.index("none")))
+    assert (exc.value.field, exc.value.value) == ("shard-group", 4)
 
 
 @pytest.mark.parametrize("bad", [-1, True, 2**25, 2.5])
@@ -158,8 +159,10 @@ def test_moe_expert_ranks_must_split_over_the_replicas() -> None:
     # Qwen3-30B-A3B, DP64 EP8: 8 expert data-parallel ranks cannot be split over the 32
     # replicas of shard groups of 2 (Megatron asserts the same)
     w = workload(model="qwen3-30b-a3b", gpus=64, shard_group=2)
-    with pytest.raises(InputError, match="not a multiple of the shard group's replicas"):
+    with pytest.raises(InputError, match=r"replicas \(64 / 2 = 32\) divide the 8 expert"):
         check_plan(w, Plans.of(tp=1, dp=64, ep=8, sharding=SHARDING.index("dist-opt")))
+    _, rules = validity(w, Plans.of(tp=1, dp=64, ep=8, sharding=1))
+    assert any("multiple of the shard group's replicas" in why for m, why in rules if not m[0])
     ok, _ = validity(replace(w, shard_group=8), Plans.of(tp=1, dp=64, ep=8, sharding=1))
     assert ok[0]
 

@@ -117,7 +117,7 @@ def _fixed(
             )
     if sharding is not None:
         if sharding not in SHARDING:
-            raise InputError("zero", sharding, f"one of {', '.join(SHARDING)}")
+            raise InputError("zero", sharding, f"one of {', '.join(SHARDING)} or fsdp (ZeRO-3)")
         fx["sharding"] = SHARDING.index(sharding)
     return {k: v for k, v in fx.items() if v is not None}
 

@@ -482,8 +482,41 @@ def check_plan(w: Workload, p: Plans) -> None:
             )
     if vpp > 1 and pp == 1:
         raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
+    _check_shard_group(w, p)
     ok, rules = validity(w, p)
     if not ok[0]:
         for mask, why in rules:
             if not mask[0]:
                 raise InputError("plan", p.label(0), why)
+
+
+def _check_shard_group(w: Workload, p: Plans) -> None:
+    """The shard-group rules of :func:`validity` for one plan, naming the shard group."""
+    sg, d = int(shard_group_of(w, p)[0]), int(p.dp[0] * p.cp[0])
+    if sg == 0:
+        return
+    if int(p.sharding[0]) == SHARDING.index("none"):
+        raise InputError(
+            "shard-group",
+            sg,
+            "0 (no hybrid sharding) unless the optimizer is sharded "
+            "(--dist-opt or --zero): a plan without sharding has no states to spread",
+        )
+    if d <= sg:  # one group of all ranks: full sharding
+        return
+    if d % sg:
+        raise InputError(
+            "shard-group",
+            sg,
+            f"a divisor of the plan's dp x cp = {d} data-parallel ranks "
+            f"({', '.join(str(g) for g in range(1, d) if d % g == 0)}), {d} or more for "
+            "full sharding, or 0",
+        )
+    expert_dp, replicas = d * int(p.tp[0]) // int(p.ep[0]), d // sg
+    if w.model.is_moe and expert_dp % replicas:
+        raise InputError(
+            "shard-group",
+            sg,
+            f"a size whose replicas ({d} / {sg} = {replicas}) divide the "
+            f"{expert_dp} expert data-parallel ranks (dp x cp x tp / ep)",
+        )
