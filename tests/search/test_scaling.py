@@ -105,6 +105,26 @@ def test_gpus_a_plan_leaves_idle_are_a_term_of_their_own() -> None:
     assert busy == pytest.approx(last.step_s * last.gpus_used / (1024 * 8192))
 
 
+def test_each_point_is_the_search_s_fastest_plan_even_when_it_leaves_gpus_idle() -> None:
+    # a batch of 1,000 on 512 GPUs: 500 data-parallel ranks of one sequence beat every
+    # plan that splits it over all 512 (model parallelism, context parallelism)
+    from gpuscale.search.plans import search_plans
+
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 1000), 1000, 8192, 1000)
+    cal = default_calibration()
+    pt = next(p for p in scaling_curve(w, cal, "strong") if p.gpus == 512)
+    w512 = Workload(w.model, g, s, Fabric.from_system(s, 512), 512, 8192, 1000)
+    res = search_plans(w512, cal)
+    assert pt.step_s == pytest.approx(float(res.estimate.step_s[res.best]))
+    assert pt.gpus_used == 500 and "12 of 512 GPUs idle (faster than the plans using" in (
+        pt.loss_term
+    )
+    full = search_plans(w512, cal, exact_gpus=True)
+    assert pt.step_s < 0.8 * float(full.estimate.step_s[full.best])
+
+
 def llama3_405b_16k() -> Workload:
     """Llama 3 405B on 16,384 H100, 8K x 2,048 (the weak-scaling target)."""
     g = get_gpu("h100-sxm")

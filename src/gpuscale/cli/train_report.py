@@ -354,8 +354,9 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
             else ""
         )
         + (
-            " eff. above 100 %: the first point fits only with recomputation or sharding "
-            "that more GPUs let the plan drop."
+            " eff. above 100 %: the point spends less GPU-time per token than the first "
+            "(fewer pipeline-bubble, recompute or sharding seconds a token); its gain: "
+            "entries name the terms that shrank."
             if any((p.efficiency or 0.0) > 1.0 for p in pts)
             else ""
         ),
