@@ -143,3 +143,20 @@ def test_mla_without_a_query_key_head_dimension_is_refused(tmp_path: Path) -> No
     err = _load(tmp_path, {**LLAMA, "model_type": "deepseek_v3", **mla})
     assert err.field.endswith("/config.json:qk_nope_head_dim")
     assert "at least 1" in err.valid
+
+
+def test_a_gated_mlp_must_state_its_width(tmp_path: Path) -> None:
+    # Llama's config class defaults intermediate_size to 11008 whatever the hidden size:
+    # no ratio to hidden_size can stand in for it
+    cfg = {k: v for k, v in LLAMA.items() if k != "intermediate_size"}
+    err = _load(tmp_path, cfg)
+    assert err.field.endswith("/config.json:intermediate_size") and err.value is None
+    assert "required for a gated (SwiGLU-style) MLP" in err.valid
+
+
+def test_gpt2_without_n_inner_has_four_times_hidden(tmp_path: Path) -> None:
+    # GPT2Config: n_inner None is 4 x n_embd
+    path = tmp_path / "config.json"
+    cfg = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257}
+    path.write_text(json.dumps(cfg))
+    assert load_hf_config(path).ffn_hidden == 3072

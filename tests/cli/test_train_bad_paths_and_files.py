@@ -71,6 +71,30 @@ def test_deeply_nested_files_are_refused(
     assert "JSON nested at most a few hundred levels deep" in line
 
 
+def test_integers_too_long_for_python_to_read_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    huge = "9" * 5000  # past Python's 4,300-digit limit on reading an integer
+    cfg = tmp_path / "config.json"
+    cfg.write_text(f'{{"hidden_size": {huge}}}')
+    expected = "is invalid: integers of at most 4,300 digits (Python's limit for reading one)"
+    assert expected in _error(["train", "estimate", "--model", str(cfg), *SMALL], capsys)
+    cal = ["train", "estimate", "--model", "llama3.2-1b", *SMALL, "--calibration", str(cfg)]
+    assert _error(cal, capsys).startswith(f"error: calibration='{cfg}' {expected}")
+    text = f"model: llama3.2-1b\ngpu: h100-sxm\ngpus: {huge}\n"
+    assert expected in _workload_error(tmp_path, text, capsys)
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null"])
+def test_a_device_is_not_a_calibration_file(path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["train", "estimate", "--model", "llama3.2-1b", *SMALL, "--calibration", path]
+    line = _error(args, capsys)
+    assert line == (
+        f"error: calibration='{path}' is invalid: not a regular file (a device, pipe or "
+        "socket); give a calibration JSON file"
+    )
+
+
 def test_a_device_is_not_a_runs_file(capsys: pytest.CaptureFixture[str]) -> None:
     line = _error(["validate", "training", "--runs", "/dev/null"], capsys)
     assert "not a regular file" in line
@@ -163,6 +187,7 @@ def test_no_rope_layers_of_lists_is_an_input_error(
         "hidden_size": 512,
         "num_attention_heads": 8,
         "vocab_size": 1000,
+        "intermediate_size": 1024,
         "attention_chunk_size": 128,
         "no_rope_layers": [[1], [0]],
     }

@@ -251,8 +251,15 @@ def test_unknown_model_suggests_closest() -> None:
     [
         # tp x pp = 24 does not divide 1024 GPUs
         (["--tp", "8", "--pp", "3"], ("tp*pp*cp", "24", "1024")),
-        # dp = 1024 / 8 = 128; 1536 % (128 x 5) != 0
-        (["--tp", "8", "--mbs", "5"], ("global-batch", "1536", "128 x 5")),
+        # dp = 1024 / 8 = 128 ranks of 12 sequences each, which 5 does not divide
+        (["--tp", "8", "--mbs", "5"], ("mbs=5", "12 sequences", "one of 1, 2, 3, 4, 6, 12")),
+        # causal CP splits the sequence into 2 x cp chunks: 2,050 tokens only into 2
+        (
+            ["--tp", "8", "--cp", "2", "--seq-len", "2050"],
+            ("cp=2", "2 x cp load-balanced chunks divide the sequence length 2050: one of 1"),
+        ),
+        # dp = 1024 / 32 = 32 does not divide 1,000 sequences
+        (["--tp", "32", "--global-batch", "1000"], ("global-batch", "1000", "32 x 1")),
         # GPT-3 has 96 heads; tp 64 divides the GPU count but not the heads
         (["--tp", "64"], ("tp", "64", "96 attention heads")),
         # expert parallelism on a dense model says so, not that ep must divide the experts

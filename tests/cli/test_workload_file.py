@@ -562,8 +562,14 @@ def test_the_time_to_train_says_what_it_leaves_out() -> None:
         ),
         # the same values given as flags are the flags' errors
         (
+            ["estimate", "--tp", "4", "--global-batch", "98"],
+            "global-batch=98 is invalid: must be divisible by dp x micro-batch = 3 x 1 = 3",
+        ),
+        # a micro-batch that does not divide each rank's 33 sequences is the micro-batch's
+        (
             ["estimate", "--tp", "4", "--mbs", "2", "--global-batch", "99"],
-            "global-batch=99 is invalid: must be divisible by dp x micro-batch = 3 x 2 = 6",
+            "mbs=2 is invalid: a divisor of the 33 sequences each of the 3 data-parallel ranks "
+            "takes a step: one of 1, 3, 11, 33",
         ),
         (
             ["estimate", "--tp", "8", "--gpus", "12"],

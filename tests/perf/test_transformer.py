@@ -348,6 +348,7 @@ def test_mtp_depths_are_read_from_a_deepseek_style_config(tmp_path: Path) -> Non
     cfg = {
         "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
         "num_attention_heads": 128, "vocab_size": 129280, "num_nextn_predict_layers": 1,
+        "intermediate_size": 18432,
     }  # fmt: skip
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.errors import InputError
+from gpuscale.spec.files import read_json
 
 
 @dataclass(frozen=True)
@@ -155,14 +156,7 @@ class Calibration:
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8-sig"))
-        except RecursionError:
-            raise InputError(
-                "calibration", str(path), "JSON nested at most a few hundred levels deep"
-            ) from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError("calibration", str(path), f"not a readable JSON file ({exc})") from exc
+        data = read_json(path, "calibration", "a calibration JSON file")
         if not isinstance(data, dict):
             raise InputError("calibration", str(path), "a JSON object of constant -> value")
         return cls.from_dict({**default_calibration().to_dict(), **data}, str(path))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from pydantic import ValidationError
 
 from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
-from gpuscale.paths import require_file
+from gpuscale.spec.files import read_json
 
 
 def snapshot_name(path: Path) -> str:
@@ -313,15 +312,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     opt...). Whether the MLP is gated and, where the key is absent, whether the embeddings
     are tied follow the model_type as transformers does (:data:`_GATED_MLP`,
     :data:`_TIED_DEFAULT`)."""
-    require_file(path, field, "a catalog model or a config.json path")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8-sig"))
-    except RecursionError:
-        raise InputError(
-            field, str(path), "JSON nested at most a few hundred levels deep"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(field, str(path), f"not a readable JSON file ({exc})") from exc
+    cfg = read_json(path, field, "a catalog model or a config.json path")
     if not isinstance(cfg, dict):
         raise InputError(field, str(path), "config.json must hold a JSON object")
     text = cfg.get("text_config")
@@ -379,14 +370,23 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         default=1,
         minimum=1,
     )
+    # GPT-2's n_inner left out is 4 x hidden; a gated MLP's width has no such rule (Llama's
+    # config class defaults to 11008 at any hidden size), so its config must state it
     ffn_dense = ints(
         "intermediate_size_mlp",
         "intermediate_size",
         "ffn_dim",
         "n_inner",
-        default=4 * hidden,
+        "moe_intermediate_size",
+        default=0 if gated else 4 * hidden,
         minimum=1,
     )
+    if ffn_dense == 0:
+        raise InputError(
+            f"{where(path)}:intermediate_size",
+            None,
+            "required for a gated (SwiGLU-style) MLP: a positive integer, the MLP's width",
+        )
     # Llama 4: intermediate_size is the experts' width, intermediate_size_mlp the dense one
     ffn_moe = ints("moe_intermediate_size", "intermediate_size", default=ffn_dense, minimum=1)
     mla = None

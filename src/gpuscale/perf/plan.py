@@ -8,6 +8,7 @@ parallelism 1, as the Megatron-Core MoE recipes run it (each GPU holds E / EP wh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -426,6 +427,12 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     return ok, rules
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, smallest first."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
 """Plan sizes a user can fix: parallel degrees, interleaving, micro-batch."""
 
@@ -458,9 +465,24 @@ def check_plan(w: Workload, p: Plans) -> None:
         )
     if m.heads % tp:
         raise InputError("tp", tp, f"must divide the {m.heads} attention heads of {m.key}")
-    if w.seq_len % cp:
-        raise InputError("cp", cp, f"must divide the sequence length {w.seq_len}")
+    if cp > 1 and w.seq_len % (2 * cp):
+        # causal context parallelism splits the sequence into 2 x cp load-balanced chunks
+        fits = [c for c in divisors(w.num_gpus) if c == 1 or w.seq_len % (2 * c) == 0]
+        raise InputError(
+            "cp",
+            cp,
+            f"a degree whose 2 x cp load-balanced chunks divide the sequence length "
+            f"{w.seq_len}: one of {', '.join(map(str, fits))}",
+        )
     mb = int(p.mbs[0])
+    per_rank = w.global_batch // dp
+    if mb > 1 and w.global_batch % dp == 0 and per_rank % mb:
+        raise InputError(
+            "mbs",
+            mb,
+            f"a divisor of the {per_rank} sequences each of the {dp} data-parallel ranks takes "
+            f"a step: one of {', '.join(map(str, divisors(per_rank)))}",
+        )
     if w.global_batch % (dp * mb):
         raise InputError(
             "global-batch",
@@ -509,8 +531,7 @@ def _check_shard_group(w: Workload, p: Plans) -> None:
             "shard-group",
             sg,
             f"a divisor of the plan's dp x cp = {d} data-parallel ranks "
-            f"({', '.join(str(g) for g in range(1, d) if d % g == 0)}), {d} or more for "
-            "full sharding, or 0",
+            f"({', '.join(map(str, divisors(d)[:-1]))}), {d} or more for full sharding, or 0",
         )
     expert_dp, replicas = d * int(p.tp[0]) // int(p.ep[0]), d // sg
     if w.model.is_moe and expert_dp % replicas:

@@ -29,6 +29,7 @@ from gpuscale.perf.plan import (
     Plans,
     Workload,
     check_degrees,
+    divisors,
     pipelined_fsdp,
     validity,
 )
@@ -37,11 +38,6 @@ from gpuscale.units import GiB
 
 MAX_MBS = 16
 MAX_VPP = 8
-
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def _powers_of_two(n: int) -> list[int]:
@@ -93,7 +89,7 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         "tp",
         [
             t
-            for t in _divisors(m.heads)
+            for t in divisors(m.heads)
             # a TP group lies inside one scale-up domain: its size divides the domain's
             if max(dom, w.fabric.gpus_per_node) % t == 0
             and t <= n
@@ -118,13 +114,13 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         sorted(
             {
                 p
-                for p in _divisors(m.layers) + _divisors(m.layers + 2) + _powers_of_two(m.layers)
+                for p in divisors(m.layers) + divisors(m.layers + 2) + _powers_of_two(m.layers)
                 if 1 <= p <= min(n, m.layers)
             }
         ),
     )
-    eps = opts("ep", [e for e in _divisors(m.num_experts) if e <= n] if m.is_moe else [1])
-    batch_divs = _divisors(w.global_batch)
+    eps = opts("ep", [e for e in divisors(m.num_experts) if e <= n] if m.is_moe else [1])
+    batch_divs = divisors(w.global_batch)
     rows: list[tuple[int, ...]] = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
         mp = tp * cp * pp
@@ -142,7 +138,7 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
             per_rank = w.global_batch // dp if w.global_batch % dp == 0 else 0
             if per_rank == 0:
                 continue
-            mbss = opts("mbs", [b for b in _divisors(per_rank) if b <= MAX_MBS])
+            mbss = opts("mbs", [b for b in divisors(per_rank) if b <= MAX_MBS])
             for mbs in mbss:
                 if per_rank % mbs:
                     continue
@@ -152,7 +148,7 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
                     "vpp",
                     [
                         v
-                        for v in _divisors(stage_layers)
+                        for v in divisors(stage_layers)
                         if v <= MAX_VPP and (v == 1 or (pp > 1 and mbatches % pp == 0))
                     ],
                 )
@@ -218,7 +214,7 @@ def _with_hybrid_sharding(w: Workload, plans: Plans) -> Plans:
     span = int(per_domain.max()) + 1
     keys, inverse = np.unique(d * span + per_domain, return_inverse=True)
     group = np.array(
-        [max(x for x in _divisors(int(k // span)) if x <= k % span) for k in keys],
+        [max(x for x in divisors(int(k // span)) if x <= k % span) for k in keys],
         dtype=np.int64,
     )[inverse.reshape(-1)]
     twin = (group > 1) & (group < d)

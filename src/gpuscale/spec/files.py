@@ -1,9 +1,11 @@
-"""Reading the YAML files users write (workloads, clusters, prices), with errors that say
-which file, where, and what was expected."""
+"""Reading the YAML and JSON files users write (workloads, clusters, prices, Hugging Face
+config.json, calibrations), with errors that say which file, where, and what was expected."""
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,11 @@ def _int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
 _UniqueKeyLoader.add_constructor(_INT_TAG, _int)
 
 
+LONG_INTEGER = (
+    f"integers of at most {sys.get_int_max_str_digits():,} digits (Python's limit for reading one)"
+)
+
+
 def read_yaml(path: Path, field: str, what: str) -> Any:
     """The parsed document of the YAML file ``path`` (``what`` it should be, for errors)."""
     require_file(path, field, what)
@@ -79,8 +86,25 @@ def read_yaml(path: Path, field: str, what: str) -> Any:
         raise InputError(
             field, str(path), "YAML nested at most a few hundred levels deep"
         ) from None
+    except ValueError:  # an integer past Python's conversion limit
+        raise InputError(field, str(path), LONG_INTEGER) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise InputError(field, str(path), f"well-formed YAML ({where}{problem})") from None
+
+
+def read_json(path: Path, field: str, what: str) -> Any:
+    """The parsed document of the JSON file ``path`` (``what`` it should be, for errors)."""
+    require_file(path, field, what)
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except RecursionError:
+        raise InputError(
+            field, str(path), "JSON nested at most a few hundred levels deep"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(field, str(path), f"not a readable JSON file ({exc})") from None
+    except ValueError:  # an integer past Python's conversion limit
+        raise InputError(field, str(path), LONG_INTEGER) from None
