@@ -576,3 +576,24 @@ def test_a_low_precision_mfu_is_also_given_against_the_bf16_peak() -> None:
     text = gpuscale("train", "estimate", *args, *plan, "--precision", "fp8").stdout
     row = " ".join(text.replace("\u2502", " ").split())  # the table may wrap a cell
     assert f"{100 * s['mfu']:.1f}% of fp8 dense peak; {100 * bf16:.1f}% of the bf16" in row
+
+
+def test_estimate_reproduces_a_searched_plan_that_leaves_gpus_idle() -> None:
+    # 1,024 sequences on 100,000 GPUs: the best plan runs on 81,920 of them (DP512), which
+    # tp x pp x cp alone cannot say; --dp can
+    args = ("--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "100000")
+    args += ("--seq-len", "8192", "--global-batch", "1024")
+    best = json.loads(gpuscale("train", "search", *args, "--top", "1", "--json").stdout)
+    plan = best["plans"][0]["plan"]
+    assert plan["tp"] * plan["pp"] * plan["cp"] * plan["dp"] < 100000
+    flags = [f"--{k}={plan[k]}" for k in ("tp", "pp", "cp", "dp", "vpp", "ep", "mbs")]
+    flags += ["--recompute", plan["recompute"], "--zero", plan["sharding"]]
+    flags += ["--tp-overlap"] if plan["tp_comm_overlap"] else []
+    est = json.loads(gpuscale("train", "estimate", *args, *flags, "--json").stdout)
+    assert est["step_time_s"] == pytest.approx(best["plans"][0]["step_time_s"], rel=1e-9)
+    # the MFU's peak is named: the dense peak of the run's precision
+    assert est["mfu"] == pytest.approx(est["model_tflops_per_gpu"] / est["mfu_peak_tflops"])
+    too_many = gpuscale("train", "estimate", *args, *flags[:3], "--dp", "700")
+    assert_one_line_error(too_many, "dp=700", "at most 625: tp x pp x cp x dp = 160 x 700")
+    no_dp = gpuscale("train", "estimate", *args, "--tp", "8", "--pp", "3")
+    assert_one_line_error(no_dp, "tp*pp*cp=24", "or give --dp to leave some idle")

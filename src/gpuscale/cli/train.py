@@ -148,6 +148,14 @@ def estimate_cmd(
     ] = 1,
     cp: Annotated[int, typer.Option("--cp", help="Context parallel degree.")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="Expert parallel degree.")] = 1,
+    dp: Annotated[
+        int | None,
+        typer.Option(
+            "--dp",
+            help="Data parallel degree (default: GPUs / (tp x pp x cp)); a smaller one leaves "
+            "GPUs idle, as a plan the search picks may.",
+        ),
+    ] = None,
     mbs: Annotated[int, typer.Option("--mbs", help="Micro-batch size.")] = 1,
     recompute: Annotated[
         str,
@@ -190,13 +198,24 @@ def estimate_cmd(
     gpus = w.num_gpus
     with r.naming_file_values():
         fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
-        if gpus % (tp * pp * cp):
+        model_parallel = tp * pp * cp
+        if dp is None:
+            if gpus % model_parallel:
+                raise InputError(
+                    "tp*pp*cp",
+                    model_parallel,
+                    f"must divide the {gpus} GPUs of {_at(r, 'gpus')} (tp={tp}, pp={pp}, "
+                    f"cp={cp}), or give --dp to leave some idle",
+                )
+            dp = gpus // model_parallel
+        check_degrees(w, {"dp": dp})
+        if dp * model_parallel > gpus:
             raise InputError(
-                "tp*pp*cp",
-                tp * pp * cp,
-                f"must divide the {gpus} GPUs of {_at(r, 'gpus')} (tp={tp}, pp={pp}, cp={cp})",
+                "dp",
+                dp,
+                f"at most {gpus // model_parallel}: tp x pp x cp x dp = {model_parallel} x {dp} "
+                f"GPUs, more than the {gpus} of {_at(r, 'gpus')}",
             )
-        dp = gpus // (tp * pp * cp)
         plan = Plans.of(dp=dp, tp_overlap=tp_overlap, **fx)
         check_plan(w, plan)
     cal = load_calibration(calibration)

@@ -276,6 +276,8 @@ class TrainingEstimate:
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
             "model_tflops_per_gpu": float(self.model_tflops_per_gpu[i]),
             "mfu": float(self.mfu[i]),
+            # the peak MFU is taken of: the dense peak of the run's precision
+            "mfu_peak_tflops": w.gpu.peak_flops(w.precision) / 1e12,
             # the best a GEMM reaches on this GPU (BF16 MAMF / peak): an MFU's real ceiling
             "gpu_bf16_matmul_ceiling": float(w.gpu.matmul_eff),
         }
