@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -173,7 +174,13 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     gain = (float(e.step_s[ru]) - float(e.step_s[r.best])) / float(e.step_s[ru]) * 100
     assert f"is {gain:.1f}% faster per step" in text
     net = (float(e.step_s[ru]) - float(e.step_s[r.best])) * 1e3
-    assert f"(net {net:.1f} ms a step over all terms)" in text
+    assert f"(net {net:.1f} ms a step" in text
+    # the named savings, less the named costs, plus the terms too small to name: the net
+    saves, _, costs = text.partition(" costs ")
+    named = sum(map(float, re.findall(r"([\d.]+) ms of", saves.split("(net")[0])))
+    named -= sum(map(float, re.findall(r"([\d.]+) ms of", costs.split("(net")[0])))
+    small = re.search(r", ([-+][\d.]+) ms of it from terms too small to name\)", text)
+    assert named + (float(small.group(1)) if small else 0.0) == pytest.approx(net, abs=0.5)
     gib_b, gib_r = (float(e.memory.total[i]) / 2**30 for i in (r.best, ru))
     if f"{gib_b:.1f}" == f"{gib_r:.1f}":
         assert f"both use {gib_b:.1f} GiB" in text
@@ -210,6 +217,19 @@ def test_explain_with_a_single_fitting_plan() -> None:
     r = search_plans(w, CAL, fixed)
     assert len(r.order) == 1
     assert explain(r) == f"{r.estimate.plans.label(r.best)} is the only plan that fits."
+
+
+def test_explain_with_the_layout_fixed_compares_the_next_plan_and_says_so() -> None:
+    # the layout fixed, only the switches (sharding, recompute) differ between plans
+    w = workload("gpt3-175b", "a100-sxm-80gb", 1024, 2048, 1536)
+    fixed = {"tp": 8, "pp": 8, "dp": 16, "vpp": 1, "cp": 1, "mbs": 1}
+    r = search_plans(w, CAL, fixed)
+    ru = r.runner_up()
+    assert ru == int(r.order[1])
+    label = r.estimate.plans.label(ru)
+    assert f"than the next plan, {label} (#2), of the same layout (no other is ranked)" in (
+        explain(r)
+    )
 
 
 def test_exact_gpus_keeps_full_machine_plans() -> None:

@@ -68,11 +68,14 @@ class SearchResult:
         """The fastest plan whose parallel layout (degrees, micro-batch) differs from the best."""
         p = self.estimate.plans
         b = self.best
-        key = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
         for i in self.order[1:]:
-            if any(getattr(p, k)[i] != getattr(p, k)[b] for k in key):
+            if any(getattr(p, k)[i] != getattr(p, k)[b] for k in LAYOUT):
                 return int(i)
         return int(self.order[1]) if len(self.order) > 1 else None
+
+
+LAYOUT = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+"""What makes a plan's parallel layout: its degrees, interleaving and micro-batch."""
 
 
 def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
@@ -456,8 +459,15 @@ def explain(result: SearchResult) -> str:
             group.append(f"{n} smaller {what}")
     clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
     net = float(e.step_s[r] - e.step_s[b])
+    # what the terms too small to name add up to, so that the named ones and it make the net
+    unnamed = net - sum(d for _k, d in moved[:6])
     if clauses:
-        clauses[-1] += f" (net {net * 1e3:.1f} ms a step over all terms)"
+        small = (
+            f", {unnamed * 1e3:+.1f} ms of it from terms too small to name"
+            if abs(unnamed) >= 5e-5
+            else ""
+        )
+        clauses[-1] += f" (net {net * 1e3:.1f} ms a step{small})"
     total_b, total_r = float(e.memory.total[b]) / GiB, float(e.memory.total[r]) / GiB
     if f"{total_b:.1f}" == f"{total_r:.1f}":  # the same to the printed figure
         mem = f"both use {total_b:.1f} GiB of memory per GPU"
@@ -473,8 +483,14 @@ def explain(result: SearchResult) -> str:
         else "is as fast per step (within 0.05 %) as"
     )
     rank = int(np.flatnonzero(result.order == r)[0]) + 1
+    p = e.plans
+    other = any(getattr(p, k)[r] != getattr(p, k)[b] for k in LAYOUT)
+    which = (
+        f"the fastest plan with another parallel layout, {p.label(r)} (#{rank})"
+        if other
+        else f"the next plan, {p.label(r)} (#{rank}), of the same layout (no other is ranked)"
+    )
     return (
-        f"{e.plans.label(b)} {speed} the fastest plan with another parallel layout, "
-        f"{e.plans.label(r)} (#{rank}): it "
+        f"{p.label(b)} {speed} {which}: it "
         f"{' but '.join(clauses) or 'differs only marginally'}; {mem}."
     )
