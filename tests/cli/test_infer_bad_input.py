@@ -162,3 +162,82 @@ def test_the_load_curve_at_the_asked_load_repeats_the_chosen_deployment() -> Non
     assert len(at) == 1
     assert at[0].ttft_p99_s == res.best.ttft_p99_s
     assert at[0].tpot_p99_s == res.best.tpot_p99_s
+
+
+@pytest.mark.parametrize(
+    ("load", "field"),
+    [
+        (["--offline", "1000000000"], "offline=1000000000"),
+        (["--concurrency", "1000000000"], "concurrency=1000000000"),
+        (["--qps", "1", "--requests", "100000000"], "requests=100000000"),
+        (["--qps", "1e300"], "qps=1e+300"),
+        (["--qps", "nan"], "qps=nan"),
+    ],
+)
+def test_estimate_refuses_a_load_beyond_its_bound_before_simulating(
+    capsys: pytest.CaptureFixture[str], load: list[str], field: str
+) -> None:
+    # a billion requests used to be simulated until the kernel killed the process
+    code, out, err = run([*EST, "--input-len", "128", *load], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {field} is invalid:") and "up to" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_estimate_takes_a_load_at_its_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run([*EST, "--input-len", "16", "--qps", "1e7", "--requests", "10"], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("qps", ["1e12", "1e300", "inf"])
+def test_size_refuses_a_rate_beyond_its_bound(capsys: pytest.CaptureFixture[str], qps: str) -> None:
+    # 1e12 req/s used to be answered with 1.5e14 GPUs
+    argv = list(SIZE)
+    argv[argv.index("--qps") + 1] = qps
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("error: qps=") and "up to 10,000,000 req/s" in err
+
+
+def test_size_refuses_a_deployment_beyond_the_gpus_gpuscale_models() -> None:
+    with pytest.raises(InputError) as exc:
+        size(
+            get_model("llama3-405b"),
+            1e7,
+            4096,
+            4096,
+            Slo(10.0, 0.1),
+            [get_gpu("h100-sxm")],
+            default_calibration(),
+            {"h100-sxm": 2.5},
+            tps=(8,),
+        )
+    assert exc.value.field == "qps" and "16,777,216" in exc.value.valid
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("h100-sxm: .nan\n", "h100-sxm=nan"),
+        ("h100-sxm: .inf\n", "h100-sxm=inf"),
+        ("h100-sxm: true\n", "h100-sxm=True"),
+        ("h100-sxm: {usd_per_gpu_hour: false}\n", "h100-sxm=False"),
+        ("h100-sxm: 1" + "0" * 400 + "\n", "h100-sxm=1000"),
+        ("h100-sxm: {usd_per_gpu_hour: 3, bogus: 1}\n", "h100-sxm.bogus=1"),
+    ],
+)
+def test_a_price_that_is_no_price_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str
+) -> None:
+    # NaN used to surface as an unmet SLO, true as a price of 1.00 USD/h
+    path = tmp_path / "prices.yaml"
+    path.write_text(text)
+    code, out, err = run([*SIZE, "--gpus", "h100-sxm", "--prices", str(path)], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {path}:{field}")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_shipped_prices_and_their_sources_still_load() -> None:
+    prices = load_prices()
+    assert prices["h100-sxm"] == 3.99 and all(v > 0 for v in prices.values())

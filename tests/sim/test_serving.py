@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,6 +15,8 @@ from gpuscale.errors import InputError
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
 from gpuscale.sim.serving import (
+    MAX_QPS,
+    MAX_REQUESTS,
     EngineLimits,
     FixedStep,
     Workload,
@@ -139,6 +143,24 @@ def test_request_larger_than_kv_cache_is_rejected() -> None:
     lim = EngineLimits(4, 100, kv_blocks=2, block_tokens=16)
     with pytest.raises(InputError, match="KV cache"):
         simulate(FixedStep(0.01), lim, offline(3, 40, 10))
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: offline(MAX_REQUESTS + 1, 8, 8), "offline"),
+        (lambda: concurrency(10, MAX_REQUESTS + 1, 8, 8), "concurrency"),
+        (lambda: concurrency(MAX_REQUESTS + 1, 4, 8, 8), "requests"),
+        (lambda: poisson(MAX_REQUESTS + 1, 1.0, 8, 8), "requests"),
+        (lambda: poisson(10, MAX_QPS * 10, 8, 8), "qps"),
+    ],
+)
+def test_workloads_beyond_the_bounds_are_refused_before_allocating(
+    make: Callable[[], Workload], field: str
+) -> None:
+    with pytest.raises(InputError) as exc:
+        make()
+    assert exc.value.field == field and "up to" in exc.value.valid
 
 
 def test_bad_rates_are_rejected() -> None:

@@ -87,14 +87,17 @@ def estimate(
         ),
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", help="Closed loop: in flight.")
+        int | None, typer.Option("--concurrency", help="Closed loop: in flight (up to 1,000,000).")
     ] = None,
-    qps: Annotated[float | None, typer.Option("--qps", help="Poisson arrival rate.")] = None,
+    qps: Annotated[
+        float | None, typer.Option("--qps", help="Poisson arrival rate, req/s (up to 1e7).")
+    ] = None,
     offline: Annotated[
-        int | None, typer.Option("--offline", help="N requests queued at t = 0.")
+        int | None, typer.Option("--offline", help="N requests queued at t = 0 (up to 1,000,000).")
     ] = None,
     requests: Annotated[
-        int, typer.Option("--requests", help="Requests simulated (qps/concurrency).")
+        int,
+        typer.Option("--requests", help="Requests simulated (qps/concurrency; up to 1,000,000)."),
     ] = 2000,
     engine: Engine = "trtllm",
     json: Json = False,
@@ -104,7 +107,7 @@ def estimate(
     from gpuscale.catalog import get_gpu, get_model
     from gpuscale.perf.inference import build_step_model, get_engine
     from gpuscale.perf.kv import precision_plan
-    from gpuscale.sim.serving import Workload, poisson, simulate
+    from gpuscale.sim.serving import Workload, check_qps, check_requests, poisson, simulate
     from gpuscale.sim.serving import concurrency as closed
     from gpuscale.sim.serving import offline as all_at_once
 
@@ -118,17 +121,14 @@ def estimate(
             or "none",
             "exactly one of --concurrency N, --qps R, --offline N",
         )
-    for n, v in (
-        ("input-len", input_len),
-        ("output-len", output_len),
-        ("concurrency", concurrency),
-        ("qps", qps),
-        ("offline", offline),
-        ("requests", requests),
-        ("tp", tp),
-        ("pp", pp),
-    ):
+    for n, v in (("input-len", input_len), ("output-len", output_len), ("tp", tp), ("pp", pp)):
         _positive(n, v)
+    # bounded before the simulation allocates its arrays of requests
+    for flag, count in (("concurrency", concurrency), ("offline", offline), ("requests", requests)):
+        if count is not None:
+            check_requests(flag, count)
+    if qps is not None:
+        check_qps(qps)
     cal = load_calibration(calibration)
     m, g = get_model(model), get_gpu(gpu)
     pplan = precision_plan(g, precision, kv_precision)
@@ -251,7 +251,7 @@ def estimate(
 @app.command("size")
 def size_cmd(
     model: Annotated[str, typer.Option("--model", help="Catalog model or HF config.json.")],
-    qps: Annotated[float, typer.Option("--qps", help="Target request rate (req/s).")],
+    qps: Annotated[float, typer.Option("--qps", help="Target request rate, req/s (up to 1e7).")],
     input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")],
     output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")],
     ttft_p99: Annotated[str, typer.Option("--ttft-p99", help="p99 TTFT target, e.g. 2s.")],
@@ -278,14 +278,16 @@ def size_cmd(
     from gpuscale.catalog import get_gpu, get_model
     from gpuscale.perf.inference import get_engine
     from gpuscale.perf.inference_size import Slo, load_prices, size
+    from gpuscale.sim.serving import check_qps
     from gpuscale.units import parse_quantity
 
     slo = Slo(
         parse_quantity(ttft_p99, "seconds", "ttft-p99"),
         parse_quantity(tpot_p99, "seconds", "tpot-p99"),
     )
-    for n, v in (("qps", qps), ("input-len", input_len), ("output-len", output_len)):
-        _positive(n, v)
+    check_qps(qps)
+    for flag, length in (("input-len", input_len), ("output-len", output_len)):
+        _positive(flag, length)
     # a time target is quoted as typed ('1us', not 1e-06)
     for n, typed, v in (
         ("ttft-p99", ttft_p99, slo.ttft_p99_s),

@@ -24,10 +24,11 @@ import yaml
 
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, Model, get_gpu
-from gpuscale.errors import InputError
+from gpuscale.errors import InputError, unknown_key
 from gpuscale.perf.inference import EngineConfig, StepModel, build_step_model
 from gpuscale.perf.kv import precision_plan
-from gpuscale.sim.serving import ServingResult, poisson, simulate
+from gpuscale.perf.plan import MAX_GPUS
+from gpuscale.sim.serving import ServingResult, check_qps, poisson, simulate
 from gpuscale.spec.files import read_yaml
 
 SIM_REQUESTS = 1500
@@ -35,6 +36,8 @@ SIM_REQUESTS = 1500
 CURVE_LOADS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)
 """Per-replica load points of the latency-vs-load curve, as fractions of the sized load."""
 MAX_EXTRA_REPLICAS = 6
+PRICE_KEYS = ("usd_per_gpu_hour", "source")
+"""Keys of a price given as a mapping (``h100-sxm: {usd_per_gpu_hour: 3.99, source: ...}``)."""
 
 
 def load_prices(path: Path | None = None) -> dict[str, float]:
@@ -54,11 +57,26 @@ def load_prices(path: Path | None = None) -> dict[str, float]:
         raise InputError("--prices", where, "a mapping of GPU name -> USD per GPU-hour")
     out: dict[str, float] = {}
     for name, body in raw.items():
+        if isinstance(body, dict):
+            for key in body:
+                if key not in PRICE_KEYS:
+                    raise unknown_key(f"{where}:{name}.{key}", body[key], str(key), PRICE_KEYS)
         v = body.get("usd_per_gpu_hour") if isinstance(body, dict) else body
-        if not isinstance(v, int | float) or v <= 0:
-            raise InputError(f"{where}:{name}", v, "a positive USD per GPU-hour")
-        out[get_gpu(str(name), field=f"{where}:{name}").key] = float(v)
+        out[get_gpu(str(name), field=f"{where}:{name}").key] = _usd_per_hour(v, f"{where}:{name}")
     return out
+
+
+def _usd_per_hour(v: object, field: str) -> float:
+    """A price: a positive, finite number (YAML's true is no price, though a Python int)."""
+    usd = math.nan
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        try:
+            usd = float(v)
+        except OverflowError:  # an integer of hundreds of digits
+            usd = math.inf
+    if not 0 < usd < math.inf:
+        raise InputError(field, v, "a positive, finite USD per GPU-hour")
+    return usd
 
 
 @dataclass(frozen=True)
@@ -150,8 +168,8 @@ def size(
             f"{'it' if len(unpriced) == 1 else 'them'} to --prices or drop "
             f"{'it' if len(unpriced) == 1 else 'them'} from --gpus",
         )
+    check_qps(qps)
     for f, v in (
-        ("qps", qps),
         ("input-len", isl),
         ("output-len", osl),
         ("ttft-p99", slo.ttft_p99_s),
@@ -165,6 +183,7 @@ def size(
     kv_short: tuple[float, str] | None = None  # (KV pool per GPU, where): weights fit, a
     # sequence of isl + osl tokens does not
     zero_load: list[tuple[float, float, str]] = []  # (ttft0, tpot1, label)
+    too_large: list[tuple[int, str]] = []  # (GPUs, label) of deployments past MAX_GPUS
     for gpu in gpus:
         prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" else precision
         pplan = precision_plan(gpu, prec)
@@ -194,6 +213,9 @@ def size(
             if cap <= 0:
                 continue
             reps = max(math.ceil(qps / cap), 1)
+            if reps * tp > MAX_GPUS:
+                too_large.append((reps * tp, label))
+                continue
             price = prices.get(gpu.key)
             cost = reps * tp * price if price is not None else float(reps * tp)
             screened.append((cost, sm, reps, cap))
@@ -216,6 +238,14 @@ def size(
             "does not fit on any candidate: "
             + (best_fit[1] if best_fit else "no candidate configuration")
             + "; try more GPUs per replica, a lower precision or shorter sequences",
+        )
+    if not screened and too_large:
+        fewest = min(too_large)
+        raise InputError(
+            "qps",
+            qps,
+            f"a lower rate: the fewest GPUs a candidate needs for it ({fewest[1]}) are "
+            f"{fewest[0]:,}, beyond the {MAX_GPUS:,} gpuscale models",
         )
     if not screened:
         t_best = min(zero_load, key=lambda z: z[0])

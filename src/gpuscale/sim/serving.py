@@ -40,6 +40,14 @@ from gpuscale.errors import InputError
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
+MAX_REQUESTS = 1_000_000
+"""Most requests one simulation runs, and the largest closed-loop concurrency. Time and
+memory grow with the count (a million requests: a few seconds, a few hundred MB); a stable
+p99 needs a few thousand, and serving benchmarks send hundreds to thousands."""
+MAX_QPS = 1e7
+"""Largest request rate, req/s (ten million): far above any one LLM service's traffic.
+`infer size` also refuses a rate whose deployment would pass ``perf.plan.MAX_GPUS``."""
+
 
 class StepTimer(Protocol):
     """What the simulator needs of a performance model (see :class:`perf.inference.StepModel`)."""
@@ -98,14 +106,25 @@ def _lengths(n: int, length: int | IntArray, field: str) -> IntArray:
     return arr
 
 
+def check_requests(field: str, n: int) -> None:
+    """A request count or concurrency from 1 to :data:`MAX_REQUESTS` (checked before any
+    array of ``n`` requests is allocated)."""
+    if not 1 <= n <= MAX_REQUESTS:
+        raise InputError(field, n, f"a positive integer up to {MAX_REQUESTS:,}")
+
+
+def check_qps(qps: float) -> None:
+    """A request rate above 0 and at most :data:`MAX_QPS` req/s."""
+    if not 0 < qps <= MAX_QPS:
+        raise InputError("qps", qps, f"a positive request rate up to {MAX_QPS:,.0f} req/s")
+
+
 def poisson(
     n: int, qps: float, input_len: int | IntArray, output_len: int | IntArray, seed: int = 0
 ) -> Workload:
     """``n`` requests arriving as a Poisson process of rate ``qps``."""
-    if n < 1:
-        raise InputError("requests", n, "a positive integer")
-    if not qps > 0 or math.isinf(qps):
-        raise InputError("qps", qps, "a positive, finite request rate")
+    check_requests("requests", n)
+    check_qps(qps)
     rng = np.random.default_rng(seed)
     arr = np.cumsum(rng.exponential(1.0 / qps, n))
     return Workload(arr, _lengths(n, input_len, "input-len"), _lengths(n, output_len, "output-len"))
@@ -113,8 +132,7 @@ def poisson(
 
 def offline(n: int, input_len: int | IntArray, output_len: int | IntArray) -> Workload:
     """``n`` requests all queued at t = 0 (max-throughput benchmark)."""
-    if n < 1:
-        raise InputError("offline", n, "a positive number of requests")
+    check_requests("offline", n)
     return Workload(
         np.zeros(n), _lengths(n, input_len, "input-len"), _lengths(n, output_len, "output-len")
     )
@@ -124,10 +142,8 @@ def concurrency(
     n: int, users: int, input_len: int | IntArray, output_len: int | IntArray
 ) -> Workload:
     """Closed loop: ``users`` requests in flight; each completion sends the next one."""
-    if users < 1:
-        raise InputError("concurrency", users, "a positive integer")
-    if n < 1:
-        raise InputError("requests", n, "a positive integer")
+    check_requests("concurrency", users)
+    check_requests("requests", n)
     arr = np.full(n, np.inf)
     arr[: min(users, n)] = 0.0
     return Workload(
