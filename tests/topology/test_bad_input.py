@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from gpuscale.cli import main
+from gpuscale.errors import InputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 
@@ -104,3 +105,44 @@ def test_host_cpu_sets_nccls_network_overhead(tmp_path: Path) -> None:
     intel = load_cluster_spec(_spec(tmp_path)).to_fabric()
     amd = load_cluster_spec(_spec(tmp_path, host_cpu="amd")).to_fabric()
     assert (intel.net_overhead_s, amd.net_overhead_s) == (1e-6, 2e-6)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "hint"),
+    [
+        ({"nodes": 10**9}, "nodes", "up to 16,777,216"),
+        ({"nodes": 10**7}, "nodes", "at most 2,097,152 dgx-h100 nodes"),
+        ({"topology__nodes_per_su": 10**9}, "topology.nodes_per_su", "up to 16,777,216"),
+        ({"placement__racks_per_row": 10**9}, "placement.racks_per_row", "up to 16,777,216"),
+        ({"placement__power_feeds_per_rack": 10**6}, "placement.power_feeds_per_rack", "up to 64"),
+    ],
+)
+def test_a_count_beyond_its_bound_is_refused(
+    tmp_path: Path, capsys: Any, changes: dict[str, Any], field: str, hint: str
+) -> None:
+    err = _run(capsys, ["cluster", "show", str(_spec(tmp_path, **changes))])
+    assert err.startswith(f"error: {field}=") and hint in err
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"nodes": 2_000_000}, "topology.tiers"),
+        ({"nodes": 2_000_000, "topology__tiers": 3}, "nodes"),
+    ],
+)
+def test_a_tree_too_small_is_refused_before_its_switches_are_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], field: str
+) -> None:
+    # two million nodes used to be laid out leaf by leaf (seconds, GBs at ten million)
+    # before the tree's reach was checked
+    from gpuscale.topology import layout
+    from gpuscale.topology.spec import load_cluster_spec
+
+    def no_leaves(*_: object) -> None:
+        raise AssertionError("leaves listed before the tree's reach was checked")
+
+    monkeypatch.setattr(layout, "LeafPlan", no_leaves)
+    with pytest.raises(InputError) as exc:
+        load_cluster_spec(_spec(tmp_path, **changes))
+    assert exc.value.field == field

@@ -100,6 +100,34 @@ def plan_layout(spec: ClusterSpec) -> Layout:
                 f"at most {per_leaf} nodes ({rails} NICs each) under one {k}-port leaf at {o1:g}:1",
             )
     per_su = min(per_su, spec.nodes)
+
+    def su_leaves(su_nodes: int) -> int:
+        return rails * math.ceil(su_nodes / d) if spec.rail_optimized else 1
+
+    # the tree's reach, counted before any switch is listed: a spec far too large for it
+    # is refused at once, however many nodes it names
+    full_sus, rest = divmod(spec.nodes, per_su)
+    n_sus = full_sus + (rest > 0)
+    n_leaves = full_sus * su_leaves(per_su) + (su_leaves(rest) if rest else 0)
+    leaves_per_su = su_leaves(per_su)
+    if spec.tiers == 2:
+        if n_leaves > k:
+            raise InputError(
+                "topology.tiers",
+                2,
+                f"3 ({n_leaves} leaves exceed the {k} that a 2-tier tree of "
+                f"{k}-port switches can join)",
+            )
+        sus_per_pod = n_sus
+    else:
+        sus_per_pod = max(1, down_ports(k, o2) // leaves_per_su)
+        if math.ceil(n_sus / sus_per_pod) > k:
+            raise InputError(
+                "nodes",
+                spec.nodes,
+                f"at most {k} pods of {sus_per_pod} SUs in a 3-tier tree of {k}-port switches",
+            )
+
     sus = tuple(tuple(range(s, min(s + per_su, spec.nodes))) for s in range(0, spec.nodes, per_su))
 
     leaves_by_su: list[list[LeafPlan]] = []
@@ -121,30 +149,10 @@ def plan_layout(spec: ClusterSpec) -> Layout:
             idx += 1
         leaves_by_su.append(mine)
 
-    n_leaves = idx
-    leaves_per_su = max(len(x) for x in leaves_by_su)
-    if spec.tiers == 2:
-        if n_leaves > k:
-            raise InputError(
-                "topology.tiers",
-                2,
-                f"3 ({n_leaves} leaves exceed the {k} that a 2-tier tree of "
-                f"{k}-port switches can join)",
-            )
-        sus_per_pod = len(sus)
-        spine_down_max = k
-    else:
-        spine_down_max = down_ports(k, o2)
-        sus_per_pod = max(1, spine_down_max // leaves_per_su)
+    spine_down_max = k if spec.tiers == 2 else down_ports(k, o2)
     pods = tuple(
         tuple(range(p, min(p + sus_per_pod, len(sus)))) for p in range(0, len(sus), sus_per_pod)
     )
-    if spec.tiers == 3 and len(pods) > k:
-        raise InputError(
-            "nodes",
-            spec.nodes,
-            f"at most {k} pods of {sus_per_pod} SUs in a 3-tier tree of {k}-port switches",
-        )
 
     leaves: list[LeafPlan] = []
     spines: list[SpinePlan] = []

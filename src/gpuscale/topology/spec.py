@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from gpuscale.catalog import System, get_system
 from gpuscale.errors import InputError, unknown_key
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.spec.files import read_yaml
 from gpuscale.topology.fabrics import FabricTech, Switch, check_switch_for, get_fabric, get_switch
 
@@ -41,7 +42,11 @@ def _ratio(v: object) -> object:
 
 
 Ratio = Annotated[float, BeforeValidator(_ratio), Field(ge=1.0)]
-PosInt = Annotated[int, Field(strict=True, gt=0)]
+MAX_FEEDS_PER_RACK = 64
+"""Most power feeds a rack is given: racks take two (A and B) and dense NVL72 racks a few
+more; one feed per kilowatt of a 130 kW rack would still be far above it."""
+PosInt = Annotated[int, Field(strict=True, gt=0, le=MAX_GPUS)]
+"""A count of nodes, racks or ports: up to MAX_GPUS, refused before any layout is built."""
 
 
 class _In(BaseModel):
@@ -74,7 +79,7 @@ class TopologyIn(_In):
 class PlacementIn(_In):
     nodes_per_rack: PosInt | None = None
     racks_per_row: PosInt = 8
-    power_feeds_per_rack: PosInt = 2
+    power_feeds_per_rack: Annotated[int, Field(strict=True, gt=0, le=MAX_FEEDS_PER_RACK)] = 2
 
 
 class ClusterIn(_In):
@@ -99,17 +104,19 @@ _SECTIONS: dict[str, type[BaseModel]] = {
 }
 
 _VALID: dict[str, str] = {
-    "nodes": "a positive integer (catalog system units: nodes, or compute trays for NVL72)",
+    "nodes": f"a positive integer up to {MAX_GPUS:,} (catalog system units: nodes, or "
+    "compute trays for NVL72)",
     "nics_per_node": "a positive integer, at most the system's PCIe slots",
     "host_cpu": "intel, amd or arm (the nodes' CPUs: NCCL's network overhead per step)",
     "topology.tiers": "2 or 3 (tiers of the fat tree)",
     "topology.oversubscription.leaf": "a down:up ratio >= 1 (1 = non-blocking), e.g. 2 or '2:1'",
     "topology.oversubscription.spine": "a down:up ratio >= 1 (1 = non-blocking), e.g. 2 or '2:1'",
-    "topology.nodes_per_su": "a positive integer (nodes per scalable unit / leaf group)",
+    "topology.nodes_per_su": f"a positive integer up to {MAX_GPUS:,} (nodes per scalable unit / "
+    "leaf group)",
     "topology.radix": "a positive integer (switch ports at the fabric speed)",
-    "placement.nodes_per_rack": "a positive integer",
-    "placement.racks_per_row": "a positive integer",
-    "placement.power_feeds_per_rack": "a positive integer",
+    "placement.nodes_per_rack": f"a positive integer up to {MAX_GPUS:,}",
+    "placement.racks_per_row": f"a positive integer up to {MAX_GPUS:,}",
+    "placement.power_feeds_per_rack": f"a positive integer up to {MAX_FEEDS_PER_RACK}",
 }
 
 
@@ -249,6 +256,13 @@ def parse_cluster_spec(raw: dict[str, Any]) -> ClusterSpec:
     except ValidationError as exc:
         raise _input_error(exc, raw) from None
     system = get_system(cin.system, field="system")
+    if cin.nodes * system.gpus_per_node > MAX_GPUS:
+        raise InputError(
+            "nodes",
+            cin.nodes,
+            f"at most {MAX_GPUS // system.gpus_per_node:,} {system.key} nodes of "
+            f"{system.gpus_per_node} GPUs ({MAX_GPUS:,} GPUs, the most gpuscale models)",
+        )
     if cin.host_cpu is not None and cin.host_cpu != system.host_cpu:
         # the same GPU board ships with other hosts (an HGX H100 with AMD EPYC CPUs)
         system = system.model_copy(update={"host_cpu": cin.host_cpu})
