@@ -31,6 +31,8 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str]]]:
         return 0
 
     monkeypatch.setattr(bench_cli, "launch", fake_launch)
+    # the stub needs no GPU: a host's GPU count must not decide these tests
+    monkeypatch.setattr(collectives, "check_backend", lambda backend, nproc: None)
     return calls
 
 
@@ -141,3 +143,48 @@ def test_times_keep_the_nccl_tests_column_width(us: float, text: str) -> None:
     from gpuscale.bench.sweep import fmt_us
 
     assert fmt_us(us) == text and len(text) == 7
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nccl", "argv", "hint"),
+    [
+        (0, False, ["--backend", "nccl"], "no CUDA GPU is visible"),
+        (2, False, ["--backend", "nccl"], "no NCCL"),
+        (1, True, ["--backend", "nccl"], "-N at most 1"),
+        (1, True, [], "-N at most 1"),  # auto is NCCL where CUDA is
+    ],
+)
+def test_a_backend_this_host_cannot_run_is_refused_before_launching(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+    gpus: int,
+    nccl: bool,
+    argv: list[str],
+    hint: str,
+) -> None:
+    # torchrun's workers used to fail in init_process_group with ~90 lines of tracebacks
+    torch = pytest.importorskip("torch")
+    calls: list[int] = []
+    monkeypatch.setattr(bench_cli, "launch", lambda nproc, args, path: calls.append(nproc) or 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: nccl)
+    err = _fail(capsys, "-N", "2", *argv)
+    assert err.startswith(f"error: --backend='{argv[1] if argv else 'auto'}' is invalid:")
+    assert hint in err and calls == []
+
+
+def test_a_failed_run_writes_no_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # a run whose results check found wrong values exits 1 after writing its figures
+    def failing_launch(nproc: int, args: list[str], json_path: Path) -> int:
+        json_path.write_text(json.dumps({**RESULT, "wrong_total": 3}))
+        return 1
+
+    monkeypatch.setattr(bench_cli, "launch", failing_launch)
+    out = tmp_path / "res.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "collectives", "--backend", "gloo", "--json", str(out)])
+    assert exc.value.code == 1
+    assert not out.exists() and "not written" in capsys.readouterr().err

@@ -19,6 +19,7 @@ the op's. torch is imported here only; the rest of gpuscale runs without it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -95,6 +96,29 @@ def check_args(a: argparse.Namespace) -> tuple[list[int], int]:
         a.stepfactor,
     )
     return sizes, DTYPE_BYTES[a.datatype]
+
+
+def check_backend(backend: str, nproc: int) -> None:
+    """Refuse, before torchrun starts ``nproc`` workers, a backend this host cannot run:
+    NCCL needs a torch built with it and one CUDA GPU per process (two ranks on one GPU
+    fail NCCL's duplicate-GPU check); ``auto`` means NCCL wherever CUDA is available."""
+    if backend == "gloo" or importlib.util.find_spec("torch") is None:
+        return  # without torch, torchrun itself says what is missing
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto" and gpus == 0:
+        return  # auto runs Gloo on the CPU
+    if gpus == 0 or not torch.distributed.is_nccl_available():
+        lacks = "no CUDA GPU is visible" if gpus == 0 else "this torch build has no NCCL"
+        raise InputError("--backend", backend, f"gloo on this host ({lacks})")
+    if nproc > gpus:
+        raise InputError(
+            "--backend",
+            backend,
+            f"gloo for -N {nproc}, or NCCL with -N at most {gpus}: NCCL needs a CUDA GPU per "
+            f"process and this host has {gpus}",
+        )
 
 
 class _Bench:

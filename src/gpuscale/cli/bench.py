@@ -112,7 +112,7 @@ def collectives(
     calibration: Cal = None,
 ) -> None:
     """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
-    from gpuscale.bench.collectives import build_parser, check_args
+    from gpuscale.bench.collectives import build_parser, check_args, check_backend
 
     # The worker's own parser and checks, on the very arguments it will get (one source of
     # truth); `--flag=value` so that a value starting with '-' stays a value.
@@ -130,6 +130,7 @@ def collectives(
     check_args(build_parser().parse_args(args))
     if nproc < 1:
         raise InputError("--nproc", nproc, "at least 1 process")
+    check_backend(backend, nproc)
     fabric = None
     cal = None
     if model is not None or system is not None:
@@ -169,7 +170,10 @@ def collectives(
                 f"{'' if pt is None else fmt_us(pt, 10):>10s}  {r['measured_busbw_GBps']:11.2f}  "
                 f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}"
             )
-    if json is not None:
+    if json is not None and rc != 0:
+        # a failed run's figures are no result: nothing is written
+        print(f"# --json {json} not written: the run exited with {rc}", file=sys.stderr)
+    elif json is not None:
         try:
             json.write_text(jsonlib.dumps(result, indent=2) + "\n")
         except OSError as exc:
