@@ -74,6 +74,10 @@ SIZE_PREFIX = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 """Message size prefixes, binary: nccl-tests reads -b/-e 8G as 8 GiB (K = 1024), and a size
 column's "GB", "MB" or "KB" is read the same way (16 GB = 16 GiB), as tables quote the sizes
 nccl-tests swept; plain integers are bytes."""
+MAX_MESSAGE_BYTES = 2**50
+"""Largest message a row may state (1 PiB): a collective's buffers sit in one GPU's memory,
+a few hundred GB at most, and nccl-tests sweeps end at 8-16 GiB; a larger size is a typo
+or a unit slip, not a measurement."""
 _SIZE = re.compile(r"(.*\d)\s*([kmgt]?)(i?b|bytes?)?", re.IGNORECASE)
 
 # spellings without case, spaces, '-', '_' or '/', nor nccl-tests' '_perf' and '(in-place)'
@@ -142,9 +146,16 @@ def message_bytes(row: dict[str, str], where: str) -> float | None:
         raise InputError(
             f"{where}:{col}", text, "a size in bytes (8192, 8,192, 16G, 1 GiB) or an empty cell"
         ) from None
-    if v is not None and v < 0:
+    if v is None:
+        return None
+    if v < 0:
         raise SkipRowError(f"{col}={text!r}: must be a finite positive number")
-    return None if v is None else v * scale
+    size = v * scale
+    if size != math.floor(size) or size > MAX_MESSAGE_BYTES:
+        raise SkipRowError(
+            f"{col}={text!r}: must be a whole number of bytes up to {MAX_MESSAGE_BYTES:,} (1 PiB)"
+        )
+    return size
 
 
 @dataclass(frozen=True)

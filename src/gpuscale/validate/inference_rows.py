@@ -65,6 +65,9 @@ table was "generated using version 0.14.0, with 500 requests" (perf-overview.md,
 SCORED_METRICS = ("throughput", "ttft", "tpot_itl")
 
 
+# the engine limits an offline row's batch_or_concurrency cell may state
+TOKENS_LIMIT = re.compile(r"max num tokens (\d+)")
+BATCH_LIMIT = re.compile(r"max (?:runtime )?batch(?: size)?\s*[=:]?\s*(\d+)")
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 """A thousands separator inside a number ("1,024"), not a list's comma ("256, max")."""
 
@@ -132,12 +135,18 @@ FIELD_COLUMNS = {
 """The CSV column behind each field a prediction can reject (its reason names the column)."""
 
 
-def _length(row: dict[str, str], col: str) -> int | None:
-    """A token length: None for a dataset named instead (variable lengths); a number that is
-    not a positive integer makes the row one gpuscale cannot model, naming the column."""
+def _length(row: dict[str, str], col: str) -> int:
+    """A token length; an empty cell, text (a dataset named instead: variable lengths) or a
+    number that is not a positive integer makes the row one gpuscale cannot model, naming
+    the column."""
     text = row[col]
+    if not text.strip():
+        raise UnsupportedRowError(f"{col} not stated: a fixed number of tokens is modelled")
     if not _NUMBER.fullmatch(text):
-        return None
+        raise UnsupportedRowError(
+            f"{col}={text!r}: not a number of tokens (a dataset's variable lengths are not "
+            "modelled)"
+        )
     v = float(text)
     if not (math.isfinite(v) and v >= 1 and v == int(v)):
         raise UnsupportedRowError(f"{col}={text!r}: must be a positive number of tokens")
@@ -236,8 +245,6 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
             f"num_gpus={row['num_gpus']!r}: not a multiple of tp x pp = {tp * pp}"
         )
     isl, osl = _length(row, "input_len"), _length(row, "output_len")
-    if isl is None or osl is None:
-        raise UnsupportedRowError("variable-length dataset: input/output lengths not given")
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     prec = _precision(row.get("precision", ""), half, read)
     kv = _kv_precision(row.get("precision", ""))
@@ -293,14 +300,21 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         or (rate == "" and "max" in batch and row.get("metric_throughput_tokens_per_s"))
     ):
         e = eng
-        m_tok = re.search(r"max num tokens (\d+)", batch)
-        m_b = re.search(r"max (?:runtime )?batch(?: size)?\s*[=:]?\s*(\d+)", batch)
+        m_tok = TOKENS_LIMIT.search(batch)
+        m_b = BATCH_LIMIT.search(batch)
+        # an offline row's cell can only state engine limits: any other number in it (a
+        # batch, a concurrency, a negative limit) would be silently dropped
+        other = BATCH_LIMIT.sub("", TOKENS_LIMIT.sub("", batch))
+        if (
+            re.search(r"\d", other)
+            or (m_tok and int(m_tok.group(1)) < 1)
+            or (m_b and int(m_b.group(1)) < 1)
+        ):
+            raise UnsupportedRowError(
+                f"batch_or_concurrency={row['batch_or_concurrency']!r}: on an offline row, "
+                "engine limits of at least 1 ('max batch 512, max num tokens 2048') or empty"
+            )
         if m_tok or m_b:
-            if (m_tok and int(m_tok.group(1)) < 1) or (m_b and int(m_b.group(1)) < 1):
-                raise UnsupportedRowError(
-                    f"batch_or_concurrency={row['batch_or_concurrency']!r}: engine limits of "
-                    "at least 1"
-                )
             e = EngineConfig(
                 name=eng.name,
                 max_batch=int(m_b.group(1)) if m_b else eng.max_batch,
