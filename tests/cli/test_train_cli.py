@@ -597,3 +597,11 @@ def test_estimate_reproduces_a_searched_plan_that_leaves_gpus_idle() -> None:
     assert_one_line_error(too_many, "dp=700", "at most 625: tp x pp x cp x dp = 160 x 700")
     no_dp = gpuscale("train", "estimate", *args, "--tp", "8", "--pp", "3")
     assert_one_line_error(no_dp, "tp*pp*cp=24", "or give --dp to leave some idle")
+
+
+def test_version_is_the_package_s() -> None:
+    from gpuscale import __version__
+
+    r = gpuscale("--version")
+    assert r.returncode == 0 and r.stdout == f"gpuscale {__version__}\n"
+    assert gpuscale("train", "--version").returncode == 2  # the root's option only

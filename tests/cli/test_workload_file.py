@@ -558,7 +558,8 @@ def test_the_time_to_train_says_what_it_leaves_out() -> None:
         # the GPU count the file gave, which the fixed degrees do not divide
         (
             ["estimate", "--tp", "8"],
-            "tp*pp*cp=8 is invalid: must divide the 12 GPUs of job.yaml:gpus (tp=8, pp=1, cp=1)",
+            "tp*pp*cp=8 is invalid: must divide the 12 GPUs of job.yaml:gpus (tp=8, pp=1, cp=1), "
+            "or give --dp to leave some idle",
         ),
         # the same values given as flags are the flags' errors
         (
@@ -573,7 +574,8 @@ def test_the_time_to_train_says_what_it_leaves_out() -> None:
         ),
         (
             ["estimate", "--tp", "8", "--gpus", "12"],
-            "tp*pp*cp=8 is invalid: must divide the 12 GPUs of --gpus (tp=8, pp=1, cp=1)",
+            "tp*pp*cp=8 is invalid: must divide the 12 GPUs of --gpus (tp=8, pp=1, cp=1), "
+            "or give --dp to leave some idle",
         ),
     ],
 )

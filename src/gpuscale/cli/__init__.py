@@ -35,6 +35,23 @@ app = typer.Typer(
 )
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from gpuscale import __version__
+
+        typer.echo(f"gpuscale {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Model how GPU clusters turn GPUs into compute that AI workloads can use."""
+
+
 def _register() -> None:
     from gpuscale.cli import bench, cluster, comm, export, infer, train, validate
 

@@ -11,7 +11,10 @@ import typer
 # else the default its help names (cli/train_workload.py DEFAULTS)
 WorkloadOpt = Annotated[
     Path | None,
-    typer.Option("--workload", help="Training job YAML (examples/workloads/); flags override it."),
+    typer.Option(
+        "--workload",
+        help="Training job YAML (see the examples/workloads folder); flags override it.",
+    ),
 ]
 ModelOpt = Annotated[
     str | None,
@@ -95,7 +98,7 @@ MtpOpt = Annotated[
     int | None,
     typer.Option(
         "--mtp",
-        help="Multi-token-prediction depths trained (default: the model's, e.g. 1 for "
+        help="Multi-token prediction depths trained (default: the model's, e.g. 1 for "
         "DeepSeek-V3; 0 turns them off).",
     ),
 ]
@@ -116,8 +119,8 @@ ShardGroupOpt = Annotated[
         "--shard-group",
         help="Hybrid sharding (HSDP): spread the sharded optimizer, ZeRO or FSDP states over "
         "groups of N data-parallel ranks and replicate them across groups (FSDP "
-        "HYBRID_SHARD: N = GPUs per node; torchtitan's dp_shard; Megatron's "
-        "--num-distributed-optimizer-instances = DP / N). Default: all data-parallel ranks.",
+        "HYBRID_SHARD: N = GPUs per node; torchtitan's dp_shard; Megatron's distributed "
+        "optimizer instances = DP / N). Default: all data-parallel ranks.",
     ),
 ]
 CkptEveryOpt = Annotated[
