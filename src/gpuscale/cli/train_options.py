@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from gpuscale.calibrate import Calibration
+
 # Every workload option is None when not given: the value then comes from --workload's file,
 # else the default its help names (cli/train_workload.py DEFAULTS)
 WorkloadOpt = Annotated[
@@ -110,7 +112,9 @@ HeadroomOpt = Annotated[
     typer.Option(
         "--memory-headroom",
         help="Fraction of each GPU's memory a plan must leave free (allocator "
-        "fragmentation, a margin), 0 to 0.5; default 0.",
+        "fragmentation, a margin), 0 to 0.5; default 0: the memory model already holds "
+        f"{Calibration.mem_reserved_bytes / 2**30:g} GiB of CUDA, NCCL and allocator workspace "
+        "(buffers) a GPU.",
     ),
 ]
 ShardGroupOpt = Annotated[
