@@ -7,7 +7,7 @@ file; see its README for where each row comes from) with the shipped calibration
 fitted on ``training_runs.csv`` only, and prints one line per file: rows scored and skipped,
 MAPE, median and worst error, rows worse than 25 %, and the mean signed error (a bias the
 fit cannot see); then the same figures over all files by kind of model (dense, MoE, hybrid
-Mamba-Transformer) and for NVFP4 runs. For per-row detail run
+Mamba-Transformer) and for FP4 runs (NVFP4, MXFP4). For per-row detail run
 ``gpuscale validate training --runs FILE``.
 """
 
@@ -44,7 +44,7 @@ def _kinds(row: dict[str, str]) -> list[str]:
     kind = "hybrid Mamba" if model.mamba_layers else ("MoE" if model.is_moe else "dense")
     kinds = [kind]
     if "fp4" in row.get("precision", "").lower():
-        kinds.append("NVFP4 precision")
+        kinds.append("FP4 precision (NVFP4, MXFP4)")
     return kinds
 
 

@@ -1,3 +1,5 @@
 """gpuscale: find the GPU-cluster architecture that turns GPUs into compute workloads can use."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("gpuscale")  # pyproject.toml's, as installed

@@ -11,6 +11,7 @@ import pytest
 import gpuscale.cli.bench as bench_cli
 from gpuscale.bench import collectives
 from gpuscale.cli import main
+from gpuscale.errors import InputError
 
 RESULT = {
     "op": "all_reduce",
@@ -188,3 +189,25 @@ def test_a_failed_run_writes_no_json(
         main(["bench", "collectives", "--backend", "gloo", "--json", str(out)])
     assert exc.value.code == 1
     assert not out.exists() and "not written" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nccl", "backend", "nproc"),
+    [
+        (0, False, "auto", 4),  # auto on a CPU-only host runs Gloo
+        (0, False, "gloo", 4),
+        (8, True, "nccl", 8),  # one GPU per process
+        (8, True, "auto", 2),
+    ],
+)
+def test_a_backend_this_host_can_run_is_accepted(
+    monkeypatch: pytest.MonkeyPatch, gpus: int, nccl: bool, backend: str, nproc: int
+) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: nccl)
+    collectives.check_backend(backend, nproc)  # no error
+    if backend != "gloo" and gpus:  # the same host refuses one process more than its GPUs
+        with pytest.raises(InputError, match=f"NCCL with -N at most {gpus}"):
+            collectives.check_backend(backend, gpus + 1)

@@ -160,3 +160,12 @@ def test_gpt2_without_n_inner_has_four_times_hidden(tmp_path: Path) -> None:
     cfg = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257}
     path.write_text(json.dumps(cfg))
     assert load_hf_config(path).ffn_hidden == 3072
+
+
+def test_an_moe_config_stating_only_the_experts_width_uses_it_for_the_mlp(tmp_path: Path) -> None:
+    # every layer an MoE layer: the experts' width is the only MLP width there is
+    cfg = {k: v for k, v in MOE.items() if k != "intermediate_size"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "moe_intermediate_size": 1536}))
+    m = load_hf_config(path)
+    assert (m.ffn_hidden, m.num_experts) == (1536, 8)

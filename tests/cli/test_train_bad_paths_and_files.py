@@ -85,6 +85,13 @@ def test_integers_too_long_for_python_to_read_are_refused(
     assert expected in _workload_error(tmp_path, text, capsys)
 
 
+def test_an_impossible_date_in_a_workload_file_is_not_called_a_long_integer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _workload_error(tmp_path, "model: llama3.2-1b\nseq_len: 2024-13-01\n", capsys)
+    assert "is invalid: valid YAML (month must be in 1..12)" in line
+
+
 @pytest.mark.parametrize("path", ["/dev/zero", "/dev/null"])
 def test_a_device_is_not_a_calibration_file(path: str, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["train", "estimate", "--model", "llama3.2-1b", *SMALL, "--calibration", path]

@@ -600,8 +600,11 @@ def test_estimate_reproduces_a_searched_plan_that_leaves_gpus_idle() -> None:
 
 
 def test_version_is_the_package_s() -> None:
-    from gpuscale import __version__
+    import tomllib
+    from pathlib import Path
 
+    pyproject = Path(__file__).parents[2] / "pyproject.toml"
+    version = tomllib.loads(pyproject.read_text())["project"]["version"]
     r = gpuscale("--version")
-    assert r.returncode == 0 and r.stdout == f"gpuscale {__version__}\n"
+    assert r.returncode == 0 and r.stdout == f"gpuscale {version}\n"
     assert gpuscale("train", "--version").returncode == 2  # the root's option only

@@ -179,7 +179,7 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     saves, _, costs = text.partition(" costs ")
     named = sum(map(float, re.findall(r"([\d.]+) ms of", saves.split("(net")[0])))
     named -= sum(map(float, re.findall(r"([\d.]+) ms of", costs.split("(net")[0])))
-    small = re.search(r", ([-+][\d.]+) ms of it from terms too small to name\)", text)
+    small = re.search(r", ([-+][\d.]+) ms of it from terms not itemised\)", text)
     assert named + (float(small.group(1)) if small else 0.0) == pytest.approx(net, abs=0.5)
     gib_b, gib_r = (float(e.memory.total[i]) / 2**30 for i in (r.best, ru))
     if f"{gib_b:.1f}" == f"{gib_r:.1f}":

@@ -182,7 +182,7 @@ def test_scaling_goodput_is_the_estimates_for_the_same_plan() -> None:
     assert last.plan == plain.plan and plain.mfu is not None and last.mfu is not None
     # MFU, like tokens/s per GPU, counts the run's wall time
     assert last.mfu == pytest.approx(plain.mfu * (last.goodput or 0.0))
-    res = search_plans(w, cal, exact_gpus=True)  # the plan the curve's last point runs
+    res = search_plans(w, cal)  # the plan the curve's last point runs
     e, i = res.estimate, res.best
     assert e.plans.label(i) == last.plan
     rel = e.summary(i, None, store, fail)["reliability"]

@@ -56,6 +56,8 @@ def write(path: Path, rows: list[dict[str, str]]) -> Path:
         ({**SMALL, "message_bytes": "1.5"}, "message_bytes='1.5': must be a whole number"),
         ({"message_bytes": "1e30"}, "message_bytes='1e30': must be a whole number of bytes up to"),
         ({"message_bytes": "2000T"}, "message_bytes='2000T'"),
+        # a prefix that takes a finite number past the float range
+        ({"message_bytes": "1e308G"}, "message_bytes='1e308G': must be a whole number"),
         ({**SMALL, "time_us": "0"}, "time_us='0'"),
         ({**SMALL, "time_us": "-5"}, "time_us='-5'"),
         ({**SMALL, "time_us": "", "busbw_gbps": "0"}, "busbw_gbps='0'"),

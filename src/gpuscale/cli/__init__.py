@@ -49,7 +49,7 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """Model how GPU clusters turn GPUs into compute that AI workloads can use."""
+    pass
 
 
 def _register() -> None:

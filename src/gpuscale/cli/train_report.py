@@ -355,8 +355,8 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         )
         + (
             " eff. above 100 %: the point spends less GPU-time per token than the first "
-            "(fewer pipeline-bubble, recompute or sharding seconds a token); its gain: "
-            "entries name the terms that shrank."
+            "(fewer pipeline-bubble, recompute, sharding or idle-GPU seconds a token); the "
+            "gain: entries name the terms that shrank from one point to the next."
             if any((p.efficiency or 0.0) > 1.0 for p in pts)
             else ""
         ),

@@ -271,7 +271,7 @@ def size(
     for cost_lb, sm, reps, cap in screened:
         if best is not None and cost_lb >= best_cost:
             break
-        for r in range(reps, reps + MAX_EXTRA_REPLICAS + 1):
+        for r in range(reps, min(reps + MAX_EXTRA_REPLICAS, MAX_GPUS // (sm.tp * sm.pp)) + 1):
             res = _simulate(sm, qps / r, isl, osl, cal)
             ok = res.ttft_s.p99 <= slo.ttft_p99_s and res.tpot_s.p99 <= slo.tpot_p99_s
             cand = _candidate(sm, r, cap, qps, osl, prices, res, ok)

@@ -467,12 +467,14 @@ def check_plan(w: Workload, p: Plans) -> None:
         raise InputError("tp", tp, f"must divide the {m.heads} attention heads of {m.key}")
     if cp > 1 and w.seq_len % (2 * cp):
         # causal context parallelism splits the sequence into 2 x cp load-balanced chunks
-        fits = [c for c in divisors(w.num_gpus) if c == 1 or w.seq_len % (2 * c) == 0]
+        room = w.num_gpus // (tp * pp)  # the GPUs each tensor x pipeline group may span
+        fits = [c for c in divisors(room) if c == 1 or w.seq_len % (2 * c) == 0]
         raise InputError(
             "cp",
             cp,
             f"a degree whose 2 x cp load-balanced chunks divide the sequence length "
-            f"{w.seq_len}: one of {', '.join(map(str, fits))}",
+            f"{w.seq_len}: one of {', '.join(map(str, fits))} (with tp={tp}, pp={pp} on "
+            f"{w.num_gpus} GPUs)",
         )
     mb = int(p.mbs[0])
     per_rank = w.global_batch // dp

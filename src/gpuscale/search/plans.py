@@ -69,13 +69,18 @@ class SearchResult:
         p = self.estimate.plans
         b = self.best
         for i in self.order[1:]:
-            if any(getattr(p, k)[i] != getattr(p, k)[b] for k in LAYOUT):
+            if not same_layout(p, int(i), b):
                 return int(i)
         return int(self.order[1]) if len(self.order) > 1 else None
 
 
 LAYOUT = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
 """What makes a plan's parallel layout: its degrees, interleaving and micro-batch."""
+
+
+def same_layout(p: Plans, i: int, j: int) -> bool:
+    """Whether plans ``i`` and ``j`` share their parallel layout (:data:`LAYOUT`)."""
+    return all(getattr(p, k)[i] == getattr(p, k)[j] for k in LAYOUT)
 
 
 def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
@@ -459,11 +464,11 @@ def explain(result: SearchResult) -> str:
             group.append(f"{n} smaller {what}")
     clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
     net = float(e.step_s[r] - e.step_s[b])
-    # what the terms too small to name add up to, so that the named ones and it make the net
+    # what the terms not itemised add up to, so that the itemised ones and it make the net
     unnamed = net - sum(d for _k, d in moved[:6])
     if clauses:
         small = (
-            f", {unnamed * 1e3:+.1f} ms of it from terms too small to name"
+            f", {unnamed * 1e3:+.1f} ms of it from terms not itemised"
             if abs(unnamed) >= 5e-5
             else ""
         )
@@ -484,7 +489,7 @@ def explain(result: SearchResult) -> str:
     )
     rank = int(np.flatnonzero(result.order == r)[0]) + 1
     p = e.plans
-    other = any(getattr(p, k)[r] != getattr(p, k)[b] for k in LAYOUT)
+    other = not same_layout(p, r, b)
     which = (
         f"the fastest plan with another parallel layout, {p.label(r)} (#{rank})"
         if other

@@ -86,8 +86,9 @@ def read_yaml(path: Path, field: str, what: str) -> Any:
         raise InputError(
             field, str(path), "YAML nested at most a few hundred levels deep"
         ) from None
-    except ValueError:  # an integer past Python's conversion limit
-        raise InputError(field, str(path), LONG_INTEGER) from None
+    except ValueError as exc:  # an integer past Python's conversion limit, or a bad date
+        valid = LONG_INTEGER if "integer string conversion" in str(exc) else f"valid YAML ({exc})"
+        raise InputError(field, str(path), valid) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

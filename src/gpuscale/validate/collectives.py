@@ -151,7 +151,7 @@ def message_bytes(row: dict[str, str], where: str) -> float | None:
     if v < 0:
         raise SkipRowError(f"{col}={text!r}: must be a finite positive number")
     size = v * scale
-    if size != math.floor(size) or size > MAX_MESSAGE_BYTES:
+    if not (size <= MAX_MESSAGE_BYTES and size.is_integer()):  # False for inf and nan
         raise SkipRowError(
             f"{col}={text!r}: must be a whole number of bytes up to {MAX_MESSAGE_BYTES:,} (1 PiB)"
         )
