@@ -608,3 +608,15 @@ def test_version_is_the_package_s() -> None:
     r = gpuscale("--version")
     assert r.returncode == 0 and r.stdout == f"gpuscale {version}\n"
     assert gpuscale("train", "--version").returncode == 2  # the root's option only
+
+
+def test_estimate_recomputes_nothing_unless_asked() -> None:
+    # Megatron-LM's default; a selective recompute of flash attention costs a forward pass
+    # of attention and frees almost nothing (flash keeps no s x s scores)
+    args = ("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--zero", "zero3")
+    args += ("--seq-len", "8192", "--global-batch", "256", "--json")
+    plain = json.loads(gpuscale("train", "estimate", *args).stdout)
+    assert plain["plan"]["recompute"] == "none"
+    assert plain["step_time_breakdown_s"]["recompute_s"] == 0.0
+    sel = json.loads(gpuscale("train", "estimate", *args, "--recompute", "selective").stdout)
+    assert sel["step_time_breakdown_s"]["recompute_s"] > 0.0

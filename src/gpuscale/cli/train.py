@@ -161,9 +161,10 @@ def estimate_cmd(
         str,
         typer.Option(
             "--recompute",
-            help="none, selective, full, or partial (recompute just enough to fit in memory).",
+            help="none (default, as Megatron-LM), selective, full, or partial (recompute just "
+            "enough to fit in memory).",
         ),
-    ] = "selective",
+    ] = "none",
     zero: Annotated[
         str | None,
         typer.Option(
