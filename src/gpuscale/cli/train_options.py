@@ -113,8 +113,9 @@ HeadroomOpt = Annotated[
         "--memory-headroom",
         help="Fraction of each GPU's memory a plan must leave free (allocator "
         "fragmentation, a margin), 0 to 0.5; default 0: the memory model already holds "
-        f"{Calibration.mem_reserved_bytes / 2**30:g} GiB of CUDA, NCCL and allocator workspace "
-        "(buffers) a GPU.",
+        f"{Calibration.mem_reserved_bytes / 2**30:g} GiB a GPU of CUDA and NCCL workspace "
+        f"(buffers) and {100 * (Calibration.mem_activation_overhead - 1):.0f} % more "
+        "activation memory for the caching allocator.",
     ),
 ]
 ShardGroupOpt = Annotated[
