@@ -182,6 +182,9 @@ def test_search_json_returns_plans() -> None:
     for p in d["plans"]:
         assert p["fits"] and p["gpus_used"] <= 1024 and 0 < p["mfu"] < 1
     assert "fastest plan with another parallel layout" in d["why_best"]
+    # each plan's rank as the table shows it: its place, or "=N" for plans that tie
+    for k, p in enumerate(d["plans"], 1):
+        assert p["rank"] == str(k) or p["rank"].startswith("=")
 
 
 def test_scaling_json() -> None:

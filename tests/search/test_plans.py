@@ -467,3 +467,20 @@ def test_zero1_in_a_megatron_core_plan_says_what_fp32_gradients_would_add() -> N
     note = next(n for n in z1.notes(0) if n.startswith("zero1 with Megatron-Core"))
     assert f"{extra / 2**30:.2f} GiB more a GPU here" in note
     assert not any(n.startswith("zero1 with") for n in dist.notes(0))
+
+
+def test_plans_that_tie_share_a_rank() -> None:
+    # Llama 3 70B on 1,024 H100, 8K x 1,024: DP64 x mbs1 and DP32 x CP2 x mbs2 run the same
+    # tokens per GPU, the same attention FLOPs and the same 64-rank gradient reduction, and
+    # CP's exchange stays inside the node: one step time and one memory, one rank
+    w = workload("llama3-70b", "h100-sxm", 1024, 8192, 1024)
+    r = search_plans(w, CAL)
+    ranks = r.ranks(5)
+    e = r.estimate
+    for k, i in enumerate(r.top(5)):
+        ties = [
+            j for j in r.top(5) if j != i and e.step_s[j] == pytest.approx(e.step_s[i], abs=1e-6)
+        ]
+        assert ranks[k].startswith("=") == bool(ties)
+    assert ranks[0] == "1" and "=2" in ranks
+    assert ranks.count("=2") == 2  # both of the pair, the next plan ranked 4

@@ -289,18 +289,29 @@ def report_search(
                 "valid": res.valid,
                 "fitting": len(res.order),
                 "why_best": why,
-                "plans": [e.summary(i, tt, storage, failures) for i in idx],
+                "plans": [
+                    {"rank": r, **e.summary(i, tt, storage, failures)}
+                    for r, i in zip(res.ranks(top), idx, strict=True)
+                ],
             }
         )
         return
-    t = Table(title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}")
+    ranks = res.ranks(top)
+    t = Table(
+        title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}",
+        caption=(
+            "=N: plans that tie (the same step time and memory), ranked N"
+            if any(r.startswith("=") for r in ranks)
+            else None
+        ),
+    )
     # with failures priced, each plan's goodput (its checkpoints at its own step count)
     good = search_goodput(res, top, storage, failures)
     for col in search_header(bool(good)):
         t.add_column(
             col, justify="left" if col in ("plan", "largest term after compute") else "right"
         )
-    for r, i in enumerate(idx, 1):
+    for r, i in zip(ranks, idx, strict=True):
         t.add_row(*search_cells(e, i, r, good.get(i)))
     out.print(t)
     print_estimate(e, idx[0], "best plan", tt, storage, failures)

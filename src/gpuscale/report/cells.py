@@ -82,12 +82,12 @@ def search_header(good: bool) -> tuple[str, ...]:
     return (*rate, *(("goodput",) if good else ()), "memory/GPU", "largest term after compute")
 
 
-def search_cells(e: TrainingEstimate, i: int, rank: int, good: float | None) -> tuple[str, ...]:
+def search_cells(e: TrainingEstimate, i: int, rank: str, good: float | None) -> tuple[str, ...]:
     """One ranked plan's cells (``good``: its goodput, None when not priced)."""
     terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
     worst = max(terms, key=lambda k: terms[k])
     return (
-        str(rank),
+        rank,
         e.plans.label(i),
         str(int(e.plans.gpus_used()[i])),
         fmt_time(float(e.step_s[i])),

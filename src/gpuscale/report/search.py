@@ -112,7 +112,10 @@ def write_search_report(
     e = res.estimate
     w = e.workload
     good = good or {}
-    rows = [search_cells(e, i, r, good.get(i)) for r, i in enumerate(res.top(top), 1)]
+    rows = [
+        search_cells(e, i, r, good.get(i))
+        for r, i in zip(res.ranks(top), res.top(top), strict=True)
+    ]
     shown = min(len(res.order), MAX_POINTS)
     html = PAGE.render(
         title=f"Parallelism plans for {w.model.name} on {w.num_gpus:,} x {w.gpu.name}",

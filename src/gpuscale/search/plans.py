@@ -14,6 +14,7 @@ global batch of 2,520); ``gpus_used`` says how many it uses.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -63,6 +64,19 @@ class SearchResult:
 
     def top(self, n: int) -> list[int]:
         return [int(i) for i in self.order[:n]]
+
+    def ranks(self, n: int) -> list[str]:
+        """The top ``n`` plans' ranks as shown: "=2" for each of plans that tie (the same step
+        time to the microsecond and memory to the kilobyte, as the ranking rounds them), such
+        as DP64 x mbs1 and DP32 x CP2 x mbs2 when CP's exchange hides behind attention."""
+        e = self.estimate
+        top = self.top(n)
+        keys = [(round(float(e.step_s[i]), 6), round(float(e.memory.total[i]), -3)) for i in top]
+        count = Counter(keys)
+        first: dict[tuple[float, float], int] = {}
+        for r, k in enumerate(keys, 1):
+            first.setdefault(k, r)
+        return [f"={first[k]}" if count[k] > 1 else str(r) for r, k in enumerate(keys, 1)]
 
     def runner_up(self) -> int | None:
         """The fastest plan whose parallel layout (degrees, micro-batch) differs from the best."""
