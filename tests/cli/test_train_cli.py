@@ -596,6 +596,11 @@ def test_estimate_reproduces_a_searched_plan_that_leaves_gpus_idle() -> None:
     assert est["step_time_s"] == pytest.approx(best["plans"][0]["step_time_s"], rel=1e-9)
     # the MFU's peak is named: the dense peak of the run's precision
     assert est["mfu"] == pytest.approx(est["model_tflops_per_gpu"] / est["mfu_peak_tflops"])
+    # memory in whole bytes, the total the sum of its parts
+    mem = est["memory_bytes"]
+    assert all(isinstance(v, int) for v in mem.values())
+    parts = ("weights", "gradients", "optimizer", "activations", "buffers")
+    assert mem["total"] == sum(mem[k] for k in parts)
     too_many = gpuscale("train", "estimate", *args, *flags[:3], "--dp", "700")
     assert_one_line_error(too_many, "dp=700", "at most 625: tp x pp x cp x dp = 160 x 700")
     no_dp = gpuscale("train", "estimate", *args, "--tp", "8", "--pp", "3")

@@ -47,6 +47,13 @@ class TrainingEstimate:
     model_tflops_per_gpu: FloatArray
     mfu: FloatArray
 
+    def _memory_bytes(self, i: int) -> dict[str, int]:
+        """Plan ``i``'s memory per GPU in whole bytes, the total the sum of its parts."""
+        mem = self.memory
+        parts = ("weights", "gradients", "optimizer", "activations", "buffers")
+        out = {k: round(float(getattr(mem, k)[i])) for k in parts}
+        return {**out, "total": sum(out.values()), "capacity": round(float(mem.capacity))}
+
     def notes(self, i: int = 0) -> list[str]:
         """What the user should know about plan ``i`` that its figures do not say."""
         w, m = self.workload, self.workload.model
@@ -261,15 +268,7 @@ class TrainingEstimate:
             # it keeps one copy of its states (full sharding)
             "shard_group": int(groups.dense[i]) if groups.dense_replicas[i] > 1 else 0,
             "microbatches": int(self.plans.microbatches(w)[i]),
-            "memory_bytes": {
-                "weights": float(self.memory.weights[i]),
-                "gradients": float(self.memory.gradients[i]),
-                "optimizer": float(self.memory.optimizer[i]),
-                "activations": float(self.memory.activations[i]),
-                "buffers": float(self.memory.buffers[i]),
-                "total": float(self.memory.total[i]),
-                "capacity": float(self.memory.capacity),
-            },
+            "memory_bytes": self._memory_bytes(i),
             "fits": bool(self.memory.fits[i]),
             "step_time_breakdown_s": {k: float(v[i]) for k, v in self.step.terms().items()},
             "step_time_s": float(self.step_s[i]),
