@@ -43,6 +43,11 @@ from gpuscale.errors import InputError
         ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
         ("Tesla V100-SXM3-32GB", "v100-sxm3-32gb"),  # DGX-2H, nvidia-smi's name
         ("V100 SXM3", "v100-sxm3-32gb"),
+        # the A10 beside its neighbours' names: A10G (AWS) and A100 keep their own
+        ("A10", "a10"),
+        ("NVIDIA A10", "a10"),
+        ("A10G", "a10g"),
+        ("A100", "a100-sxm-80gb"),
     ],
 )
 def test_published_names_resolve(name: str, key: str) -> None:
@@ -50,7 +55,7 @@ def test_published_names_resolve(name: str, key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["H100 64GB", "V100 24GB", "A800 40GB", "TPU v4", "RTX 4090", "A10", "RTX 3090"]
+    "name", ["H100 64GB", "V100 24GB", "A800 40GB", "TPU v4", "RTX 4090", "T4", "RTX 3090"]
 )
 def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
     with pytest.raises(InputError) as exc:
