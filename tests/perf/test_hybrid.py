@@ -329,7 +329,7 @@ def test_context_parallel_mamba_blocks_pay_two_all_to_alls_each_way() -> None:
 
 
 def test_tensor_parallelism_must_split_the_mamba_heads_and_groups() -> None:
-    from gpuscale.perf.plan import validity
+    from gpuscale.perf.validity import validity
 
     # Nano: 64 Mamba heads in 8 groups; TP 16 divides its 32 attention heads, not the groups
     w = _workload(get_model("nemotron3-nano-30b-a3b"), 16)

@@ -22,10 +22,11 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.model import collective_time_s
 from gpuscale.perf.kernels import attention_core_s
-from gpuscale.perf.plan import Plans, Workload, validity
+from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import model_flops_per_token, param_count
+from gpuscale.perf.validity import validity
 
 # non-zero fixed costs so the overhead term is visible in every reconstruction below, and
 # FP8's input quantisation at its unfused traffic (4 bytes per element)

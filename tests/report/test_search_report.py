@@ -14,7 +14,8 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
 from gpuscale.report.search import search_figure, write_search_report
-from gpuscale.search.plans import SearchResult, explain, search_plans
+from gpuscale.search.explain import explain
+from gpuscale.search.plans import SearchResult, search_plans
 from gpuscale.units import GiB
 
 

@@ -14,9 +14,11 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, validity
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.training import estimate
-from gpuscale.search.plans import SearchResult, enumerate_plans, explain, search_plans
+from gpuscale.perf.validity import validity
+from gpuscale.search.explain import explain
+from gpuscale.search.plans import SearchResult, enumerate_plans, search_plans
 
 CAL = default_calibration()
 
@@ -195,7 +197,7 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     [(["a"], "a"), (["a", "b"], "a and b"), (["a", "b", "c"], "a, b and c")],
 )
 def test_terms_are_listed_as_a_sentence(items: list[str], text: str) -> None:
-    from gpuscale.search.plans import _listed
+    from gpuscale.search.explain import _listed
 
     assert _listed(items) == text
 

@@ -20,6 +20,7 @@ from gpuscale.cli._common import (
     load_calibration,
 )
 from gpuscale.errors import InputError
+from gpuscale.perf.validity import divisors
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -60,10 +61,8 @@ def check_members_per_domain(members: float, gpus: int, fabric: Any) -> int:
         )
     k = int(members)
     if gpus % k:
-        divisors = ", ".join(str(d) for d in range(1, top + 1) if gpus % d == 0)
-        raise InputError(
-            "--members-per-domain", k, f"a divisor of the group's {gpus} GPUs: {divisors}"
-        )
+        fits = ", ".join(str(d) for d in divisors(gpus) if d <= top)
+        raise InputError("--members-per-domain", k, f"a divisor of the group's {gpus} GPUs: {fits}")
     domains = fabric.total_gpus // domain
     if gpus // k > domains:
         raise InputError(

@@ -54,14 +54,9 @@ from gpuscale.cli.train_workload import (
     resolve,
 )
 from gpuscale.errors import InputError
-from gpuscale.perf.plan import (
-    RECOMPUTE,
-    SHARDING,
-    Plans,
-    check_degrees,
-    check_plan,
-)
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans
 from gpuscale.perf.training import estimate
+from gpuscale.perf.validity import check_degrees, check_plan
 from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import scaling_curve
 

@@ -26,7 +26,8 @@ from gpuscale.report.cells import (
     search_cells,
     search_header,
 )
-from gpuscale.search.plans import SearchResult, explain, search_plans
+from gpuscale.search.explain import explain
+from gpuscale.search.plans import SearchResult, search_plans
 from gpuscale.search.scaling import ScalingPoint
 from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
 

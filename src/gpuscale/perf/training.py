@@ -242,7 +242,7 @@ class TrainingEstimate:
         goodput and the time failures add."""
         w = self.workload
         used = int(self.plans.gpus_used()[i])
-        groups = ShardGroups.of(w, self.plans)
+        groups = ShardGroups.of(w, self.plans.take(np.array([i])))  # this plan's alone
         out: dict[str, Any] = {
             "model": w.model.key,
             # parameters as the model line prints them (embeddings included; MTP depths apart)
@@ -266,7 +266,7 @@ class TrainingEstimate:
             "memory_headroom": w.memory_headroom,
             # the hybrid shard group this plan runs with (its own or the workload's), 0 when
             # it keeps one copy of its states (full sharding)
-            "shard_group": int(groups.dense[i]) if groups.dense_replicas[i] > 1 else 0,
+            "shard_group": int(groups.dense[0]) if groups.dense_replicas[0] > 1 else 0,
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": self._memory_bytes(i),
             "fits": bool(self.memory.fits[i]),

@@ -18,7 +18,8 @@ from plotly import colors
 
 from gpuscale.report.cells import search_cells, search_header
 from gpuscale.report.page import check_target, template, write_page
-from gpuscale.search.plans import SearchResult, explain
+from gpuscale.search.explain import explain
+from gpuscale.search.plans import SearchResult
 from gpuscale.units import GiB
 
 PAGE = template(

@@ -113,7 +113,7 @@ _VALID: dict[str, str] = {
     "topology.oversubscription.spine": "a down:up ratio >= 1 (1 = non-blocking), e.g. 2 or '2:1'",
     "topology.nodes_per_su": f"a positive integer up to {MAX_GPUS:,} (nodes per scalable unit / "
     "leaf group)",
-    "topology.radix": "a positive integer up to 16,777,216 (switch ports at the fabric speed)",
+    "topology.radix": f"a positive integer up to {MAX_GPUS:,} (switch ports at the fabric speed)",
     "placement.nodes_per_rack": f"a positive integer up to {MAX_GPUS:,}",
     "placement.racks_per_row": f"a positive integer up to {MAX_GPUS:,}",
     "placement.power_feeds_per_rack": f"a positive integer up to {MAX_FEEDS_PER_RACK}",

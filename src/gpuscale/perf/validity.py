@@ -1,0 +1,234 @@
+"""Which parallelism plans are valid, and why not: the structural rules every plan is
+filtered by (vectorised over many plans), and for one plan a user gave, the first rule it
+breaks as an error naming the flag and the values that would be valid."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from gpuscale.errors import InputError
+from gpuscale.perf.plan import SHARDING, BoolArray, IntArray, Plans, Workload, shard_group_of
+
+
+def _shown(values: IntArray) -> str:
+    """The distinct nonzero values of ``values``, for a rule's message."""
+    return ", ".join(str(int(v)) for v in np.unique(values) if v) or "0"
+
+
+def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, str]]]:
+    """Which plans are structurally valid, and the named rules each violates."""
+    m = w.model
+    used = p.gpus_used()
+    d = p.dp * p.cp
+    sg = shard_group_of(w, p)
+    replicas = np.maximum(d // np.maximum(sg, 1), 1)
+    mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
+    if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
+        mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
+        # and context parallelism re-splits each TP rank's heads (Megatron-Core's
+        # MambaContextParallel: heads divisible by tp x cp)
+        mamba_ok &= m.mamba.heads % (p.tp * p.cp) == 0
+    rules: list[tuple[BoolArray, str]] = [
+        (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
+        (
+            w.global_batch % np.maximum(p.dp * p.mbs, 1) == 0,
+            "global batch not divisible by dp x micro-batch",
+        ),
+        (m.heads % p.tp == 0, f"heads ({m.heads}) not divisible by tp"),
+        (
+            (m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0) | (m.mla is not None),
+            f"kv heads ({m.kv_heads}) and tp do not divide one another",
+        ),
+        (m.ffn_hidden % p.tp == 0, f"ffn hidden ({m.ffn_hidden}) not divisible by tp"),
+        # causal context parallelism balances its load by splitting the sequence into 2 x cp
+        # chunks, each rank taking one from either end (Megatron-Core, Transformer Engine)
+        (
+            (p.cp == 1) | (w.seq_len % (2 * p.cp) == 0),
+            f"sequence ({w.seq_len}) not divisible by 2 x cp (load-balanced causal chunks)",
+        ),
+        # the embedding and the loss may each take a pipeline chunk of their own (Megatron's
+        # account_for_embedding/loss_in_pipeline_split: 126 layers + 2 on PP16 x VPP8)
+        (
+            p.pp * p.vpp <= m.layers + np.where(p.pp > 1, 2, 0),
+            f"pp x vpp exceeds the {m.layers} layers (+ embedding and loss chunks): at most "
+            f"{m.layers + 2}",
+        ),
+        (
+            (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
+            "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp",
+        ),
+        ((p.ep == 1) | m.is_moe, "ep > 1 on a dense model"),
+        (
+            (p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.tp * p.dp * p.cp) % p.ep == 0)),
+            "ep must divide the experts and tp x dp x cp",
+        ),
+        (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
+        # sequence parallelism splits each context-parallel rank's tokens over TP (Megatron:
+        # "seq_length must be divisible by tensor_model_parallel_size" with SP)
+        (
+            ~p.sp | ((w.seq_len % p.cp == 0) & ((w.seq_len // np.maximum(p.cp, 1)) % p.tp == 0)),
+            f"sequence ({w.seq_len}) per context-parallel rank not divisible by tp "
+            "(sequence parallelism splits it)",
+        ),
+        # Megatron-Core's MoE layers take the sequence-parallel shard (its arguments assert
+        # "When using MoE and tensor parallelism, sequence parallelism must be used")
+        (
+            ~(p.tp > 1) | p.sp | (not m.is_moe),
+            "an MoE model with tp > 1 needs sequence parallelism",
+        ),
+        # Megatron overlaps the TP collectives with GEMMs only under sequence parallelism
+        # (tp_comm_overlap asserts sequence_parallel)
+        (
+            ~p.tp_overlap | p.sp,
+            "tp communication overlap needs tp > 1 with sequence parallelism",
+        ),
+        # Megatron: "--fp8-param-gather only supported with distributed optimizer, torch
+        # fsdp2, megatron fsdp"; without sharding nothing is gathered
+        (
+            (p.sharding != SHARDING.index("none")) | (not w.fp8_param_gather),
+            "FP8 parameter gathers need a sharded optimizer (dist-opt, ZeRO or FSDP)",
+        ),
+        (mamba_ok, "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"),
+        # hybrid sharding splits the data-parallel ranks into equal shard groups, and shards
+        # something: a DDP plan has no states to spread
+        (
+            (sg == 0) | (d <= sg) | (d % np.maximum(sg, 1) == 0),
+            f"dp x cp is not a multiple of the shard group ({_shown(sg)})",
+        ),
+        # Megatron: "expert DP size must be divisible by the number of optimizer instances"
+        (
+            (sg == 0) | (d <= sg) | (not m.is_moe) | ((d * p.tp // p.ep) % replicas == 0),
+            "expert data-parallel ranks (dp x cp x tp / ep) not a multiple of the shard "
+            "group's replicas",
+        ),
+        (
+            (sg == 0) | (p.sharding != SHARDING.index("none")),
+            "hybrid sharding (a shard group) needs a sharded optimizer (dist-opt, ZeRO, FSDP)",
+        ),
+        (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
+    ]
+    ok = np.ones(len(p), dtype=bool)
+    for mask, _ in rules:
+        ok &= mask
+    return ok, rules
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, smallest first."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+"""Plan sizes a user can fix: parallel degrees, interleaving, micro-batch."""
+
+
+def check_degrees(w: Workload, degrees: Mapping[str, object]) -> None:
+    """Each given plan size is a whole number from 1 to its bound: the GPU count for a
+    parallel degree, the layers for interleaving, the global batch for the micro-batch."""
+    for key in DEGREES:
+        v = degrees.get(key)
+        if v is None:
+            continue
+        top, what = {
+            "mbs": (w.global_batch, "the global batch"),
+            "vpp": (w.model.layers, "the layers"),
+        }.get(key, (w.num_gpus, "the GPU count"))
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+            raise InputError(key, v, f"a whole number from 1 to {top:,} ({what})")
+
+
+def check_plan(w: Workload, p: Plans) -> None:
+    """Raise an :class:`InputError` for the first rule a single plan breaks."""
+    m = w.model
+    tp, pp, cp, dp = int(p.tp[0]), int(p.pp[0]), int(p.cp[0]), int(p.dp[0])
+    check_degrees(w, {k: int(getattr(p, k)[0]) for k in DEGREES})
+    if w.num_gpus % (tp * pp * cp) != 0:
+        raise InputError(
+            "tp*pp*cp",
+            tp * pp * cp,
+            f"must divide the {w.num_gpus} GPUs (tp={tp}, pp={pp}, cp={cp})",
+        )
+    if m.heads % tp:
+        raise InputError("tp", tp, f"must divide the {m.heads} attention heads of {m.key}")
+    if cp > 1 and w.seq_len % (2 * cp):
+        # causal context parallelism splits the sequence into 2 x cp load-balanced chunks
+        room = w.num_gpus // (tp * pp)  # the GPUs each tensor x pipeline group may span
+        fits = [c for c in divisors(room) if c == 1 or w.seq_len % (2 * c) == 0]
+        raise InputError(
+            "cp",
+            cp,
+            f"a degree whose 2 x cp load-balanced chunks divide the sequence length "
+            f"{w.seq_len}: one of {', '.join(map(str, fits))} (with tp={tp}, pp={pp} on "
+            f"{w.num_gpus} GPUs)",
+        )
+    mb = int(p.mbs[0])
+    per_rank = w.global_batch // dp
+    if mb > 1 and w.global_batch % dp == 0 and per_rank % mb:
+        raise InputError(
+            "mbs",
+            mb,
+            f"a divisor of the {per_rank} sequences each of the {dp} data-parallel ranks takes "
+            f"a step: one of {', '.join(map(str, divisors(per_rank)))}",
+        )
+    if w.global_batch % (dp * mb):
+        raise InputError(
+            "global-batch",
+            w.global_batch,
+            f"must be divisible by dp x micro-batch = {dp} x {mb} = {dp * mb}",
+        )
+    ep, vpp = int(p.ep[0]), int(p.vpp[0])
+    if ep > 1 and not m.is_moe:
+        raise InputError("ep", ep, f"1 for a dense model ({m.key} has no experts)")
+    if ep > 1:
+        group = tp * dp * cp
+        fits = [e for e in range(1, group + 1) if m.num_experts % e == 0 and group % e == 0]
+        if ep not in fits:
+            raise InputError(
+                "ep",
+                ep,
+                f"must divide the {m.num_experts} experts of {m.key} and tp x dp x cp = "
+                f"{group}: one of {', '.join(map(str, fits))}",
+            )
+    if vpp > 1 and pp == 1:
+        raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
+    _check_shard_group(w, p)
+    ok, rules = validity(w, p)
+    if not ok[0]:
+        for mask, why in rules:
+            if not mask[0]:
+                raise InputError("plan", p.label(0), why)
+
+
+def _check_shard_group(w: Workload, p: Plans) -> None:
+    """The shard-group rules of :func:`validity` for one plan, naming the shard group."""
+    sg, d = int(shard_group_of(w, p)[0]), int(p.dp[0] * p.cp[0])
+    if sg == 0:
+        return
+    if int(p.sharding[0]) == SHARDING.index("none"):
+        raise InputError(
+            "shard-group",
+            sg,
+            "0 (no hybrid sharding) unless the optimizer is sharded "
+            "(--dist-opt or --zero): a plan without sharding has no states to spread",
+        )
+    if d <= sg:  # one group of all ranks: full sharding
+        return
+    if d % sg:
+        raise InputError(
+            "shard-group",
+            sg,
+            f"a divisor of the plan's dp x cp = {d} data-parallel ranks "
+            f"({', '.join(map(str, divisors(d)[:-1]))}), {d} or more for full sharding, or 0",
+        )
+    expert_dp, replicas = d * int(p.tp[0]) // int(p.ep[0]), d // sg
+    if w.model.is_moe and expert_dp % replicas:
+        raise InputError(
+            "shard-group",
+            sg,
+            f"a size whose replicas ({d} / {sg} = {replicas}) divide the "
+            f"{expert_dp} expert data-parallel ranks (dp x cp x tp / ep)",
+        )

@@ -1,0 +1,97 @@
+"""In words, why a search's best plan beats its runner-up: the step-time terms that differ
+most between the two, what the rest adds up to, and their memory."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscale.search.plans import SearchResult, same_layout
+from gpuscale.units import GiB
+
+
+def _listed(items: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+_TERM_WORDS = {
+    "compute_s": "compute",
+    "recompute_s": "recomputation",
+    "memory_bound_s": "memory-bound kernels",
+    "quantise_s": "low-precision casts",
+    "tp_comm_s": "TP communication",
+    "cp_comm_s": "CP communication",
+    "ep_comm_s": "EP communication",
+    "pp_comm_s": "PP communication",
+    "bubble_s": "pipeline bubble",
+    "dp_comm_s": "DP communication",
+    "optimizer_s": "optimizer step",
+    "overhead_s": "fixed overhead",
+}
+"""Step-time terms as the explanation names them."""
+
+
+def explain(result: SearchResult) -> str:
+    """In words: why the best plan beats the runner-up (the terms that differ most)."""
+    e = result.estimate
+    b, r = result.best, result.runner_up()
+    if r is None:
+        return f"{e.plans.label(b)} is the only plan that fits."
+    gain = (e.step_s[r] - e.step_s[b]) / e.step_s[r] * 100.0
+    diffs = sorted(
+        ((k, float(v[r] - v[b])) for k, v in e.step.terms().items()), key=lambda kv: -abs(kv[1])
+    )
+    saves: list[str] = []
+    costs: list[str] = []
+    # the terms that make the difference, largest first: each at least a tenth of the
+    # largest change (a net gain is often a large saving against several smaller costs),
+    # at most six of them
+    top = abs(diffs[0][1]) if diffs else 0.0
+    floor = max(0.1 * top, 1e-3 * float(e.step_s[b]))
+    moved = [(k, d) for k, d in diffs if abs(d) >= floor]
+    for k, d in moved[:6]:
+        (saves if d > 0 else costs).append(
+            f"{abs(d) * 1e3:.1f} ms of {_TERM_WORDS.get(k, k.removesuffix('_s'))}"
+        )
+    rest = moved[6:]
+    for group, sign, what in ((saves, 1.0, "savings"), (costs, -1.0, "costs")):
+        n = sum(1 for _k, d in rest if d * sign > 0)
+        if n:
+            group.append(f"{n} smaller {what}")
+    clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
+    net = float(e.step_s[r] - e.step_s[b])
+    # what the terms not itemised add up to, so that the itemised ones and it make the net
+    unnamed = net - sum(d for _k, d in moved[:6])
+    if clauses:
+        small = (
+            f", {unnamed * 1e3:+.1f} ms of it from terms not itemised"
+            if abs(unnamed) >= 5e-5
+            else ""
+        )
+        clauses[-1] += f" (net {net * 1e3:.1f} ms a step{small})"
+    total_b, total_r = float(e.memory.total[b]) / GiB, float(e.memory.total[r]) / GiB
+    if f"{total_b:.1f}" == f"{total_r:.1f}":  # the same to the printed figure
+        mem = f"both use {total_b:.1f} GiB of memory per GPU"
+    else:
+        more = "more" if total_b > total_r else "less"
+        mem = (
+            f"it uses {abs(total_b - total_r):.1f} GiB {more} memory per GPU "
+            f"({total_b:.1f} vs {total_r:.1f} GiB)"
+        )
+    speed = (
+        f"is {gain:.1f}% faster per step than"
+        if gain >= 0.05
+        else "is as fast per step (within 0.05 %) as"
+    )
+    rank = int(np.flatnonzero(result.order == r)[0]) + 1
+    p = e.plans
+    other = not same_layout(p, r, b)
+    which = (
+        f"the fastest plan with another parallel layout, {p.label(r)} (#{rank})"
+        if other
+        else f"the next plan, {p.label(r)} (#{rank}), of the same layout (no other is ranked)"
+    )
+    return (
+        f"{p.label(b)} {speed} {which}: it "
+        f"{' but '.join(clauses) or 'differs only marginally'}; {mem}."
+    )
