@@ -8,31 +8,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
 from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
 from gpuscale.spec.files import read_json
-
-
-def snapshot_name(path: Path) -> str:
-    """The model a config.json belongs to: its folder (falcon-7b/config.json), or in a
-    Hugging Face cache (models--tiiuae--falcon-7b/snapshots/<commit>/config.json, where the
-    file links to a blob) the repository's name; links are not followed. Empty for a file
-    not named config.json or one without a folder."""
-    if path.stem != "config":
-        return ""
-    folder = path.absolute().parent
-    repo = folder.parent.parent.name
-    if folder.parent.name == "snapshots" and repo.startswith("models--"):
-        return repo.rsplit("--", 1)[-1]
-    return folder.name
-
-
-def where(path: Path) -> str:
-    """How messages name a config file: a snapshot's config.json with its model
-    (falcon-7b/config.json), any other file by its name."""
-    name = snapshot_name(path)
-    return f"{name}/{path.name}" if name else path.name
-
 
 _GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
 """Activations read as a gated MLP when the model_type is not in :data:`_GATED_MLP`."""
@@ -93,7 +72,7 @@ _BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 """Nemotron-H ``layers_block_type`` names and their hybrid-pattern letters."""
 
 
-def _hybrid(cfg: dict[str, Any], path: Path, ints: _Ints) -> tuple[str, Mamba | None]:
+def _hybrid(cfg: dict[str, Any], path: Path, ints: Ints) -> tuple[str, Mamba | None]:
     """Layer pattern and Mamba-2 sizes of a hybrid config (Nemotron-H ``nemotron_h``)."""
     pattern = cfg.get("hybrid_override_pattern") or ""
     blocks = cfg.get("layers_block_type")
@@ -125,61 +104,7 @@ def _hybrid(cfg: dict[str, Any], path: Path, ints: _Ints) -> tuple[str, Mamba | 
     return pattern, mamba
 
 
-def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
-    for n in names:
-        if n in cfg and cfg[n] is not None:
-            return cfg[n]
-    return default
-
-
-_FIELD_KEYS = {
-    "layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-    "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "vocab": "vocab_size",
-    "max_seq": "max_position_embeddings", "ffn_hidden": "moe_intermediate_size",
-    "dense_ffn_hidden": "intermediate_size_mlp", "num_experts": "num_local_experts",
-    "top_k": "num_experts_per_tok", "route_groups": "n_group", "route_topk_groups": "topk_group",
-    "moe_latent": "moe_latent_size", "mtp_layers": "num_nextn_predict_layers",
-}  # fmt: skip
-"""A catalog field and the first of the config.json keys it is read from (the key a file
-used is in :attr:`_Ints.found`)."""
-
-
-class _Ints:
-    """Integer keys of one config file, each checked and named in the error it raises."""
-
-    def __init__(self, cfg: dict[str, Any], path: Path) -> None:
-        self.cfg, self.path = cfg, path
-        self.found: dict[str, str] = {}
-        """The key each value was read from, by the first of the names asked for."""
-
-    def __call__(self, *names: str, default: int = 0, minimum: int = 0) -> int:
-        for n in names:
-            val = self.cfg.get(n)
-            if val is None:
-                continue
-            self.found[names[0]] = n
-            # JSON true/false are not sizes; 32.0 is accepted as 32
-            ok = not isinstance(val, bool) and (
-                isinstance(val, int) or (isinstance(val, float) and val.is_integer())
-            )
-            if not ok or int(val) < minimum:
-                raise InputError(
-                    f"{where(self.path)}:{n}", val, f"an integer of at least {minimum}"
-                )
-            return int(val)
-        return default
-
-    def flag(self, name: str, default: bool) -> bool:
-        """A true/false key: JSON true or false only ("false" as a string is an error)."""
-        val = self.cfg.get(name)
-        if val is None:
-            return default
-        if not isinstance(val, bool):
-            raise InputError(f"{where(self.path)}:{name}", val, "true or false (JSON booleans)")
-        return val
-
-
-def _sliding_window(cfg: dict[str, Any], model_type: str, ints: _Ints) -> tuple[int, int | None]:
+def _sliding_window(cfg: dict[str, Any], model_type: str, ints: Ints) -> tuple[int, int | None]:
     """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed, else
     Gemma 2's alternation and Gemma 3's ``sliding_window_pattern``; with
     ``use_sliding_window: true`` the layers from ``max_window_layers`` on (Qwen2/3); every
@@ -208,7 +133,7 @@ def _sliding_window(cfg: dict[str, Any], model_type: str, ints: _Ints) -> tuple[
     return 0, None
 
 
-def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: _Ints) -> bool:
+def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: Ints) -> bool:
     """``tie_word_embeddings``, or where it is absent the default of the model_type's config
     class; an unknown model_type without the key is an error naming it (tied or not moves
     the count by vocab x hidden, 0.8 B for Gemma-7B)."""
@@ -224,7 +149,7 @@ def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: _Ints) -> bool
     )
 
 
-def _moe_layout(cfg: dict[str, Any], path: Path, ints: _Ints, layers: int) -> tuple[int, int]:
+def _moe_layout(cfg: dict[str, Any], path: Path, ints: Ints, layers: int) -> tuple[int, int]:
     """(first dense layers, MoE layer step) that give the MoE layer count the file's keys
     set, following each family's modeling code: DeepSeek's ``first_k_dense_replace`` and
     ``moe_layer_freq`` (layer i is MoE when i >= k and i % freq == 0), Qwen2/3-MoE's
@@ -339,7 +264,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         )
     if model_type == "ernie4_5_moe":
         cfg = {**ERNIE_MOE_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
-    ints = _Ints(cfg, path)
+    ints = Ints(cfg, path)
     required = (
         ("num_hidden_layers", "n_layer", "num_layers"),
         ("hidden_size", "n_embd", "d_model"),
@@ -347,13 +272,13 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         ("vocab_size",),
     )
     for names in required:
-        if _first(cfg, *names) is None:
+        if first_of(cfg, *names) is None:
             raise InputError(f"{where(path)}:{names[0]}", None, "required (a positive integer)")
     layers, hidden, heads, vocab = (ints(*names, minimum=1) for names in required)
     gated = _GATED_MLP.get(model_type)
     if gated is None:
         # an architecture not in the table: judge by the activation's name
-        act = _first(
+        act = first_of(
             cfg,
             "hidden_act",
             "hidden_activation",
@@ -479,6 +404,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "window_layers": window_layers,
         "window_kind": window_kind,
         "mtp_layers": ints("num_nextn_predict_layers"),
+        "dropout": ints.trains_with_dropout(),
     }
     try:
         return Model.model_validate(body)
@@ -486,12 +412,12 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         err = exc.errors()[0]
         if err["loc"]:
             # the file's key, not the catalog's field: hidden_size (or n_embd), not hidden
-            first = _FIELD_KEYS.get(str(err["loc"][0]))
+            first = FIELD_KEYS.get(str(err["loc"][0]))
             loc = ints.found.get(first, first) if first else ".".join(map(str, err["loc"]))
             raise InputError(f"{where(path)}:{loc}", err.get("input"), err["msg"]) from exc
         # a whole-model check (e.g. top_k above the expert count): its message names the
         # fields, said here as the file's keys
         msg = str(err["msg"]).removeprefix("Value error, ")
-        for fld, first in _FIELD_KEYS.items():
+        for fld, first in FIELD_KEYS.items():
             msg = re.sub(rf"\b{fld}=", f"{ints.found.get(first, first)}=", msg)
         raise InputError(field, str(path), f"inconsistent shape: {msg}") from exc
