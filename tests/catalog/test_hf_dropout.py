@@ -88,4 +88,3 @@ def test_dropout_masks_add_to_the_activations(tmp_path: Path) -> None:
     s, h, layers = 2048, 4096, 32
     # the memory model holds 10 % more activation memory for the caching allocator
     assert acts[0] - acts[1] == pytest.approx(1.1 * layers * 2 * s * h, rel=0.02)
-
