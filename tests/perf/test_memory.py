@@ -156,6 +156,26 @@ def test_megatron_ddp_is_18_bytes_and_dist_opt_6_plus_12_over_n() -> None:
     assert per == pytest.approx([18.0, 6 + 12 / N], rel=1e-12)
 
 
+def test_fsdp_under_a_pipeline_holds_whole_weights_and_fp32_gradients() -> None:
+    """PyTorch's pipeline schedules turn FSDP's gradient sync off until the last
+    micro-batch, and torchtitan keeps the gathered weights after the forward: a stage holds
+    its 16-bit weights and fp32 gradients whole, 2 + 4 + 12/d bytes a parameter, as the
+    distributed optimizer; without a pipeline FSDP stays (2 + 2 + 12)/d, with its two
+    gathered layers in the buffers."""
+    w = workload("llama3-8b", gpus=4 * N, gbs=4 * N * 4, gpu="h100-sxm")
+    z3, dist = SHARDING.index("zero3"), SHARDING.index("dist-opt")
+    piped = memory_breakdown(w, Plans.of(pp=4, dp=N, sharding=[z3, dist]), CAL)
+    for part in ("weights", "gradients", "optimizer", "buffers"):
+        a, b = getattr(piped, part)
+        assert a == pytest.approx(b, rel=1e-12), part
+    n_stage = float(piped.weights[1]) / 2.0  # the fuller stage's parameters
+    assert float(piped.gradients[0]) == pytest.approx(4.0 * n_stage, rel=1e-12)
+    flat = memory_breakdown(w, Plans.of(dp=4 * N, sharding=z3), CAL)
+    n = param_count(w.model)
+    assert float(flat.gradients[0]) / n == pytest.approx(2 / (4 * N), rel=1e-12)
+    assert float(flat.buffers[0]) > CAL.mem_reserved_bytes  # the gathered layers
+
+
 def test_sharding_group_is_dp_times_cp() -> None:
     # Megatron shards the distributed optimizer over the DP x CP ranks
     w = workload("llama3-8b", gpus=N, gbs=N, seq=8192, gpu="h100-sxm")

@@ -7,7 +7,7 @@ hybrid shard group):
   dist-opt (Megatron distributed opt.): 2 + 4 + 12/d
   zero1:                                2 + 2 + 12/d
   zero2:                                2 + (2 + 12)/d   (under a pipeline: dist-opt's)
-  zero3 / FSDP:                         (2 + 2 + 12)/d
+  zero3 / FSDP:                         (2 + 2 + 12)/d   (under a pipeline: dist-opt's)
 FP8 training keeps an extra 1-byte copy of each weight (Transformer Engine).
 
 Activations per layer and micro-batch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2,
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload, memory_sharding
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.transformer import (
@@ -242,9 +242,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # the ranks the sharded states spread over (all DP x CP ranks, or a hybrid shard group)
     groups = ShardGroups.of(w, p)
     d, d_exp = groups.dense, groups.expert
-    # ZeRO-2 under a pipeline holds whole weights and fp32 gradients, as the distributed
-    # optimizer does (plan.pipelined_fsdp)
-    shard = cost_sharding(p)
+    # ZeRO-2 and FSDP under a pipeline hold whole weights and fp32 gradients, as the
+    # distributed optimizer does (plan.memory_sharding)
+    shard = memory_sharding(p)
     cols = []
     for j in range(3):
         un = np.select([shard == k for k in _BYTES], [_BYTES[k][j][0] for k in _BYTES])

@@ -309,6 +309,25 @@ def pipelined_fsdp(p: Plans) -> BoolArray:
     return out
 
 
+def memory_sharding(p: Plans) -> IntArray:
+    """The sharding each plan's memory is counted as: the distributed optimizer's for
+    :func:`pipelined_fsdp` plans and for FSDP (ZeRO-3) under a pipeline, the plan's own
+    otherwise.
+
+    Under a pipeline, PyTorch's schedules turn FSDP's gradient sync off for every micro-batch
+    but the last (``backward_maybe_with_nosync``), so each stage's gradients accumulate
+    whole in fp32 (the reduce dtype), and torchtitan keeps the gathered weights after the
+    forward (``reshard_after_forward`` is off when PP is on): 2 + 4 bytes a parameter held
+    whole, the optimizer's 12 sharded. torchtitan's Llama 3.1 405B runs on 512 H100 (TP8
+    PP8 FSDP8) peak at 73-85 GiB reserved, where per-layer sharding would hold 36 GiB
+    (``benchmarks/memory_published.py``). Their time stays priced per micro-batch
+    (:func:`pipelined_fsdp`).
+    """
+    z3_pp = (p.sharding == SHARDING.index("zero3")) & (p.pp > 1)
+    out: IntArray = np.where(z3_pp, SHARDING.index("dist-opt"), cost_sharding(p))
+    return out
+
+
 def cost_sharding(p: Plans) -> IntArray:
     """The sharding each plan is costed as (memory and DP traffic): the distributed
     optimizer for :func:`pipelined_fsdp` plans, the plan's own otherwise."""
