@@ -74,6 +74,15 @@ Fp8GatherOpt = Annotated[
         "With fp8/fp4 precision and a sharded optimizer; default off.",
     ),
 ]
+CudaGraphsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--cuda-graphs/--no-cuda-graphs",
+        help="The whole training step replays as CUDA graphs (MLPerf's NVIDIA submissions, "
+        "Megatron's full-iteration graphs): no per-step host overhead (the framework's loop, "
+        "logging, the data loader). Per-layer graphs do not remove it; default off.",
+    ),
+]
 ModulesOpt = Annotated[
     str | None,
     typer.Option(

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "recompute_modules": None,  # core_attn
     "mtp": None,  # the model's own
     "fp8_param_gather": False,
+    "cuda_graphs": False,
     "memory_headroom": 0.0,
     "shard_group": 0,  # shard over every data-parallel rank
 }
@@ -109,6 +110,7 @@ def build_workload(
     ep_dispatch: str = "hierarchical",
     recompute_modules: str | None = None,
     fp8_param_gather: bool = False,
+    cuda_graphs: bool = False,
     memory_headroom: float | None = None,
     shard_group: int = 0,
 ) -> Workload:
@@ -154,6 +156,7 @@ def build_workload(
         elementwise=elementwise,
         ep_dispatch=ep_dispatch,
         fp8_param_gather=fp8_param_gather,
+        cuda_graphs=cuda_graphs,
         memory_headroom=0.0 if memory_headroom is None else memory_headroom,
         shard_group=shard_group,
         recompute_modules=(

@@ -93,6 +93,13 @@ class Workload:
     the optimizer's fp32 master; torchao's enable_fsdp_float8_all_gather, which casts
     FSDP's sharded parameters to FP8 for each all-gather. Only with fp8/fp4 precision and a
     sharded optimizer (distributed optimizer, ZeRO, FSDP)."""
+    cuda_graphs: bool = False
+    """The whole training step is captured in CUDA graphs and replayed (MLPerf's NVIDIA
+    submissions, Megatron's full-iteration graphs): the per-step host overhead
+    (``Calibration.step_overhead_s``: the framework's Python loop, logging, the data loader)
+    is not paid. Per-layer graphs (Transformer Engine's ``make_graphed_callables``) leave
+    it, and the per-layer and per-micro-batch costs stay: the published runs that name
+    CUDA graphs measure them."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""

@@ -263,6 +263,7 @@ class TrainingEstimate:
             "recompute_fraction": float(self.memory.recompute_fraction[i]),
             "ep_dispatch": w.ep_dispatch,
             "fp8_param_gather": w.fp8_param_gather,
+            "cuda_graphs": w.cuda_graphs,
             "memory_headroom": w.memory_headroom,
             # the hybrid shard group this plan runs with (its own or the workload's), 0 when
             # it keeps one copy of its states (full sharding)

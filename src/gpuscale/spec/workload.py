@@ -12,6 +12,7 @@ attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
 fp8_param_gather: false     # optional: gather FP8 weights, keep no 16-bit copy (fp8/fp4 only)
+cuda_graphs: false          # optional: the whole step replays as CUDA graphs (no per-step cost)
 ep_dispatch: hierarchical   # optional: hierarchical (DeepEP, HybridEP) | all_to_all (NCCL)
 recompute_modules: [layernorm, moe_act]   # optional: what selective recompute runs again
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)
@@ -70,6 +71,7 @@ class TrainingJob(BaseModel):
     ep_dispatch: str | None = None
     recompute_modules: str | list[str] | None = None
     fp8_param_gather: bool | None = None
+    cuda_graphs: bool | None = None
     mtp: int | None = Field(default=None, ge=0)
     memory_headroom: float | None = None  # checked by the Workload, as the flag is
     shard_group: int | None = None  # checked by the Workload, as the flag is

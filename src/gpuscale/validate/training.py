@@ -63,6 +63,7 @@ from gpuscale.validate.training_rows import (
 )
 from gpuscale.validate.training_stack import (
     attention_kernel,
+    cuda_graphs,
     elementwise_kernels,
     ep_dispatch,
     mentions,
@@ -147,9 +148,8 @@ FP8_PARAM_GATHER = r"fp[48][_ -]param[_ -]gather|float8[_ -]all[_ -]gather"
 --fp4-param-gather, torchao's enable_fsdp_float8_all_gather)."""
 
 MAX_TOKENS_PER_STEP = 2**27
-"""Tokens in one optimizer step above which a row's global batch is taken to be in tokens,
-not sequences: twice DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest
-batch published for an LLM pre-training run we know of; Llama 3 405B used 16 M."""
+"""Tokens a step above which a row's global batch is read as tokens, not sequences: twice
+DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest published batch."""
 
 
 def source_group(source: str) -> str:
@@ -245,8 +245,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
                 "column's unit (a step time in milliseconds, a throughput per node or per run)"
             )
     (attention, why_a), (gathers, why_g) = attention_kernel(row, gpu.arch), zero3_gathers(row)
-    elementwise, why_e = elementwise_kernels(row)
-    notes.extend(why for why in (why_a, why_g, why_e) if why)
+    (elementwise, why_e), (graphs, why_c) = elementwise_kernels(row), cuda_graphs(row)
+    notes.extend(why for why in (why_a, why_g, why_e, why_c) if why)
     dispatch, why = ep_dispatch(row)
     if why and model.is_moe:
         notes.append(why)
@@ -276,6 +276,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         elementwise=elementwise,
         ep_dispatch=dispatch,
         fp8_param_gather=fp8_gather,
+        cuda_graphs=graphs,
         shard_group=shard_group,
     )
     fixed: dict[str, Any] = {}

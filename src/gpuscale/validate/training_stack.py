@@ -110,3 +110,19 @@ def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
     if not re.search(HIERARCHICAL_DISPATCH, text) and re.search(ALL_TO_ALL_DISPATCH, text):
         return "all_to_all", "MoE dispatch: one NCCL all-to-all of every top-k copy"
     return "hierarchical", ""
+
+
+FULL_STEP_GRAPHS = (
+    r"full[_ -]iteration (cuda[_ -]?)?graphs?|(cuda[_ -]?)?graphs? of (the )?(whole|full|entire) "
+    r"(training )?(step|iteration)|cuda_graph_scope\W*full_iteration|--cuda-graphs\b"
+)
+"""How a row names a whole training step captured in CUDA graphs (Megatron-Core's
+``cuda_graph_impl``/``cuda_graph_scope`` ``full_iteration``). "CUDA graphs" alone is not
+enough: Megatron-Core's default scope, and the Megatron-Bridge recipes', is per layer."""
+
+
+def cuda_graphs(row: dict[str, str]) -> tuple[bool, str]:
+    """Whether a row's whole training step replays as CUDA graphs, and why."""
+    if mentions(stack_text(row), FULL_STEP_GRAPHS):
+        return True, "the whole step replays as CUDA graphs: no per-step host overhead"
+    return False, ""
