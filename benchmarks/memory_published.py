@@ -12,12 +12,14 @@ memory; ``allocated_peak``: Megatron's mem-max-allocated-bytes), which hold neit
 CUDA context nor NCCL's and cuBLAS's workspaces: they are compared with gpuscale's total
 less its fixed workspace term (``Calibration.mem_reserved_bytes``). The plan each row
 states is estimated as ``gpuscale train estimate`` would (a ``.json`` model is a
-config.json beside the CSV). Prints one line per row and the error by source.
+config.json beside the CSV), runs without torch.compile with ``elementwise="eager"`` (whose
+op-by-op loss holds three fp32 copies of the logits). Prints one line per row and the error
+by source.
 
-What the model does not see, so that the spread is expected: torch.compile (it frees
-memory: the same run reads 82.4 GiB eager and 77.0 GiB compiled), allocator caching that
-stops growing near the GPU's capacity (rows within a few GiB of it are lower bounds), and
-software versions (the same 8-GPU Llama 3 8B run reads 47.7 GiB on an H100 with torch 2.7
+What the model does not see, so that the spread is expected: a compiled run whose loss
+stayed op by op (torchtitan compiled its blocks, not its loss, in 2024), allocator caching
+that stops growing near the GPU's capacity (rows within a few GiB of it are lower bounds),
+and software versions (the same 8-GPU Llama 3 8B run reads 47.7 GiB on an H100 with torch 2.7
 and 33.7 GiB on a B200 with torch 2.9).
 """
 
@@ -65,6 +67,7 @@ def predict_gib(row: dict[str, str], folder: Path) -> tuple[float, str]:
         _int(row, "seq_len"),
         _int(row, "global_batch"),
         precision=row["precision"],
+        elementwise=row["elementwise"],
         **({"recompute_modules": modules} if modules else {}),
     )
     tp, pp, cp = _int(row, "tp"), _int(row, "pp"), _int(row, "cp")

@@ -401,3 +401,15 @@ def test_tp_beyond_the_kv_heads_keeps_a_whole_kv_head_per_rank() -> None:
     for t, kv in ((8, 1024), (16, 128 * 16)):
         expected = s * (8 * h + 4 * q + 4 * kv + 6 * f) / t
         assert act(w, tp=t, dp=16 // t, sp=True, recompute=0) == pytest.approx(expected)
+
+
+def test_an_op_by_op_loss_holds_three_fp32_copies_of_the_logits() -> None:
+    """PyTorch's cross_entropy of upcast logits keeps the fp32 log-softmax and, in its
+    backward, writes its gradient and its input's: 12 bytes a logit against a fused
+    kernel's 4 (memory.LOSS_BYTES); the caching-allocator margin applies to both."""
+    w = workload("llama3-8b", gpus=8, gbs=16, seq=8192, gpu="h100-sxm", flash=True)
+    p = Plans.of(dp=8, mbs=2, recompute=2)  # full: the logits are most of it
+    fused = float(memory_breakdown(w, p, CAL).activations[0])
+    eager = float(memory_breakdown(replace(w, elementwise="eager"), p, CAL).activations[0])
+    logits = 2 * 8192 * 128256  # micro-batch x sequence x vocabulary, no TP
+    assert eager - fused == pytest.approx(8.0 * logits * CAL.mem_activation_overhead, rel=1e-9)

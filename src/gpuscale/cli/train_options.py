@@ -61,8 +61,9 @@ ElemOpt = Annotated[
     str | None,
     typer.Option(
         "--elementwise",
-        help="Norms, RoPE, activations: fused (TE/Apex or torch.compile kernels, default) "
-        "or eager (one PyTorch kernel per op).",
+        help="Norms, RoPE, activations and the loss: fused (TE/Apex or torch.compile "
+        "kernels, default) or eager (one PyTorch kernel per op; the loss then holds three "
+        "fp32 copies of the logits).",
     ),
 ]
 Fp8GatherOpt = Annotated[

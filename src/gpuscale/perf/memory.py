@@ -22,7 +22,8 @@ GPT with f = 4h and MHA gives 34 s b h + 5 a s^2 b, the paper's figure. With FP8
 (Transformer Engine) the GEMM inputs saved for backward take 1 byte instead of 2.
 The first pipeline stage holds p micro-batches in flight (x (1 + (p-1)/(p v)) interleaved,
 at most all m); the last one holds one (interleaved, ((v-1) p + 1)/v) and the fp32 logits of
-the output layer; memory is that of the fuller of the two.
+the output layer (three with an op-by-op loss, :data:`LOSS_BYTES`); memory is that of the
+fuller of the two.
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ _BYTES = {
     3: ((2, 0), (0, 2), (0, 12)),
     4: ((0, 2), (0, 2), (0, 12)),
 }
+
+
+LOSS_BYTES = {"fused": 4.0, "eager": 12.0}
+"""Bytes a logit takes at the loss's peak, by how the run's memory-bound ops run
+(:data:`~gpuscale.perf.plan.ELEMENTWISE`). A fused cross-entropy (Megatron's vocab-parallel
+kernel, torch.compile's) keeps one fp32 copy, the softmax it overwrites with its gradient:
+Megatron-LM's CI memory tests come within 3 % with it (``benchmarks/memory_published.py``).
+PyTorch's op-by-op ``cross_entropy`` of upcast logits keeps the fp32 log-softmax for the
+backward, which then writes its gradient and its input's: three fp32 copies."""
 
 
 @dataclass(frozen=True)
@@ -269,9 +279,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     per_layer_act = activation_bytes_per_layer(w, p)
     none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))
     full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))
-    # the last stage's output layer and loss: fp32 logits, one per MTP depth too
+    # the last stage's output layer and loss at its peak, one per MTP depth too
     s_loc = w.seq_len / p.cp
-    logits = (1 + m.mtp_layers) * 4.0 * s_loc * p.mbs * m.vocab / p.tp
+    logits = (1 + m.mtp_layers) * LOSS_BYTES[w.elementwise] * s_loc * p.mbs * m.vocab / p.tp
     logits_first = np.where(p.pp == 1, logits, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit (or FP8) weights and its 16-bit gradients while
     # computing it, with one more prefetched: 2 layers x (2 + 2) bytes per parameter

@@ -55,7 +55,8 @@ ELEMENTWISE = ("fused", "eager")
 """How the memory-bound ops run: ``fused`` kernels (Transformer Engine / Apex RMSNorm,
 SwiGLU and RoPE, or torch.compile's generated ones), or ``eager`` PyTorch, where each op of
 a norm, rotary embedding or gated activation is its own kernel that reads and writes the
-whole tensor, often upcast to fp32 (see ``EAGER_*`` in :mod:`gpuscale.perf.step`)."""
+whole tensor, often upcast to fp32 (see ``EAGER_*`` in :mod:`gpuscale.perf.step`), and the
+loss keeps three fp32 copies of the logits (:data:`gpuscale.perf.memory.LOSS_BYTES`)."""
 
 
 MAX_GPUS = 2**24
