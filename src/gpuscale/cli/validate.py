@@ -1,4 +1,4 @@
-"""`gpuscale validate {training|inference|collectives} --runs FILE.csv [--json]`.
+"""`gpuscale validate {training|memory|inference|collectives} --runs FILE.csv [--json]`.
 
 The contract (shared/validation/README.md): predict every row, print per-row predicted,
 measured and signed error, then rows scored / skipped (with reasons), MAPE, median and
@@ -26,6 +26,15 @@ def training(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
     from gpuscale.validate.training import validate_training
 
     print_validation(validate_training(runs, load_calibration(calibration)), json)
+
+
+@app.command("memory")
+def memory(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
+    """Measured per-GPU peak memory of training runs against the memory model (the CSV's
+    columns: see gpuscale/validate/memory.py; benchmarks/heldout/memory_published.csv)."""
+    from gpuscale.validate.memory import validate_memory
+
+    print_validation(validate_memory(runs, load_calibration(calibration)), json)
 
 
 @app.command("inference")

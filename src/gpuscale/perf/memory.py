@@ -62,9 +62,10 @@ LOSS_BYTES = {"fused": 4.0, "eager": 12.0}
 """Bytes a logit takes at the loss's peak, by how the run's memory-bound ops run
 (:data:`~gpuscale.perf.plan.ELEMENTWISE`). A fused cross-entropy (Megatron's vocab-parallel
 kernel, torch.compile's) keeps one fp32 copy, the softmax it overwrites with its gradient:
-Megatron-LM's CI memory tests come within 3 % with it (``benchmarks/memory_published.py``).
-PyTorch's op-by-op ``cross_entropy`` of upcast logits keeps the fp32 log-softmax for the
-backward, which then writes its gradient and its input's: three fp32 copies."""
+Megatron-LM's CI memory tests come within 3 % with it (``gpuscale validate memory`` on
+``benchmarks/heldout/memory_published.csv``). PyTorch's op-by-op ``cross_entropy`` of
+upcast logits keeps the fp32 log-softmax for the backward, which then writes its gradient
+and its input's: three fp32 copies."""
 
 
 @dataclass(frozen=True)

@@ -328,8 +328,8 @@ def memory_sharding(p: Plans) -> IntArray:
     forward (``reshard_after_forward`` is off when PP is on): 2 + 4 bytes a parameter held
     whole, the optimizer's 12 sharded. torchtitan's Llama 3.1 405B runs on 512 H100 (TP8
     PP8 FSDP8) peak at 73-85 GiB reserved, where per-layer sharding would hold 36 GiB
-    (``benchmarks/memory_published.py``). Their time stays priced per micro-batch
-    (:func:`pipelined_fsdp`).
+    (``benchmarks/heldout/memory_published.csv``, ``gpuscale validate memory``). Their
+    time stays priced per micro-batch (:func:`pipelined_fsdp`).
     """
     z3_pp = (p.sharding == SHARDING.index("zero3")) & (p.pp > 1)
     out: IntArray = np.where(z3_pp, SHARDING.index("dist-opt"), cost_sharding(p))

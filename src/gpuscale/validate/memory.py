@@ -1,0 +1,154 @@
+"""``gpuscale validate memory``: measured per-GPU peak memory of training runs.
+
+Each row states one training plan and the peak memory one GPU measured running it; the
+plan is estimated as ``gpuscale train estimate`` would and the two are compared. Columns
+(``benchmarks/heldout/memory_published.csv`` holds 39 published rows in this schema):
+
+- required: ``id``, ``model`` (catalog key, or a config.json path, relative to the CSV's
+  folder), ``gpu``, ``num_gpus``, ``seq_len``, ``global_batch`` (sequences a step),
+  ``metric`` and ``measured_gib`` (GiB, 2^30 bytes);
+- optional, defaults as the command's: ``micro_batch`` (1), ``tp``, ``pp``, ``vpp``, ``cp``,
+  ``ep`` (1), ``sp`` (true with TP), ``sharding`` (none, dist-opt, zero1, zero2, zero3 or
+  fsdp; none), ``shard_group``, ``recompute`` (none, selective, full, partial; none),
+  ``recompute_modules``, ``precision`` (bf16), ``elementwise`` (fused or eager: fused),
+  ``source`` (the by-source table), ``notes``.
+
+``metric`` says what was measured: ``reserved_peak`` (``torch.cuda.max_memory_reserved``,
+torchtitan's logged memory) and ``allocated_peak`` (``max_memory_allocated``, Megatron's
+mem-max-allocated-bytes) are the PyTorch caching allocator's, which never sees the CUDA
+context nor NCCL's and cuBLAS's workspaces: they are compared with gpuscale's total less its
+fixed workspace (:attr:`Calibration.mem_reserved_bytes`). ``device_used`` (nvidia-smi,
+NVML's used memory) is compared with the whole total.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuscale.calibrate import Calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.memory import memory_breakdown
+from gpuscale.perf.plan import ELEMENTWISE, RECOMPUTE, SHARDING, Plans, Workload
+from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
+from gpuscale.perf.validity import check_plan
+from gpuscale.validate.report import (
+    RowResult,
+    SkipRow,
+    ValidationReport,
+    count,
+    positive,
+    read_rows,
+    signed_error_pct,
+)
+from gpuscale.validate.training import source_group
+
+REQUIRED = ("id", "model", "gpu", "num_gpus", "seq_len", "global_batch", "metric", "measured_gib")
+METRICS = {"reserved_peak": False, "allocated_peak": False, "device_used": True}
+"""What a row measured, and whether the figure holds the CUDA/NCCL workspace."""
+GIB = 2.0**30
+
+
+def _choice(row: dict[str, str], col: str, valid: tuple[str, ...], default: str, where: str) -> str:
+    value = row.get(col, "").strip().lower() or default
+    if value not in valid:
+        raise InputError(f"{where}:{col}", row[col], f"one of {', '.join(valid)}")
+    return value
+
+
+def _degree(row: dict[str, str], col: str, where: str) -> int:
+    value = count(row, col, where)
+    return 1 if value is None else value
+
+
+def _workload(row: dict[str, str], folder: Path, where: str) -> Workload:
+    name = row["model"]
+    if name.endswith(".json") and not Path(name).is_absolute():
+        name = str(folder / name)
+    try:
+        model, gpu = get_model(name), get_gpu(row["gpu"])
+    except InputError as exc:
+        raise SkipRow(str(exc)) from None  # a part the catalog lacks: skipped, with why
+    sizes = {c: count(row, c, where) for c in ("num_gpus", "seq_len", "global_batch")}
+    if None in sizes.values():
+        raise SkipRow("GPU count, sequence length or global batch not stated")
+    system = system_for_gpu(gpu)
+    names = row.get("recompute_modules", "").strip()
+    modules = parse_modules(names.split(","), f"{where}:recompute_modules") if names else None
+    precision = row.get("precision", "").strip().lower() or "bf16"
+    if precision not in gpu.peak_tflops:
+        raise SkipRow(f"precision={precision!r}: {gpu.key} has no {precision} peak")
+    gpus, seq, gbs = (int(v or 0) for v in sizes.values())
+    return Workload(
+        model,
+        gpu,
+        system,
+        Fabric.from_system(system, gpus),
+        gpus,
+        seq,
+        gbs,
+        precision,
+        elementwise=_choice(row, "elementwise", ELEMENTWISE, "fused", where),
+        shard_group=count(row, "shard_group", where) or 0,
+        recompute_modules=modules or DEFAULT_MODULES,
+    )
+
+
+def _plan(row: dict[str, str], w: Workload, where: str) -> Plans:
+    tp, pp, cp = (_degree(row, c, where) for c in ("tp", "pp", "cp"))
+    if w.num_gpus % (tp * pp * cp):
+        raise SkipRow(f"tp x pp x cp = {tp * pp * cp} does not divide {w.num_gpus} GPUs")
+    sharding = _choice(row, "sharding", (*SHARDING, "fsdp"), "none", where)
+    sp = _choice(row, "sp", ("true", "false"), "true" if tp > 1 else "false", where)
+    plan = Plans.of(
+        tp=tp,
+        pp=pp,
+        vpp=_degree(row, "vpp", where),
+        cp=cp,
+        ep=_degree(row, "ep", where),
+        dp=w.num_gpus // (tp * pp * cp),
+        mbs=_degree(row, "micro_batch", where),
+        recompute=RECOMPUTE.index(_choice(row, "recompute", RECOMPUTE, "none", where)),
+        sharding=SHARDING.index("zero3" if sharding == "fsdp" else sharding),
+        sp=tp > 1 and sp == "true",
+    )
+    try:
+        check_plan(w, plan)
+    except InputError as exc:
+        raise SkipRow(f"stated plan is not valid here: {exc}") from None
+    return plan
+
+
+def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
+    rows: list[RowResult] = []
+    for lineno, row in read_rows(path, REQUIRED):
+        where = f"{path.name}:line {lineno}"
+        metric = _choice(row, "metric", tuple(METRICS), "", where)
+        group = source_group(row.get("source", "")) or "(no source)"
+        try:
+            measured = positive(row, "measured_gib", where)
+            if measured is None:
+                raise SkipRow("no measured_gib value")
+            w = _workload(row, path.parent, where)
+            plan = _plan(row, w, where)
+        except SkipRow as why:
+            rows.append(RowResult.skip(row["id"], str(why), None, group, "peak_memory_gib"))
+            continue
+        mem = memory_breakdown(w, plan, cal)
+        total = float(mem.total[0]) - (0.0 if METRICS[metric] else cal.mem_reserved_bytes)
+        predicted = total / GIB
+        rows.append(
+            RowResult(
+                row["id"],
+                predicted,
+                measured,
+                signed_error_pct(predicted, measured),
+                "scored",
+                f"{metric}; {plan.label(0)}",
+                group,
+                "peak_memory_gib",
+                {"plan": plan.label(0), "fits": bool(mem.fits[0])},
+            )
+        )
+    return ValidationReport("memory", rows)
