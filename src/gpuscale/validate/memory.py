@@ -138,6 +138,8 @@ def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
         mem = memory_breakdown(w, plan, cal)
         total = float(mem.total[0]) - (0.0 if METRICS[metric] else cal.mem_reserved_bytes)
         predicted = total / GIB
+        fits = bool(mem.fits[0])
+        over = "" if fits else f"; beyond the {w.gpu.key}'s {mem.capacity / GIB:.1f} GiB"
         rows.append(
             RowResult(
                 row["id"],
@@ -145,10 +147,10 @@ def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
                 measured,
                 signed_error_pct(predicted, measured),
                 "scored",
-                f"{metric}; {plan.label(0)}",
+                f"{metric}; {plan.label(0)}{over}",
                 group,
                 "peak_memory_gib",
-                {"plan": plan.label(0), "fits": bool(mem.fits[0])},
+                {"plan": plan.label(0), "fits": fits},
             )
         )
     return ValidationReport("memory", rows)
