@@ -80,7 +80,7 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
             "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
             "zero3_gathers, elementwise, ep_dispatch, recompute_modules, fp8_param_gather, "
-            "cuda_graphs, mtp, memory_headroom, shard_group, system, tokens",
+            "cuda_graphs, loss, mtp, memory_headroom, shard_group, system, tokens",
         ),
         ("Global_Batch: 8", "did you mean global_batch?"),
         # one typo from two keys: both are offered, not the one difflib happens to rank first

@@ -56,6 +56,9 @@ def test_the_flag_and_the_workload_key(tmp_path: Path, capsys: pytest.CaptureFix
         ("cuda_graph_impl=local, cuda_graph_scope=full_iteration", True),
         ("full-iteration CUDA graphs", True),
         ("CUDA graphs of the whole step", True),
+        ("--cuda-graph-scope full_iteration", True),
+        ("megatron.core.full_cuda_graph.FullCudaGraphWrapper", True),
+        ("torch.compile graph of the whole step", False),
         # Megatron-Core's default scope and the Megatron-Bridge recipes' are per layer
         ("CUDA graphs (config_common_cg.sh)", False),
         ("LAYER_CUDA_GRAPH=1", False),

@@ -413,3 +413,29 @@ def test_an_op_by_op_loss_holds_three_fp32_copies_of_the_logits() -> None:
     eager = float(memory_breakdown(replace(w, elementwise="eager"), p, CAL).activations[0])
     logits = 2 * 8192 * 128256  # micro-batch x sequence x vocabulary, no TP
     assert eager - fused == pytest.approx(8.0 * logits * CAL.mem_activation_overhead, rel=1e-9)
+
+
+def test_fsdp_under_a_pipeline_keeps_no_fp8_copy_beside_what_it_gathered() -> None:
+    """FP8 FSDP under a pipeline holds its gathered 16-bit weights (FP8 ones with FP8
+    gathers) and nothing else: 2 (or 1) bytes a stage parameter."""
+    w = replace(workload("llama3-8b", gpus=4 * N, gbs=4 * N * 4, gpu="h100-sxm"), precision="fp8")
+    p = Plans.of(pp=4, dp=N, sharding=SHARDING.index("zero3"))
+    bf16 = replace(w, precision="bf16")
+    held = float(memory_breakdown(bf16, p, CAL).weights[0])
+    assert float(memory_breakdown(w, p, CAL).weights[0]) == pytest.approx(held, rel=1e-12)
+    gathered8 = replace(w, fp8_param_gather=True)
+    assert float(memory_breakdown(gathered8, p, CAL).weights[0]) == pytest.approx(held / 2)
+
+
+def test_the_loss_may_run_op_by_op_beside_fused_blocks() -> None:
+    """torchtitan of 2024 compiled its blocks, not its loss: fused elementwise kernels, an
+    op-by-op loss; by default the loss runs as the elementwise kernels do."""
+    w = workload("llama3-8b", gpus=8, gbs=16, seq=8192, gpu="h100-sxm", flash=True)
+    p = Plans.of(dp=8, mbs=2, recompute=2)
+
+    def acts(**kw: object) -> float:
+        return float(memory_breakdown(replace(w, **kw), p, CAL).activations[0])
+
+    assert acts(loss="eager") == pytest.approx(acts(elementwise="eager"), rel=1e-12)
+    assert acts(elementwise="eager", loss="fused") == pytest.approx(acts(), rel=1e-12)
+    assert acts(loss="eager") > acts()

@@ -34,11 +34,20 @@ def test_megatron_memory_tests_come_within_three_percent() -> None:
 
 def test_fsdp_under_a_pipeline_is_counted_whole() -> None:
     """torchtitan's Llama 3.1 405B on 512 H100, TP8 PP8 FSDP8: 73-85 GiB reserved. Counted
-    with per-layer sharding it would be 36 GiB (-50 % and worse); whole, within 16 %."""
+    with per-layer sharding it would be 36 GiB (-50 % and worse); whole, within 25 %."""
     errs = _rows()
     pp_rows = [r for r in errs if r.startswith(("tt24-t5", "tt24-t6"))]
     assert len(pp_rows) == 6
-    assert all(-16.0 < errs[r] < 0.0 for r in pp_rows), {r: errs[r] for r in pp_rows}
+    assert all(-25.0 < errs[r] < 0.0 for r in pp_rows), {r: errs[r] for r in pp_rows}
+
+
+def test_torchtitan_runs_without_a_pipeline_come_within_eight_percent() -> None:
+    """Its 2024 runs computed the loss op by op (three fp32 copies of the logits), compiled
+    or not: Llama 3.1 8B with FSDP, per-op selective or full checkpointing, 8K-262K tokens."""
+    errs = _rows()
+    flat = [r for r in errs if r.startswith(("tt24-t1", "tt24-t2", "tt24-t3"))]
+    assert len(flat) == 10
+    assert all(abs(errs[r]) < 8.0 for r in flat), {r: errs[r] for r in flat}
 
 
 def _csv(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:

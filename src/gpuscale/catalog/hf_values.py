@@ -11,14 +11,16 @@ from gpuscale.errors import InputError
 DROPOUT_KEYS = (
     "resid_pdrop",  # GPT-2
     "embd_pdrop",
-    "attn_pdrop",
+    "emb_pdrop",
     "dropout",  # OPT
     "hidden_dropout",  # BLOOM, Falcon
     "hidden_dropout_prob",
-    "attention_dropout",  # Llama, Mistral, Qwen (0.0)
-    "attention_probs_dropout_prob",
+    "residual_dropout",
+    "embedding_dropout",
 )
-"""The keys config files give dropout probabilities under."""
+"""The keys config files give hidden-state dropout probabilities under. Attention dropout
+(attn_pdrop, attention_dropout) is not among them: flash attention keeps no mask for it,
+regenerating it from the RNG state in the backward."""
 
 
 def snapshot_name(path: Path) -> str:
@@ -88,8 +90,8 @@ class Ints:
         return default
 
     def trains_with_dropout(self) -> bool:
-        """Whether any dropout key (GPT-2's resid_pdrop, OPT's dropout, BLOOM's and Falcon's
-        hidden_dropout...) is above 0: the masks are kept for the backward pass."""
+        """Whether any hidden-state dropout key (GPT-2's resid_pdrop, OPT's dropout, BLOOM's
+        and Falcon's hidden_dropout...) is above 0: its masks are kept for the backward."""
         for n in DROPOUT_KEYS:
             val = self.cfg.get(n)
             if val is None:

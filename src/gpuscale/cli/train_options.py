@@ -75,13 +75,22 @@ Fp8GatherOpt = Annotated[
         "With fp8/fp4 precision and a sharded optimizer; default off.",
     ),
 ]
+LossOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--loss",
+        help="The cross-entropy: fused (one kernel: Megatron's, torch.compile's) or eager "
+        "(PyTorch op by op, three fp32 copies of the logits at its peak). Default: as "
+        "--elementwise.",
+    ),
+]
 CudaGraphsOpt = Annotated[
     bool | None,
     typer.Option(
         "--cuda-graphs/--no-cuda-graphs",
-        help="The whole training step replays as CUDA graphs (MLPerf's NVIDIA submissions, "
-        "Megatron's full-iteration graphs): no per-step host overhead (the framework's loop, "
-        "logging, the data loader). Per-layer graphs do not remove it; default off.",
+        help="The whole training step replays as CUDA graphs (Megatron-Core's full_iteration "
+        "scope): the fixed host cost a step is not charged. Per-layer graphs (the default "
+        "scope) do not remove it; default off.",
     ),
 ]
 ModulesOpt = Annotated[

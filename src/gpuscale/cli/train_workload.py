@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "mtp": None,  # the model's own
     "fp8_param_gather": False,
     "cuda_graphs": False,
+    "loss": None,  # as elementwise
     "memory_headroom": 0.0,
     "shard_group": 0,  # shard over every data-parallel rank
 }
@@ -111,6 +112,7 @@ def build_workload(
     recompute_modules: str | None = None,
     fp8_param_gather: bool = False,
     cuda_graphs: bool = False,
+    loss: str | None = None,
     memory_headroom: float | None = None,
     shard_group: int = 0,
 ) -> Workload:
@@ -157,6 +159,7 @@ def build_workload(
         ep_dispatch=ep_dispatch,
         fp8_param_gather=fp8_param_gather,
         cuda_graphs=cuda_graphs,
+        loss=loss,
         memory_headroom=0.0 if memory_headroom is None else memory_headroom,
         shard_group=shard_group,
         recompute_modules=(

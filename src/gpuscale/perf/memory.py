@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload, memory_sharding
+from gpuscale.perf.plan import SHARDING, FloatArrayT, Plans, Workload, memory_sharding
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.transformer import (
@@ -271,6 +271,10 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         z3 = shard == 4
         fp8_copy = np.where(z3, dense / d + expert / d_exp, dense + expert)
         weights = np.where(z3, weights, fp8_copy) if w.fp8_param_gather else weights + fp8_copy
+    # FSDP under a pipeline holds what it gathered, whole: its 16-bit weights (FP8 with FP8
+    # gathers), no persistent FP8 copy beside them
+    z3_pp = (p.sharding == SHARDING.index("zero3")) & (p.pp > 1)
+    weights = np.where(z3_pp, (dense + expert) * w.gathered_weight_bytes, weights)
     # activations in flight: the first and the last pipeline stage (the same one without PP)
     first_mbs, last_mbs = in_flight(w, p)
     # MTP depths spread over the stages, as in params_per_gpu
@@ -282,7 +286,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))
     # the last stage's output layer and loss at its peak, one per MTP depth too
     s_loc = w.seq_len / p.cp
-    logits = (1 + m.mtp_layers) * LOSS_BYTES[w.elementwise] * s_loc * p.mbs * m.vocab / p.tp
+    logits = (1 + m.mtp_layers) * LOSS_BYTES[w.loss_kind] * s_loc * p.mbs * m.vocab / p.tp
     logits_first = np.where(p.pp == 1, logits, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit (or FP8) weights and its 16-bit gradients while
     # computing it, with one more prefetched: 2 layers x (2 + 2) bytes per parameter

@@ -86,6 +86,11 @@ class Workload:
     """One of :data:`ZERO3_GATHERS` (matters only to ZeRO-3 plans)."""
     elementwise: str = "fused"
     """One of :data:`ELEMENTWISE`."""
+    loss: str | None = None
+    """How the loss runs, one of :data:`ELEMENTWISE`: a fused cross-entropy kernel or
+    PyTorch's op-by-op ``cross_entropy`` (:data:`gpuscale.perf.memory.LOSS_BYTES`). None:
+    as ``elementwise`` (a run that compiles its blocks but not its loss, as torchtitan's of
+    2024, is fused elementwise with an eager loss)."""
     ep_dispatch: str = "hierarchical"
     """One of :data:`~gpuscale.perf.comm.moe.EP_DISPATCH` (matters only to MoE plans)."""
     fp8_param_gather: bool = False
@@ -95,12 +100,13 @@ class Workload:
     FSDP's sharded parameters to FP8 for each all-gather. Only with fp8/fp4 precision and a
     sharded optimizer (distributed optimizer, ZeRO, FSDP)."""
     cuda_graphs: bool = False
-    """The whole training step is captured in CUDA graphs and replayed (MLPerf's NVIDIA
-    submissions, Megatron's full-iteration graphs): the per-step host overhead
-    (``Calibration.step_overhead_s``: the framework's Python loop, logging, the data loader)
-    is not paid. Per-layer graphs (Transformer Engine's ``make_graphed_callables``) leave
-    it, and the per-layer and per-micro-batch costs stay: the published runs that name
-    CUDA graphs measure them."""
+    """The whole training step is captured in CUDA graphs and replayed (Megatron-Core's
+    ``full_iteration`` scope): the fitted fixed cost a step (``Calibration.step_overhead_s``:
+    the host's work once a step between the GPU's, which a replayed step no longer waits
+    on) is not charged. Per-layer graphs (Megatron-Core's default scope, Transformer
+    Engine's ``make_graphed_callables``) leave it; the per-layer and per-micro-batch fixed
+    costs stay either way, as the published runs that name CUDA graphs are measured with
+    them."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""
@@ -115,6 +121,11 @@ class Workload:
     FSDP's HYBRID_SHARD, torchtitan's dp_shard, Megatron's
     --num-distributed-optimizer-instances = DP x CP / shard_group). 0: all of them. A plan
     with fewer data-parallel ranks shards over all it has."""
+
+    @property
+    def loss_kind(self) -> str:
+        """The loss's kernels: ``loss``, or as ``elementwise`` when it is not given."""
+        return self.loss or self.elementwise
 
     @property
     def memory_capacity(self) -> float:
@@ -135,6 +146,8 @@ class Workload:
         check_precision(self.gpu, self.precision, among=TRAIN_PRECISIONS)
         if self.attention not in ATTENTION:
             raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
+        if self.loss is not None and self.loss not in ELEMENTWISE:
+            raise InputError("loss", self.loss, f"one of {', '.join(ELEMENTWISE)}")
         if self.elementwise not in ELEMENTWISE:
             raise InputError("elementwise", self.elementwise, f"one of {', '.join(ELEMENTWISE)}")
         if parse_modules(self.recompute_modules) != tuple(self.recompute_modules):
@@ -322,12 +335,14 @@ def memory_sharding(p: Plans) -> IntArray:
     :func:`pipelined_fsdp` plans and for FSDP (ZeRO-3) under a pipeline, the plan's own
     otherwise.
 
-    Under a pipeline, PyTorch's schedules turn FSDP's gradient sync off for every micro-batch
-    but the last (``backward_maybe_with_nosync``), so each stage's gradients accumulate
-    whole in fp32 (the reduce dtype), and torchtitan keeps the gathered weights after the
-    forward (``reshard_after_forward`` is off when PP is on): 2 + 4 bytes a parameter held
-    whole, the optimizer's 12 sharded. torchtitan's Llama 3.1 405B runs on 512 H100 (TP8
-    PP8 FSDP8) peak at 73-85 GiB reserved, where per-layer sharding would hold 36 GiB
+    Under a pipeline, PyTorch's schedules turn FSDP's gradient sync off for the
+    micro-batches before the last (``backward_maybe_with_nosync``; since late 2024 for
+    all, reduce-scattering once after them), so each stage's gradients accumulate whole in
+    fp32 (the reduce dtype), and torchtitan keeps the gathered weights after the forward
+    (``reshard_after_forward`` is off when PP is on): 2 + 4 bytes a parameter held whole
+    (1 + 4 with FP8 gathers; no persistent FP8 copy), the optimizer's 12 sharded.
+    torchtitan's Llama 3.1 405B runs on 512 H100 (TP8 PP8 FSDP8) peak at 73-85 GiB
+    reserved, where per-layer sharding would hold 36 GiB
     (``benchmarks/heldout/memory_published.csv``, ``gpuscale validate memory``). Their
     time stays priced per micro-batch (:func:`pipelined_fsdp`).
     """
@@ -337,8 +352,9 @@ def memory_sharding(p: Plans) -> IntArray:
 
 
 def cost_sharding(p: Plans) -> IntArray:
-    """The sharding each plan is costed as (memory and DP traffic): the distributed
-    optimizer for :func:`pipelined_fsdp` plans, the plan's own otherwise."""
+    """The sharding each plan's DP traffic is costed as: the distributed optimizer's for
+    :func:`pipelined_fsdp` plans, the plan's own otherwise (its memory:
+    :func:`memory_sharding`)."""
     out: IntArray = np.where(pipelined_fsdp(p), SHARDING.index("dist-opt"), p.sharding)
     return out
 

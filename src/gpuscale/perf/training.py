@@ -264,6 +264,7 @@ class TrainingEstimate:
             "ep_dispatch": w.ep_dispatch,
             "fp8_param_gather": w.fp8_param_gather,
             "cuda_graphs": w.cuda_graphs,
+            "loss": w.loss_kind,
             "memory_headroom": w.memory_headroom,
             # the hybrid shard group this plan runs with (its own or the workload's), 0 when
             # it keeps one copy of its states (full sharding)

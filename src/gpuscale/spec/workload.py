@@ -11,6 +11,7 @@ precision: bf16             # bf16 (default; fp16 without bf16) | fp16 | fp8 | f
 attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
+loss: eager                 # optional: fused | eager cross-entropy (default: as elementwise)
 fp8_param_gather: false     # optional: gather FP8 weights, keep no 16-bit copy (fp8/fp4 only)
 cuda_graphs: false          # optional: the whole step replays as CUDA graphs (no per-step cost)
 ep_dispatch: hierarchical   # optional: hierarchical (DeepEP, HybridEP) | all_to_all (NCCL)
@@ -72,6 +73,7 @@ class TrainingJob(BaseModel):
     recompute_modules: str | list[str] | None = None
     fp8_param_gather: bool | None = None
     cuda_graphs: bool | None = None
+    loss: str | None = None
     mtp: int | None = Field(default=None, ge=0)
     memory_headroom: float | None = None  # checked by the Workload, as the flag is
     shard_group: int | None = None  # checked by the Workload, as the flag is

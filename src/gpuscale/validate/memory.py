@@ -11,13 +11,15 @@ plan is estimated as ``gpuscale train estimate`` would and the two are compared.
   ``ep`` (1), ``sp`` (true with TP), ``sharding`` (none, dist-opt, zero1, zero2, zero3 or
   fsdp; none), ``shard_group``, ``recompute`` (none, selective, full, partial; none),
   ``recompute_modules``, ``precision`` (bf16), ``elementwise`` (fused or eager: fused),
+  ``loss`` (fused or eager: as ``elementwise``),
   ``source`` (the by-source table), ``notes``.
 
 ``metric`` says what was measured: ``reserved_peak`` (``torch.cuda.max_memory_reserved``,
 torchtitan's logged memory) and ``allocated_peak`` (``max_memory_allocated``, Megatron's
 mem-max-allocated-bytes) are the PyTorch caching allocator's, which never sees the CUDA
-context nor NCCL's and cuBLAS's workspaces: they are compared with gpuscale's total less its
-fixed workspace (:attr:`Calibration.mem_reserved_bytes`). ``device_used`` (nvidia-smi,
+context nor NCCL's buffers: they are compared with gpuscale's total less its fixed
+workspace (:attr:`Calibration.mem_reserved_bytes`), activations still with their 10 %
+allocator margin. ``device_used`` (nvidia-smi,
 NVML's used memory) is compared with the whole total.
 """
 
@@ -51,8 +53,9 @@ GIB = 2.0**30
 
 
 def _choice(row: dict[str, str], col: str, valid: tuple[str, ...], default: str, where: str) -> str:
+    """A cell that is one of ``valid``; empty gives ``default`` ("" where none)."""
     value = row.get(col, "").strip().lower() or default
-    if value not in valid:
+    if (value and value not in valid) or (not value and col == "metric"):
         raise InputError(f"{where}:{col}", row[col], f"one of {', '.join(valid)}")
     return value
 
@@ -90,6 +93,7 @@ def _workload(row: dict[str, str], folder: Path, where: str) -> Workload:
         gbs,
         precision,
         elementwise=_choice(row, "elementwise", ELEMENTWISE, "fused", where),
+        loss=_choice(row, "loss", ELEMENTWISE, "", where) or None,
         shard_group=count(row, "shard_group", where) or 0,
         recompute_modules=modules or DEFAULT_MODULES,
     )

@@ -149,7 +149,7 @@ FP8_PARAM_GATHER = r"fp[48][_ -]param[_ -]gather|float8[_ -]all[_ -]gather"
 
 MAX_TOKENS_PER_STEP = 2**27
 """Tokens a step above which a row's global batch is read as tokens, not sequences: twice
-DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest published batch."""
+DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest batch we know of."""
 
 
 def source_group(source: str) -> str:

@@ -113,8 +113,9 @@ def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
 
 
 FULL_STEP_GRAPHS = (
-    r"full[_ -]iteration (cuda[_ -]?)?graphs?|(cuda[_ -]?)?graphs? of (the )?(whole|full|entire) "
-    r"(training )?(step|iteration)|cuda_graph_scope\W*full_iteration|--cuda-graphs\b"
+    r"full[_ -]iteration (cuda[_ -]?)?graphs?|cuda[_ -]?graphs? of (the )?(whole|full|entire) "
+    r"(training )?(step|iteration)|cuda[_-]graph[_-]scope\W*full_iteration|fullcudagraphwrapper"
+    r"|--cuda-graphs\b"
 )
 """How a row names a whole training step captured in CUDA graphs (Megatron-Core's
 ``cuda_graph_impl``/``cuda_graph_scope`` ``full_iteration``). "CUDA graphs" alone is not
