@@ -52,10 +52,13 @@ METRICS = {"reserved_peak": False, "allocated_peak": False, "device_used": True}
 GIB = 2.0**30
 
 
-def _choice(row: dict[str, str], col: str, valid: tuple[str, ...], default: str, where: str) -> str:
-    """A cell that is one of ``valid``; empty gives ``default`` ("" where none)."""
+def _choice(
+    row: dict[str, str], col: str, valid: tuple[str, ...], default: str | None, where: str
+) -> str:
+    """A cell that is one of ``valid``; empty gives ``default`` ("": none), or with None
+    (a required cell) is an error."""
     value = row.get(col, "").strip().lower() or default
-    if (value and value not in valid) or (not value and col == "metric"):
+    if value is None or (value and value not in valid):
         raise InputError(f"{where}:{col}", row[col], f"one of {', '.join(valid)}")
     return value
 
@@ -128,7 +131,7 @@ def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
     rows: list[RowResult] = []
     for lineno, row in read_rows(path, REQUIRED):
         where = f"{path.name}:line {lineno}"
-        metric = _choice(row, "metric", tuple(METRICS), "", where)
+        metric = _choice(row, "metric", tuple(METRICS), None, where)
         group = source_group(row.get("source", "")) or "(no source)"
         try:
             measured = positive(row, "measured_gib", where)
