@@ -33,7 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.plan import SHARDING, FloatArrayT, Plans, Workload, memory_sharding
+from gpuscale.perf.plan import (
+    FloatArrayT,
+    Plans,
+    Workload,
+    memory_sharding,
+    pipelined_zero3,
+)
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.transformer import (
@@ -273,8 +279,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         weights = np.where(z3, weights, fp8_copy) if w.fp8_param_gather else weights + fp8_copy
     # FSDP under a pipeline holds what it gathered, whole: its 16-bit weights (FP8 with FP8
     # gathers), no persistent FP8 copy beside them
-    z3_pp = (p.sharding == SHARDING.index("zero3")) & (p.pp > 1)
-    weights = np.where(z3_pp, (dense + expert) * w.gathered_weight_bytes, weights)
+    weights = np.where(pipelined_zero3(p), (dense + expert) * w.gathered_weight_bytes, weights)
     # activations in flight: the first and the last pipeline stage (the same one without PP)
     first_mbs, last_mbs = in_flight(w, p)
     # MTP depths spread over the stages, as in params_per_gpu

@@ -346,8 +346,14 @@ def memory_sharding(p: Plans) -> IntArray:
     (``benchmarks/heldout/memory_published.csv``, ``gpuscale validate memory``). Their
     time stays priced per micro-batch (:func:`pipelined_fsdp`).
     """
-    z3_pp = (p.sharding == SHARDING.index("zero3")) & (p.pp > 1)
-    out: IntArray = np.where(z3_pp, SHARDING.index("dist-opt"), cost_sharding(p))
+    out: IntArray = np.where(pipelined_zero3(p), SHARDING.index("dist-opt"), cost_sharding(p))
+    return out
+
+
+def pipelined_zero3(p: Plans) -> BoolArray:
+    """Plans whose FSDP (ZeRO-3) runs under a pipeline: its weights are held as gathered,
+    whole (:func:`memory_sharding`)."""
+    out: BoolArray = (p.sharding == SHARDING.index("zero3")) & (p.pp > 1)
     return out
 
 
