@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,35 @@ def test_json_carries_each_row_and_the_summary(
     d = json.loads(out)
     assert code == 0 and d["rows"][0]["id"] == "a" and d["rows"][0]["status"] == "scored"
     assert d["rows"][0]["metric"] == "peak_memory_gib"
+
+
+def test_a_volta_row_is_priced_as_train_estimate_prices_it(tmp_path: Path) -> None:
+    """A V100 runs fp16 and Megatron's unfused attention (no flash kernel before Ampere),
+    whose fp16 score matrices and dropout masks it keeps for the backward: the row's
+    prediction is `train estimate`'s total for the same plan, less the 3 GiB workspace."""
+    from gpuscale.cli.train_workload import build_workload
+    from gpuscale.perf.memory import memory_breakdown
+    from gpuscale.perf.plan import SHARDING, Plans
+
+    path = _csv(tmp_path, "v,gpt3-1.3b,v100-sxm-32gb,8,2048,16,2,1,dist-opt,allocated_peak,20")
+    (row,) = validate_memory(path, CAL).scored
+    w = build_workload("gpt3-1.3b", "v100-sxm-32gb", 8, 2048, 16, None, None)
+    assert (w.precision, w.attention) == ("fp16", "unfused")
+    plan = Plans.of(
+        tp=1,
+        pp=1,
+        vpp=1,
+        cp=1,
+        ep=1,
+        dp=8,
+        mbs=2,
+        recompute=0,
+        sharding=SHARDING.index("dist-opt"),
+        sp=False,
+    )
+    mem = memory_breakdown(w, plan, CAL)
+    expected = (float(mem.total[0]) - CAL.mem_reserved_bytes) / 2**30
+    assert row.predicted == pytest.approx(expected, rel=1e-9)
+    # the same row priced with a flash kernel holds no score matrices: well under
+    fused = memory_breakdown(replace(w, attention="fused"), plan, CAL)
+    assert float(fused.total[0]) < float(mem.total[0]) - 2 * 2**30

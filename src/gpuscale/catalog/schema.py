@@ -89,6 +89,19 @@ class GPU(_Entry):
     def nvlink_bw_Bps(self) -> float:
         return self.nvlink_gb_per_s * GB
 
+    @property
+    def training_precision(self) -> str:
+        """The 16-bit format mixed-precision training uses on this part when none is named:
+        bf16 where its tensor cores have it, fp16 on Volta."""
+        return "bf16" if "bf16" in self.peak_tflops else "fp16"
+
+    @property
+    def attention_kernel(self) -> str:
+        """The attention kernel a run uses when none is named: FlashAttention needs Ampere
+        or later, so Volta runs Megatron's unfused softmax path; later parts the fastest
+        fused kernel."""
+        return "unfused" if self.arch == "volta" else "fused"
+
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``; a precision the GPU lacks is an input error."""
         from gpuscale.errors import InputError

@@ -117,12 +117,8 @@ def build_workload(
     shard_group: int = 0,
 ) -> Workload:
     g = get_gpu(gpu)
-    if precision is None:
-        precision = "bf16" if "bf16" in g.peak_tflops else "fp16"
-    if attention is None:
-        # no flash kernel runs on Volta (FlashAttention needs Ampere or later): Megatron's
-        # softmax path there, the fastest fused kernel elsewhere
-        attention = "unfused" if g.arch == "volta" else "fused"
+    precision = precision or g.training_precision
+    attention = attention or g.attention_kernel
     # an explicit --system may house a GPU other than its reference one, of its generation
     # and mount (an H200 in a DGX H100 chassis), not one of another generation (an A100 in
     # a GB200 NVL72 rack) or mount (a GB200 superchip on an HGX B200 baseboard); a generic

@@ -10,9 +10,10 @@ plan is estimated as ``gpuscale train estimate`` would and the two are compared.
 - optional, defaults as the command's: ``micro_batch`` (1), ``tp``, ``pp``, ``vpp``, ``cp``,
   ``ep`` (1), ``sp`` (true with TP), ``sharding`` (none, dist-opt, zero1, zero2, zero3 or
   fsdp; none), ``shard_group``, ``recompute`` (none, selective, full, partial; none),
-  ``recompute_modules``, ``precision`` (bf16), ``elementwise`` (fused or eager: fused),
-  ``loss`` (fused or eager: as ``elementwise``),
-  ``source`` (the by-source table), ``notes``.
+  ``recompute_modules``, ``precision`` (bf16; fp16 on Volta), ``elementwise`` (fused or
+  eager: fused), ``loss`` (fused or eager: as ``elementwise``), ``source`` (the by-source
+  table), ``notes``. The attention kernel is the GPU's default, as the command's: fused,
+  or on Volta Megatron's unfused path, whose score matrices are held for the backward.
 
 ``metric`` says what was measured: ``reserved_peak`` (``torch.cuda.max_memory_reserved``,
 torchtitan's logged memory) and ``allocated_peak`` (``max_memory_allocated``, Megatron's
@@ -82,7 +83,7 @@ def _workload(row: dict[str, str], folder: Path, where: str) -> Workload:
     system = system_for_gpu(gpu)
     names = row.get("recompute_modules", "").strip()
     modules = parse_modules(names.split(","), f"{where}:recompute_modules") if names else None
-    precision = row.get("precision", "").strip().lower() or "bf16"
+    precision = row.get("precision", "").strip().lower() or gpu.training_precision
     if precision not in gpu.peak_tflops:
         raise SkipRow(f"precision={precision!r}: {gpu.key} has no {precision} peak")
     gpus, seq, gbs = (int(v or 0) for v in sizes.values())
@@ -95,6 +96,7 @@ def _workload(row: dict[str, str], folder: Path, where: str) -> Workload:
         seq,
         gbs,
         precision,
+        attention=gpu.attention_kernel,
         elementwise=_choice(row, "elementwise", ELEMENTWISE, "fused", where),
         loss=_choice(row, "loss", ELEMENTWISE, "", where) or None,
         shard_group=count(row, "shard_group", where) or 0,

@@ -99,7 +99,7 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
     if not prec_raw or re.fullmatch(
         r"(mixed|amp|mixed[\s_-]*precision|automatic mixed precision)", prec_raw
     ):
-        precision = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+        precision = gpu.training_precision
         said = (
             "not stated"
             if not prec_cell
