@@ -169,3 +169,50 @@ def test_an_moe_config_stating_only_the_experts_width_uses_it_for_the_mlp(tmp_pa
     path.write_text(json.dumps({**cfg, "moe_intermediate_size": 1536}))
     m = load_hf_config(path)
     assert (m.ffn_hidden, m.num_experts) == (1536, 8)
+
+
+def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    # json.loads keeps the last value; a repeated YAML key is refused, so is this
+    path = tmp_path / "config.json"
+    text = json.dumps(LLAMA)
+    path.write_text(text[:-1] + ', "hidden_size": 2048}')
+    with pytest.raises(InputError) as exc:
+        load_hf_config(path)
+    assert "repeated: hidden_size" in exc.value.valid
+
+
+GPT_OSS_LIKE = {**LLAMA, "model_type": "gpt_oss", "sliding_window": 128, "num_hidden_layers": 4}
+
+
+@pytest.mark.parametrize(
+    ("kinds", "value", "valid"),
+    [
+        (["sliding_attention", "full_attention"], "2 entries", "one per layer: 4"),
+        (["sliding", "full_attention"] * 2, "sliding", "full_attention, sliding_attention"),
+        ("full_attention", "full_attention", "a list of kinds, one per layer"),
+    ],
+)
+def test_layer_types_must_name_each_layer_as_transformers_spells_it(
+    tmp_path: Path, kinds: object, value: str, valid: str
+) -> None:
+    err = _load(tmp_path, {**GPT_OSS_LIKE, "layer_types": kinds})
+    assert err.field.endswith("config.json:layer_types")
+    assert err.value == value and valid in err.valid
+
+
+def test_layer_types_as_listed_count_the_sliding_layers(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    kinds = ["sliding_attention", "full_attention"] * 2
+    path.write_text(json.dumps({**GPT_OSS_LIKE, "layer_types": kinds}))
+    m = load_hf_config(path)
+    assert (m.window, m.window_layers) == (128, 2)
+
+
+def test_a_model_type_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
+    err = _load(tmp_path, {**LLAMA, "model_type": {"a": 1}})
+    assert err.field.endswith("config.json:model_type") and "a name" in err.valid
+
+
+def test_expert_groups_must_split_the_experts_evenly(tmp_path: Path) -> None:
+    err = _load(tmp_path, {**MOE, "n_group": 3, "topk_group": 1})
+    assert "n_group=3 does not divide" in err.valid

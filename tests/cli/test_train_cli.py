@@ -271,6 +271,11 @@ def test_unknown_model_suggests_closest() -> None:
         (["--tp", "8", "--ep-dispatch", "deepep"], ("ep-dispatch", "deepep", "all_to_all")),
         # a recompute module Megatron-Core does not have names the ones it does
         (["--tp", "8", "--recompute-modules", "qkv"], ("recompute-modules", "qkv", "moe_act")),
+        # sequence parallelism splits activations over TP: asked for without it, it is
+        # refused rather than dropped
+        (["--sp"], ("sp=", "--tp > 1")),
+        # a fraction of a token is no training run
+        (["--tokens", "0.5"], ("tokens", "0.5", "at least one token")),
     ],
 )
 def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) -> None:

@@ -628,3 +628,13 @@ def test_search_with_a_shard_group_ranks_only_plans_that_split_into_it(
         d = p["plan"]["dp"] * p["plan"]["cp"]
         assert p["plan"]["sharding"] != "none"
         assert d <= 8 or d % 8 == 0
+
+
+def test_a_value_of_neither_accepted_type_names_the_key_and_both(tmp_path: Path) -> None:
+    # recompute_modules takes a name or a list of them: the error says both, on the key
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-8b\ngpu: h100-sxm\ngpus: 8\nrecompute_modules: 5\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2
+    assert "job.yaml:recompute_modules=5 is invalid" in r.stderr
+    assert "valid string" in r.stderr and "valid list" in r.stderr

@@ -55,6 +55,8 @@ def _spec(tmp_path: Path, **changes: Any) -> Path:
         ({"nic_gbps": 200}, "nic_gbps", ">= 400"),
         ({"topology__flavour": "x"}, "topology.flavour", "unknown key"),
         ({"host_cpu": "sparc"}, "host_cpu", "intel, amd or arm"),
+        # the name becomes the exported files' names: a blank one would name none
+        ({"name": "  "}, "name", "a non-blank name"),
     ],
 )
 def test_bad_field_is_one_line_exit_2(

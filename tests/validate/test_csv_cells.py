@@ -12,7 +12,7 @@ from cli_runner import run_cli
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.errors import InputError
-from gpuscale.validate.report import num, strict_json
+from gpuscale.validate.report import num, signed_error_pct, strict_json
 from gpuscale.validate.training import validate_training
 
 HEADER = (
@@ -90,7 +90,7 @@ def test_a_count_must_be_a_whole_positive_number(tmp_path: Path, col: str, text:
     cells[col] = text
     rep = validate_training(_file(tmp_path, ",".join(cells.values())), default_calibration())
     assert rep.rows[0].status == "skipped"
-    assert rep.rows[0].reason == f"{col}={text!r}: must be a whole number of at least 1"
+    assert rep.rows[0].reason == f"{col}={text!r}: must be a whole number from 1 to 16,777,216"
 
 
 def test_duplicate_ids_are_an_error(tmp_path: Path) -> None:
@@ -320,3 +320,39 @@ def test_a_cell_past_the_csv_field_limit_is_one_line_exit_2(
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "a well-formed CSV file (line 2: field larger than field limit" in err
+
+
+@pytest.mark.parametrize("gpus", ["1e20", "1e30", "16777217"])
+def test_a_count_beyond_any_cluster_skips_the_row_naming_it(tmp_path: Path, gpus: str) -> None:
+    # not an overflow deep in the model: the row is skipped, the rest of the file scored
+    row = ROW.format(measured="5000").replace(",8,8192,", f",{gpus},8192,")
+    (r,) = validate_training(_file(tmp_path, row), default_calibration()).rows
+    assert r.status == "skipped"
+    assert f"num_gpus='{gpus}'" in r.reason and "16,777,216" in r.reason
+
+
+def test_a_share_is_no_gpu_count(tmp_path: Path) -> None:
+    row = ROW.format(measured="5000").replace(",8,8192,", ",800%,8192,")
+    with pytest.raises(InputError) as exc:
+        validate_training(_file(tmp_path, row), default_calibration())
+    assert exc.value.field == "runs.csv:line 2:num_gpus" and exc.value.value == "800%"
+
+
+def test_the_error_of_a_huge_measurement_is_finite() -> None:
+    assert signed_error_pct(76.5, 1e308) == pytest.approx(-100.0)
+    assert signed_error_pct(110.0, 100.0) == pytest.approx(10.0)
+
+
+def test_a_column_outside_the_schema_is_named_as_not_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt column ("tensor_parallel" for tp) reads as not stated: the report says so,
+    in the table's note and in the JSON."""
+    path = tmp_path / "runs.csv"
+    path.write_text(HEADER + ",tensor_parallel,notes\n" + ROW.format(measured="5000") + ",2,run\n")
+    report = validate_training(path, default_calibration())
+    assert report.unread_columns == ("tensor_parallel",)
+    assert json.loads(report.dumps())["unread_columns"] == ["tensor_parallel"]
+    code, out, _ = run_cli(["validate", "training", "--runs", str(path)], capsys)
+    assert code == 0
+    assert "note: column(s) tensor_parallel are not in the training schema" in " ".join(out.split())

@@ -138,3 +138,28 @@ def test_a_volta_row_is_priced_as_train_estimate_prices_it(tmp_path: Path) -> No
     # the same row priced with a flash kernel holds no score matrices: well under
     fused = memory_breakdown(replace(w, attention="fused"), plan, CAL)
     assert float(fused.total[0]) < float(mem.total[0]) - 2 * 2**30
+
+
+def test_a_degree_beyond_any_cluster_is_skipped_not_a_crash(tmp_path: Path) -> None:
+    path = _csv(tmp_path, "a,llama3-8b,h100-sxm,8,8192,16,1e20,1,fsdp,reserved_peak,40")
+    (row,) = validate_memory(path, CAL).rows
+    assert row.status == "skipped" and "micro_batch='1e20'" in row.reason
+
+
+def test_a_peak_beyond_any_part_of_the_architecture_is_skipped(tmp_path: Path) -> None:
+    """A variant may hold more than the catalog part (torchtitan's H100s have 96 GB), but no
+    Hopper part holds more than the H200's 141 GB."""
+    path = _csv(
+        tmp_path,
+        "a,llama3-8b,h100-sxm,8,8192,16,2,1,fsdp,reserved_peak,82.4",
+        "b,llama3-8b,h100-sxm,8,8192,16,2,1,fsdp,reserved_peak,500",
+    )
+    a, b = validate_memory(path, CAL).rows
+    assert a.status == "scored"
+    assert b.status == "skipped" and "beyond any hopper part's memory" in b.reason
+
+
+def test_a_misspelt_column_is_named_as_not_read(tmp_path: Path) -> None:
+    header = HEADER.replace("micro_batch", "micro_batches")
+    path = _csv(tmp_path, "a,llama3-8b,h100-sxm,8,8192,16,2,1,fsdp,reserved_peak,40", header=header)
+    assert validate_memory(path, CAL).unread_columns == ("micro_batches",)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuscale.validate.training import prepare
+from gpuscale.validate.training_cells import COLUMNS
 from gpuscale.validate.training_rows import (
     model_for,
     nics_per_node,
@@ -123,44 +124,6 @@ def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> N
     got, why = ep_dispatch({"source": source, "notes": notes})
     assert got == mode
     assert (why == "") == (mode == "hierarchical")
-
-
-COLUMNS = [
-    "id",
-    "source",
-    "model",
-    "params_b",
-    "layers",
-    "hidden",
-    "ffn_hidden",
-    "heads",
-    "kv_heads",
-    "vocab",
-    "seq_len",
-    "global_batch_seqs",
-    "micro_batch",
-    "gpu",
-    "num_gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "seq_parallel",
-    "recompute",
-    "dist_optimizer_or_zero",
-    "precision",
-    "intra_node_link",
-    "inter_node",
-    "measured_tflops_per_gpu",
-    "measured_mfu",
-    "measured_step_time_s",
-    "measured_tokens_per_s_per_gpu",
-    "target",
-    "flop_convention",
-    "notes",
-]
 
 
 def _row(**cells: str) -> dict[str, str]:

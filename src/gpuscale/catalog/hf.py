@@ -113,9 +113,16 @@ def _sliding_window(cfg: dict[str, Any], model_type: str, ints: Ints) -> tuple[i
     if not window:
         return 0, None
     kinds = cfg.get("layer_types")
-    if isinstance(kinds, list):
-        return window, sum(1 for k in kinds if k == "sliding_attention")
     layers = ints("num_hidden_layers", "n_layer", "num_layers")
+    if isinstance(kinds, list):
+        read = ("full_attention", "sliding_attention")
+        field = f"{where(ints.path)}:layer_types"
+        if len(kinds) != layers:
+            raise InputError(field, f"{len(kinds)} entries", f"one per layer: {layers}")
+        unknown = sorted({str(k) for k in kinds if k not in read})
+        if unknown:
+            raise InputError(field, ", ".join(unknown), f"each one of {', '.join(read)}")
+        return window, kinds.count("sliding_attention")
     if model_type == "gemma2":
         # Gemma2Config without layer_types: layer i slides when (i + 1) % 2, every other one
         return window, (layers + 1) // 2
@@ -248,7 +255,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         cfg = {**top, **text, "model_type": text.get("model_type", cfg.get("model_type", ""))}
         if str(cfg["model_type"]).startswith("gemma3") and "vocab_size" not in cfg:
             cfg["vocab_size"] = GEMMA3_VOCAB  # Gemma3TextConfig's default
-    model_type = str(cfg.get("model_type", ""))
+    model_type = cfg.get("model_type", "")
+    if not isinstance(model_type, str):
+        raise InputError(f"{where(path)}:model_type", str(model_type)[:60], "a name (llama, qwen3)")
     if model_type in UNREAD_TYPES:
         raise InputError(
             f"{where(path)}:model_type",
@@ -256,6 +265,10 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             f"a model_type gpuscale reads: {UNREAD_TYPES[model_type]}",
         )
     kinds = cfg.get("layer_types")
+    if kinds is not None and not isinstance(kinds, list):
+        raise InputError(
+            f"{where(path)}:layer_types", str(kinds)[:60], "a list of kinds, one per layer"
+        )
     if isinstance(kinds, list) and "linear_attention" in kinds:
         raise InputError(
             f"{where(path)}:layer_types",

@@ -286,6 +286,11 @@ class Model(_Entry):
         if (self.window_layers or 0) > self.attn_layers:
             n = self.attn_layers
             raise ValueError(f"window_layers={self.window_layers} exceeds the {n} attention layers")
+        if self.num_experts > 1 and self.num_experts % self.route_groups:
+            raise ValueError(
+                f"route_groups={self.route_groups} does not divide num_experts="
+                f"{self.num_experts} (the experts split into equal groups)"
+            )
         if self.route_topk_groups > self.route_groups:
             raise ValueError(
                 f"route_topk_groups={self.route_topk_groups} exceeds route_groups="

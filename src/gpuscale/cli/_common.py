@@ -114,6 +114,14 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
         f"scored {len(report.scored)}, skipped {len(report.skipped)}, reported (not scored) "
         f"{n_rep} of {whole}; MAPE {mape}, median |error| {med}, worst |error| {worst}"
     )
+    if report.unread_columns:
+        out.print(
+            Text(
+                f"note: column(s) {', '.join(report.unread_columns)} are not in the "
+                f"{report.kind} schema and were not read; a misspelt column's values count "
+                "as not stated"
+            )
+        )
     for tw in report.twins():
         listed = ", ".join(f"{i} {_num(m)}" for i, m in zip(tw.ids, tw.measured, strict=True))
         out.print(

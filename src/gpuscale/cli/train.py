@@ -176,8 +176,9 @@ def estimate_cmd(
         bool, typer.Option("--dist-opt", help="Megatron distributed optimizer.")
     ] = False,
     sp: Annotated[
-        bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with TP > 1).")
-    ] = True,
+        bool | None,
+        typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on with TP > 1)."),
+    ] = None,
     tp_overlap: Annotated[
         bool, typer.Option("--tp-overlap", help="Overlap TP comm with GEMMs.")
     ] = False,
@@ -197,7 +198,9 @@ def estimate_cmd(
     sharding = _sharding(zero, dist_opt) or "none"
     gpus = w.num_gpus
     with r.naming_file_values():
-        fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, sp and tp > 1)
+        if sp and tp == 1:
+            raise InputError("sp", "--sp", "--tp > 1 (sequence parallelism splits over TP)")
+        fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, tp > 1 and sp is not False)
         model_parallel = tp * pp * cp
         if dp is None:
             if gpus % model_parallel:

@@ -182,8 +182,8 @@ def parse_tokens(tokens: str | None) -> float | None:
         if exc.valid.startswith("a finite"):
             raise  # a number, but not a usable one (1e400): its own reason
         raise InputError("tokens", tokens, TOKENS_VALID) from None
-    if v <= 0:
-        raise InputError("tokens", tokens, "a positive count, e.g. 15T or 2e12")
+    if v < 1:
+        raise InputError("tokens", tokens, "a count of at least one token, e.g. 15T or 2e12")
     return v
 
 

@@ -96,11 +96,27 @@ def read_yaml(path: Path, field: str, what: str) -> Any:
         raise InputError(field, str(path), f"well-formed YAML ({where}{problem})") from None
 
 
+class _RepeatedKeyError(ValueError):
+    """A JSON object naming one key twice (the message is the key)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKeyError(key)
+        out[key] = value
+    return out
+
+
 def read_json(path: Path, field: str, what: str) -> Any:
     """The parsed document of the JSON file ``path`` (``what`` it should be, for errors)."""
     require_file(path, field, what)
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
+        return json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_unique_keys)
+    except _RepeatedKeyError as exc:
+        # the last value would silently win, as a repeated YAML key is refused
+        raise InputError(field, str(path), f"each key once in an object; repeated: {exc}") from None
     except RecursionError:
         raise InputError(
             field, str(path), "JSON nested at most a few hundred levels deep"

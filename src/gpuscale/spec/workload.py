@@ -108,6 +108,12 @@ def load_training_job(path: Path) -> TrainingJob:
     try:
         return TrainingJob.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "workload"
-        raise InputError(f"{path.name}:{loc}", err.get("input"), err["msg"]) from None
+        errs = exc.errors()
+        # the key, without the member tags of a union ("str", "list[str]") pydantic adds
+        first = [str(p) for p in errs[0]["loc"]]
+        key = [p for p in first if p in TrainingJob.model_fields] or first[:1]  # or unknown
+        loc = ".".join(key) or "workload"
+        # a union's members each fail: say what any of them takes
+        msgs = [e["msg"] for e in errs if [str(p) for p in e["loc"]][: len(key)] == key]
+        valid = "; or ".join(dict.fromkeys(msgs))
+        raise InputError(f"{path.name}:{loc}", errs[0].get("input"), valid) from None

@@ -83,7 +83,7 @@ class PlacementIn(_In):
 
 
 class ClusterIn(_In):
-    name: str
+    name: Annotated[str, Field(min_length=1, pattern=r"\S")]  # names files and reports
     description: str = ""
     system: str
     nodes: PosInt
@@ -104,6 +104,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
 }
 
 _VALID: dict[str, str] = {
+    "name": "a non-blank name (it names the exported files and the reports)",
     "nodes": f"a positive integer up to {MAX_GPUS:,} (catalog system units: nodes, or "
     "compute trays for NVL72)",
     "nics_per_node": "a positive integer, at most the system's PCIe slots",

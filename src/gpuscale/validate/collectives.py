@@ -34,6 +34,7 @@ from gpuscale.validate.report import (
     num,
     read_rows,
     signed_error_pct,
+    unread_columns,
 )
 
 REQUIRED = (
@@ -454,7 +455,7 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
 
 def validate_collectives(path: Path, cal: Calibration) -> ValidationReport:
     rows = [predict_row(r, f"{path.name}:line {ln}", cal) for ln, r in read_rows(path, REQUIRED)]
-    return ValidationReport("collectives", rows)
+    return ValidationReport("collectives", rows, unread_columns(path, (*REQUIRED, *OPTIONAL)))
 
 
 def scores(report: ValidationReport) -> dict[str, dict[str, float | None]]:

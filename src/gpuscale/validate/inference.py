@@ -35,6 +35,7 @@ from gpuscale.sim.serving import (
 from gpuscale.validate.inference_rows import (
     MEASURED,
     REQUIRED,
+    SCHEMA,
     RowPlan,
     UnsupportedRowError,
     plan_row,
@@ -46,6 +47,7 @@ from gpuscale.validate.report import (
     positive,
     read_rows,
     signed_error_pct,
+    unread_columns,
 )
 
 
@@ -138,7 +140,7 @@ def validate_inference(path: Path, cal: Calibration) -> ValidationReport:
     rows: list[RowResult] = []
     for lineno, row in read_rows(path, REQUIRED):
         rows.extend(validate_row(row, f"{path.name}:line {lineno}", cal))
-    return InferenceReport("inference", rows)
+    return InferenceReport("inference", rows, unread_columns(path, SCHEMA))
 
 
 def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowResult]:

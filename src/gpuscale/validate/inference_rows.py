@@ -40,6 +40,8 @@ COLUMNS = (
     "tpot_itl_stat",
 )
 """The schema's columns gpuscale reads (shared/validation/README.md)."""
+SCHEMA = (*COLUMNS, "engine_version", "params_b", "notes", "ttft_p99_ms", "tpot_itl_p99_ms")
+"""All the schema's columns: the rest are its source's context, read where named."""
 REQUIRED = (
     "id",
     "source",

@@ -12,8 +12,10 @@ plan is estimated as ``gpuscale train estimate`` would and the two are compared.
   fsdp; none), ``shard_group``, ``recompute`` (none, selective, full, partial; none),
   ``recompute_modules``, ``precision`` (bf16; fp16 on Volta), ``elementwise`` (fused or
   eager: fused), ``loss`` (fused or eager: as ``elementwise``), ``source`` (the by-source
-  table), ``notes``. The attention kernel is the GPU's default, as the command's: fused,
-  or on Volta Megatron's unfused path, whose score matrices are held for the backward.
+  table), ``notes``, ``compile`` (context only: ``elementwise`` and ``loss`` say what
+  torch.compile changed). Other columns are named in a note as not read. The attention
+  kernel is the GPU's default, as the command's: fused, or on Volta Megatron's unfused
+  path, whose score matrices are held for the backward.
 
 ``metric`` says what was measured: ``reserved_peak`` (``torch.cuda.max_memory_reserved``,
 torchtitan's logged memory) and ``allocated_peak`` (``max_memory_allocated``, Megatron's
@@ -29,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.catalog import get_gpu, get_model, gpus, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.memory import memory_breakdown
@@ -44,10 +46,30 @@ from gpuscale.validate.report import (
     positive,
     read_rows,
     signed_error_pct,
+    unread_columns,
 )
 from gpuscale.validate.training import source_group
 
 REQUIRED = ("id", "model", "gpu", "num_gpus", "seq_len", "global_batch", "metric", "measured_gib")
+OPTIONAL = (
+    "micro_batch",
+    "tp",
+    "pp",
+    "vpp",
+    "cp",
+    "ep",
+    "sp",
+    "sharding",
+    "shard_group",
+    "recompute",
+    "recompute_modules",
+    "precision",
+    "elementwise",
+    "loss",
+    "source",
+    "notes",
+    "compile",
+)
 METRICS = {"reserved_peak": False, "allocated_peak": False, "device_used": True}
 """What a row measured, and whether the figure holds the CUDA/NCCL workspace."""
 GIB = 2.0**30
@@ -140,6 +162,14 @@ def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
             if measured is None:
                 raise SkipRow("no measured_gib value")
             w = _workload(row, path.parent, where)
+            # a variant may hold more than the catalog part (a 96 GB H100), none more than
+            # the largest part of its architecture
+            most = max(g.memory_bytes for g in gpus().values() if g.arch == w.gpu.arch) / GIB
+            if measured > most:
+                raise SkipRow(
+                    f"measured_gib={row['measured_gib']!r}: beyond any {w.gpu.arch} part's "
+                    f"memory (at most {most:.1f} GiB)"
+                )
             plan = _plan(row, w, where)
         except SkipRow as why:
             rows.append(RowResult.skip(row["id"], str(why), None, group, "peak_memory_gib"))
@@ -162,4 +192,4 @@ def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
                 {"plan": plan.label(0), "fits": fits},
             )
         )
-    return ValidationReport("memory", rows)
+    return ValidationReport("memory", rows, unread_columns(path, (*REQUIRED, *OPTIONAL)))

@@ -21,6 +21,7 @@ import numpy as np
 from gpuscale.catalog import Model
 from gpuscale.errors import InputError
 from gpuscale.paths import require_file
+from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.perf.transformer import active_param_count, param_count
 
 
@@ -71,6 +72,9 @@ class Twins:
 class ValidationReport:
     kind: str
     rows: list[RowResult]
+    unread_columns: tuple[str, ...] = ()
+    """Header columns outside the schema: nothing in them was read (a misspelt column's
+    values are then "not stated")."""
 
     def twins(self) -> list[Twins]:
         """Groups of scored rows with one ``detail["config"]`` (the inputs as the model read
@@ -145,6 +149,7 @@ class ValidationReport:
                 {"ids": t.ids, "measured": t.measured, "metric": t.metric, "ratio": t.ratio}
                 for t in self.twins()
             ],
+            "unread_columns": list(self.unread_columns),
         }
 
     def by_metric(self) -> dict[str, list[RowResult]]:
@@ -187,7 +192,24 @@ def _finite(o: object) -> object:
 
 
 def signed_error_pct(predicted: float, measured: float) -> float:
-    return 100.0 * (predicted - measured) / measured
+    return 100.0 * (predicted / measured - 1.0)  # no overflow for a measured 1e308
+
+
+def _header(text: str) -> list[str]:
+    """Column names as the schema spells them, also when written "Id, Source, ...", without
+    the empty name a trailing comma after the last one leaves."""
+    first = next(csv.reader(io.StringIO(text, newline="")), [])
+    header = [name.strip().lower() for name in first]
+    while header and header[-1] == "":
+        header.pop()
+    return header
+
+
+def unread_columns(path: Path, schema: tuple[str, ...]) -> tuple[str, ...]:
+    """The header's columns that are not in ``schema`` (call after :func:`read_rows` has
+    checked the file)."""
+    header = _header(path.read_text(encoding="utf-8-sig"))
+    return tuple(c for c in header if c and c not in schema)
 
 
 def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -214,10 +236,7 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
         raise InputError(
             "--runs", str(path), f"a well-formed CSV file (line {reader.line_num}: {exc})"
         ) from None
-    # column names as the schema spells them, also when written "Id, Source, ..."
-    header = [name.strip().lower() for name in (lines[0][1] if lines else [])]
-    while header and header[-1] == "":
-        header.pop()  # a trailing comma after the last column name
+    header = _header(text) if lines else []
     twice = sorted({c for c in header if c and header.count(c) > 1})
     if twice:
         # the second would silently win over the first
@@ -329,13 +348,16 @@ def positive(row: dict[str, str], col: str, where: str) -> float | None:
 
 
 def count(row: dict[str, str], col: str, where: str) -> int | None:
-    """A GPU or node count or a parallel degree: None when empty; a malformed cell is an
-    :class:`InputError`; a number that is not a whole number of at least 1 skips the row."""
+    """A GPU or node count, a size or a parallel degree: None when empty; a malformed cell
+    (a percentage is no count) is an :class:`InputError`; a number that is not a whole
+    number from 1 to ``MAX_GPUS`` skips the row."""
+    if row.get(col, "").strip().endswith("%"):
+        raise InputError(f"{where}:{col}", row[col], "a whole number (8192, 8,192), not a share")
     v = num(row, col, where)
     if v is None:
         return None
-    if v < 1 or not v.is_integer():
-        raise SkipRow(f"{col}={row[col]!r}: must be a whole number of at least 1")
+    if not 1 <= v <= MAX_GPUS or not v.is_integer():
+        raise SkipRow(f"{col}={row[col]!r}: must be a whole number from 1 to {MAX_GPUS:,}")
     return int(v)
 
 

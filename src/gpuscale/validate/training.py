@@ -38,9 +38,15 @@ from gpuscale.validate.report import (
     positive,
     read_rows,
     signed_error_pct,
+    unread_columns,
 )
 from gpuscale.validate.training_cells import (
+    COLUMNS,
+    CONVENTIONS,
     FALSY,
+    MEASURED,
+    REQUIRED,
+    TARGETS,
     TRUTHY,
     read_gpu,
     read_precision,
@@ -81,33 +87,6 @@ __all__ = [
     "validate_training",
 ]
 
-REQUIRED = (
-    "id",
-    "source",
-    "model",
-    "gpu",
-    "num_gpus",
-    "seq_len",
-    "global_batch_seqs",
-    "target",
-)
-"""Columns a runs file must have; the schema's others (``flop_convention`` among them: a
-file of tokens/s rows needs none) read as empty when absent."""
-TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "excluded")
-CONVENTIONS = (
-    "",
-    "megatron_sc21_hfu",
-    "megatron_model_full_attn",
-    "megatron_model_causal",
-    "unspecified",
-)
-MEASURED = {
-    "tokens_per_s_per_gpu": "measured_tokens_per_s_per_gpu",
-    "tflops_per_gpu": "measured_tflops_per_gpu",
-    "mfu": "measured_mfu",
-    "excluded": "measured_tokens_per_s_per_gpu",
-}
-"""The column each target compares."""
 HFU_RATIO_FULL_RECOMPUTE = 1.2
 """Hardware-over-model FLOPs ratio above which a run is taken to recompute fully (full
 recomputation adds one forward, 4/3 of the model FLOPs)."""
@@ -497,4 +476,4 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 {"plan": (plan := plans.label(0)), "config": config_key(pr, plan, pred)},
             )
         )
-    return ValidationReport("training", rows)
+    return ValidationReport("training", rows, unread_columns(path, COLUMNS))

@@ -17,6 +17,71 @@ from gpuscale.validate.training_stack import NEGATOR, OFF
 
 UnsupportedRowError = SkipRow
 
+COLUMNS = (
+    "id",
+    "source",
+    "model",
+    "params_b",
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "heads",
+    "kv_heads",
+    "vocab",
+    "seq_len",
+    "global_batch_seqs",
+    "micro_batch",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "seq_parallel",
+    "recompute",
+    "dist_optimizer_or_zero",
+    "precision",
+    "intra_node_link",
+    "inter_node",
+    "measured_tflops_per_gpu",
+    "measured_mfu",
+    "measured_step_time_s",
+    "measured_tokens_per_s_per_gpu",
+    "target",
+    "flop_convention",
+    "notes",
+)
+"""The training runs schema (``shared/validation/README.md``)."""
+REQUIRED = (
+    "id",
+    "source",
+    "model",
+    "gpu",
+    "num_gpus",
+    "seq_len",
+    "global_batch_seqs",
+    "target",
+)
+"""Columns a runs file must have; the schema's others (``flop_convention`` among them: a
+file of tokens/s rows needs none) read as empty when absent."""
+TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "excluded")
+CONVENTIONS = (
+    "",
+    "megatron_sc21_hfu",
+    "megatron_model_full_attn",
+    "megatron_model_causal",
+    "unspecified",
+)
+MEASURED = {
+    "tokens_per_s_per_gpu": "measured_tokens_per_s_per_gpu",
+    "tflops_per_gpu": "measured_tflops_per_gpu",
+    "mfu": "measured_mfu",
+    "excluded": "measured_tokens_per_s_per_gpu",
+}
+"""The column each target compares."""
+
 TRUTHY = ("1", "true", "yes", "on", "y", "enabled")
 FALSY = ("0", "false", "no", "off", "n", "disabled")
 """How a yes/no cell (seq_parallel) may be spelled, in any case."""
