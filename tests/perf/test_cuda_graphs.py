@@ -1,4 +1,4 @@
-"""Whole-step CUDA graphs: the per-step host overhead is not paid, nothing else changes."""
+"""Whole-step CUDA graphs: none of the host's fixed costs is paid, nothing else changes."""
 
 from __future__ import annotations
 
@@ -19,18 +19,38 @@ from gpuscale.validate.training_stack import cuda_graphs
 CAL = default_calibration()
 
 
-def test_whole_step_graphs_drop_exactly_the_step_overhead() -> None:
+def _workload(model: str, gpus: int, gbs: int) -> Workload:
     g = get_gpu("gb300")
     s = system_for_gpu(g)
-    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 8), 8, 8192, 16, "fp8")
+    return Workload(get_model(model), g, s, Fabric.from_system(s, gpus), gpus, 8192, gbs, "fp8")
+
+
+def test_whole_step_graphs_drop_exactly_the_fixed_host_costs() -> None:
+    """Llama 3 8B, 8 GPUs, 16 sequences of two a rank: one micro-batch a step; its fixed
+    costs are one step's, one micro-batch's and 32 layers x 3 passes of launches."""
+    w = _workload("llama3-8b", 8, 16)
     p = Plans.of(dp=8, mbs=2, sharding=SHARDING.index("dist-opt"))
     eager, graphed = estimate(w, p, CAL), estimate(replace(w, cuda_graphs=True), p, CAL)
-    assert CAL.step_overhead_s > 0
-    assert float(eager.step_s[0] - graphed.step_s[0]) == pytest.approx(CAL.step_overhead_s)
-    assert float(eager.step.overhead_s[0] - graphed.step.overhead_s[0]) == (
-        pytest.approx(CAL.step_overhead_s)
-    )
+    fixed = CAL.step_overhead_s + CAL.microbatch_overhead_s + 32 * 3 * CAL.layer_overhead_s
+    assert fixed > 0
+    assert float(eager.step.overhead_s[0]) == pytest.approx(fixed)
+    assert float(graphed.step.overhead_s[0]) == 0.0
+    assert float(eager.step_s[0] - graphed.step_s[0]) == pytest.approx(fixed)
     assert float(eager.step.compute_s[0]) == float(graphed.step.compute_s[0])
+    assert float(eager.step.memory_bound_s[0]) == float(graphed.step.memory_bound_s[0])
+
+
+def test_whole_step_graphs_drop_the_moe_layers_fixed_costs() -> None:
+    """Qwen3-30B-A3B with EP8: the router, permutation and 16 local experts' launches of
+    each of its 48 MoE layers are the host's, as its layers' launches are."""
+    w = _workload("qwen3-30b-a3b", 8, 32)
+    p = Plans.of(dp=8, ep=8, mbs=4, sharding=SHARDING.index("dist-opt"))
+    eager, graphed = estimate(w, p, CAL), estimate(replace(w, cuda_graphs=True), p, CAL)
+    moe = CAL.moe_layer_overhead_s + 128 / 8 * CAL.moe_expert_overhead_s
+    per_mb = CAL.microbatch_overhead_s + 48 * 3 * (CAL.layer_overhead_s + moe)
+    assert float(eager.step.overhead_s[0]) == pytest.approx(CAL.step_overhead_s + per_mb)
+    assert float(graphed.step.overhead_s[0]) == 0.0
+    assert float(eager.step.ep_comm_s[0]) == float(graphed.step.ep_comm_s[0])
 
 
 def test_the_flag_and_the_workload_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,6 +74,8 @@ def test_the_flag_and_the_workload_key(tmp_path: Path, capsys: pytest.CaptureFix
     ("notes", "graphed"),
     [
         ("cuda_graph_impl=local, cuda_graph_scope=full_iteration", True),
+        # Megatron-Bridge's recipes name the scope in cuda_graph_impl
+        ('cuda_graph_impl="full_iteration"', True),
         ("full-iteration CUDA graphs", True),
         ("CUDA graphs of the whole step", True),
         ("--cuda-graph-scope full_iteration", True),

@@ -89,8 +89,9 @@ CudaGraphsOpt = Annotated[
     typer.Option(
         "--cuda-graphs/--no-cuda-graphs",
         help="The whole training step replays as CUDA graphs (Megatron-Core's full_iteration "
-        "scope): the fixed host cost a step is not charged. Per-layer graphs (the default "
-        "scope) do not remove it; default off.",
+        "scope, with its sync-free MoE dispatch): none of the fixed host costs (per step, "
+        "micro-batch, layer and MoE layer) is charged. Per-layer graphs (the default scope) "
+        "do not remove them; default off.",
     ),
 ]
 ModulesOpt = Annotated[

@@ -101,12 +101,15 @@ class Workload:
     sharded optimizer (distributed optimizer, ZeRO, FSDP)."""
     cuda_graphs: bool = False
     """The whole training step is captured in CUDA graphs and replayed (Megatron-Core's
-    ``full_iteration`` scope): the fitted fixed cost a step (``Calibration.step_overhead_s``:
-    the host's work once a step between the GPU's, which a replayed step no longer waits
-    on) is not charged. Per-layer graphs (Megatron-Core's default scope, Transformer
-    Engine's ``make_graphed_callables``) leave it; the per-layer and per-micro-batch fixed
-    costs stay either way, as the published runs that name CUDA graphs are measured with
-    them."""
+    ``full_iteration`` scope): none of the fitted fixed costs is charged. They are the
+    host's: the work once a step (``step_overhead_s``: the framework's loop, logging, the
+    data loader) and once a micro-batch, the kernel launches of each layer
+    (``layer_overhead_s``) and an MoE layer's router, permutation and per-expert launches
+    with the host waiting on the token counts (``moe_layer_overhead_s``,
+    ``moe_expert_overhead_s``), which Megatron-Core's capture requires gone (sync-free,
+    capacity-bounded dispatch). Per-layer graphs (Megatron-Core's default scope, Transformer
+    Engine's ``make_graphed_callables``) leave them: the published runs that name CUDA
+    graphs without the scope are measured with them."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""

@@ -268,7 +268,12 @@ def step_breakdown(
     # per-expert launches): a fixed cost per layer and pass, reported with the other fixed
     # costs (overhead), not as HBM traffic
     layer_fixed = sub * cal.layer_overhead_s + moe_frac * moe_fixed
-    fixed_mb = layers_stage_mtp * layer_fixed * 3.0
+    # a step replayed whole as CUDA graphs issues no kernel from the host, and its MoE
+    # layers cannot wait on the host (Megatron-Core captures only sync-free dispatch): none
+    # of the fixed costs, which are the host's, is paid
+    host = 0.0 if w.cuda_graphs else 1.0
+    fixed_mb = host * layers_stage_mtp * layer_fixed * 3.0
+    mb_fixed = host * cal.microbatch_overhead_s
     mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem
     quant_mb = layers_stage_mtp * (cast_fwd + cast_bwd)
     # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
@@ -413,7 +418,7 @@ def step_breakdown(
         + cp_mb
         + ep_mb
         + pp_mb
-        + cal.microbatch_overhead_s
+        + mb_fixed
     )
     bubble = (p.pp - 1) / p.vpp * t_mb
 
@@ -429,9 +434,8 @@ def step_breakdown(
     )
 
     z = np.zeros(len(p))
-    # the framework's loop, logging and data loader, once a step: not paid when the whole
-    # step replays as CUDA graphs
-    step_fixed = 0.0 if w.cuda_graphs else cal.step_overhead_s
+    # the framework's loop, logging and data loader, once a step
+    step_fixed = host * cal.step_overhead_s
     return StepBreakdown(
         compute_s=mb * compute_mb,
         recompute_s=mb * recompute_mb,
@@ -444,5 +448,5 @@ def step_breakdown(
         bubble_s=bubble,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
-        overhead_s=z + step_fixed + mb * (cal.microbatch_overhead_s + fixed_mb),
+        overhead_s=z + step_fixed + mb * (mb_fixed + fixed_mb),
     )

@@ -13,7 +13,7 @@ zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed 
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
 loss: eager                 # optional: fused | eager cross-entropy (default: as elementwise)
 fp8_param_gather: false     # optional: gather FP8 weights, keep no 16-bit copy (fp8/fp4 only)
-cuda_graphs: false          # optional: the whole step replays as CUDA graphs (no per-step cost)
+cuda_graphs: false          # optional: the whole step replays as CUDA graphs (no host costs)
 ep_dispatch: hierarchical   # optional: hierarchical (DeepEP, HybridEP) | all_to_all (NCCL)
 recompute_modules: [layernorm, moe_act]   # optional: what selective recompute runs again
 mtp: 1                      # optional: multi-token-prediction depths (default: the model's)

@@ -114,16 +114,17 @@ def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
 
 FULL_STEP_GRAPHS = (
     r"full[_ -]iteration (cuda[_ -]?)?graphs?|cuda[_ -]?graphs? of (the )?(whole|full|entire) "
-    r"(training )?(step|iteration)|cuda[_-]graph[_-]scope\W*full_iteration|fullcudagraphwrapper"
-    r"|--cuda-graphs\b"
+    r"(training )?(step|iteration)|cuda[_-]graph[_-](scope|impl)\W*full_iteration"
+    r"|fullcudagraphwrapper|--cuda-graphs\b"
 )
 """How a row names a whole training step captured in CUDA graphs (Megatron-Core's
-``cuda_graph_impl``/``cuda_graph_scope`` ``full_iteration``). "CUDA graphs" alone is not
-enough: Megatron-Core's default scope, and the Megatron-Bridge recipes', is per layer."""
+``cuda_graph_scope`` or Megatron-Bridge's ``cuda_graph_impl`` ``full_iteration``). "CUDA
+graphs" alone is not enough: Megatron-Core's default scope is per layer, and so are the
+Megatron-Bridge recipes' before their 26.06 MoE ones."""
 
 
 def cuda_graphs(row: dict[str, str]) -> tuple[bool, str]:
     """Whether a row's whole training step replays as CUDA graphs, and why."""
     if mentions(stack_text(row), FULL_STEP_GRAPHS):
-        return True, "the whole step replays as CUDA graphs: no per-step host overhead"
+        return True, "the whole step replays as CUDA graphs: no fixed host costs"
     return False, ""
