@@ -90,3 +90,33 @@ def test_the_flag_and_the_workload_key(tmp_path: Path, capsys: pytest.CaptureFix
 )
 def test_rows_name_whole_step_graphs(notes: str, graphed: bool) -> None:
     assert cuda_graphs({"notes": notes})[0] is graphed
+
+
+HELDOUT = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout"
+
+
+def test_megatron_bridge_full_iteration_recipes_fit_without_the_fixed_costs(
+    tmp_path: Path,
+) -> None:
+    """Megatron-Bridge's 26.06-26.08 MXFP8 recipes for Qwen3 and DeepSeek-V3 on GB200/GB300
+    replay whole steps (their rows cite the recipe): priced without the host's fixed costs
+    they come within 15 %; the same rows with the recipe's scope removed are 20-45 % slow."""
+    from gpuscale.validate.training import validate_training
+
+    src = HELDOUT / "training_nemo_releases.csv"
+    lines = src.read_text().splitlines()
+    keep = [
+        ln for ln in lines[1:] if "full_iteration" in ln and ("qwen3" in ln or "deepseekv3" in ln)
+    ]
+    assert len(keep) == 15
+    graphed = tmp_path / "graphed.csv"
+    graphed.write_text("\n".join([lines[0], *keep]) + "\n")
+    eager = tmp_path / "eager.csv"
+    eager.write_text(
+        "\n".join([lines[0], *(k.replace("full_iteration", "none") for k in keep)]) + "\n"
+    )
+    with_graphs = validate_training(graphed, CAL).scored
+    without = validate_training(eager, CAL).scored
+    assert len(with_graphs) == len(without) == 15
+    assert all(abs(r.error_pct or 0.0) < 15.0 for r in with_graphs)
+    assert all((r.error_pct or 0.0) < -19.0 for r in without)
