@@ -178,7 +178,10 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     path.write_text(text[:-1] + ', "hidden_size": 2048}')
     with pytest.raises(InputError) as exc:
         load_hf_config(path)
-    assert "repeated: hidden_size" in exc.value.valid
+    assert "repeated with two values: hidden_size" in exc.value.valid
+    # the same value twice changes nothing, and is read
+    path.write_text(text[:-1] + ', "hidden_size": 4096}')
+    assert load_hf_config(path).hidden == 4096
 
 
 GPT_OSS_LIKE = {**LLAMA, "model_type": "gpt_oss", "sliding_window": 128, "num_hidden_layers": 4}

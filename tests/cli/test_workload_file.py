@@ -638,3 +638,11 @@ def test_a_value_of_neither_accepted_type_names_the_key_and_both(tmp_path: Path)
     assert r.returncode == 2
     assert "job.yaml:recompute_modules=5 is invalid" in r.stderr
     assert "valid string" in r.stderr and "valid list" in r.stderr
+
+
+def test_a_bad_item_of_a_list_names_the_item(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama3-8b\ngpu: h100-sxm\ngpus: 8\nrecompute_modules: [moe, 5]\n")
+    r = gpuscale("train", "search", "--workload", str(path))
+    assert r.returncode == 2
+    assert "job.yaml:recompute_modules.1=5 is invalid: Input should be a valid string" in r.stderr

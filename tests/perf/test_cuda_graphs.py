@@ -12,7 +12,7 @@ from cli_runner import run_cli
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import SHARDING, Plans, Workload
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.training import estimate
 from gpuscale.validate.training_stack import cuda_graphs
 
@@ -51,6 +51,18 @@ def test_whole_step_graphs_drop_the_moe_layers_fixed_costs() -> None:
     assert float(eager.step.overhead_s[0]) == pytest.approx(CAL.step_overhead_s + per_mb)
     assert float(graphed.step.overhead_s[0]) == 0.0
     assert float(eager.step.ep_comm_s[0]) == float(graphed.step.ep_comm_s[0])
+
+
+def test_recomputed_layers_pay_no_fixed_host_cost_either() -> None:
+    """Full recomputation reruns each layer's forward, launches included: under whole-step
+    graphs the recompute term is the same work without them."""
+    w = _workload("qwen3-30b-a3b", 8, 32)
+    p = Plans.of(dp=8, ep=8, mbs=4, recompute=RECOMPUTE.index("full"))
+    eager, graphed = estimate(w, p, CAL), estimate(replace(w, cuda_graphs=True), p, CAL)
+    moe = CAL.moe_layer_overhead_s + 128 / 8 * CAL.moe_expert_overhead_s
+    rerun = 48 * (CAL.layer_overhead_s + moe)  # one forward's launches, one micro-batch
+    assert float(eager.step.recompute_s[0] - graphed.step.recompute_s[0]) == pytest.approx(rerun)
+    assert float(graphed.step.overhead_s[0]) == 0.0
 
 
 def test_the_flag_and_the_workload_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,7 +112,8 @@ def test_megatron_bridge_full_iteration_recipes_fit_without_the_fixed_costs(
 ) -> None:
     """Megatron-Bridge's 26.06-26.08 MXFP8 recipes for Qwen3 and DeepSeek-V3 on GB200/GB300
     replay whole steps (their rows cite the recipe): priced without the host's fixed costs
-    they come within 15 %; the same rows with the recipe's scope removed are 20-45 % slow."""
+    they come within +3 to +15 %; the same rows with the recipe's scope removed are 20-45 %
+    slow."""
     from gpuscale.validate.training import validate_training
 
     src = HELDOUT / "training_nemo_releases.csv"
@@ -118,5 +131,5 @@ def test_megatron_bridge_full_iteration_recipes_fit_without_the_fixed_costs(
     with_graphs = validate_training(graphed, CAL).scored
     without = validate_training(eager, CAL).scored
     assert len(with_graphs) == len(without) == 15
-    assert all(abs(r.error_pct or 0.0) < 15.0 for r in with_graphs)
+    assert all(0.0 < (r.error_pct or 0.0) < 16.0 for r in with_graphs)
     assert all((r.error_pct or 0.0) < -19.0 for r in without)

@@ -121,7 +121,11 @@ def _sliding_window(cfg: dict[str, Any], model_type: str, ints: Ints) -> tuple[i
             raise InputError(field, f"{len(kinds)} entries", f"one per layer: {layers}")
         unknown = sorted({str(k) for k in kinds if k not in read})
         if unknown:
-            raise InputError(field, ", ".join(unknown), f"each one of {', '.join(read)}")
+            # transformers knows more kinds (chunked_attention, hybrid_sliding, conv...):
+            # gpuscale prices only these two beside a sliding window
+            raise InputError(
+                field, ", ".join(unknown), f"layers gpuscale models: {', '.join(read)}"
+            )
         return window, kinds.count("sliding_attention")
     if model_type == "gemma2":
         # Gemma2Config without layer_types: layer i slides when (i + 1) % 2, every other one

@@ -110,9 +110,9 @@ class Workload:
     capacity-bounded dispatch). Per-layer graphs (Megatron-Core's default scope, Transformer
     Engine's ``make_graphed_callables``) leave them: the published runs that name CUDA
     graphs without the scope are measured with them. Megatron-Bridge's 26.06-26.08 MXFP8
-    recipes for Qwen3 and DeepSeek-V3 on GB200/GB300 capture whole steps: priced so, their
-    15 published runs come within +3 to +14 % (``python benchmarks/heldout_training.py``),
-    against 20-45 % slow with the fixed costs."""
+    recipes for Qwen3 and DeepSeek-V3 on GB200, GB300 and B300 capture whole steps: priced
+    so, their 15 published runs come within +3 to +15 %
+    (``tests/perf/test_cuda_graphs.py``), against 20-45 % slow with the fixed costs."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
     default: the attention core, Korthikanti et al.'s selective recomputation)."""

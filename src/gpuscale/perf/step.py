@@ -267,12 +267,13 @@ def step_breakdown(
     # kernel launches and small kernels (and an MoE layer's router, permutation and
     # per-expert launches): a fixed cost per layer and pass, reported with the other fixed
     # costs (overhead), not as HBM traffic
-    layer_fixed = sub * cal.layer_overhead_s + moe_frac * moe_fixed
     # a step replayed whole as CUDA graphs issues no kernel from the host, and its MoE
     # layers cannot wait on the host (Megatron-Core captures only sync-free dispatch): none
-    # of the fixed costs, which are the host's, is paid
+    # of the fixed costs, which are the host's, is paid, recomputed layers' included
     host = 0.0 if w.cuda_graphs else 1.0
-    fixed_mb = host * layers_stage_mtp * layer_fixed * 3.0
+    moe_fixed = host * moe_fixed
+    layer_fixed = host * (sub * cal.layer_overhead_s + moe_frac * moe_fixed)
+    fixed_mb = layers_stage_mtp * layer_fixed * 3.0
     mb_fixed = host * cal.microbatch_overhead_s
     mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem
     quant_mb = layers_stage_mtp * (cast_fwd + cast_bwd)

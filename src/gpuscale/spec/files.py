@@ -103,7 +103,7 @@ class _RepeatedKeyError(ValueError):
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
-        if key in out:
+        if key in out and out[key] != value:  # the same value twice changes nothing
             raise _RepeatedKeyError(key)
         out[key] = value
     return out
@@ -116,7 +116,9 @@ def read_json(path: Path, field: str, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_unique_keys)
     except _RepeatedKeyError as exc:
         # the last value would silently win, as a repeated YAML key is refused
-        raise InputError(field, str(path), f"each key once in an object; repeated: {exc}") from None
+        raise InputError(
+            field, str(path), f"each key once in an object; repeated with two values: {exc}"
+        ) from None
     except RecursionError:
         raise InputError(
             field, str(path), "JSON nested at most a few hundred levels deep"

@@ -109,11 +109,16 @@ def load_training_job(path: Path) -> TrainingJob:
         return TrainingJob.model_validate(data)
     except ValidationError as exc:
         errs = exc.errors()
-        # the key, without the member tags of a union ("str", "list[str]") pydantic adds
-        first = [str(p) for p in errs[0]["loc"]]
-        key = [p for p in first if p in TrainingJob.model_fields] or first[:1]  # or unknown
+        # the most specific error: a bad item of a list names the item, not the list
+        err = max(errs, key=lambda e: len(e["loc"]))
+        if len(err["loc"]) == len(errs[0]["loc"]):
+            err = errs[0]
+        # the key, without the member tags of a union ("str", "list[str]") pydantic adds;
+        # a list item keeps its index (recompute_modules.1)
+        parts = [str(p) for p in err["loc"]]
+        key = [p for p in parts if p in TrainingJob.model_fields or p.isdigit()] or parts[:1]
         loc = ".".join(key) or "workload"
-        # a union's members each fail: say what any of them takes
-        msgs = [e["msg"] for e in errs if [str(p) for p in e["loc"]][: len(key)] == key]
-        valid = "; or ".join(dict.fromkeys(msgs))
-        raise InputError(f"{path.name}:{loc}", errs[0].get("input"), valid) from None
+        # a union's members each fail on the same value: say what any of them takes
+        same = [e["msg"] for e in errs if e.get("input") is err.get("input")]
+        valid = "; or ".join(dict.fromkeys(same or [err["msg"]]))
+        raise InputError(f"{path.name}:{loc}", err.get("input"), valid) from None

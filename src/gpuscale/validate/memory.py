@@ -108,13 +108,13 @@ def _workload(row: dict[str, str], folder: Path, where: str) -> Workload:
     precision = row.get("precision", "").strip().lower() or gpu.training_precision
     if precision not in gpu.peak_tflops:
         raise SkipRow(f"precision={precision!r}: {gpu.key} has no {precision} peak")
-    gpus, seq, gbs = (int(v or 0) for v in sizes.values())
+    n_gpus, seq, gbs = (int(v or 0) for v in sizes.values())
     return Workload(
         model,
         gpu,
         system,
-        Fabric.from_system(system, gpus),
-        gpus,
+        Fabric.from_system(system, n_gpus),
+        n_gpus,
         seq,
         gbs,
         precision,
