@@ -89,9 +89,9 @@ CudaGraphsOpt = Annotated[
     typer.Option(
         "--cuda-graphs/--no-cuda-graphs",
         help="The whole training step replays as CUDA graphs (Megatron-Core's full_iteration "
-        "scope, with its sync-free MoE dispatch): none of the fixed host costs (per step, "
-        "micro-batch, layer and MoE layer) is charged. Per-layer graphs (the default scope) "
-        "do not remove them; default off.",
+        "scope, with its sync-free MoE dispatch): the host's fixed costs (per step, per "
+        "micro-batch, an MoE layer's) are not charged; a layer's small kernels still run. "
+        "Per-layer graphs (the default scope) do not remove them; default off.",
     ),
 ]
 ModulesOpt = Annotated[

@@ -248,11 +248,12 @@ def step_breakdown(
     # MoE token permutation before and unpermutation after the experts, and the weighted
     # combine: each reads and writes the top-k copies of the hidden state
     moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * mw * tokens / tp * 2.0
-    # the fixed costs (kernel launches; an MoE layer's router, permutation and per-expert
-    # launches, with the host waiting on the token counts) are the host's: a step replayed
-    # whole as CUDA graphs issues no kernel from the host, and its MoE layers cannot wait on
-    # it (Megatron-Core captures only sync-free dispatch), so it pays none of them,
-    # recomputed layers' included
+    # an MoE layer's router, permutation and per-expert launches, with the host waiting on
+    # the token counts, and the per-step and per-micro-batch work are the host's: a step
+    # replayed whole as CUDA graphs issues no kernel from the host and its MoE layers cannot
+    # wait on it (Megatron-Core captures only sync-free dispatch), so it pays none of them,
+    # recomputed layers' included. A layer's small kernels still run, each for its minimum
+    # time: the per-layer cost stays.
     host = 0.0 if w.cuda_graphs else 1.0
     moe_fixed = host * (cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s)
     # Mamba-2: depthwise causal conv over x, B, C (read + write) and the gated RMSNorm of the
@@ -272,7 +273,7 @@ def step_breakdown(
     ) * overlap_slow
     # kernel launches and small kernels (and an MoE layer's fixed costs): a fixed cost per
     # layer and pass, reported with the other fixed costs (overhead), not as HBM traffic
-    layer_fixed = host * sub * cal.layer_overhead_s + moe_frac * moe_fixed
+    layer_fixed = sub * cal.layer_overhead_s + moe_frac * moe_fixed
     fixed_mb = layers_stage_mtp * layer_fixed * 3.0
     mb_fixed = host * cal.microbatch_overhead_s
     mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem

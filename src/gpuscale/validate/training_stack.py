@@ -126,5 +126,5 @@ Megatron-Bridge recipes' before their 26.06 MoE ones."""
 def cuda_graphs(row: dict[str, str]) -> tuple[bool, str]:
     """Whether a row's whole training step replays as CUDA graphs, and why."""
     if mentions(stack_text(row), FULL_STEP_GRAPHS):
-        return True, "the whole step replays as CUDA graphs: no fixed host costs"
+        return True, "the whole step replays as CUDA graphs: no fixed costs of the host's"
     return False, ""
