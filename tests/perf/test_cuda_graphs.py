@@ -114,7 +114,7 @@ def test_megatron_bridge_full_iteration_recipes_fit_without_the_host_costs(
 ) -> None:
     """Megatron-Bridge's 26.06-26.08 MXFP8 recipes for Qwen3 and DeepSeek-V3 on GB200/GB300
     replay whole steps (their rows cite the recipe): priced without the host's fixed costs
-    they come within -17 to +3 %; the same rows with the recipe's scope removed are 20-45 %
+    they come within -16 to +3 %; the same rows with the recipe's scope removed are 20-45 %
     slow."""
     from gpuscale.validate.training import validate_training
 

@@ -111,7 +111,7 @@ class Workload:
     ``make_graphed_callables``) leave every fixed cost: the published runs that name CUDA
     graphs without the scope are measured with them. Megatron-Bridge's 26.06-26.08 MXFP8
     recipes for Qwen3 and DeepSeek-V3 on GB200, GB300 and B300 capture whole steps: priced
-    so, their 15 published runs come within -17 to +3 % (``tests/perf/test_cuda_graphs.py``),
+    so, their 15 published runs come within -16 to +3 % (``tests/perf/test_cuda_graphs.py``),
     against 20-45 % slow with the host's costs."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     """What selective recomputation runs again (:data:`gpuscale.perf.recompute.RECOMPUTE_MODULES`;
