@@ -454,8 +454,9 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
 
 
 def validate_collectives(path: Path, cal: Calibration) -> ValidationReport:
-    rows = [predict_row(r, f"{path.name}:line {ln}", cal) for ln, r in read_rows(path, REQUIRED)]
-    return ValidationReport("collectives", rows, unread_columns(path, (*REQUIRED, *OPTIONAL)))
+    table = read_rows(path, REQUIRED)
+    rows = [predict_row(r, f"{path.name}:line {ln}", cal) for ln, r in table]
+    return ValidationReport("collectives", rows, unread_columns(table, (*REQUIRED, *OPTIONAL)))
 
 
 def scores(report: ValidationReport) -> dict[str, dict[str, float | None]]:

@@ -138,9 +138,10 @@ def _short_source(src: str) -> str:
 
 def validate_inference(path: Path, cal: Calibration) -> ValidationReport:
     rows: list[RowResult] = []
-    for lineno, row in read_rows(path, REQUIRED):
+    table = read_rows(path, REQUIRED)
+    for lineno, row in table:
         rows.extend(validate_row(row, f"{path.name}:line {lineno}", cal))
-    return InferenceReport("inference", rows, unread_columns(path, SCHEMA))
+    return InferenceReport("inference", rows, unread_columns(table, SCHEMA))
 
 
 def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowResult]:

@@ -153,7 +153,8 @@ def _plan(row: dict[str, str], w: Workload, where: str) -> Plans:
 
 def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
     rows: list[RowResult] = []
-    for lineno, row in read_rows(path, REQUIRED):
+    table = read_rows(path, REQUIRED)
+    for lineno, row in table:
         where = f"{path.name}:line {lineno}"
         metric = _choice(row, "metric", tuple(METRICS), None, where)
         group = source_group(row.get("source", "")) or "(no source)"
@@ -192,4 +193,4 @@ def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
                 {"plan": plan.label(0), "fits": fits},
             )
         )
-    return ValidationReport("memory", rows, unread_columns(path, (*REQUIRED, *OPTIONAL)))
+    return ValidationReport("memory", rows, unread_columns(table, (*REQUIRED, *OPTIONAL)))

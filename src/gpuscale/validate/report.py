@@ -12,7 +12,6 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -195,24 +194,24 @@ def signed_error_pct(predicted: float, measured: float) -> float:
     return 100.0 * (predicted / measured - 1.0)  # no overflow for a measured 1e308
 
 
-def _header(text: str) -> list[str]:
+def _header(first: list[str]) -> list[str]:
     """Column names as the schema spells them, also when written "Id, Source, ...", without
     the empty name a trailing comma after the last one leaves."""
-    first = next(csv.reader(io.StringIO(text, newline="")), [])
     header = [name.strip().lower() for name in first]
     while header and header[-1] == "":
         header.pop()
     return header
 
 
-def unread_columns(path: Path, schema: tuple[str, ...]) -> tuple[str, ...]:
-    """The header's columns that are not in ``schema`` (call after :func:`read_rows` has
-    checked the file)."""
-    header = _header(path.read_text(encoding="utf-8-sig"))
-    return tuple(c for c in header if c and c not in schema)
+def unread_columns(
+    rows: list[tuple[int, dict[str, str]]], schema: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The columns of :func:`read_rows`'s rows (each has every header column; there is at
+    least one) that are not in ``schema``."""
+    return tuple(c for c in rows[0][1] if c and c not in schema)
 
 
-def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def read_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
     """CSV rows as dicts with the line each starts on, checking the header has the
     ``required`` columns.
 
@@ -236,7 +235,7 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
         raise InputError(
             "--runs", str(path), f"a well-formed CSV file (line {reader.line_num}: {exc})"
         ) from None
-    header = _header(text) if lines else []
+    header = _header(lines[0][1]) if lines else []
     twice = sorted({c for c in header if c and header.count(c) > 1})
     if twice:
         # the second would silently win over the first
@@ -279,7 +278,7 @@ def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict
         rows.append((lineno, row))
     if not rows:
         raise InputError("--runs", str(path), "no data rows under the header")
-    yield from rows
+    return rows
 
 
 NOT_STATED = ("-", "\u2013", "\u2014", "n/a", "na", "?")

@@ -433,7 +433,8 @@ def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
 
 def validate_training(path: Path, cal: Calibration) -> ValidationReport:
     rows: list[RowResult] = []
-    for lineno, row in read_rows(path, REQUIRED):
+    table = read_rows(path, REQUIRED)
+    for lineno, row in table:
         where = f"{path.name}:line {lineno}"
         rid = row["id"] or f"line {lineno}"
         target = read_target(row["target"])
@@ -476,4 +477,4 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 {"plan": (plan := plans.label(0)), "config": config_key(pr, plan, pred)},
             )
         )
-    return ValidationReport("training", rows, unread_columns(path, COLUMNS))
+    return ValidationReport("training", rows, unread_columns(table, COLUMNS))
