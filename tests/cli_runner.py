@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuscale.catalog import get_model
 from gpuscale.cli import main
 
 
@@ -16,3 +17,10 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         code = int(exc.code or 0)
     cap = capsys.readouterr()
     return code, cap.out, cap.err
+
+
+def embedding_matrices(key: str) -> int:
+    """Parameters of a catalog model's V x h input embedding and, unless tied, its output
+    head: what a published "non-embedding" count leaves out."""
+    m = get_model(key)
+    return m.vocab * m.hidden * (1 if m.tied_embeddings else 2)

@@ -11,6 +11,7 @@ gpuscale; the catalog entries cite the config each shape comes from.
 from __future__ import annotations
 
 import pytest
+from cli_runner import embedding_matrices
 
 from gpuscale.catalog import get_model
 from gpuscale.perf.transformer import active_param_count, param_count
@@ -42,12 +43,6 @@ ENTRIES = (
     "phi-4",
     *ADDED_2025,
 )
-
-
-def _embedding_matrices(key: str) -> int:
-    """The V x h input embedding and, unless tied, the output head."""
-    m = get_model(key)
-    return m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +107,7 @@ def test_total_params_match_published(key: str, published: float, rel: float) ->
     ],
 )
 def test_non_embedding_params_match_published(key: str, published: float, rel: float) -> None:
-    non_embedding = param_count(get_model(key)) - _embedding_matrices(key)
+    non_embedding = param_count(get_model(key)) - embedding_matrices(key)
     assert non_embedding == pytest.approx(published, rel=rel)
 
 
@@ -147,7 +142,7 @@ def test_moe_active_params_match_published(key: str, published: float, rel: floa
 def test_active_params_without_embeddings_match_published(
     key: str, published: float, rel: float
 ) -> None:
-    active = active_param_count(get_model(key)) - _embedding_matrices(key)
+    active = active_param_count(get_model(key)) - embedding_matrices(key)
     assert active == pytest.approx(published, rel=rel)
 
 

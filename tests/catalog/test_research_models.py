@@ -10,6 +10,7 @@ gpuscale; the catalog entries cite the config each shape comes from.
 from __future__ import annotations
 
 import pytest
+from cli_runner import embedding_matrices
 
 from gpuscale.catalog import get_model
 from gpuscale.perf.transformer import active_param_count, param_count
@@ -37,12 +38,6 @@ OTHERS = (
     "gemma3-4b",
 )
 ENTRIES = (*GPT2, *PYTHIA, *OPT, *OLMO, *OTHERS)
-
-
-def _embedding_matrices(key: str) -> int:
-    """The V x h input embedding and, unless tied, the output head."""
-    m = get_model(key)
-    return m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
 
 
 def _sig(x: float, digits: int = 2) -> float:
@@ -133,7 +128,7 @@ def test_sizes_match_their_names(key: str, billions: float) -> None:
 def test_qwen25_counts_match_their_cards(key: str, total: float, non_embedding: float) -> None:
     params = param_count(get_model(key))
     assert round(params / 1e9, 2) == total
-    assert round((params - _embedding_matrices(key)) / 1e9, 2) == non_embedding
+    assert round((params - embedding_matrices(key)) / 1e9, 2) == non_embedding
 
 
 @pytest.mark.parametrize(
@@ -152,7 +147,7 @@ def test_qwen25_counts_match_their_cards(key: str, total: float, non_embedding: 
 )
 def test_pythia_non_embedding_params_match_table_1(key: str, published: int) -> None:
     # the biases (11 h a layer and h) are the whole difference: at most 0.18 % (the 70M)
-    non_embedding = param_count(get_model(key)) - _embedding_matrices(key)
+    non_embedding = param_count(get_model(key)) - embedding_matrices(key)
     assert non_embedding == pytest.approx(published, rel=2e-3)
 
 
