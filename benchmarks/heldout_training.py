@@ -4,10 +4,11 @@
 
 Validates every CSV under ``benchmarks/heldout/`` (same schema as the shared validation
 file; see its README for where each row comes from) with the shipped calibration, which was
-fitted on ``training_runs.csv`` only, and prints one line per file: rows scored and skipped,
-MAPE, median and worst error, rows worse than 25 %, and the mean signed error (a bias the
-fit cannot see); then the same figures over all files by kind of model (dense, MoE, hybrid
-Mamba-Transformer) and for FP4 runs (NVFP4, MXFP4). For per-row detail run
+fitted on ``training_runs.csv`` only (or the one ``--calibration FILE`` names), and prints
+one line per file: rows scored and skipped, MAPE, median and worst error, rows worse than
+25 %, and the mean signed error (a bias the fit cannot see); then the same figures over all
+files by kind of model (dense, MoE, hybrid Mamba-Transformer) and for FP4 runs (NVFP4,
+MXFP4). For per-row detail run
 ``gpuscale validate training --runs FILE``.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gpuscale.calibrate.calibration import default_calibration
+from gpuscale.calibrate.calibration import Calibration, default_calibration
 from gpuscale.validate.training import validate_training
 from gpuscale.validate.training_rows import model_for
 
@@ -67,9 +68,12 @@ def _add(t: Table, name: str, errs: list[float], skipped: int, mape: float, med:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("files", nargs="*", type=Path, help="CSV files (default: heldout/*.csv)")
+    ap.add_argument(
+        "--calibration", type=Path, help="calibration JSON to score (default: the shipped one)"
+    )
     args = ap.parse_args()
     files = args.files or sorted(HERE.glob("training_*.csv"))
-    cal = default_calibration()
+    cal = Calibration.load(args.calibration) if args.calibration else default_calibration()
     t = _columns("Held-out published runs: error of tokens/s per GPU, %", "file")
     by_kind: dict[str, list[float]] = defaultdict(list)
     skipped_kind: dict[str, int] = defaultdict(int)
