@@ -146,8 +146,15 @@ def test_mlperf_405b_whole_step_graphs_keep_the_layers_kernels() -> None:
 
     report = validate_training(HELDOUT / "training_mlperf.csv", CAL)
     graphed = [r for r in report.scored if "replays as CUDA graphs" in r.reason]
-    assert sorted(r.id for r in graphed) == sorted(
+    big = [r for r in graphed if r.id.endswith("405b")]
+    assert sorted(r.id for r in big) == sorted(
         f"mlperf-v51-nvidia-{g}-llama31-405b"
         for g in ("gb200-5120gpu", "gb200-2560gpu", "gb300-512gpu", "gb200-512gpu")
     )
-    assert all(abs(r.error_pct or 0.0) < 10.0 for r in graphed)
+    assert all(abs(r.error_pct or 0.0) < 10.0 for r in big)
+    # the 8B runs on 72 and 512 GPUs source the same graph settings; the 8-GPU NVFP4 runs
+    # do not say, and pay the host's costs
+    small = sorted(r.id for r in graphed if r.id.endswith("8b"))
+    assert small == sorted(
+        f"mlperf-v51-nvidia-{g}-{n}gpu-llama31-8b" for g in ("gb200", "gb300") for n in (72, 512)
+    )
