@@ -491,6 +491,42 @@ def test_a_shape_row_keeps_a_plain_mlp_when_its_size_says_so() -> None:
     assert not m.gated_mlp and not any("gated" in n for n in notes)
 
 
+@pytest.mark.parametrize(
+    ("notes", "rope", "tied", "gated"),
+    [
+        ("", False, True, False),
+        ("RoPE, untied embeddings, SwiGLU MLP", True, False, True),
+        ("rotary position embeddings; separate output layer", True, False, False),
+        ("no RoPE (ALiBi); GeGLU", False, True, True),
+    ],
+)
+def test_a_shape_row_takes_positions_embeddings_and_mlp_from_its_notes(
+    notes: str, rope: bool, tied: bool, gated: bool
+) -> None:
+    from gpuscale.perf.transformer import param_count
+
+    # a 7B of LLaMA's shape with no size stated; its FFN of 4 x hidden reads as a plain MLP
+    row = {
+        "model": "Some 7B",
+        "layers": "32",
+        "hidden": "4096",
+        "ffn_hidden": "16384",
+        "heads": "32",
+        "vocab": "32000",
+        "seq_len": "4096",
+        "notes": notes,
+    }
+    m, said = model_for(row, "row 1")
+    assert (m.position == "rope", m.tied_embeddings, m.gated_mlp) == (rope, tied, gated)
+    # learned positions add their table; an untied output layer adds V x h; a gated MLP adds
+    # a third h x f matrix per layer
+    h, f, v, layers = 4096, 16384, 32000, 32
+    per_layer = 4 * h * h + (3 if gated else 2) * h * f + 2 * h
+    expected = layers * per_layer + v * h * (1 if tied else 2) + (0 if rope else 4096 * h) + h
+    assert param_count(m) == expected
+    assert ("rotary position embeddings, as the row says" in said) == rope
+
+
 def test_a_shape_row_that_misses_its_stated_size_skips_with_both_sizes() -> None:
     from gpuscale.validate.training_rows import UnsupportedRowError
 

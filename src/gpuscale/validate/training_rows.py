@@ -23,7 +23,7 @@ from gpuscale.perf.plan import SHARDING, Workload
 from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SIZE_TOLERANCE, SkipRow, check_size, num
 from gpuscale.validate.training_cells import read_sharding
-from gpuscale.validate.training_stack import stack_text
+from gpuscale.validate.training_stack import mentions, stack_text
 
 if TYPE_CHECKING:  # PreparedRow is built from these rules
     from gpuscale.validate.training import PreparedRow
@@ -93,6 +93,29 @@ TOP_K = (
 precedence: "16 experts, top-4", "num_experts=64, top_k=8", "64 experts, 8 active
 experts", "E=64, k=8"."""
 
+ROTARY = r"\brope\b|rotary"
+"""A row naming rotary position embeddings (RoPE) for a model built from its shape."""
+UNTIED = r"\buntied\b|not tied|separate output (layer|embedding|head)"
+"""A row naming an output layer of its own (untied from the input embedding)."""
+GATED = r"swiglu|geglu|gated (mlp|linear unit)"
+"""A row naming a gated MLP (three matrices) for a model built from its shape."""
+
+
+def _architecture(said: str, body: dict[str, Any], notes: list[str]) -> None:
+    """What a row's model name and notes say of an unlisted model's architecture beyond its
+    shape: rotary positions, an untied output layer, a gated MLP (each left GPT-style when
+    the row does not name it, or names it as not used)."""
+    text = said.lower()
+    if mentions(text, ROTARY):
+        body["position"] = "rope"
+        notes.append("rotary position embeddings, as the row says")
+    if re.search(UNTIED, text):
+        body["tied_embeddings"] = False
+        notes.append("output layer untied from the input embedding, as the row says")
+    if mentions(text, GATED):
+        body["gated_mlp"] = True
+        notes.append("gated MLP (SwiGLU), as the row says")
+
 
 def _first_int(patterns: tuple[re.Pattern[str], ...], text: str, last: bool) -> int | None:
     """The number the first pattern that matches ``text`` gives: its first group, or its
@@ -112,14 +135,16 @@ def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -
     """A model built from a row's shape, checked against the parameters the row states.
 
     A shape with an FFN width does not say whether the MLP is gated (SwiGLU: three
-    matrices) or not (two); the variant whose parameter count is nearer the stated one is
-    taken. A shape that misses the stated size by more than SIZE_TOLERANCE either way
-    (experts or widths the row leaves out) is not a model of that run.
+    matrices) or not (two); unless the row names it, the variant whose parameter count is
+    nearer the stated one is taken. A shape that misses the stated size by more than
+    SIZE_TOLERANCE either way (experts or widths the row leaves out) is not a model of
+    that run.
     """
     model = Model.model_validate({**body, "key": body["name"]})
+    named = bool(body.get("gated_mlp"))  # the row names a gated MLP
     if params_b is None:
         ratio = body.get("ffn_hidden", 4 * body["hidden"]) / body["hidden"]
-        if abs(ratio / 4.0 - 1.0) > GPT_FFN_SLACK:
+        if not named and abs(ratio / 4.0 - 1.0) > GPT_FFN_SLACK:
             # a plain MLP is 4 x hidden; SwiGLU models keep its parameters at 8/3 x or so
             notes.append(
                 f"gated MLP (SwiGLU) assumed: an FFN of {ratio:.2f} x hidden is not a plain "
@@ -128,7 +153,7 @@ def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -
             return Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
         return model
     stated = params_b * 1e9
-    if "ffn_hidden" in body:
+    if "ffn_hidden" in body and not named:
         gated = Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
         if abs(param_count(gated) - stated) < abs(param_count(model) - stated):
             model = gated
@@ -201,6 +226,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         else:
             notes.append("KV heads not stated: one per query head (multi-head attention)")
         said = f"{row['model']} {row.get('notes', '')}"
+        _architecture(said, body, notes)
         experts, top_k = _first_int(EXPERTS, said, False), _first_int(TOP_K, said, True)
         if experts and top_k and experts > 1:
             body["num_experts"], body["top_k"] = experts, top_k
