@@ -498,6 +498,8 @@ def test_a_shape_row_keeps_a_plain_mlp_when_its_size_says_so() -> None:
         ("RoPE, untied embeddings, SwiGLU MLP", True, False, True),
         ("rotary position embeddings; separate output layer", True, False, False),
         ("no RoPE (ALiBi); GeGLU", False, True, True),
+        ("embeddings not tied; the figure is not tied to a release", False, False, False),
+        ("the figure is not tied to a release", False, True, False),
     ],
 )
 def test_a_shape_row_takes_positions_embeddings_and_mlp_from_its_notes(

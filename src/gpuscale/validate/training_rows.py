@@ -95,7 +95,10 @@ experts", "E=64, k=8"."""
 
 ROTARY = r"\brope\b|rotary"
 """A row naming rotary position embeddings (RoPE) for a model built from its shape."""
-UNTIED = r"\buntied\b|not tied|separate output (layer|embedding|head)"
+UNTIED = (
+    r"\buntied\b|(embeddings?|output layer|head) (are |is )?not tied"
+    r"|separate output (layer|embedding|head)"
+)
 """A row naming an output layer of its own (untied from the input embedding)."""
 GATED = r"swiglu|geglu|gated (mlp|linear unit)"
 """A row naming a gated MLP (three matrices) for a model built from its shape."""
