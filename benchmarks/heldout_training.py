@@ -24,7 +24,7 @@ from rich.table import Table
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
 from gpuscale.validate.training import validate_training
-from gpuscale.validate.training_rows import model_for
+from gpuscale.validate.training_model import model_for
 
 HERE = Path(__file__).with_name("heldout")
 

@@ -270,7 +270,7 @@ def test_model_flops_agree_with_megatron_per_token() -> None:
 def test_megatron_flops_reproduce_megatron_bridge_reported_tflops(
     model: str, seq: int, tokens_per_s_per_gpu: float, reported_tflops: float
 ) -> None:
-    from gpuscale.validate.training_rows import model_for
+    from gpuscale.validate.training_model import model_for
 
     m, _ = model_for({"model": model}, "test")
     batch = 64  # any batch: FLOPs per token are what the rate compares

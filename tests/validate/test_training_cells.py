@@ -18,7 +18,7 @@ from gpuscale.perf.transformer import param_count
 from gpuscale.validate.report import SkipRow
 from gpuscale.validate.training import choose_plan, prepare, validate_training
 from gpuscale.validate.training_cells import read_recompute, read_sharding, read_target
-from gpuscale.validate.training_rows import model_for
+from gpuscale.validate.training_model import model_for
 
 
 def _write(tmp_path: Path, rows: list[dict[str, str]], header: list[str] | None = None) -> Path:

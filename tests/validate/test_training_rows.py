@@ -9,8 +9,8 @@ import pytest
 
 from gpuscale.validate.training import prepare
 from gpuscale.validate.training_cells import COLUMNS
+from gpuscale.validate.training_model import model_for
 from gpuscale.validate.training_rows import (
-    model_for,
     nics_per_node,
     zero3_gathers,
 )
@@ -387,7 +387,7 @@ def test_a_precision_cell_naming_no_format_assumes_bf16_and_says_so(cell: str) -
 
 
 def test_mxfp8_runs_on_blackwell_and_skips_on_hopper() -> None:
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     row = _row(precision="MXFP8", gpu="B200 (DGX-B200)")
     assert prepare(row, "test").workload.precision == "fp8"
@@ -398,14 +398,14 @@ def test_mxfp8_runs_on_blackwell_and_skips_on_hopper() -> None:
 
 
 def test_a_precision_gpuscale_does_not_model_skips_the_row_naming_it() -> None:
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     with pytest.raises(UnsupportedRowError, match="int4"):
         prepare(_row(precision="int4"), "test")
 
 
 def test_nvfp4_rows_run_fp4_gemms_and_skip_on_a_gpu_without_fp4() -> None:
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     row = _row(precision="NVFP4", gpu="GB200 (DGX-GB200)")
     assert prepare(row, "test").workload.precision == "fp4"
@@ -435,7 +435,7 @@ def test_mtp_variants_set_the_prediction_depths_and_say_so() -> None:
 
 
 def test_a_row_shape_that_contradicts_a_hybrid_or_windowed_model_skips_with_the_reason() -> None:
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     with pytest.raises(UnsupportedRowError, match="pattern has 52 blocks but layers=48"):
         model_for({"model": "Nemotron_3_Nano", "layers": "48"}, "row 1")
@@ -530,7 +530,7 @@ def test_a_shape_row_takes_positions_embeddings_and_mlp_from_its_notes(
 
 
 def test_a_shape_row_that_misses_its_stated_size_skips_with_both_sizes() -> None:
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     no_experts = {**DBRX_ROW, "notes": ""}  # 12.2 B of shape against 132 B stated
     with pytest.raises(UnsupportedRowError, match=r"gives 1\d\.\d B parameters, not the 132 B"):
@@ -551,7 +551,7 @@ def test_a_row_with_only_its_step_time_is_scored_in_tokens_per_second() -> None:
     assert pr.measured == pytest.approx(128 * 8192 / (16.384 * 64), rel=1e-12)
     assert any("from the measured step time" in n for n in pr.notes)
     # a TFLOP/s target is not a step time
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     with pytest.raises(UnsupportedRowError, match="no measured_tflops_per_gpu value"):
         prepare(
@@ -565,7 +565,7 @@ def test_a_row_with_only_its_step_time_is_scored_in_tokens_per_second() -> None:
 
 
 def test_a_shape_row_that_is_no_model_skips_with_the_reason() -> None:
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     with pytest.raises(UnsupportedRowError, match="top_k=16 exceeds num_experts=8"):
         model_for({**DBRX_ROW, "params_b": "", "notes": "8 experts, top-16"}, "row 1")
@@ -607,7 +607,7 @@ def test_a_runs_file_needs_only_the_columns_its_rows_use(tmp_path: Path) -> None
     ],
 )
 def test_a_figure_above_the_gpus_peak_skips_the_row_with_both_rates(cells: dict[str, str]) -> None:
-    from gpuscale.validate.training_rows import UnsupportedRowError
+    from gpuscale.validate.training_model import UnsupportedRowError
 
     with pytest.raises(UnsupportedRowError, match=r"above h100-sxm's bf16 dense peak of 989"):
         prepare(_row(**cells), "test")

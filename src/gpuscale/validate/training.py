@@ -56,12 +56,11 @@ from gpuscale.validate.training_cells import (
     read_sharding,
     read_target,
 )
+from gpuscale.validate.training_model import UnsupportedRowError, model_for
 from gpuscale.validate.training_rows import (
-    UnsupportedRowError,
     absent_degrees,
     config_key,
     megatron_split,
-    model_for,
     nics_per_node,
     pipeline_schedule,
     sizes_from_notes,

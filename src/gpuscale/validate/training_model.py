@@ -1,0 +1,275 @@
+"""Which model a published training row names: the catalog's, or one built from its shape.
+
+A row names a catalog model (any spelling the catalog knows, a run variant in brackets, a
+local config.json), whose shape cells override the catalog's, or a model the catalog lacks,
+built from its shape cells and what its name and notes say of the architecture (experts,
+rotary positions, an untied output layer, a gated MLP). The rules are listed in
+``validate/README.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuscale.catalog import Model, get_model
+from gpuscale.errors import InputError
+from gpuscale.perf.transformer import param_count
+from gpuscale.validate.report import SIZE_TOLERANCE, SkipRow, check_size, num
+from gpuscale.validate.training_stack import mentions
+
+UnsupportedRowError = SkipRow
+"""A row gpuscale cannot model yet; the message is the reason."""
+
+
+GPT_VOCAB = 51200  # GPT-2 BPE (50,257) padded as Megatron does, when a row omits vocab
+
+
+MTP_VARIANT = re.compile(r"(?:w/|with)(o|out| no)?\s*MTP", re.IGNORECASE)
+"""A bracketed "w/ MTP" / "w/o MTP" after a model name: trained with or without its
+multi-token-prediction layers (Megatron-Bridge's DeepSeek-V3 rows)."""
+
+
+def _names_file(name: str) -> bool:
+    try:
+        return name.endswith(".json") or Path(name).is_file()
+    except (OSError, ValueError):  # a name too long to be a path, or with a NUL
+        return False
+
+
+def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
+    """The catalog model a row names, also when a run variant is added in brackets
+    ("DeepSeekV3 (tokendrop)", "Qwen3_30B_a3B (dropless)"): the variant changes how tokens
+    are routed, not the model's shape, and is kept in the row's reason. A config.json the
+    row names that cannot be read is an error, not a model missing from the catalog."""
+    try:
+        return get_model(name, f"{where}:model")
+    except InputError as exc:
+        if _names_file(name):  # the row's reason, not the whole file's error
+            raise UnsupportedRowError(str(exc).removeprefix(f"{where}:")) from None
+    bare = re.sub(r"\s*\([^)]*\)\s*$", "", name)
+    if bare == name or not bare:
+        return None
+    try:
+        model = get_model(bare)
+    except InputError:
+        return None
+    variant = name[len(bare) :].strip(" ()")
+    mtp = MTP_VARIANT.fullmatch(variant)
+    if mtp:
+        depths = 0 if mtp.group(1) else max(model.mtp_layers, 1)
+        sets = min(model.mtp_weight_sets or depths, depths) if depths else 0
+        notes.append(f"model {bare!r} {variant}: {depths} multi-token-prediction depth(s)")
+        return model.model_copy(update={"mtp_layers": depths, "mtp_weight_sets": sets})
+    notes.append(f"model {bare!r} in its {variant!r} variant: same shape, variant not modelled")
+    return model
+
+
+_E_K = r"(?-i:\bE)\s*[=:]\s*(\d+)\s*[,;]?\s*(?-i:\bk)\s*[=:]\s*(\d+)"
+"""The "E=64, k=8" shorthand (upper-case E, lower-case k, side by side)."""
+EXPERTS = (
+    re.compile(r"(\d+)\s+(?:routed\s+)?experts", re.IGNORECASE),
+    re.compile(r"\b(?:num_experts|n_routed_experts|n_experts)\s*[=:]\s*(\d+)", re.IGNORECASE),
+    re.compile(_E_K),
+)
+TOP_K = (
+    # "top" not inside a word, but after an underscore: moe_router_topk=2
+    re.compile(r"(?<![A-Za-z])top[\s_-]?(?:k\s*[=:]?\s*)?(\d+)", re.IGNORECASE),
+    re.compile(r"\b(?:num_experts_per_tok|n_activated_experts)\s*[=:]\s*(\d+)", re.IGNORECASE),
+    re.compile(r"(\d+)\s+active\s+experts", re.IGNORECASE),
+    re.compile(_E_K),
+)
+"""A model's experts as a row's model name or notes state them, each list in order of
+precedence: "16 experts, top-4", "num_experts=64, top_k=8", "64 experts, 8 active
+experts", "E=64, k=8"."""
+
+ROTARY = r"\brope\b|rotary"
+"""A row naming rotary position embeddings (RoPE) for a model built from its shape."""
+UNTIED = (
+    r"\buntied\b|(embeddings?|output layer|head) (are |is )?not tied"
+    r"|separate output (layer|embedding|head)"
+)
+"""A row naming an output layer of its own (untied from the input embedding)."""
+GATED = r"swiglu|geglu|gated (mlp|linear unit)"
+"""A row naming a gated MLP (three matrices) for a model built from its shape."""
+
+
+def _architecture(said: str, body: dict[str, Any], notes: list[str]) -> None:
+    """What a row's model name and notes say of an unlisted model's architecture beyond its
+    shape: rotary positions, an untied output layer, a gated MLP (each left GPT-style when
+    the row does not name it, or names it as not used)."""
+    text = said.lower()
+    if mentions(text, ROTARY):
+        body["position"] = "rope"
+        notes.append("rotary position embeddings, as the row says")
+    if re.search(UNTIED, text):
+        body["tied_embeddings"] = False
+        notes.append("output layer untied from the input embedding, as the row says")
+    if mentions(text, GATED):
+        body["gated_mlp"] = True
+        notes.append("gated MLP (SwiGLU), as the row says")
+
+
+def _first_int(patterns: tuple[re.Pattern[str], ...], text: str, last: bool) -> int | None:
+    """The number the first pattern that matches ``text`` gives: its first group, or its
+    last with ``last`` (the k of "E=64, k=8")."""
+    for pat in patterns:
+        hit = pat.search(text)
+        if hit is not None:
+            return int(hit.group(pat.groups if last else 1))
+    return None
+
+
+GPT_FFN_SLACK = 0.05
+"""How far an FFN width may sit from 4 x hidden and still be read as a plain MLP."""
+
+
+def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -> Model:
+    """A model built from a row's shape, checked against the parameters the row states.
+
+    A shape with an FFN width does not say whether the MLP is gated (SwiGLU: three
+    matrices) or not (two); unless the row names it, the variant whose parameter count is
+    nearer the stated one is taken. A shape that misses the stated size by more than
+    SIZE_TOLERANCE either way (experts or widths the row leaves out) is not a model of
+    that run.
+    """
+    model = Model.model_validate({**body, "key": body["name"]})
+    named = bool(body.get("gated_mlp"))  # the row names a gated MLP
+    if params_b is None:
+        ratio = body.get("ffn_hidden", 4 * body["hidden"]) / body["hidden"]
+        if not named and abs(ratio / 4.0 - 1.0) > GPT_FFN_SLACK:
+            # a plain MLP is 4 x hidden; SwiGLU models keep its parameters at 8/3 x or so
+            notes.append(
+                f"gated MLP (SwiGLU) assumed: an FFN of {ratio:.2f} x hidden is not a plain "
+                "MLP's 4 x (no params_b to tell)"
+            )
+            return Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
+        return model
+    stated = params_b * 1e9
+    if "ffn_hidden" in body and not named:
+        gated = Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
+        if abs(param_count(gated) - stated) < abs(param_count(model) - stated):
+            model = gated
+            notes.append("gated MLP (SwiGLU): its parameter count is nearer the row's")
+    got = param_count(model)
+    if abs(got / stated - 1.0) > SIZE_TOLERANCE:
+        raise UnsupportedRowError(
+            f"the row's shape gives {got / 1e9:.1f} B parameters, not the {params_b:g} B it "
+            "states (experts or widths it does not state)"
+        )
+    return model
+
+
+def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
+    notes: list[str] = []
+    shape = {
+        k: num(row, c, where)
+        for k, c in (
+            ("layers", "layers"),
+            ("hidden", "hidden"),
+            ("ffn_hidden", "ffn_hidden"),
+            ("heads", "heads"),
+            ("kv_heads", "kv_heads"),
+            ("vocab", "vocab"),
+        )
+    }
+    for k, v in shape.items():
+        if v is not None and (v < 1 or not v.is_integer()):
+            raise UnsupportedRowError(
+                f"{k}={row[k]!r}: a model's shape is whole numbers of at least 1"
+            )
+    base = _catalog_model(row["model"], notes, where)
+    if base is not None and base.mtp_layers and not any("MTP" in n for n in notes):
+        notes.append(
+            f"MTP not stated: {base.mtp_layers} multi-token-prediction depth(s), as "
+            f"{base.name} trains"
+        )
+    if base is None:
+        if shape["layers"] is None or shape["hidden"] is None:
+            raise UnsupportedRowError(
+                f"model {row['model']!r} is not in the catalog and the row gives no shape"
+            )
+        h = int(shape["hidden"])
+        heads = int(shape["heads"]) if shape["heads"] else max(h // 128, 1)
+        if not shape["heads"]:
+            notes.append("heads not stated: head size 128 assumed")
+        if not shape["vocab"]:
+            notes.append(f"vocab not stated: {GPT_VOCAB} assumed")
+        notes.append(
+            f"model {row['model']!r} not in the catalog: built from the row's shape, GPT-style "
+            "(learned positions, tied embeddings) where the row does not say"
+        )
+        body: dict[str, Any] = {
+            "name": row["model"],
+            "source": "validation row",
+            "layers": int(shape["layers"]),
+            "hidden": h,
+            "heads": heads,
+            "vocab": int(shape["vocab"] or GPT_VOCAB),
+            "position": "learned",
+            "tied_embeddings": True,
+            # learned positions: as many as the run's sequence (a table's parameter count
+            # includes them, as llm-foundry's does)
+            "max_seq": max(2048, int(num(row, "seq_len", where) or 0)),
+        }
+        if shape["ffn_hidden"]:
+            body["ffn_hidden"] = int(shape["ffn_hidden"])
+        if shape["kv_heads"]:
+            body["kv_heads"] = int(shape["kv_heads"])
+        else:
+            notes.append("KV heads not stated: one per query head (multi-head attention)")
+        said = f"{row['model']} {row.get('notes', '')}"
+        _architecture(said, body, notes)
+        experts, top_k = _first_int(EXPERTS, said, False), _first_int(TOP_K, said, True)
+        if experts and top_k and experts > 1:
+            body["num_experts"], body["top_k"] = experts, top_k
+            notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
+        try:
+            return _as_stated(body, num(row, "params_b", where), notes), notes
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise UnsupportedRowError(f"the row's shape is not a model: {why}") from None
+    upd: dict[str, Any] = {}
+    for k in ("layers", "hidden", "heads", "vocab"):
+        v = shape[k]
+        if v:
+            upd[k] = int(v)
+    kv = shape["kv_heads"]
+    if kv and base.mla is None:
+        upd["kv_heads"] = int(kv)
+    if shape["ffn_hidden"]:
+        width = int(shape["ffn_hidden"])
+        if base.is_moe:
+            upd["dense_ffn_hidden"] = width
+        else:  # a dense model's every layer has that MLP
+            upd["ffn_hidden"] = upd["dense_ffn_hidden"] = width
+    if upd:
+        data = base.model_dump()
+        if "hidden" in upd or "heads" in upd:
+            data["head_dim"] = (
+                0
+                if base.mla is None and base.head_dim * base.heads == base.hidden
+                else base.head_dim
+            )
+        data.update(upd)
+        try:
+            model = Model.model_validate(data)
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise UnsupportedRowError(
+                f"the row's shape ({', '.join(f'{k}={v}' for k, v in upd.items())}) does not "
+                f"fit {base.key}: {why}"
+            ) from None
+        shown = {k: v for k, v in upd.items() if k != "dense_ffn_hidden" or base.is_moe}
+        changed = [f"{k}={v}" for k, v in shown.items() if getattr(base, k) != v]
+        if changed:
+            notes.append(f"{base.key} with the row's {', '.join(changed)} (catalog's otherwise)")
+    else:
+        model = base
+    params_b = num(row, "params_b", where)
+    if params_b is not None:
+        check_size(model, params_b, f"{params_b:g}", f"{row['model']!r} ({model.key})")
+    return model, notes
