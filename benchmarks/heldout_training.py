@@ -1,4 +1,4 @@
-"""How the shipped training calibration does on published runs it never saw.
+"""How a training calibration (the shipped one by default) does on published runs it never saw.
 
     python benchmarks/heldout_training.py
 
@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
+from gpuscale.errors import InputError
 from gpuscale.validate.training import validate_training
 from gpuscale.validate.training_model import model_for
 
@@ -66,14 +67,20 @@ def _add(t: Table, name: str, errs: list[float], skipped: int, mape: float, med:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", type=Path, help="CSV files (default: heldout/*.csv)")
     ap.add_argument(
-        "--calibration", type=Path, help="calibration JSON to score (default: the shipped one)"
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        help="calibration JSON to score (default: the shipped one)",
     )
     args = ap.parse_args()
     files = args.files or sorted(HERE.glob("training_*.csv"))
-    cal = Calibration.load(args.calibration) if args.calibration else default_calibration()
+    try:
+        cal = Calibration.load(args.calibration) if args.calibration else default_calibration()
+    except InputError as exc:
+        ap.error(str(exc))
     t = _columns("Held-out published runs: error of tokens/s per GPU, %", "file")
     by_kind: dict[str, list[float]] = defaultdict(list)
     skipped_kind: dict[str, int] = defaultdict(int)

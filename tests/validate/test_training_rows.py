@@ -491,42 +491,64 @@ def test_a_shape_row_keeps_a_plain_mlp_when_its_size_says_so() -> None:
     assert not m.gated_mlp and not any("gated" in n for n in notes)
 
 
+LLAMA_7B_SHAPE = {
+    "model": "Some 7B",
+    "layers": "32",
+    "hidden": "4096",
+    "heads": "32",
+    "vocab": "32000",
+    "seq_len": "2048",
+}
+"""LLaMA 7B's shape (arXiv 2302.13971 Table 2), named as no catalog model."""
+
+
 @pytest.mark.parametrize(
-    ("notes", "rope", "tied", "gated"),
+    ("notes", "position", "tied", "gated"),
     [
-        ("", False, True, False),
-        ("RoPE, untied embeddings, SwiGLU MLP", True, False, True),
-        ("rotary position embeddings; separate output layer", True, False, False),
-        ("no RoPE (ALiBi); GeGLU", False, True, True),
-        ("embeddings not tied; the figure is not tied to a release", False, False, False),
-        ("the figure is not tied to a release", False, True, False),
+        ("", "learned", True, False),
+        ("RoPE, untied embeddings, SwiGLU MLP", "rope", False, True),
+        ("rotary position embeddings; separate output layer", "rope", False, False),
+        ("no RoPE scaling; --untie-embeddings-and-output-weights", "rope", False, False),
+        ("ALiBi instead of RoPE; GeGLU", "alibi", True, True),
+        ("no rotary; tie_word_embeddings: false; gated_linear_unit=True", "learned", False, True),
+        ("embeddings not tied; the figure is not tied to a release", "learned", False, False),
+        ("the figure is not tied to a release; no separate output layer", "learned", True, False),
+        ("not untied; ungated MLP; not SwiGLU", "learned", True, False),
     ],
 )
 def test_a_shape_row_takes_positions_embeddings_and_mlp_from_its_notes(
-    notes: str, rope: bool, tied: bool, gated: bool
+    notes: str, position: str, tied: bool, gated: bool
 ) -> None:
     from gpuscale.perf.transformer import param_count
 
-    # a 7B of LLaMA's shape with no size stated; its FFN of 4 x hidden reads as a plain MLP
-    row = {
-        "model": "Some 7B",
-        "layers": "32",
-        "hidden": "4096",
-        "ffn_hidden": "16384",
-        "heads": "32",
-        "vocab": "32000",
-        "seq_len": "4096",
-        "notes": notes,
-    }
+    # with no size stated, an FFN of 4 x hidden reads as a plain MLP
+    row = {**LLAMA_7B_SHAPE, "ffn_hidden": "16384", "seq_len": "4096", "notes": notes}
     m, said = model_for(row, "row 1")
-    assert (m.position == "rope", m.tied_embeddings, m.gated_mlp) == (rope, tied, gated)
+    assert (m.position, m.tied_embeddings, m.gated_mlp) == (position, tied, gated)
     # learned positions add their table; an untied output layer adds V x h; a gated MLP adds
     # a third h x f matrix per layer
     h, f, v, layers = 4096, 16384, 32000, 32
     per_layer = 4 * h * h + (3 if gated else 2) * h * f + 2 * h
-    expected = layers * per_layer + v * h * (1 if tied else 2) + (0 if rope else 4096 * h) + h
-    assert param_count(m) == expected
-    assert ("rotary position embeddings, as the row says" in said) == rope
+    table = 4096 * h if position == "learned" else 0
+    assert param_count(m) == layers * per_layer + v * h * (1 if tied else 2) + table + h
+    assert ("rotary position embeddings, as the row says" in said) == (position == "rope")
+    assert ("output layer untied from the input embedding, as the row says" in said) == (not tied)
+    assert any(n.startswith("gated MLP (") and "as the row says" in n for n in said) == gated
+
+
+def test_a_gated_mlp_named_without_a_width_keeps_a_plain_mlps_parameters() -> None:
+    from gpuscale.perf.transformer import param_count
+
+    # LLaMA 7B's published shape (arXiv 2302.13971 Table 2) without its FFN width: the
+    # 8/3 x hidden of a SwiGLU MLP keeps 6.7 B within the size check (4 x hidden with three
+    # matrices would be 8.7 B and skip the row)
+    row = {**LLAMA_7B_SHAPE, "params_b": "6.7", "notes": "SwiGLU, RoPE, untied"}
+    m, said = model_for(row, "row 1")
+    assert (m.gated_mlp, m.ffn_hidden) == (True, 10923)
+    assert param_count(m) == pytest.approx(6.74e9, rel=1e-2)
+    assert "gated MLP (SwiGLU) as the row says, FFN width 8/3 x hidden" in said
+    # named, the MLP is not re-chosen by its parameter count
+    assert not any("nearer the row's" in n for n in said)
 
 
 def test_a_shape_row_that_misses_its_stated_size_skips_with_both_sizes() -> None:

@@ -86,31 +86,55 @@ TOP_K = (
 precedence: "16 experts, top-4", "num_experts=64, top_k=8", "64 experts, 8 active
 experts", "E=64, k=8"."""
 
+ALIBI = r"\balibi\b"
+"""A row naming ALiBi attention biases (no position embedding table)."""
 ROTARY = r"\brope\b|rotary"
 """A row naming rotary position embeddings (RoPE) for a model built from its shape."""
-UNTIED = (
-    r"\buntied\b|(embeddings?|output layer|head) (are |is )?not tied"
-    r"|separate output (layer|embedding|head)"
+UNTIED = r"\buntied\b|\buntie[-_ ]embeddings|separate (output (layer|embedding)|(lm |output )?head)"
+"""A row naming an output layer of its own (untied from the input embedding): "untied",
+Megatron's ``--untie-embeddings-and-output-weights``, "separate output layer"."""
+UNTIED_SAID = re.compile(
+    r"(embeddings?|output layer|head) (are |is )?not tied|tie_word_embeddings\W*false"
 )
-"""A row naming an output layer of its own (untied from the input embedding)."""
-GATED = r"swiglu|geglu|gated (mlp|linear unit)"
-"""A row naming a gated MLP (three matrices) for a model built from its shape."""
+"""The same said as a tie switched off ("embeddings are not tied", Hugging Face's
+``tie_word_embeddings: false``)."""
+GATED = r"\b(swiglu|geglu|reglu)\b|\bgated[ _](mlp|linear[ _]unit)"
+"""A row naming a gated MLP (three matrices) for a model built from its shape: SwiGLU,
+GeGLU, ReGLU, NeMo's ``gated_linear_unit``."""
 
 
 def _architecture(said: str, body: dict[str, Any], notes: list[str]) -> None:
     """What a row's model name and notes say of an unlisted model's architecture beyond its
-    shape: rotary positions, an untied output layer, a gated MLP (each left GPT-style when
-    the row does not name it, or names it as not used)."""
-    text = said.lower()
-    if mentions(text, ROTARY):
+    shape: ALiBi or rotary positions, an untied output layer, a gated MLP, each left
+    GPT-style (learned positions, tied embeddings, plain MLP) where the row does not name
+    it or names it as not used ("no RoPE"; a negation more than a few words before the
+    name is not seen). A gated MLP named without an FFN width gets 8/3 x hidden, the width
+    that keeps a plain MLP's parameters (LLaMA's choice)."""
+    # "no RoPE scaling" says nothing against RoPE itself
+    text = re.sub(r"\b(no|without)\s+(rope|rotary)[ _-]scaling", "rope scaling", said.lower())
+    if mentions(text, ALIBI):
+        body["position"] = "alibi"
+        notes.append("ALiBi attention biases (no position table), as the row says")
+    elif mentions(text, ROTARY):
         body["position"] = "rope"
         notes.append("rotary position embeddings, as the row says")
-    if re.search(UNTIED, text):
+    if mentions(text, UNTIED) or UNTIED_SAID.search(text):
         body["tied_embeddings"] = False
         notes.append("output layer untied from the input embedding, as the row says")
-    if mentions(text, GATED):
+    gated = re.search(GATED, said, re.IGNORECASE)  # as the row spells it
+    if gated is not None and mentions(text, GATED):
         body["gated_mlp"] = True
-        notes.append("gated MLP (SwiGLU), as the row says")
+        name = gated.group(0).replace("_", " ")
+        if "ffn_hidden" not in body:
+            body["ffn_hidden"] = round(8 * body["hidden"] / 3)
+            notes.append(f"gated MLP ({name}) as the row says, FFN width 8/3 x hidden")
+        else:
+            notes.append(f"gated MLP ({name}), as the row says")
+
+
+def _why(exc: ValidationError) -> str:
+    """The first reason pydantic gives for refusing a model, without its prefix."""
+    return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
 
 
 def _first_int(patterns: tuple[re.Pattern[str], ...], text: str, last: bool) -> int | None:
@@ -138,6 +162,7 @@ def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -
     """
     model = Model.model_validate({**body, "key": body["name"]})
     named = bool(body.get("gated_mlp"))  # the row names a gated MLP
+    gated = Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
     if params_b is None:
         ratio = body.get("ffn_hidden", 4 * body["hidden"]) / body["hidden"]
         if not named and abs(ratio / 4.0 - 1.0) > GPT_FFN_SLACK:
@@ -146,14 +171,13 @@ def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -
                 f"gated MLP (SwiGLU) assumed: an FFN of {ratio:.2f} x hidden is not a plain "
                 "MLP's 4 x (no params_b to tell)"
             )
-            return Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
+            return gated
         return model
     stated = params_b * 1e9
-    if "ffn_hidden" in body and not named:
-        gated = Model.model_validate({**body, "key": body["name"], "gated_mlp": True})
-        if abs(param_count(gated) - stated) < abs(param_count(model) - stated):
-            model = gated
-            notes.append("gated MLP (SwiGLU): its parameter count is nearer the row's")
+    nearer = abs(param_count(gated) - stated) < abs(param_count(model) - stated)
+    if "ffn_hidden" in body and not named and nearer:
+        model = gated
+        notes.append("gated MLP (SwiGLU): its parameter count is nearer the row's")
     got = param_count(model)
     if abs(got / stated - 1.0) > SIZE_TOLERANCE:
         raise UnsupportedRowError(
@@ -230,7 +254,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         try:
             return _as_stated(body, num(row, "params_b", where), notes), notes
         except ValidationError as exc:
-            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            why = _why(exc)
             raise UnsupportedRowError(f"the row's shape is not a model: {why}") from None
     upd: dict[str, Any] = {}
     for k in ("layers", "hidden", "heads", "vocab"):
@@ -258,7 +282,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         try:
             model = Model.model_validate(data)
         except ValidationError as exc:
-            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            why = _why(exc)
             raise UnsupportedRowError(
                 f"the row's shape ({', '.join(f'{k}={v}' for k, v in upd.items())}) does not "
                 f"fit {base.key}: {why}"

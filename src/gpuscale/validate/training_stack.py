@@ -20,7 +20,7 @@ def stack_text(row: dict[str, str]) -> str:
 
 NEGATOR = r"(no|not|without|w/o|non)"
 """A word before a feature's name that says it was not used ("without ZeRO")."""
-OFF = r"(off|false|no|none|disabled?|0)"
+OFF = r"(off|false|no|none|disabled?|0(?![.\d]))"
 """A value that switches the named feature off ("FSDP: off", "dist_opt=0")."""
 _NOT_BEFORE = re.compile(rf"\b({NEGATOR}|disabled?)[\s_-]*$")
 _NOT_AFTER = re.compile(rf"\s*[(:=]?\s*{OFF}\b")
