@@ -19,7 +19,8 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
-from gpuscale.sim.serving import offline, poisson, simulate
+from gpuscale.sim.arrivals import offline, poisson
+from gpuscale.sim.serving import simulate
 
 
 def main() -> None:

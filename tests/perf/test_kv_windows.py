@@ -17,14 +17,8 @@ from gpuscale.catalog import get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import StepModel, build_step_model
 from gpuscale.perf.kv import kv_bytes_per_token, kv_window, precision_plan, window_share
-from gpuscale.sim.serving import (
-    EngineLimits,
-    FixedStep,
-    concurrency,
-    offline,
-    seq_blocks,
-    simulate,
-)
+from gpuscale.sim.arrivals import concurrency, offline
+from gpuscale.sim.serving import EngineLimits, FixedStep, seq_blocks, simulate
 
 
 def _oss(window: bool = True, tokens: int = 9216, prompt: int | None = None) -> StepModel:

@@ -14,18 +14,8 @@ from gpuscale.catalog import get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
-from gpuscale.sim.serving import (
-    MAX_QPS,
-    MAX_REQUESTS,
-    EngineLimits,
-    FixedStep,
-    Workload,
-    _k_until,
-    concurrency,
-    offline,
-    poisson,
-    simulate,
-)
+from gpuscale.sim.arrivals import MAX_QPS, MAX_REQUESTS, Workload, concurrency, offline, poisson
+from gpuscale.sim.serving import EngineLimits, FixedStep, _k_until, simulate
 
 ONE = EngineLimits(max_batch=1, max_num_tokens=10**6, kv_blocks=10**6, block_tokens=16)
 

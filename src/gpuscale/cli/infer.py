@@ -107,9 +107,10 @@ def estimate(
     from gpuscale.catalog import get_gpu, get_model
     from gpuscale.perf.inference import build_step_model, get_engine
     from gpuscale.perf.kv import precision_plan
-    from gpuscale.sim.serving import Workload, check_qps, check_requests, poisson, simulate
-    from gpuscale.sim.serving import concurrency as closed
-    from gpuscale.sim.serving import offline as all_at_once
+    from gpuscale.sim.arrivals import Workload, check_qps, check_requests, poisson
+    from gpuscale.sim.arrivals import concurrency as closed
+    from gpuscale.sim.arrivals import offline as all_at_once
+    from gpuscale.sim.serving import simulate
 
     modes = [x is not None for x in (concurrency, qps, offline)]
     if sum(modes) != 1:
@@ -278,7 +279,7 @@ def size_cmd(
     from gpuscale.catalog import get_gpu, get_model
     from gpuscale.perf.inference import get_engine
     from gpuscale.perf.inference_size import Slo, load_prices, size
-    from gpuscale.sim.serving import check_qps
+    from gpuscale.sim.arrivals import check_qps
     from gpuscale.units import parse_quantity
 
     slo = Slo(

@@ -28,7 +28,8 @@ from gpuscale.errors import InputError, unknown_key
 from gpuscale.perf.inference import EngineConfig, StepModel, build_step_model
 from gpuscale.perf.kv import precision_plan
 from gpuscale.perf.plan import MAX_GPUS
-from gpuscale.sim.serving import ServingResult, check_qps, poisson, simulate
+from gpuscale.sim.arrivals import check_qps, poisson
+from gpuscale.sim.serving import ServingResult, simulate
 from gpuscale.spec.files import read_yaml
 
 SIM_REQUESTS = 1500
