@@ -116,7 +116,7 @@ def test_malformed_cell_is_one_line_exit_2(
     ],
 )
 def test_a_rows_host_cpu_sets_nccls_net_overhead(system: str, gpu: str, overhead_us: float) -> None:
-    from gpuscale.validate.collectives import row_fabric
+    from gpuscale.validate.collectives_fabric import row_fabric
 
     row = {
         "system": system,

@@ -17,12 +17,11 @@ from gpuscale.validate.collectives import (
     REQUIRED,
     SkipRowError,
     message_bytes,
-    parse_nics,
     read_algorithm,
     read_op,
-    row_fabric,
     validate_collectives,
 )
+from gpuscale.validate.collectives_fabric import parse_nics, row_fabric
 from gpuscale.validate.report import RowResult
 
 GiB = 2**30
@@ -372,7 +371,7 @@ def test_a_file_of_the_required_columns_only_is_scored(tmp_path: Path) -> None:
     ],
 )
 def test_nic_spellings_of_other_tables(text: str, node_gbytes: float, nics: int) -> None:
-    from gpuscale.validate.collectives import parse_nics
+    from gpuscale.validate.collectives_fabric import parse_nics
 
     got = parse_nics(text, 8)
     assert got is not None
@@ -391,7 +390,7 @@ def test_nic_spellings_of_other_tables(text: str, node_gbytes: float, nics: int)
 )
 def test_scale_up_spellings_of_other_tables(text: str, gpu: str, domain: int) -> None:
     from gpuscale.catalog import get_gpu, system_for_gpu
-    from gpuscale.validate.collectives import scale_up
+    from gpuscale.validate.collectives_fabric import scale_up
 
     g = get_gpu(gpu)
     gpn = 4 if gpu == "gb200" else 8
