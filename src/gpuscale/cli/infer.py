@@ -105,7 +105,8 @@ def estimate(
 ) -> None:
     """Memory, step-time breakdown and simulated TTFT/TPOT/ITL and throughput of one replica."""
     from gpuscale.catalog import get_gpu, get_model
-    from gpuscale.perf.inference import build_step_model, get_engine
+    from gpuscale.perf.engines import get_engine
+    from gpuscale.perf.inference import build_step_model
     from gpuscale.perf.kv import precision_plan
     from gpuscale.sim.arrivals import Workload, check_qps, check_requests, poisson
     from gpuscale.sim.arrivals import concurrency as closed
@@ -277,7 +278,7 @@ def size_cmd(
 ) -> None:
     """The cheapest deployment (GPU type, TP, replicas) meeting p99 TTFT and TPOT targets."""
     from gpuscale.catalog import get_gpu, get_model
-    from gpuscale.perf.inference import get_engine
+    from gpuscale.perf.engines import get_engine
     from gpuscale.perf.inference_size import Slo, load_prices, size
     from gpuscale.sim.arrivals import check_qps
     from gpuscale.units import parse_quantity

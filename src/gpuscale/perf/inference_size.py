@@ -25,7 +25,8 @@ import yaml
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, Model, get_gpu
 from gpuscale.errors import InputError, unknown_key
-from gpuscale.perf.inference import EngineConfig, StepModel, build_step_model
+from gpuscale.perf.engines import EngineConfig
+from gpuscale.perf.inference import StepModel, build_step_model
 from gpuscale.perf.kv import precision_plan
 from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.sim.arrivals import check_qps, poisson

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gpuscale.catalog import Model, get_gpu, get_model
 from gpuscale.errors import InputError
-from gpuscale.perf.inference import ENGINES, EngineConfig
+from gpuscale.perf.engines import ENGINES, EngineConfig
 from gpuscale.perf.kv import precision_plan
 from gpuscale.validate.report import SkipRow, check_size, count, positive
 
