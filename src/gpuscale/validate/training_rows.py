@@ -20,7 +20,7 @@ from gpuscale.validate.training_model import UnsupportedRowError
 from gpuscale.validate.training_stack import stack_text
 
 if TYPE_CHECKING:  # PreparedRow is built from these rules
-    from gpuscale.validate.training import PreparedRow
+    from gpuscale.validate.training_prepare import PreparedRow
 
 
 def nics_per_node(row: dict[str, str], nic_gbps: float, gpus_per_node: int = 1) -> int | None:
