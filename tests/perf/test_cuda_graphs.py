@@ -94,6 +94,9 @@ def test_the_flag_and_the_workload_key(tmp_path: Path, capsys: pytest.CaptureFix
         ("CUDA graphs of the whole step", True),
         ("--cuda-graph-scope full_iteration", True),
         ("megatron.core.full_cuda_graph.FullCudaGraphWrapper", True),
+        # the MLPerf NeMo configurations' switch
+        ("FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1", True),
+        ("FULL_CUDA_GRAPH=0 (per-layer graphs)", False),
         ("torch.compile graph of the whole step", False),
         # Megatron-Core's default scope and the Megatron-Bridge recipes' are per layer
         ("CUDA graphs (config_common_cg.sh)", False),

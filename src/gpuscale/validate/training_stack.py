@@ -115,10 +115,11 @@ def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
 FULL_STEP_GRAPHS = (
     r"full[_ -]iteration (cuda[_ -]?)?graphs?|cuda[_ -]?graphs? of (the )?(whole|full|entire) "
     r"(training )?(step|iteration)|cuda[_-]graph[_-](scope|impl)\W*full_iteration"
-    r"|fullcudagraphwrapper|--cuda-graphs\b"
+    r"|fullcudagraphwrapper|--cuda-graphs\b|\bfull_cuda_graph\b"
 )
 """How a row names a whole training step captured in CUDA graphs (Megatron-Core's
-``cuda_graph_scope`` or Megatron-Bridge's ``cuda_graph_impl`` ``full_iteration``). "CUDA
+``cuda_graph_scope`` or Megatron-Bridge's ``cuda_graph_impl`` ``full_iteration``, the
+MLPerf NeMo configurations' ``FULL_CUDA_GRAPH=1``; ``=0`` turns it off). "CUDA
 graphs" alone is not enough: Megatron-Core's default scope is per layer, and so are the
 Megatron-Bridge recipes' before their 26.06 MoE ones."""
 
