@@ -3,7 +3,7 @@
 A row names a catalog model (any spelling the catalog knows, a run variant in brackets, a
 local config.json), whose shape cells override the catalog's, or a model the catalog lacks,
 built from its shape cells and what its name and notes say of the architecture (experts,
-rotary positions, an untied output layer, a gated MLP). The rules are listed in
+ALiBi or rotary positions, an untied output layer, a gated MLP). The rules are listed in
 ``validate/README.md``.
 """
 
@@ -174,8 +174,11 @@ def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -
             return gated
         return model
     stated = params_b * 1e9
-    nearer = abs(param_count(gated) - stated) < abs(param_count(model) - stated)
-    if "ffn_hidden" in body and not named and nearer:
+    if (
+        "ffn_hidden" in body
+        and not named
+        and abs(param_count(gated) - stated) < abs(param_count(model) - stated)
+    ):
         model = gated
         notes.append("gated MLP (SwiGLU): its parameter count is nearer the row's")
     got = param_count(model)
