@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_runner import run_cli
@@ -79,8 +80,9 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "seqlen: 8192",  # the key it stands for is then missing, but the typo is the error
             "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
             "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
-            "zero3_gathers, elementwise, ep_dispatch, recompute_modules, fp8_param_gather, "
-            "cuda_graphs, loss, mtp, memory_headroom, shard_group, system, tokens",
+            "zero3_gathers, grad_accumulation, elementwise, ep_dispatch, recompute_modules, "
+            "fp8_param_gather, cuda_graphs, loss, mtp, memory_headroom, shard_group, system, "
+            "tokens",
         ),
         ("Global_Batch: 8", "did you mean global_batch?"),
         # one typo from two keys: both are offered, not the one difflib happens to rank first
@@ -238,6 +240,16 @@ def test_scaling_counts_idle_gpus() -> None:
             assert p["gpus_used"] == p["gpus"] or "idle" in p["loss_term"]
 
 
+def _best_plan(
+    capsys: pytest.CaptureFixture[str], command: str, job: Path, *args: str
+) -> dict[str, Any]:
+    """The plan `gpuscale train COMMAND --workload JOB ARGS --json` prints (search: its best)."""
+    code, out, err = run_cli(["train", command, "--workload", str(job), *args, "--json"], capsys)
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc["plans"][0] if command == "search" else doc
+
+
 def test_the_moe_dispatch_comes_from_the_file_and_the_flag_overrides_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -249,12 +261,8 @@ def test_the_moe_dispatch_comes_from_the_file_and_the_flag_overrides_it(
     fixed = ["--tp", "1", "--pp", "1", "--ep", "32", "--mbs", "1", "--recompute", "none"]
 
     def ep_comm_s(*extra: str) -> float:
-        code, out, err = run_cli(
-            ["train", "search", "--workload", str(job), *fixed, "--top", "1", "--json", *extra],
-            capsys,
-        )
-        assert code == 0, err
-        return float(json.loads(out)["plans"][0]["step_time_breakdown_s"]["ep_comm_s"])
+        best = _best_plan(capsys, "search", job, *fixed, "--top", "1", *extra)
+        return float(best["step_time_breakdown_s"]["ep_comm_s"])
 
     flat = ep_comm_s()
     tree = ep_comm_s("--ep-dispatch", "hierarchical")
@@ -648,3 +656,24 @@ def test_search_with_a_shard_group_ranks_only_plans_that_split_into_it(
         d = p["plan"]["dp"] * p["plan"]["cp"]
         assert p["plan"]["sharding"] != "none"
         assert d <= 8 or d % 8 == 0
+
+
+def test_gradient_accumulation_comes_from_the_file_and_a_bad_flag_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "bloom.yaml"
+    job.write_text(
+        "model: bloom-176b\ngpu: a100-sxm-80gb\ngpus: 384\nglobal_batch: 2048\n"
+        "grad_accumulation: separate\n"
+    )
+    fixed = ["--tp", "4", "--pp", "12", "--mbs", "2", "--recompute", "full", "--zero", "zero1"]
+    separate = _best_plan(capsys, "estimate", job, *fixed)
+    fused = _best_plan(capsys, "estimate", job, *fixed, "--grad-accumulation", "fused")
+    assert separate["grad_accumulation"] == "separate" and fused["grad_accumulation"] == "fused"
+    assert separate["step_time_breakdown_s"]["grad_accum_s"] > 0.0
+    assert fused["step_time_breakdown_s"]["grad_accum_s"] == 0.0
+    r = gpuscale("train", "estimate", "--workload", str(job), "--grad-accumulation", "fp32")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (
+        "error: grad-accumulation='fp32' is invalid: one of fused, separate"
+    ), r.stderr

@@ -148,6 +148,20 @@ def test_bytes_per_parameter(sharding: str, per_param: tuple[float, float, float
     assert total == pytest.approx(sum(per_param), rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("sharding", "grads"),
+    # DeepSpeed's BF16 optimizer: the 16-bit gradient (2) and its fp32 accumulator (4),
+    # whole under ZeRO-1 (BLOOM's 176B run), sharded where ZeRO-2/3 keeps only shards
+    [("zero1", 6.0), ("zero2", 6.0 / N), ("zero3", 6.0 / N)],
+)
+def test_separate_accumulation_keeps_fp32_accumulators(sharding: str, grads: float) -> None:
+    w = replace(
+        workload("llama3-8b", gpus=N, gbs=N * 4, gpu="h100-sxm"), grad_accumulation="separate"
+    )
+    mem = memory_breakdown(w, Plans.of(dp=N, sharding=SHARDING.index(sharding)), CAL)
+    assert float(mem.gradients[0]) / param_count(w.model) == pytest.approx(grads, rel=1e-12)
+
+
 def test_megatron_ddp_is_18_bytes_and_dist_opt_6_plus_12_over_n() -> None:
     w = workload("llama3-8b", gpus=N, gbs=N * 4, gpu="h100-sxm")
     n = param_count(w.model)

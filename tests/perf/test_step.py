@@ -22,7 +22,8 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.model import collective_time_s
 from gpuscale.perf.kernels import attention_core_s
-from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.memory import params_per_gpu
+from gpuscale.perf.plan import SHARDING, Plans, Workload
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import model_flops_per_token, param_count
@@ -784,3 +785,41 @@ def test_a_plan_that_fills_the_gpu_is_told_about_fragmentation() -> None:
     full = Plans.of(tp=8, pp=2, dp=4, mbs=1, recompute=2, sharding=1)
     assert float(estimate(w, full, CAL).memory.total[0]) < 0.95 * w.gpu.memory_bytes
     assert not [n for n in estimate(w, full, CAL).notes() if "fragmentation" in n]
+
+
+def test_separate_gradient_accumulation_is_a_pass_over_every_kept_gradient() -> None:
+    # DeepSpeed's BF16 optimizer, GPT-3 175B on 1,024 A100-80GB, micro-batch 1: after each
+    # micro-batch, hp_grad.add_(lp.grad.float()) over the gradients the GPU keeps, 2 + 4 +
+    # 4 + 4 + 4 = 18 bytes each at the achieved HBM rate. TP8 PP16 DP8 (ZeRO-1): 1,536 / 8
+    # = 192 micro-batches over the stage's parameters; TP8 DP128 under ZeRO-2: 12, over a
+    # 1/128 shard
+    w = replace(workload(), grad_accumulation="separate")
+    bw = w.gpu.hbm_bw_Bps * CAL.hbm_eff
+    for layout, zero, mb, kept in (
+        ({"pp": 16, "dp": 8}, "zero1", 192, 1.0),
+        ({"pp": 1, "dp": 128}, "zero2", 12, 1.0 / 128),
+    ):
+        p = Plans.of(tp=8, mbs=1, recompute=2, sharding=SHARDING.index(zero), **layout)
+        dense, expert, _ = params_per_gpu(w, p)
+        expected = mb * float(dense[0] + expert[0]) * kept * 18.0 / bw
+        got = step_breakdown(w, p, CAL)
+        assert float(got.grad_accum_s[0]) == pytest.approx(expected, rel=1e-9)
+        fused = step_breakdown(replace(w, grad_accumulation="fused"), p, CAL)
+        assert float(fused.grad_accum_s[0]) == 0.0
+        assert float(got.step_s[0] - fused.step_s[0]) == pytest.approx(expected, rel=1e-9)
+    # the first stage: 6 layers of about (12 h^2 + 13 h) / 8 and the token and position
+    # embeddings (50,257 + 2,048) x h / 8, 1.4394 B parameters; x 18 B at 2.039 TB/s x
+    # hbm_eff, 13.4 ms a micro-batch
+    p1 = Plans.of(tp=8, pp=16, dp=8, mbs=1, recompute=2, sharding=SHARDING.index("zero1"))
+    h = 12288
+    stage = 6 * (12 * h * h + 13 * h) / 8 + 52305 * h / 8
+    assert float(params_per_gpu(w, p1)[0][0]) == pytest.approx(stage, rel=1e-4)
+    per_mb = float(step_breakdown(w, p1, CAL).grad_accum_s[0]) / 192
+    assert per_mb == pytest.approx(stage * 18.0 / (2.039e12 * CAL.hbm_eff), rel=1e-3)
+
+
+def test_unknown_grad_accumulation_is_refused() -> None:
+    from gpuscale.errors import InputError
+
+    with pytest.raises(InputError, match="grad-accumulation"):
+        replace(workload(), grad_accumulation="fp32")

@@ -14,7 +14,12 @@ from gpuscale.validate.training_rows import (
     nics_per_node,
     zero3_gathers,
 )
-from gpuscale.validate.training_stack import attention_kernel, elementwise_kernels, ep_dispatch
+from gpuscale.validate.training_stack import (
+    attention_kernel,
+    elementwise_kernels,
+    ep_dispatch,
+    grad_accumulation,
+)
 
 
 @pytest.mark.parametrize(
@@ -124,6 +129,33 @@ def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> N
     got, why = ep_dispatch({"source": source, "notes": notes})
     assert got == mode
     assert (why == "") == (mode == "hierarchical")
+
+
+@pytest.mark.parametrize(
+    ("cells", "precision", "mode"),
+    [
+        # BLOOM 176B: "ZeRO-1 via DeepSpeed BF16_Optimizer"
+        ({"notes": "ZeRO-1 via DeepSpeed BF16_Optimizer"}, "bf16", "separate"),
+        ({"source": "Using DeepSpeed and Megatron to Train MT-NLG 530B"}, "bf16", "separate"),
+        ({"notes": "Megatron + DeepSpeed codebase"}, "fp8", "separate"),
+        # the Megatron-DeepSpeed fork alone: DeepSpeed's BF16 optimizer when bf16 is stated,
+        # unknown (Megatron's own optimizer possible) when the precision is not
+        ({"model": "GPT 3.6B (Megatron-DeepSpeed)", "precision": "bf16"}, "bf16", "separate"),
+        ({"model": "GPT 3.6B (Megatron-DeepSpeed)"}, "bf16", "fused"),
+        # fp16: DeepSpeed's FP16 optimizers add into the 16-bit gradients in place
+        ({"notes": "Megatron + DeepSpeed codebase, ZeRO-1"}, "fp16", "fused"),
+        # DeepSpeed named as a sharding scheme of another framework, not as the trainer
+        ({"notes": "zero1=-1 shards across all ranks (DeepSpeed ZeRO-1)"}, "bf16", "fused"),
+        ({"dist_optimizer_or_zero": "DeepSpeed ZeRO-3"}, "bf16", "fused"),
+        ({"source": "Megatron-Bridge performance summary"}, "bf16", "fused"),
+    ],
+)
+def test_gradient_accumulation_follows_the_trainer(
+    cells: dict[str, str], precision: str, mode: str
+) -> None:
+    got, why = grad_accumulation(cells, precision)
+    assert got == mode
+    assert (why == "") == (mode == "fused")
 
 
 def _row(**cells: str) -> dict[str, str]:

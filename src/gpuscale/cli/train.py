@@ -10,6 +10,7 @@ from rich.text import Text
 
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
 from gpuscale.cli.train_options import (
+    AccumOpt,
     AsyncCkptOpt,
     AttnOpt,
     CkptEveryOpt,
@@ -130,6 +131,7 @@ def estimate_cmd(
     precision: PrecOpt = None,
     attention: AttnOpt = None,
     zero3_gathers: GathersOpt = None,
+    grad_accumulation: AccumOpt = None,
     elementwise: ElemOpt = None,
     ep_dispatch: DispatchOpt = None,
     recompute_modules: ModulesOpt = None,
@@ -246,6 +248,7 @@ def search_cmd(
     precision: PrecOpt = None,
     attention: AttnOpt = None,
     zero3_gathers: GathersOpt = None,
+    grad_accumulation: AccumOpt = None,
     elementwise: ElemOpt = None,
     ep_dispatch: DispatchOpt = None,
     recompute_modules: ModulesOpt = None,
@@ -334,6 +337,7 @@ def scaling_cmd(
     precision: PrecOpt = None,
     attention: AttnOpt = None,
     zero3_gathers: GathersOpt = None,
+    grad_accumulation: AccumOpt = None,
     elementwise: ElemOpt = None,
     ep_dispatch: DispatchOpt = None,
     recompute_modules: ModulesOpt = None,

@@ -57,6 +57,15 @@ GathersOpt = Annotated[
         "default) or per-param (one per tensor from module hooks: DeepSpeed ZeRO-3).",
     ),
 ]
+AccumOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--grad-accumulation",
+        help="How gradients add up over micro-batches: fused (in the weight-gradient GEMMs: "
+        "Megatron-Core, PyTorch DDP/FSDP; default) or separate (an fp32 pass after each "
+        "micro-batch: DeepSpeed's BF16 optimizer).",
+    ),
+]
 ElemOpt = Annotated[
     str | None,
     typer.Option(

@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "system": None,  # the GPU's reference node
     "attention": None,  # unfused on Volta, the fused kernel from Ampere on
     "zero3_gathers": "coalesced",
+    "grad_accumulation": "fused",
     "elementwise": "fused",
     "ep_dispatch": "hierarchical",
     "recompute_modules": None,  # core_attn
@@ -115,6 +116,7 @@ def build_workload(
     loss: str | None = None,
     memory_headroom: float | None = None,
     shard_group: int = 0,
+    grad_accumulation: str = "fused",
 ) -> Workload:
     g = get_gpu(gpu)
     precision = precision or g.training_precision
@@ -158,6 +160,7 @@ def build_workload(
         loss=loss,
         memory_headroom=0.0 if memory_headroom is None else memory_headroom,
         shard_group=shard_group,
+        grad_accumulation=grad_accumulation,
         recompute_modules=(
             parse_modules(recompute_modules.split(","))
             if recompute_modules is not None

@@ -10,7 +10,9 @@ backward and reduce-scatters its gradients every micro-batch, hidden up to
 smaller expert-data-parallel group. With hybrid sharding (HSDP) the gathers and
 reduce-scatters run within a shard group, and each reduce-scatter's shard is all-reduced
 across the group's replicas (as FSDP's HYBRID_SHARD does after every reduce-scatter). The
-optimizer reads and writes every local parameter's Adam state at HBM speed.
+optimizer reads and writes every local parameter's Adam state at HBM speed. Gradients
+accumulated outside the GEMMs (``Workload.grad_accumulation``) cost a pass over every fp32
+gradient a GPU keeps, once a micro-batch.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ FloatArray = FloatArrayT
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read fp32 param, grad, m, v (16 B),
 write param, m, v (12 B) and the 16-bit model copy (2 B)."""
+ACCUM_BYTES_PER_GRAD = 18.0
+"""HBM traffic of a separate fp32 gradient accumulation per gradient element, as DeepSpeed's
+BF16 optimizer runs it (``hp_grad.add_(lp.grad.to(fp32))``, two kernels): read the 16-bit
+gradient (2 B), write and read its fp32 copy (8 B), read and write the accumulator (8 B)."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,9 @@ def data_parallel_s(
     mb: FloatArray,
     layers_stage: FloatArray,
     full_frac: FloatArray,
-) -> tuple[FloatArray, FloatArray]:
-    """(exposed DP communication, optimizer) seconds per step of each plan. ``busy_mb`` is a
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(exposed DP communication, optimizer, gradient accumulation) seconds per step of each
+    plan. ``busy_mb`` is a
     micro-batch's GPU work on the stage (GEMMs, attention, memory-bound, quantisation),
     ``compute_mb`` its GEMMs and attention, ``mb`` the micro-batches per step."""
     f = w.fabric
@@ -161,5 +168,12 @@ def data_parallel_s(
     sharded = shard >= 1
     opt_params = np.where(sharded, dense / g.dense + expert / g.expert, dense + expert)
     optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
-
-    return dp_comm, optimizer
+    # a separate accumulation pass after every micro-batch's backward over the fp32
+    # gradients the GPU keeps: all its parameters' unless ZeRO-2/3 keeps only their shards
+    accum_params = np.where(shard >= 3, dense / g.dense + expert / g.expert, dense + expert)
+    accumulate = (
+        mb * accum_params * ACCUM_BYTES_PER_GRAD / bw
+        if w.grad_accumulation == "separate"
+        else np.zeros_like(optimizer)
+    )
+    return dp_comm, optimizer, accumulate

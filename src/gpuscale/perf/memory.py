@@ -8,7 +8,8 @@ hybrid shard group):
   zero1:                                2 + 2 + 12/d
   zero2:                                2 + (2 + 12)/d   (under a pipeline: dist-opt's)
   zero3 / FSDP:                         (2 + 2 + 12)/d   (under a pipeline: dist-opt's)
-FP8 training keeps an extra 1-byte copy of each weight (Transformer Engine).
+FP8 training keeps an extra 1-byte copy of each weight (Transformer Engine). Gradients
+accumulated in a pass of their own (DeepSpeed's BF16 optimizer) take 2 + 4 bytes.
 
 Activations per layer and micro-batch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2,
 generalised to GQA and gated MLPs), s = sequence per GPU, b = micro-batch, t = TP:
@@ -52,6 +53,11 @@ from gpuscale.perf.transformer import (
 )
 
 FloatArray = FloatArrayT
+
+SEPARATE_GRAD_BYTES = 6.0
+"""Gradient bytes per parameter when gradients accumulate in a pass of their own (DeepSpeed's
+BF16 optimizer, ``Workload.grad_accumulation``): the 16-bit gradient and its fp32
+accumulator, sharded only where ZeRO-2/3 keeps gradient shards."""
 
 # bytes per parameter: (weights, gradients, optimizer states, sharded parts divided by d)
 # columns: weights, grads, optimizer; each as (unsharded, sharded) byte counts
@@ -268,6 +274,12 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         sh = np.select([shard == k for k in _BYTES], [_BYTES[k][j][1] for k in _BYTES])
         cols.append(dense * (un + sh / d) + expert * (un + sh / d_exp))
     weights, grads, opt = cols
+    if w.grad_accumulation == "separate":
+        # DeepSpeed's BF16 optimizer: the 16-bit gradients the backward writes (2 B) and the
+        # fp32 accumulators they are added into (4 B), of what the GPU keeps gradients of
+        g_sh = np.where(shard >= 3, SEPARATE_GRAD_BYTES, 0.0)
+        g_un = SEPARATE_GRAD_BYTES - g_sh
+        grads = dense * (g_un + g_sh / d) + expert * (g_un + g_sh / d_exp)
     if w.precision in ("fp8", "fp4"):
         # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
         # sharded like the 16-bit weights under ZeRO-3/FSDP. With FP8 parameter gathers

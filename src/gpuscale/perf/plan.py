@@ -51,6 +51,13 @@ collective per parameter tensor, driven from Python module hooks, as DeepSpeed's
 (``zero3_param_gather_Bps``) however fast the links are, and activation recomputation
 gathers the weights a third time."""
 
+GRAD_ACCUMULATION = ("fused", "separate")
+"""How gradients accumulate over a step's micro-batches: ``fused``, in the weight-gradient
+GEMMs themselves (Megatron-Core's gradient-accumulation fusion writes fp32 main gradients;
+PyTorch DDP and FSDP add into the gradients in place); ``separate``, in a pass of its own
+after each micro-batch's backward, as DeepSpeed's BF16 optimizer does (its pipeline engine
+calls ``update_hp_grads`` after every backward): each 16-bit gradient is cast to fp32 and
+added into an fp32 accumulator (:data:`gpuscale.perf.data_parallel.ACCUM_BYTES_PER_GRAD`)."""
 ELEMENTWISE = ("fused", "eager")
 """How the memory-bound ops run: ``fused`` kernels (Transformer Engine / Apex RMSNorm,
 SwiGLU and RoPE, or torch.compile's generated ones), or ``eager`` PyTorch, where each op of
@@ -120,6 +127,8 @@ class Workload:
     """Fraction of each GPU's memory a plan must leave free (fragmentation beyond the
     activation overhead the memory model adds, a profiler, a margin): plans fit in
     (1 - headroom) x the memory the driver reports."""
+    grad_accumulation: str = "fused"
+    """One of :data:`GRAD_ACCUMULATION`."""
     shard_group: int = 0
     """Hybrid sharding (HSDP): the data-parallel ranks (of DP x CP) that a sharded
     optimizer, ZeRO or FSDP spreads its states over, replicated across the DP x CP /
@@ -192,6 +201,12 @@ class Workload:
         if self.fp8_param_gather and self.precision not in ("fp8", "fp4"):
             raise InputError(
                 "fp8-param-gather", True, f"fp8 or fp4 precision (not {self.precision})"
+            )
+        if self.grad_accumulation not in GRAD_ACCUMULATION:
+            raise InputError(
+                "grad-accumulation",
+                self.grad_accumulation,
+                f"one of {', '.join(GRAD_ACCUMULATION)}",
             )
         if self.zero3_gathers not in ZERO3_GATHERS:
             raise InputError(

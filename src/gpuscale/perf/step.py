@@ -106,6 +106,8 @@ class StepBreakdown:
     bubble_s: FloatArray
     dp_comm_s: FloatArray
     optimizer_s: FloatArray
+    grad_accum_s: FloatArray
+    """Gradient accumulation in a pass of its own (``Workload.grad_accumulation``)."""
     overhead_s: FloatArray
 
     @property
@@ -424,7 +426,7 @@ def step_breakdown(
     )
     bubble = (p.pp - 1) / p.vpp * t_mb
 
-    dp_comm, optimizer = data_parallel_s(
+    dp_comm, optimizer, grad_accum = data_parallel_s(
         w,
         p,
         cal,
@@ -450,5 +452,6 @@ def step_breakdown(
         bubble_s=bubble,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
+        grad_accum_s=grad_accum,
         overhead_s=z + step_fixed + mb * (mb_fixed + fixed_mb),
     )

@@ -262,6 +262,7 @@ class TrainingEstimate:
             else [],
             "recompute_fraction": float(self.memory.recompute_fraction[i]),
             "ep_dispatch": w.ep_dispatch,
+            "grad_accumulation": w.grad_accumulation,
             "fp8_param_gather": w.fp8_param_gather,
             "cuda_graphs": w.cuda_graphs,
             "loss": w.loss_kind,

@@ -26,6 +26,7 @@ _TERM_WORDS = {
     "bubble_s": "pipeline bubble",
     "dp_comm_s": "DP communication",
     "optimizer_s": "optimizer step",
+    "grad_accum_s": "gradient accumulation",
     "overhead_s": "fixed overhead",
 }
 """Step-time terms as the explanation names them."""

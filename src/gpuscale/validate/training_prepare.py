@@ -56,6 +56,7 @@ from gpuscale.validate.training_stack import (
     cuda_graphs,
     elementwise_kernels,
     ep_dispatch,
+    grad_accumulation,
     mentions,
     stack_text,
 )
@@ -215,6 +216,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     dispatch, why = ep_dispatch(row)
     if why and model.is_moe:
         notes.append(why)
+    accumulation, why = grad_accumulation(row, precision)
+    if why:
+        notes.append(why)
     fp8_gather = precision in ("fp8", "fp4") and mentions(text, FP8_PARAM_GATHER)
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
@@ -242,6 +246,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         ep_dispatch=dispatch,
         fp8_param_gather=fp8_gather,
         cuda_graphs=graphs,
+        grad_accumulation=accumulation,
         shard_group=shard_group,
     )
     fixed: dict[str, Any] = {}

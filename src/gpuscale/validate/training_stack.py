@@ -112,6 +112,39 @@ def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
     return "hierarchical", ""
 
 
+DEEPSPEED_ENGINE = (
+    r"deepspeed (and|&|\+) megatron|megatron ?(and|&|\+) ?deepspeed|bf16_optimizer"
+    r"|deepspeed'?s? (bf16|bfloat16) optimizer|deepspeed'?s? pipeline( engine)?"
+)
+"""How a row names DeepSpeed's engine as what trained it ("Using DeepSpeed and Megatron",
+its BF16 optimizer or pipeline engine), not DeepSpeed as the name of a sharding scheme
+("DeepSpeed ZeRO-1" in a table of another framework)."""
+MEGATRON_DEEPSPEED = r"megatron[- ]deepspeed"
+"""The Megatron-DeepSpeed fork of Megatron-LM, which trains through DeepSpeed's engine or
+through Megatron's own optimizer."""
+
+
+def grad_accumulation(row: dict[str, str], precision: str) -> tuple[str, str]:
+    """How a row's gradients accumulate over micro-batches, and why.
+
+    DeepSpeed's engine trains bf16 (FP8 GEMMs included) with fp32 gradient accumulators
+    that its BF16 optimizer fills in a pass after each micro-batch's backward; in fp16 its
+    optimizers add into the 16-bit gradients in place. A row naming the engine gets the
+    pass unless it trained in fp16. The Megatron-DeepSpeed fork named alone does so only
+    with bf16 stated, as BLOOM's run (its bf16 goes through DeepSpeed's BF16 optimizer):
+    with the precision unstated nothing says which optimizer ran (vTrain, which simulates
+    such runs, prices them in fp16 with PyTorch-DDP gradient buckets)."""
+    text = stack_text(row)
+    stated_bf16 = row.get("precision", "").strip().lower() in ("bf16", "bfloat16")
+    engine = precision != "fp16" and mentions(text, DEEPSPEED_ENGINE)
+    if engine or (stated_bf16 and mentions(text, MEGATRON_DEEPSPEED)):
+        return "separate", (
+            "gradient accumulation: DeepSpeed's BF16 optimizer, an fp32 pass over the "
+            "gradients after each micro-batch"
+        )
+    return "fused", ""
+
+
 FULL_STEP_GRAPHS = (
     r"full[_ -]iteration (cuda[_ -]?)?graphs?|cuda[_ -]?graphs? of (the )?(whole|full|entire) "
     r"(training )?(step|iteration)|cuda[_-]graph[_-](scope|impl)\W*full_iteration"
