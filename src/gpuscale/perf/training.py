@@ -89,6 +89,8 @@ class TrainingEstimate:
             )
         out.extend(self._recompute_notes(i))
         megatron = vpp > 1 or int(self.plans.cp[i]) > 1 or bool(self.plans.tp_overlap[i])
+        # (DeepSpeed's gradient pass keeps its own fp32 accumulators: not Megatron's choice)
+        megatron = megatron and w.grad_accumulation == "fused"
         if int(self.plans.sharding[i]) == SHARDING.index("zero1") and megatron:
             grads = float(self.memory.gradients[i])
             out.append(
