@@ -9,7 +9,7 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
               shrinks N or K);
               FP8 GEMMs run fp8_gemm_speedup x faster than BF16; NVFP4 GEMMs that times
               the GPU's FP4/FP8 peak ratio (the same fraction of their peak as FP8's);
-              the output layer and the MoE router stay 16-bit.
+              the output layer and the MoE router stay 16-bit (perf/step_gemms.py).
   attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
               scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
               (d + 22 on Ampere's FlashAttention-2; FlashAttention-2 on Hopper and newer at
@@ -27,13 +27,8 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
               must be recomputed to fit; selective: the chosen modules' forwards again
               (default the attention core; perf/recompute.py), with the TP and EP
               collectives of a recomputed MLP or MoE layer.
-  TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
-              values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
-  CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute;
-              Mamba-2 mixers all-to-all their input to head shards and back (exposed).
-  EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine);
-              ep_overlap of them hidden behind other micro-batches' compute.
-  PP comm     one activation send forward and one gradient send backward per chunk.
+  TP, CP, EP and PP comm  tensor- and context-parallel collectives, expert-parallel
+              all-to-alls and pipeline sends, per micro-batch (perf/step_comm.py).
   DP comm     gradient reduce(-scatter) and parameter all-gather once per step, exposed
               beyond dp_overlap (ZeRO-2: a reduce-scatter every micro-batch); ZeRO-3/FSDP
               gathers per layer every micro-batch, exposed beyond zero3_overlap, and
@@ -50,8 +45,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.comm.distinct import collective_s, per_distinct
-from gpuscale.perf.comm.moe import moe_dispatch_time_s
 from gpuscale.perf.data_parallel import data_parallel_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
@@ -64,12 +57,9 @@ from gpuscale.perf.kernels import (
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s
-from gpuscale.perf.transformer import (
-    attn_dims,
-    kv_width_per_rank,
-    layer_shapes,
-    mtp_layer_equivalents,
-)
+from gpuscale.perf.step_comm import StageMicroBatch, cp_comm_s, ep_comm_s, pp_comm_s, tp_comm_s
+from gpuscale.perf.step_gemms import Gemms, layer_gemms, mamba_widths
+from gpuscale.perf.transformer import attn_dims, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
 
@@ -124,8 +114,7 @@ def step_breakdown(
 ) -> StepBreakdown:
     """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
     here when not given)."""
-    m, f = w.model, w.fabric
-    sh = layer_shapes(m)
+    m = w.model
     tp = p.tp.astype(np.float64)
     cp = p.cp.astype(np.float64)
     s_loc = w.seq_len / cp
@@ -153,78 +142,19 @@ def step_breakdown(
     gemm_peak = mm16 * low_precision_speedup(w, cal)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
 
-    # --- GEMMs, forward, one layer, one micro-batch (per GPU) -------------------------
-    sms = w.gpu.sms
-    gate = 2.0 if m.gated_mlp else 1.0
-
-    Elems = tuple[FloatArray, FloatArray]
-
-    def gemms(*shapes: tuple[FloatArray | float, ...]) -> tuple[FloatArray, Elems]:
-        """Forward seconds of GEMMs given as (M, N, K[, count]), and the elements of their
-        inputs that a low precision quantises: the activations X (M x K), in forward, and
-        the output gradients dY (M x N), in backward."""
-        t = x_el = dy_el = np.zeros_like(tokens)
-        for m_rows, n_cols, k_red, *count in shapes:
-            c = count[0] if count else 1.0
-            t = t + gemm_s(m_rows, n_cols, k_red, c, gemm_peak, sms, cal)
-            x_el = x_el + c * np.asarray(m_rows) * np.asarray(k_red)
-            dy_el = dy_el + c * np.asarray(m_rows) * np.asarray(n_cols)
-        return t, (x_el, dy_el)
-
-    # attention projections: QKV (or MLA's), then the output projection; the per-GPU
-    # widths shrink with TP. kv_rank: the K (and the V) width a TP rank holds, as the QKV
-    # GEMM writes it and the context-parallel ring passes it
-    if m.mla is None:
-        # GQA under more TP ranks than key/value heads: each rank keeps one whole head
-        kv_rank = kv_width_per_rank(m, tp)
-        qkv_n = q / tp + 2.0 * kv_rank
-    else:
-        # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
-        # up-projected per-head K and V (Megatron-Core hands Transformer Engine full heads)
-        x_kv = m.mla
-        kv_mla = m.heads * (x_kv.qk_nope_head_dim + x_kv.qk_rope_head_dim + x_kv.v_head_dim)
-        kv_rank = kv_mla / 2.0 / tp
-        qkv_n = (sh.attn / h - float(q)) / tp
-    attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
-    f_d = float(m.dense_ffn_hidden)
-    dense_mlp_t, dense_mlp_c = gemms((tokens, gate * f_d / tp, h), (tokens, h, f_d / tp))
-    mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width
-    if m.is_moe:
-        # grouped GEMM over the E / EP local experts; tokens follow their experts
-        f_e = float(m.ffn_hidden)
-        local = m.num_experts / p.ep
-        tok_e = tokens / tp * m.top_k * p.ep / m.num_experts
-        f_s = f_e * m.shared_experts
-        moe_t, moe_c = gemms(
-            (tok_e, gate * f_e, mw, local),
-            (tok_e, mw, f_e, local),
-            *(((tokens, mw / tp, h), (tokens, h, mw / tp)) if m.moe_latent else ()),
-        )
-        shared_t, shared_c = gemms(
-            *(((tokens, gate * f_s / tp, h), (tokens, h, f_s / tp)) if f_s else ())
-        )
-        moe_c = (moe_c[0] + shared_c[0], moe_c[1] + shared_c[1])
-        # the router stays in 16-bit precision (a plain linear layer outside the TE modules)
-        # on the sequence-parallel shard
-        router_rows = np.where(p.sp, tokens / tp, tokens)
-        moe_t = moe_t + shared_t + gemm_s(router_rows, float(m.num_experts), h, 1.0, mm16, sms, cal)
-    else:
-        moe_t = shared_t = np.zeros_like(tokens)
-        moe_c = (moe_t, moe_t)
-    if m.mamba is not None:
-        # Mamba-2 in_proj (z, x, B, C, dt; heads and groups split over TP) and out_proj
-        x = m.mamba
-        d_in, in_w, conv_c = float(x.inner), float(x.in_proj_width), float(x.conv_channels)
-        mamba_t, mamba_c = gemms((tokens, in_w / tp, h), (tokens, h, d_in / tp))
-    else:
-        d_in = in_w = conv_c = 0.0
-        mamba_t = np.zeros_like(tokens)
-        mamba_c = (mamba_t, mamba_t)
-    gemm_fwd = a_frac * attn_t + mlp_frac * dense_mlp_t + moe_frac * moe_t + mamba_frac * mamba_t
+    # --- GEMMs, forward, one layer, one micro-batch (per GPU; perf/step_gemms.py) --------
+    gemms = Gemms(tokens, gemm_peak, w.gpu.sms, cal)
+    g = layer_gemms(w, p, gemms, tp, mm16)
+    gemm_fwd = a_frac * g.attn + mlp_frac * g.dense_mlp + moe_frac * g.moe + mamba_frac * g.mamba
     # quantising the GEMMs' inputs (FP8, NVFP4) at HBM speed: X in forward (and again when
     # the forward is recomputed), dY in backward
     per_el = cast_bytes_per_element(w, cal) / bw
-    blocks = ((a_frac, attn_c), (mlp_frac, dense_mlp_c), (moe_frac, moe_c), (mamba_frac, mamba_c))
+    blocks = (
+        (a_frac, g.attn_el),
+        (mlp_frac, g.dense_mlp_el),
+        (moe_frac, g.moe_el),
+        (mamba_frac, g.mamba_el),
+    )
     cast_fwd = per_el * sum(fr * c[0] for fr, c in blocks)
     cast_bwd = per_el * sum(fr * c[1] for fr, c in blocks)
 
@@ -249,6 +179,7 @@ def step_breakdown(
         f_bytes = f_bytes + (rope + glu) * tokens / tp
     # MoE token permutation before and unpermutation after the experts, and the weighted
     # combine: each reads and writes the top-k copies of the hidden state
+    mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width
     moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * mw * tokens / tp * 2.0
     # an MoE layer's router, permutation and per-expert launches, with the host waiting on
     # the token counts, and the per-step and per-micro-batch work are the host's: a step
@@ -260,13 +191,14 @@ def step_breakdown(
     moe_fixed = host * (cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s)
     # Mamba-2: depthwise causal conv over x, B, C (read + write) and the gated RMSNorm of the
     # scan's output (read y and z, write)
+    d_in, _, conv_c = mamba_widths(m)
     mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
     mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes) / bw
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     # in 16-bit precision: Megatron-Core's output layer is not a Transformer Engine module,
     # and torchtitan's float8 conversion leaves it out
-    logits_fwd = gemm_s(tokens, m.vocab / tp, h, 1.0, mm16, sms, cal)
+    logits_fwd = gemm_s(tokens, m.vocab / tp, h, 1.0, mm16, w.gpu.sms, cal)
     logits_mem = 3.0 * 4.0 * tokens * m.vocab / tp / bw
 
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
@@ -308,12 +240,12 @@ def step_breakdown(
         "core_attn": a_frac * attn_fwd,
         "layernorm": np.where(p.sp, norm_bytes / tp, norm_bytes) / bw,
         "mla_up_proj": a_frac * up_t,
-        "mlp": mlp_frac * (dense_mlp_t + gate_rw * m.dense_ffn_hidden * tokens * 2.0 / tp / bw),
-        "moe": moe_frac * (moe_t + moe_fixed) + (moe_bytes + moe_act_bytes * tokens / tp) / bw,
+        "mlp": mlp_frac * (g.dense_mlp + gate_rw * m.dense_ffn_hidden * tokens * 2.0 / tp / bw),
+        "moe": moe_frac * (g.moe + moe_fixed) + (moe_bytes + moe_act_bytes * tokens / tp) / bw,
         "moe_act": moe_act_bytes * tokens / tp / bw,
         "shared_experts": moe_frac
-        * (shared_t + gate_rw * m.ffn_hidden * m.shared_experts * tokens * 2.0 / tp / bw),
-        "mamba": mamba_frac * (mamba_t + ssd_fwd) + mamba_bytes / bw,
+        * (g.shared + gate_rw * m.ffn_hidden * m.shared_experts * tokens * 2.0 / tp / bw),
+        "mamba": mamba_frac * (g.mamba + ssd_fwd) + mamba_bytes / bw,
     }
     if "ops" in mods:
         # torchtitan's per-op checkpointing: the even matmuls of the layer (for Llama wk,
@@ -330,87 +262,27 @@ def step_breakdown(
         layer_fwd * overlap_slow + mem_fwd + layer_fixed + cast_fwd
     ) + np.where(p.recompute == 1, layers_stage_mtp * selective, 0.0)
 
-    # --- tensor-parallel communication ---------------------------------------------------
-    act_bytes = tokens * h * 2.0
-    tp_k = np.minimum(tp, float(f.scaleup_domain_gpus))
-    tp_one = collective_s("all_reduce", act_bytes, tp, tp_k, f, cal)
-    # one collective forward and one backward (and one more when recomputed) per TP-split
-    # block: attention, Mamba mixer, dense MLP; an MoE block only for its TP-split shared
-    # experts or latent projections, as its routed experts (expert TP = 1) take the
-    # sequence-parallel shard and reach their tokens by the all-to-all alone
-    moe_tp = 1.0 if (m.shared_experts or m.moe_latent) else 0.0
-    tp_blocks = 2.0 * sub - moe_frac * (1.0 - moe_tp)
-    # a selectively recomputed MLP or MoE layer repeats its forward TP collective
-    sel_tp = mlp_frac * ("mlp" in mods) + moe_frac * moe_tp * ("moe" in mods)
-    # per-op checkpointing saves the reduce-scatters' outputs but not the all-gathers'
-    # (sequence parallelism) that feed the attention and MLP: it gathers them again
-    sel_tp = sel_tp + ("ops" in mods) * tp_blocks / 2.0
-    n_tp = (2.0 + full_frac) * tp_blocks + np.where(p.recompute == 1, sel_tp, 0.0)
-    tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
-    tp_mb = layers_stage_mtp * n_tp * tp_one * (1.0 - tp_hidden)
-    tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
-
-    # --- context parallel (ring attention K/V exchange) --------------------------------
-    # K and V of each local token, per TP rank
-    kv_chunk = 2.0 * p.mbs * s_loc * kv_rank * 2.0
-    cp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, cp)
-    cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
-    # a recomputed attention core (full recompute, or selective of core_attn) runs its ring
-    # forward once more
-    cp_again = full_frac + np.where((p.recompute == 1) & ("core_attn" in mods), 1.0, 0.0)
-    cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
-        2.0 * cp_fwd - attn_bwd, 0.0
+    # --- communication: tensor, context and expert parallel, pipeline (perf/step_comm.py) --
+    stage_mb = StageMicroBatch(
+        w=w,
+        p=p,
+        cal=cal,
+        tokens=tokens,
+        s_loc=s_loc,
+        tp=tp,
+        cp=cp,
+        layers_stage_mtp=layers_stage_mtp,
+        full_frac=full_frac,
+        a_frac=a_frac,
+        mlp_frac=mlp_frac,
+        moe_frac=moe_frac,
+        mamba_frac=mamba_frac,
+        sub=sub,
     )
-    cp_mb = layers_stage_mtp * a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
-    if m.mamba is not None:
-        # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
-        # turns the mixer's input from sequence- to head-sharded by an all-to-all and its
-        # output back, forward and backward, exposed (the scan waits for its input)
-        a2a_in = collective_s("all_to_all", tokens * in_w / tp * 2.0, cp, cp_k, f, cal)
-        a2a_out = collective_s("all_to_all", tokens * d_in / tp * 2.0, cp, cp_k, f, cal)
-        cp_mb = cp_mb + layers_stage_mtp * mamba_frac * np.where(
-            p.cp > 1, 2.0 * (a2a_in + a2a_out), 0.0
-        )
-
-    # --- expert parallel all-to-all ----------------------------------------------------
-    if m.is_moe:
-        a2a_bytes = tokens / tp * m.top_k * mw * 2.0  # sequence-parallel shards dispatch
-        ep_k = np.clip(float(f.scaleup_domain_gpus), 1.0, p.ep)
-        a2a = per_distinct(
-            lambda s, nn, kk: moe_dispatch_time_s(
-                s,
-                nn,
-                kk,
-                m.top_k,
-                m.num_experts,
-                f,
-                cal,
-                w.ep_dispatch,
-                m.route_groups,
-                m.route_topk_groups,
-                concurrent=True,
-            ),
-            a2a_bytes,
-            p.ep.astype(np.float64),
-            ep_k,
-        )
-        # recomputing a whole MoE layer (Megatron-Core checkpoints router, dispatch,
-        # experts and combine together) repeats its forward dispatch and combine
-        n_a2a = 4.0 + 2.0 * full_frac + np.where((p.recompute == 1) & ("moe" in mods), 2.0, 0.0)
-        ep_all = layers_stage_mtp * moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
-        ep_mb = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - compute_mb)
-    else:
-        ep_mb = np.zeros_like(tokens)
-
-    # --- pipeline point-to-point -----------------------------------------------------------
-    p2p_bytes = np.where(p.sp, act_bytes / tp, act_bytes)
-    pp_cross = (tp * cp * p.dp) < f.scaleup_domain_gpus
-    # a pipeline needs two GPUs at least: on one GPU no plan sends anything
-    if f.total_gpus >= 2:
-        p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
-    else:
-        p2p = np.zeros_like(p2p_bytes)
-    pp_mb = np.where(p.pp > 1, 2.0 * p.vpp * p2p * (1.0 - cal.pp_overlap), 0.0)
+    tp_mb = tp_comm_s(stage_mb)
+    cp_mb = cp_comm_s(stage_mb, g.kv_rank, attn_fwd, attn_bwd)
+    ep_mb = ep_comm_s(stage_mb, compute_mb)
+    pp_mb = pp_comm_s(stage_mb)
 
     t_mb = (
         compute_mb

@@ -1,0 +1,164 @@
+"""Communication of one training micro-batch on the slowest pipeline stage, term by term.
+
+  TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
+              values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
+  CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute;
+              Mamba-2 mixers all-to-all their input to head shards and back (exposed).
+  EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine);
+              ep_overlap of them hidden behind other micro-batches' compute.
+  PP comm     one activation send forward and one gradient send backward per chunk.
+:mod:`gpuscale.perf.step` adds them to the micro-batch's stage time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuscale.calibrate import Calibration
+from gpuscale.perf.comm.distinct import collective_s, per_distinct
+from gpuscale.perf.comm.moe import moe_dispatch_time_s
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.step_gemms import mamba_widths
+
+FloatArray = FloatArrayT
+
+
+@dataclass(frozen=True)
+class StageMicroBatch:
+    """One micro-batch on the slowest pipeline stage, per plan: what its communication
+    depends on."""
+
+    w: Workload
+    p: Plans
+    cal: Calibration
+    tokens: FloatArray
+    """Tokens per GPU per micro-batch."""
+    s_loc: FloatArray
+    """The sequence length a context-parallel rank holds."""
+    tp: FloatArray
+    cp: FloatArray
+    layers_stage_mtp: FloatArray
+    """The stage's layers, multi-token-prediction depths included (their FLOP-equivalent)."""
+    full_frac: FloatArray
+    """Fraction of the stage's layers fully recomputed."""
+    a_frac: float
+    """Share of each block type per layer: attention, dense MLP, MoE, Mamba-2."""
+    mlp_frac: float
+    moe_frac: float
+    mamba_frac: float
+    sub: float
+    """Norms, residuals and TP reductions per layer, / 2."""
+
+    @property
+    def act_bytes(self) -> FloatArray:
+        """One micro-batch's 16-bit hidden states on a GPU."""
+        act: FloatArray = self.tokens * float(self.w.model.hidden) * 2.0
+        return act
+
+
+def tp_comm_s(c: StageMicroBatch) -> FloatArray:
+    """Exposed tensor-parallel collectives of one micro-batch."""
+    m, f, p, cal, tp = c.w.model, c.w.fabric, c.p, c.cal, c.tp
+    mods = c.w.recompute_modules
+    tp_k = np.minimum(tp, float(f.scaleup_domain_gpus))
+    tp_one = collective_s("all_reduce", c.act_bytes, tp, tp_k, f, cal)
+    # one collective forward and one backward (and one more when recomputed) per TP-split
+    # block: attention, Mamba mixer, dense MLP; an MoE block only for its TP-split shared
+    # experts or latent projections, as its routed experts (expert TP = 1) take the
+    # sequence-parallel shard and reach their tokens by the all-to-all alone
+    moe_tp = 1.0 if (m.shared_experts or m.moe_latent) else 0.0
+    tp_blocks = 2.0 * c.sub - c.moe_frac * (1.0 - moe_tp)
+    # a selectively recomputed MLP or MoE layer repeats its forward TP collective
+    sel_tp = c.mlp_frac * ("mlp" in mods) + c.moe_frac * moe_tp * ("moe" in mods)
+    # per-op checkpointing saves the reduce-scatters' outputs but not the all-gathers'
+    # (sequence parallelism) that feed the attention and MLP: it gathers them again
+    sel_tp = sel_tp + ("ops" in mods) * tp_blocks / 2.0
+    n_tp = (2.0 + c.full_frac) * tp_blocks + np.where(p.recompute == 1, sel_tp, 0.0)
+    tp_hidden = np.where(p.tp_overlap, cal.tp_overlap, 0.0)
+    tp_mb = c.layers_stage_mtp * n_tp * tp_one * (1.0 - tp_hidden)
+    tp_mb = tp_mb + np.where(p.tp > 1, 2.0 * tp_one, 0.0)  # embedding/output-layer reductions
+    return tp_mb
+
+
+def cp_comm_s(
+    c: StageMicroBatch, kv_rank: FloatArray, attn_fwd: FloatArray, attn_bwd: FloatArray
+) -> FloatArray:
+    """Exposed context-parallel communication of one micro-batch: the ring attention's K/V
+    exchange beyond the attention core's forward and backward seconds, and Mamba-2's
+    all-to-alls; ``kv_rank`` is the K (and the V) width a TP rank holds."""
+    m, f, p, cal, tp, cp = c.w.model, c.w.fabric, c.p, c.cal, c.tp, c.cp
+    mods = c.w.recompute_modules
+    # K and V of each local token, per TP rank
+    kv_chunk = 2.0 * p.mbs * c.s_loc * kv_rank * 2.0
+    cp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, cp)
+    cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
+    # a recomputed attention core (full recompute, or selective of core_attn) runs its ring
+    # forward once more
+    cp_again = c.full_frac + np.where((p.recompute == 1) & ("core_attn" in mods), 1.0, 0.0)
+    cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
+        2.0 * cp_fwd - attn_bwd, 0.0
+    )
+    cp_mb = c.layers_stage_mtp * c.a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
+    if m.mamba is not None:
+        # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
+        # turns the mixer's input from sequence- to head-sharded by an all-to-all and its
+        # output back, forward and backward, exposed (the scan waits for its input)
+        d_in, in_w, _ = mamba_widths(m)
+        a2a_in = collective_s("all_to_all", c.tokens * in_w / tp * 2.0, cp, cp_k, f, cal)
+        a2a_out = collective_s("all_to_all", c.tokens * d_in / tp * 2.0, cp, cp_k, f, cal)
+        cp_mb = cp_mb + c.layers_stage_mtp * c.mamba_frac * np.where(
+            p.cp > 1, 2.0 * (a2a_in + a2a_out), 0.0
+        )
+    return cp_mb
+
+
+def ep_comm_s(c: StageMicroBatch, compute_mb: FloatArray) -> FloatArray:
+    """Exposed expert-parallel all-to-alls of one micro-batch, hidden up to ``ep_overlap``
+    and the micro-batch's compute seconds ``compute_mb``."""
+    w, m, f, p, cal = c.w, c.w.model, c.w.fabric, c.p, c.cal
+    if not m.is_moe:
+        return np.zeros_like(c.tokens)
+    mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width
+    a2a_bytes = c.tokens / c.tp * m.top_k * mw * 2.0  # sequence-parallel shards dispatch
+    ep_k = np.clip(float(f.scaleup_domain_gpus), 1.0, p.ep)
+    a2a = per_distinct(
+        lambda s, nn, kk: moe_dispatch_time_s(
+            s,
+            nn,
+            kk,
+            m.top_k,
+            m.num_experts,
+            f,
+            cal,
+            w.ep_dispatch,
+            m.route_groups,
+            m.route_topk_groups,
+            concurrent=True,
+        ),
+        a2a_bytes,
+        p.ep.astype(np.float64),
+        ep_k,
+    )
+    # recomputing a whole MoE layer (Megatron-Core checkpoints router, dispatch,
+    # experts and combine together) repeats its forward dispatch and combine
+    redo = np.where((p.recompute == 1) & ("moe" in w.recompute_modules), 2.0, 0.0)
+    n_a2a = 4.0 + 2.0 * c.full_frac + redo
+    ep_all = c.layers_stage_mtp * c.moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
+    ep_mb: FloatArray = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - compute_mb)
+    return ep_mb
+
+
+def pp_comm_s(c: StageMicroBatch) -> FloatArray:
+    """Exposed pipeline point-to-point sends of one micro-batch."""
+    f, p, cal, tp = c.w.fabric, c.p, c.cal, c.tp
+    p2p_bytes = np.where(p.sp, c.act_bytes / tp, c.act_bytes)
+    pp_cross = (tp * c.cp * p.dp) < f.scaleup_domain_gpus
+    # a pipeline needs two GPUs at least: on one GPU no plan sends anything
+    if f.total_gpus >= 2:
+        p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
+    else:
+        p2p = np.zeros_like(p2p_bytes)
+    pp_mb: FloatArray = np.where(p.pp > 1, 2.0 * p.vpp * p2p * (1.0 - cal.pp_overlap), 0.0)
+    return pp_mb
