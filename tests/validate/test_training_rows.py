@@ -142,6 +142,16 @@ def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> N
         # unknown (Megatron's own optimizer possible) when the precision is not
         ({"model": "GPT 3.6B (Megatron-DeepSpeed)", "precision": "bf16"}, "bf16", "separate"),
         ({"model": "GPT 3.6B (Megatron-DeepSpeed)"}, "bf16", "fused"),
+        # bf16 before the BF16 optimizer: the row says its gradients stayed 16-bit
+        (
+            {
+                "model": "200B (Megatron-DeepSpeed)",
+                "precision": "bf16",
+                "notes": "ZeRO-1 of the time, gradients accumulated in bf16 in place",
+            },
+            "bf16",
+            "fused",
+        ),
         # fp16: DeepSpeed's FP16 optimizers add into the 16-bit gradients in place
         ({"notes": "Megatron + DeepSpeed codebase, ZeRO-1"}, "fp16", "fused"),
         # DeepSpeed named as a sharding scheme of another framework, not as the trainer

@@ -124,17 +124,29 @@ MEGATRON_DEEPSPEED = r"megatron[- ]deepspeed"
 through Megatron's own optimizer."""
 
 
+IN_PLACE_BF16 = (
+    r"grad(ient)?s? (are |were )?accumulat\w* in bf16"
+    r"|accumulat\w* (the )?grad(ient)?s? in bf16|grad(ient)? accumulation in bf16"
+)
+"""How a bf16 row says its gradients accumulated in bf16 itself ("gradients accumulated in
+bf16 in place"), with no fp32 accumulators. (A row contrasting its optimizer with "fp16,
+which accumulates in fp16" says nothing about its own.)"""
+
+
 def grad_accumulation(row: dict[str, str], precision: str) -> tuple[str, str]:
     """How a row's gradients accumulate over micro-batches, and why.
 
     DeepSpeed's engine trains bf16 (FP8 GEMMs included) with fp32 gradient accumulators
     that its BF16 optimizer fills in a pass after each micro-batch's backward; in fp16 its
     optimizers add into the 16-bit gradients in place. A row naming the engine gets the
-    pass unless it trained in fp16. The Megatron-DeepSpeed fork named alone does so only
+    pass unless it trained in fp16 or says its gradients accumulated in bf16 (runs before
+    the BF16 optimizer existed). The Megatron-DeepSpeed fork named alone does so only
     with bf16 stated, as BLOOM's run (its bf16 goes through DeepSpeed's BF16 optimizer):
     with the precision unstated nothing says which optimizer ran (vTrain, which simulates
     such runs, prices them in fp16 with PyTorch-DDP gradient buckets)."""
     text = stack_text(row)
+    if re.search(IN_PLACE_BF16, text):
+        return "fused", ""
     stated_bf16 = row.get("precision", "").strip().lower() in ("bf16", "bfloat16")
     engine = precision != "fp16" and mentions(text, DEEPSPEED_ENGINE)
     if engine or (stated_bf16 and mentions(text, MEGATRON_DEEPSPEED)):
