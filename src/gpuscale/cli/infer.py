@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from gpuscale.cli._common import Cal, emit_json, err, load_calibration, out
+from gpuscale.cli._common import Cal, emit_json, err, load_calibration
+from gpuscale.cli.infer_report import gib, print_estimate, print_size
 from gpuscale.errors import InputError
 
 if TYPE_CHECKING:
@@ -55,18 +55,10 @@ def _sequence_fits(mem: MemoryPlan, m: Model, input_len: int, output_len: int, w
         "input-len",
         input_len,
         f"input-len {input_len} + output-len {output_len} = {total:,} tokens{beyond}: one "
-        f"sequence needs {_gib(need)} of KV cache per GPU, the pool beside the weights holds "
-        f"{_gib(mem.kv_pool_bytes)} ({where}); shorten --input-len/--output-len or raise "
+        f"sequence needs {gib(need)} of KV cache per GPU, the pool beside the weights holds "
+        f"{gib(mem.kv_pool_bytes)} ({where}); shorten --input-len/--output-len or raise "
         "--tp/--pp",
     )
-
-
-def _gib(b: float) -> str:
-    return f"{b / 2**30:,.2f} GiB"
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:,.2f} ms"
 
 
 @app.command("estimate")
@@ -142,9 +134,9 @@ def estimate(
         raise InputError(
             "tp",
             tp,
-            f"{m.key} at {precision} needs {_gib(mem.weights_bytes)} of "
+            f"{m.key} at {precision} needs {gib(mem.weights_bytes)} of "
             f"weights per GPU at TP{tp} x PP{pp}, leaving no KV cache on {g.key} "
-            f"({_gib(g.memory_bytes)}); raise --tp/--pp or lower --precision",
+            f"({gib(g.memory_bytes)}); raise --tp/--pp or lower --precision",
         )
     wl: Workload
     if offline is not None:
@@ -181,72 +173,15 @@ def estimate(
     if json:
         emit_json(doc)
         return
-    t = Table(
-        title=f"{m.name} on {tp * pp}x {g.name} (TP{tp} PP{pp}, {pplan.weights} weights, "
-        f"{pplan.kv} KV, {eng.name})"
-    )
-    t.add_column("memory per GPU")
-    t.add_column("value", justify="right")
-    for key, val in (
-        ("weights", _gib(mem.weights_bytes)),
-        ("activation workspace + reserved", _gib(mem.workspace_bytes)),
-        ("KV pool", _gib(mem.kv_pool_bytes)),
-        ("KV per token", f"{mem.kv_bytes_per_token / 1024:,.1f} KiB"),
-        (
-            f"KV per sequence of {mem.tokens_per_seq:,} tokens",
-            f"{mem.kv_bytes_per_seq / 2**20:,.1f} MiB",
-        ),
-        ("KV blocks", f"{mem.kv_blocks:,} x {mem.block_tokens} tokens"),
-        ("max sequences", f"{mem.max_seqs:,} (KV allows {mem.kv_limited_seqs:,})"),
-    ):
-        t.add_row(key, val)
-    if mem.window_tokens:
-        t.caption = (
-            f"{mem.window_share:.0%} of the attention layers keep at most "
-            f"{mem.window_tokens:,} tokens a sequence ({m.window_kind} window)"
-        )
-    out.print(t)
-    s = Table(title="step time breakdown")
-    for c in (
-        "step",
-        "GEMM",
-        "attention",
-        "KV read",
-        "TP comm",
-        "PP comm",
-        "overhead",
-        "total",
-        "GEMM bound",
-    ):
-        s.add_column(c, justify="right")
-    for name, b in ((f"prefill {input_len} tok", pf), (f"decode batch {dbatch}", dec)):
-        s.add_row(
-            name,
-            _ms(b.gemm_s),
-            _ms(b.attention_s),
-            _ms(b.kv_read_s),
-            _ms(b.tp_comm_s),
-            _ms(b.pp_comm_s),
-            _ms(b.overhead_s),
-            _ms(b.total_s),
-            b.bound,
-        )
-    out.print(s)
-    r = Table(title=f"simulated serving: {mode}")
-    for c in ("metric", "mean", "p50", "p99"):
-        r.add_column(c, justify="right")
-    for name, st in (
-        ("TTFT", res.ttft_s),
-        ("TPOT", res.tpot_s),
-        ("ITL", res.itl_s),
-        ("end-to-end", res.e2e_s),
-    ):
-        r.add_row(name, _ms(st.mean), _ms(st.p50), _ms(st.p99))
-    out.print(r)
-    out.print(
-        f"throughput {res.output_tokens_per_s:,.0f} output tok/s "
-        f"({doc['output_tokens_per_s_per_gpu']:,.0f} per GPU), "
-        f"{res.requests_per_s:,.2f} req/s; mean batch {res.mean_batch:,.1f}"
+    print_estimate(
+        f"{m.name} on {tp * pp}x {g.name} (TP{tp} PP{pp}, {pplan.weights} weights, "
+        f"{pplan.kv} KV, {eng.name})",
+        mem,
+        m.window_kind,
+        ((f"prefill {input_len} tok", pf), (f"decode batch {dbatch}", dec)),
+        mode,
+        res,
+        doc["output_tokens_per_s_per_gpu"],
     )
 
 
@@ -371,60 +306,4 @@ def size_cmd(
             }
         )
         return
-    cost = (
-        ""
-        if b.usd_per_hour is None
-        else (
-            f", {b.usd_per_hour:,.2f} USD/h, {b.usd_per_million_output_tokens:,.3f} USD per 1M "
-            f"output tokens"
-        )
-    )
-    for note in notes:
-        out.print(f"note: {note}", highlight=False, soft_wrap=True)
-    out.print(
-        f"[bold]best:[/] {b.gpu} {b.precision} TP{b.tp} x {b.replicas} replicas = "
-        f"{b.gpus} GPUs, utilization {b.utilization:.0%}{cost}; simulated p99 TTFT "
-        f"{_ms(b.ttft_p99_s)}, p99 TPOT {_ms(b.tpot_p99_s)}"
-    )
-    t = Table(title="candidates checked by simulation (in order of estimated cost)")
-    for c in (
-        "GPU",
-        "TP",
-        "replicas",
-        "GPUs",
-        "USD/h",
-        "USD/1M out tok",
-        "util",
-        "p99 TTFT",
-        "p99 TPOT",
-        "meets SLO",
-    ):
-        t.add_column(c, justify="right")
-    for cand in res.considered:
-        t.add_row(
-            cand.gpu,
-            str(cand.tp),
-            str(cand.replicas),
-            str(cand.gpus),
-            "" if cand.usd_per_hour is None else f"{cand.usd_per_hour:,.2f}",
-            ""
-            if cand.usd_per_million_output_tokens is None
-            else f"{cand.usd_per_million_output_tokens:,.3f}",
-            f"{cand.utilization:.0%}",
-            _ms(cand.ttft_p99_s),
-            _ms(cand.tpot_p99_s),
-            "yes" if cand.verified else "no",
-        )
-    out.print(t)
-    k = Table(title=f"latency vs load: {b.gpu} TP{b.tp} x {b.replicas}")
-    for c in ("offered req/s", "p99 TTFT", "p99 TPOT", "output tok/s", "meets SLO"):
-        k.add_column(c, justify="right")
-    for p in res.curve:
-        k.add_row(
-            f"{p.qps:,.2f}",
-            _ms(p.ttft_p99_s),
-            _ms(p.tpot_p99_s),
-            f"{p.output_tokens_per_s:,.0f}",
-            "yes" if p.meets_slo else "no",
-        )
-    out.print(k)
+    print_size(res, notes)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.progress import Progress
 from rich.text import Text
 
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
+from gpuscale.cli.train_flags import chosen_sharding, fixed_knobs, given_at, workload_flags
 from gpuscale.cli.train_options import (
     AccumOpt,
     AsyncCkptOpt,
@@ -48,76 +49,15 @@ from gpuscale.cli.train_report import (
     report_search,
     search_goodput,
 )
-from gpuscale.cli.train_workload import (
-    DEFAULTS,
-    FAILURE_KEYS,
-    REQUIRED,
-    STORAGE_KEYS,
-    Resolved,
-    resolve,
-)
+from gpuscale.cli.train_workload import resolve
 from gpuscale.errors import InputError
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans
+from gpuscale.perf.plan import Plans
 from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import check_degrees, check_plan
 from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import scaling_curve
 
 app = typer.Typer(no_args_is_help=True)
-
-
-def _flags(given: dict[str, Any]) -> dict[str, Any]:
-    """A command's workload flags (None where not given), from its ``locals()``; the
-    storage flags of the commands that take them."""
-    keys = (*REQUIRED, *DEFAULTS, *(k for k in (*STORAGE_KEYS, *FAILURE_KEYS) if k in given))
-    return {k: given[k] for k in keys}
-
-
-def _sharding(zero: str | None, dist_opt: bool) -> str | None:
-    """The optimizer sharding --zero or --dist-opt names (fsdp is zero3), None for neither."""
-    if zero is not None and dist_opt:
-        raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
-    return "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
-
-
-def _at(r: Resolved, key: str) -> str:
-    """Where ``key``'s value was given, in words: its flag or the workload file's key."""
-    where = r.where(key)
-    return where if ":" in where else f"--{where}"
-
-
-def _fixed(
-    r: Resolved,
-    tp: int | None,
-    pp: int | None,
-    vpp: int | None,
-    cp: int | None,
-    ep: int | None,
-    mbs: int | None,
-    recompute: str | None,
-    sharding: str | None,
-    sp: bool | None,
-) -> dict[str, Any]:
-    """The plan knobs the user fixed on workload ``r``; its recompute modules, when given,
-    only a selective recompute uses."""
-    w, modules = r.workload, r.modules_text
-    fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
-    check_degrees(w, fx)  # before any product or array of them
-    if recompute is not None:
-        if recompute not in RECOMPUTE:
-            raise InputError("recompute", recompute, f"one of {', '.join(RECOMPUTE)}")
-        fx["recompute"] = RECOMPUTE.index(recompute)
-        if modules is not None and recompute != "selective":
-            raise InputError(
-                r.where("recompute_modules"),
-                modules,
-                f"--recompute selective (--recompute {recompute} recomputes no module selectively)",
-            )
-    if sharding is not None:
-        if sharding not in SHARDING:
-            raise InputError("zero", sharding, f"one of {', '.join(SHARDING)} or fsdp (ZeRO-3)")
-        fx["sharding"] = SHARDING.index(sharding)
-    return {k: v for k, v in fx.items() if v is not None}
 
 
 @app.command("estimate")
@@ -195,21 +135,23 @@ def estimate_cmd(
     calibration: Cal = None,
 ) -> None:
     """Memory, step-time breakdown, tokens/s, TFLOP/s and MFU of one plan."""
-    r = resolve(workload, _flags(locals()), tokens)
+    r = resolve(workload, workload_flags(locals()), tokens)
     w = r.workload
-    sharding = _sharding(zero, dist_opt) or "none"
+    sharding = chosen_sharding(zero, dist_opt) or "none"
     gpus = w.num_gpus
     with r.naming_file_values():
         if sp and tp == 1:
             raise InputError("sp", "--sp", "--tp > 1 (sequence parallelism splits over TP)")
-        fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, tp > 1 and sp is not False)
+        fx = fixed_knobs(
+            r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, tp > 1 and sp is not False
+        )
         model_parallel = tp * pp * cp
         if dp is None:
             if gpus % model_parallel:
                 raise InputError(
                     "tp*pp*cp",
                     model_parallel,
-                    f"must divide the {gpus} GPUs of {_at(r, 'gpus')} (tp={tp}, pp={pp}, "
+                    f"must divide the {gpus} GPUs of {given_at(r, 'gpus')} (tp={tp}, pp={pp}, "
                     f"cp={cp}), or give --dp to leave some idle",
                 )
             dp = gpus // model_parallel
@@ -219,7 +161,7 @@ def estimate_cmd(
                 "dp",
                 dp,
                 f"at most {gpus // model_parallel}: tp x pp x cp x dp = {model_parallel} x {dp} "
-                f"GPUs, more than the {gpus} of {_at(r, 'gpus')}",
+                f"GPUs, more than the {gpus} of {given_at(r, 'gpus')}",
             )
         plan = Plans.of(dp=dp, tp_overlap=tp_overlap, **fx)
         check_plan(w, plan)
@@ -293,7 +235,7 @@ def search_cmd(
     calibration: Cal = None,
 ) -> None:
     """Every valid plan, ranked by step time among those that fit; the best explained."""
-    r = resolve(workload, _flags(locals()), tokens)
+    r = resolve(workload, workload_flags(locals()), tokens)
     w, tt = r.workload, r.train_tokens
     if top < 1:
         raise InputError("top", top, "a positive integer")
@@ -303,7 +245,9 @@ def search_cmd(
         check_target(html)  # before the search runs
     cal = load_calibration(calibration)
     with r.naming_file_values():
-        fx = _fixed(r, tp, pp, vpp, cp, ep, mbs, recompute, _sharding(zero, dist_opt), None)
+        fx = fixed_knobs(
+            r, tp, pp, vpp, cp, ep, mbs, recompute, chosen_sharding(zero, dist_opt), None
+        )
         if json or not out.is_terminal:  # a bar is for a person watching
             res = search_plans(w, cal, fx)
         else:
@@ -365,7 +309,7 @@ def scaling_cmd(
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
-    r = resolve(workload, _flags(locals()), None)
+    r = resolve(workload, workload_flags(locals()), None)
     if html is not None:
         from gpuscale.report.page import check_target
         from gpuscale.report.scaling import write_scaling_report
@@ -384,8 +328,8 @@ def scaling_cmd(
                 r.where("gpu_mtbf"),
                 f"{r.failures.gpu_mtbf_s:g} s",
                 f"a GPU MTBF the run outlasts: from 8 to {gpus:,} GPUs, failures come before "
-                f"the run can save and restart (save more often, or check {_at(r, 'gpu_mtbf')} "
-                f"and {_at(r, 'restart_time')})",
+                f"the run can save and restart (save more often, or check "
+                f"{given_at(r, 'gpu_mtbf')} and {given_at(r, 'restart_time')})",
             )
         raise InputError(
             r.where("gpus"),

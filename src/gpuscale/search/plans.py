@@ -1,22 +1,16 @@
 """Parallelism plan search: enumerate every valid plan, evaluate all at once, rank.
 
-The space is at least Calculon's ``llm-optimal-execution`` (TP, PP, DP, interleaving,
-micro-batch, recomputation, sequence parallelism, optimizer sharding, TP overlap), plus
-context and expert parallelism, and hybrid sharding (each ZeRO-3/FSDP plan again with its
-states sharded within one scale-up domain and replicated across domains). Structural knobs (TP,
-CP, PP, VPP, EP, DP, micro-batch) are listed in Python (thousands of tuples); the switch
-knobs (recompute x SP x sharding x overlap) are crossed with NumPy, and the whole set is
-evaluated as arrays: memory for every valid plan, step time for those that fit.
-A plan may leave GPUs idle when no exact factorisation exists (e.g. 5,128 GPUs with a
+The plans are :mod:`gpuscale.search.space`'s (every combination of the knobs not fixed);
+the whole set is evaluated as arrays: memory for every valid plan, step time for those that
+fit. A plan may leave GPUs idle when no exact factorisation exists (e.g. 5,128 GPUs with a
 global batch of 2,520); ``gpus_used`` says how many it uses.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -24,18 +18,13 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.training import TrainingEstimate, estimate
-from gpuscale.perf.validity import check_degrees, divisors, validity
+from gpuscale.perf.validity import check_degrees, validity
+from gpuscale.search.space import enumerate_plans
 from gpuscale.units import GiB
 
-MAX_MBS = 16
-MAX_VPP = 8
-
-
-def _powers_of_two(n: int) -> list[int]:
-    """1, 2, 4, ... up to n."""
-    return [1 << k for k in range(n.bit_length()) if 1 << k <= n]
+__all__ = ["CHUNK", "LAYOUT", "SearchResult", "enumerate_plans", "same_layout", "search_plans"]
 
 
 @dataclass(frozen=True)
@@ -87,160 +76,6 @@ LAYOUT = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
 def same_layout(p: Plans, i: int, j: int) -> bool:
     """Whether plans ``i`` and ``j`` share their parallel layout (:data:`LAYOUT`)."""
     return all(getattr(p, k)[i] == getattr(p, k)[j] for k in LAYOUT)
-
-
-def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
-    """Every combination of knobs not fixed by the caller (``fixed`` maps knob -> value)."""
-    fx = dict(fixed or {})
-    m = w.model
-    n = w.num_gpus
-    dom = max(w.fabric.domain_gpus, 1)
-
-    def opts(name: str, default: list[int]) -> list[int]:
-        return [int(fx[name])] if name in fx and fx[name] is not None else default
-
-    tps = opts(
-        "tp",
-        [
-            t
-            for t in divisors(m.heads)
-            # a TP group lies inside one scale-up domain: its size divides the domain's
-            if max(dom, w.fabric.gpus_per_node) % t == 0
-            and t <= n
-            and m.ffn_hidden % t == 0
-            and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)
-        ],
-    )
-    cps = opts(
-        "cp",
-        [
-            c
-            for c in (1, 2, 4, 8, 16, 32)
-            if (w.seq_len % (2 * c) == 0 and w.seq_len // c >= 4096) or c == 1
-        ],
-    )
-    # pipeline degrees that split the layers evenly, or evenly once the embedding and the
-    # output layer count as one layer each (Megatron's account-for-embedding/loss split),
-    # and the powers of two with uneven stages (Megatron's first/last-stage layer counts:
-    # DeepSeek-V3's 61 layers ran on PP16), priced on the fullest stage
-    pps = opts(
-        "pp",
-        sorted(
-            {
-                p
-                for p in divisors(m.layers) + divisors(m.layers + 2) + _powers_of_two(m.layers)
-                if 1 <= p <= min(n, m.layers)
-            }
-        ),
-    )
-    eps = opts("ep", [e for e in divisors(m.num_experts) if e <= n] if m.is_moe else [1])
-    batch_divs = divisors(w.global_batch)
-    rows: list[tuple[int, ...]] = []
-    for tp, cp, pp in itertools.product(tps, cps, pps):
-        mp = tp * cp * pp
-        if mp > n:
-            continue
-        if "dp" in fx and fx["dp"] is not None:
-            dps = [int(fx["dp"])]
-        else:
-            cands = [d for d in batch_divs if d * mp <= n]
-            if not cands:
-                continue
-            top_dp = max(cands)
-            dps = [d for d in cands if d * 2 > top_dp]
-        for dp in dps:
-            per_rank = w.global_batch // dp if w.global_batch % dp == 0 else 0
-            if per_rank == 0:
-                continue
-            mbss = opts("mbs", [b for b in divisors(per_rank) if b <= MAX_MBS])
-            for mbs in mbss:
-                if per_rank % mbs:
-                    continue
-                mbatches = per_rank // mbs
-                stage_layers = -(-m.layers // pp)
-                vpps = opts(
-                    "vpp",
-                    [
-                        v
-                        for v in divisors(stage_layers)
-                        if v <= MAX_VPP and (v == 1 or (pp > 1 and mbatches % pp == 0))
-                    ],
-                )
-                for vpp, ep in itertools.product(vpps, eps):
-                    rows.append((tp, cp, pp, vpp, ep, dp, mbs))
-    if not rows:
-        return Plans.of(tp=np.zeros(0, dtype=np.int64))
-    base = np.array(rows, dtype=np.int64)
-    rec = opts("recompute", list(range(len(RECOMPUTE))))
-    shard = opts("sharding", list(range(len(SHARDING))))
-    sp_opts = [bool(fx["sp"])] if "sp" in fx and fx["sp"] is not None else [False, True]
-    ov_opts = (
-        [bool(fx["tp_overlap"])]
-        if "tp_overlap" in fx and fx["tp_overlap"] is not None
-        else [False, True]
-    )
-    switches = np.array(list(itertools.product(rec, shard, sp_opts, ov_opts)), dtype=np.int64)
-    nb, ns = base.shape[0], switches.shape[0]
-    b = np.repeat(base, ns, axis=0)
-    s = np.tile(switches, (nb, 1))
-    plans = Plans.of(
-        tp=b[:, 0],
-        cp=b[:, 1],
-        pp=b[:, 2],
-        vpp=b[:, 3],
-        ep=b[:, 4],
-        dp=b[:, 5],
-        mbs=b[:, 6],
-        recompute=s[:, 0],
-        sharding=s[:, 1],
-        sp=s[:, 2].astype(bool),
-        tp_overlap=s[:, 3].astype(bool),
-    )
-    # switches that do nothing at TP = 1 are dropped (they would only duplicate plans), and
-    # so is ZeRO-2 under a pipeline unless asked for: it costs there what the distributed
-    # optimizer costs (plan.pipelined_fsdp)
-    keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
-    if "sharding" not in fx or fx["sharding"] is None:
-        keep &= ~pipelined_fsdp(plans)
-        # with one data-parallel replica (of the dense and of the expert weights) there is
-        # nothing to shard: every sharding is the plain plan
-        d = plans.dp * plans.cp
-        alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
-        keep &= ~alone | (plans.sharding == SHARDING.index("none"))
-    plans = plans.take(keep)
-    return _with_hybrid_sharding(w, plans) if w.shard_group == 0 else plans
-
-
-def _with_hybrid_sharding(w: Workload, plans: Plans) -> Plans:
-    """``plans`` and, for each fully sharded one (ZeRO-3/FSDP, whose gathers run every
-    micro-batch) whose data-parallel ranks span more than one scale-up domain, its
-    hybrid-sharded twin (FSDP's HYBRID_SHARD): the states sharded over the ranks of one
-    domain (the largest divisor of DP x CP that fits), replicated across domains. The
-    other shardings gather and reduce once a step, where hybrid sharding only adds memory
-    and an all-reduce; ``--shard-group`` prices them that way when asked."""
-    zero3 = plans.take(plans.sharding == SHARDING.index("zero3"))
-    if len(zero3) == 0:
-        return plans
-    d = zero3.dp * zero3.cp
-    # a shard group counts DP x CP ranks: a domain holds domain / TP of them
-    per_domain = np.maximum(w.fabric.scaleup_domain_gpus // zero3.tp, 1)
-    # the largest divisor of d within a domain, once per distinct (d, ranks per domain)
-    span = int(per_domain.max()) + 1
-    keys, inverse = np.unique(d * span + per_domain, return_inverse=True)
-    group = np.array(
-        [max(x for x in divisors(int(k // span)) if x <= k % span) for k in keys],
-        dtype=np.int64,
-    )[inverse.reshape(-1)]
-    twin = (group > 1) & (group < d)
-    if not twin.any():
-        return plans
-    hybrid = replace(zero3.take(twin), shard_group=group[twin])
-    return Plans(
-        **{
-            f.name: np.concatenate([getattr(plans, f.name), getattr(hybrid, f.name)])
-            for f in fields(Plans)
-        }
-    )
 
 
 def search_plans(
