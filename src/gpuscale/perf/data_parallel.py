@@ -63,9 +63,9 @@ def data_parallel_s(
     full_frac: FloatArray,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(exposed DP communication, optimizer, gradient accumulation) seconds per step of each
-    plan. ``busy_mb`` is a
-    micro-batch's GPU work on the stage (GEMMs, attention, memory-bound, quantisation),
-    ``compute_mb`` its GEMMs and attention, ``mb`` the micro-batches per step."""
+    plan. ``busy_mb`` is a micro-batch's GPU work on the stage (GEMMs, attention,
+    memory-bound, quantisation), ``compute_mb`` its GEMMs and attention, ``mb`` the
+    micro-batches per step."""
     f = w.fabric
     tp = p.tp.astype(np.float64)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
