@@ -247,10 +247,11 @@ def test_unsplit_model_parallelism_fills_the_node_with_tp(
         # torchtitan: 2 stages per rank when interleaved, one micro-batch per stage
         ("torchtitan benchmarks", {"notes": "schedule interleaved-1f1b"}, 2, 2),
         ("torchtitan benchmarks", {"notes": "schedule 1f1b", "vpp": "1"}, 1, 4),
-        # elsewhere: 1F1B unless interleaving is named; the local batch's split searched
-        ("some paper", {"notes": "interleaved schedule"}, None, None),
-        ("some paper", {"notes": ""}, 1, None),
-        ("some paper", {"notes": "", "micro_batch": "2"}, 1, 2),  # a real micro-batch
+        # elsewhere: 1F1B unless interleaving is named, and the micro-batch as stated, one
+        # per pipeline a step if it is the whole local batch (as a batch ramp-up starts)
+        ("some paper", {"notes": "interleaved schedule"}, None, 32),
+        ("some paper", {"notes": ""}, 1, 32),
+        ("some paper", {"notes": "", "micro_batch": "2"}, 1, 2),
     ],
 )
 def test_pipeline_schedule_defaults(

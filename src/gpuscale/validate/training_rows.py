@@ -198,21 +198,25 @@ def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> l
         else:
             notes.append("interleaved schedule named, virtual stages not: VPP searched")
     if "mbs" in fixed and "dp" in fixed and gbs == fixed["dp"] * fixed["mbs"]:
-        # one micro-batch through a pipeline would idle it (p - 1) / 1 of the time: the
-        # figure is the local batch (torchtitan's usage)
-        local = fixed.pop("mbs")
-        stages = fixed["pp"] * fixed.get("vpp", 1)
-        if titan and "vpp" in fixed and local % stages == 0:
-            fixed["mbs"] = local // stages
-            notes.append(
-                f"stated micro-batch is the local batch: {stages} micro-batches of "
-                f"{fixed['mbs']}, torchtitan's one per pipeline stage"
-            )
+        if titan:
+            # torchtitan's tables give the local batch where others give the micro-batch
+            local = fixed.pop("mbs")
+            stages = fixed["pp"] * fixed.get("vpp", 1)
+            if "vpp" in fixed and local % stages == 0:
+                fixed["mbs"] = local // stages
+                notes.append(
+                    f"stated micro-batch is the local batch: {stages} micro-batches of "
+                    f"{fixed['mbs']}, torchtitan's one per pipeline stage"
+                )
+            else:
+                notes.append(
+                    "stated micro-batch equals torchtitan's local batch with pp > 1: read "
+                    "as the local batch, micro-batch searched"
+                )
         else:
-            notes.append(
-                "stated micro-batch equals the local batch with pp > 1: read as the "
-                "local batch, micro-batch searched"
-            )
+            # as stated (a batch-size ramp-up starts so): the pipeline fills and drains
+            # around a single micro-batch every step
+            notes.append("one micro-batch per pipeline a step, as stated")
     return notes
 
 
