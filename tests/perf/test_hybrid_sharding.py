@@ -89,7 +89,7 @@ def test_distributed_optimizer_reduces_within_the_group_then_across_the_replicas
     p = plan(tp=1, dp=gpus, sharding=SHARDING.index("dist-opt"))
     dense, _, _ = params_per_gpu(w, p)
     zero = np.zeros(1)
-    comm, opt, _ = data_parallel_s(w, p, CAL, zero, zero, np.ones(1), np.full(1, 32.0), zero)
+    comm, opt = data_parallel_s(w, p, CAL, zero, zero, np.ones(1), np.full(1, 32.0), zero)
     f, g = w.fabric, float(group)
     expected = (
         collective_s("reduce_scatter", dense * 4.0, g, g, f, CAL)

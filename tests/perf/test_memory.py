@@ -150,9 +150,9 @@ def test_bytes_per_parameter(sharding: str, per_param: tuple[float, float, float
 
 @pytest.mark.parametrize(
     ("sharding", "grads"),
-    # DeepSpeed's BF16 optimizer: the 16-bit gradient (2) and its fp32 accumulator (4),
-    # whole under ZeRO-1 (BLOOM's 176B run), sharded where ZeRO-2/3 keeps only shards
-    [("zero1", 6.0), ("zero2", 6.0 / N), ("zero3", 6.0 / N)],
+    # DeepSpeed's BF16 optimizer (ZeRO stage 0 and 1): the 16-bit gradient (2) and its
+    # fp32 accumulator (4), whole (BLOOM's 176B run); ZeRO-2/3 keep their own shards
+    [("none", 6.0), ("dist-opt", 6.0), ("zero1", 6.0), ("zero2", 2.0 / N), ("zero3", 2.0 / N)],
 )
 def test_separate_accumulation_keeps_fp32_accumulators(sharding: str, grads: float) -> None:
     w = replace(

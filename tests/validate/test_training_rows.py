@@ -136,13 +136,16 @@ def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> N
     [
         # BLOOM 176B: "ZeRO-1 via DeepSpeed BF16_Optimizer"
         ({"notes": "ZeRO-1 via DeepSpeed BF16_Optimizer"}, "bf16", "separate"),
-        ({"source": "Using DeepSpeed and Megatron to Train MT-NLG 530B"}, "bf16", "separate"),
-        ({"notes": "Megatron + DeepSpeed codebase"}, "fp8", "separate"),
-        # the Megatron-DeepSpeed fork alone: DeepSpeed's BF16 optimizer when bf16 is stated,
-        # unknown (Megatron's own optimizer possible) when the precision is not
+        ({"notes": "bf16 optimizer of DeepSpeed"}, "bf16", "separate"),
+        # DeepSpeed's engine with bf16 stated: its BF16 optimizer
         ({"model": "GPT 3.6B (Megatron-DeepSpeed)", "precision": "bf16"}, "bf16", "separate"),
+        ({"notes": "DeepSpeed with Megatron", "precision": "BF16"}, "bf16", "separate"),
+        ({"notes": "DeepSpeed pipeline engine", "precision": "bf16"}, "bf16", "separate"),
+        # precision not stated (bf16 assumed): which optimizer ran is not known (MT-NLG's
+        # 2021 bf16 run predates the BF16 optimizer)
+        ({"source": "Using DeepSpeed and Megatron to Train MT-NLG 530B"}, "bf16", "fused"),
         ({"model": "GPT 3.6B (Megatron-DeepSpeed)"}, "bf16", "fused"),
-        # bf16 before the BF16 optimizer: the row says its gradients stayed 16-bit
+        # bf16 before the BF16 optimizer, or without it: gradients stayed 16-bit
         (
             {
                 "model": "200B (Megatron-DeepSpeed)",
@@ -152,12 +155,14 @@ def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> N
             "bf16",
             "fused",
         ),
+        ({"notes": "Megatron-DeepSpeed, no BF16_Optimizer", "precision": "bf16"}, "bf16", "fused"),
         # fp16: DeepSpeed's FP16 optimizers add into the 16-bit gradients in place
-        ({"notes": "Megatron + DeepSpeed codebase, ZeRO-1"}, "fp16", "fused"),
+        ({"notes": "Megatron + DeepSpeed codebase", "precision": "fp16"}, "fp16", "fused"),
         # DeepSpeed named as a sharding scheme of another framework, not as the trainer
         ({"notes": "zero1=-1 shards across all ranks (DeepSpeed ZeRO-1)"}, "bf16", "fused"),
-        ({"dist_optimizer_or_zero": "DeepSpeed ZeRO-3"}, "bf16", "fused"),
+        ({"dist_optimizer_or_zero": "DeepSpeed ZeRO-3", "precision": "bf16"}, "bf16", "fused"),
         ({"source": "Megatron-Bridge performance summary"}, "bf16", "fused"),
+        ({"notes": "Megatron-Core, BF16 optimizer states", "precision": "bf16"}, "bf16", "fused"),
     ],
 )
 def test_gradient_accumulation_follows_the_trainer(
@@ -166,6 +171,12 @@ def test_gradient_accumulation_follows_the_trainer(
     got, why = grad_accumulation(cells, precision)
     assert got == mode
     assert (why == "") == (mode == "fused")
+
+
+def test_a_bf16_optimizer_row_is_priced_with_the_pass() -> None:
+    row = _row(source="BLOOM", notes="ZeRO-1 via DeepSpeed BF16_Optimizer", precision="bf16")
+    assert prepare(row, "test").workload.grad_accumulation == "separate"
+    assert prepare(_row(source="BLOOM"), "test").workload.grad_accumulation == "fused"
 
 
 def _row(**cells: str) -> dict[str, str]:

@@ -11,8 +11,8 @@ smaller expert-data-parallel group. With hybrid sharding (HSDP) the gathers and
 reduce-scatters run within a shard group, and each reduce-scatter's shard is all-reduced
 across the group's replicas (as FSDP's HYBRID_SHARD does after every reduce-scatter). The
 optimizer reads and writes every local parameter's Adam state at HBM speed. Gradients
-accumulated outside the GEMMs (``Workload.grad_accumulation``) cost a pass over every fp32
-gradient a GPU keeps, once a micro-batch.
+accumulated outside the GEMMs (``Workload.grad_accumulation``) cost a pass over every
+parameter a GPU holds after each micro-batch's backward (:func:`grad_accum_mb_s`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm.distinct import collective_s
 from gpuscale.perf.memory import params_per_gpu
-from gpuscale.perf.plan import FloatArrayT, Plans, Workload, cost_sharding
+from gpuscale.perf.plan import (
+    FloatArrayT,
+    Plans,
+    Workload,
+    cost_sharding,
+    separate_accumulation,
+)
 from gpuscale.perf.sharding import ShardGroups
 
 FloatArray = FloatArrayT
@@ -61,11 +67,10 @@ def data_parallel_s(
     mb: FloatArray,
     layers_stage: FloatArray,
     full_frac: FloatArray,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(exposed DP communication, optimizer, gradient accumulation) seconds per step of each
-    plan. ``busy_mb`` is a micro-batch's GPU work on the stage (GEMMs, attention,
-    memory-bound, quantisation), ``compute_mb`` its GEMMs and attention, ``mb`` the
-    micro-batches per step."""
+) -> tuple[FloatArray, FloatArray]:
+    """(exposed DP communication, optimizer) seconds per step of each plan. ``busy_mb`` is a
+    micro-batch's GPU work on the stage (GEMMs, attention, memory-bound, quantisation),
+    ``compute_mb`` its GEMMs and attention, ``mb`` the micro-batches per step."""
     f = w.fabric
     tp = p.tp.astype(np.float64)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
@@ -168,12 +173,18 @@ def data_parallel_s(
     sharded = shard >= 1
     opt_params = np.where(sharded, dense / g.dense + expert / g.expert, dense + expert)
     optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
-    # a separate accumulation pass after every micro-batch's backward over the fp32
-    # gradients the GPU keeps: all its parameters' unless ZeRO-2/3 keeps only their shards
-    accum_params = np.where(shard >= 3, dense / g.dense + expert / g.expert, dense + expert)
-    accumulate = (
-        mb * accum_params * ACCUM_BYTES_PER_GRAD / bw
-        if w.grad_accumulation == "separate"
-        else np.zeros_like(optimizer)
+    return dp_comm, optimizer
+
+
+def grad_accum_mb_s(w: Workload, p: Plans, cal: Calibration) -> FloatArray:
+    """Seconds of a separate gradient accumulation after one micro-batch's backward (0 where
+    gradients accumulate in the GEMMs): every parameter the GPU holds, cast to fp32 and
+    added into its accumulator, at the achieved HBM rate. It runs before the stage sends
+    its input gradient back (DeepSpeed's pipeline engine calls it inside the backward
+    step), so it is part of the stage time the pipeline bubble scales."""
+    dense, expert, _ = params_per_gpu(w, p)
+    bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
+    out: FloatArray = np.where(
+        separate_accumulation(w, p), (dense + expert) * ACCUM_BYTES_PER_GRAD / bw, 0.0
     )
-    return dp_comm, optimizer, accumulate
+    return out

@@ -40,6 +40,7 @@ from gpuscale.perf.plan import (
     Workload,
     memory_sharding,
     pipelined_zero3,
+    separate_accumulation,
 )
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
@@ -56,8 +57,8 @@ FloatArray = FloatArrayT
 
 SEPARATE_GRAD_BYTES = 6.0
 """Gradient bytes per parameter when gradients accumulate in a pass of their own (DeepSpeed's
-BF16 optimizer, ``Workload.grad_accumulation``): the 16-bit gradient and its fp32
-accumulator, sharded only where ZeRO-2/3 keeps gradient shards."""
+BF16 optimizer, ``Workload.grad_accumulation``, on DDP and ZeRO-1 plans): the 16-bit
+gradient and its fp32 accumulator, both whole."""
 
 # bytes per parameter: (weights, gradients, optimizer states, sharded parts divided by d)
 # columns: weights, grads, optimizer; each as (unsharded, sharded) byte counts
@@ -274,12 +275,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         sh = np.select([shard == k for k in _BYTES], [_BYTES[k][j][1] for k in _BYTES])
         cols.append(dense * (un + sh / d) + expert * (un + sh / d_exp))
     weights, grads, opt = cols
-    if w.grad_accumulation == "separate":
-        # DeepSpeed's BF16 optimizer: the 16-bit gradients the backward writes (2 B) and the
-        # fp32 accumulators they are added into (4 B), of what the GPU keeps gradients of
-        g_sh = np.where(shard >= 3, SEPARATE_GRAD_BYTES, 0.0)
-        g_un = SEPARATE_GRAD_BYTES - g_sh
-        grads = dense * (g_un + g_sh / d) + expert * (g_un + g_sh / d_exp)
+    # DeepSpeed's BF16 optimizer (DDP or ZeRO-1 plans): the 16-bit gradients the backward
+    # writes (2 B) and the fp32 accumulators they are added into (4 B), whole
+    grads = np.where(separate_accumulation(w, p), (dense + expert) * SEPARATE_GRAD_BYTES, grads)
     if w.precision in ("fp8", "fp4"):
         # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
         # sharded like the 16-bit weights under ZeRO-3/FSDP. With FP8 parameter gathers

@@ -57,7 +57,9 @@ GEMMs themselves (Megatron-Core's gradient-accumulation fusion writes fp32 main 
 PyTorch DDP and FSDP add into the gradients in place); ``separate``, in a pass of its own
 after each micro-batch's backward, as DeepSpeed's BF16 optimizer does (its pipeline engine
 calls ``update_hp_grads`` after every backward): each 16-bit gradient is cast to fp32 and
-added into an fp32 accumulator (:data:`gpuscale.perf.data_parallel.ACCUM_BYTES_PER_GRAD`)."""
+added into an fp32 accumulator (:data:`gpuscale.perf.data_parallel.ACCUM_BYTES_PER_GRAD`).
+DeepSpeed runs that optimizer at ZeRO stage 0 and 1 only, so DDP and ZeRO-1 plans pay it;
+ZeRO-2/3 plans, whose DeepSpeed optimizers are others, do not."""
 ELEMENTWISE = ("fused", "eager")
 """How the memory-bound ops run: ``fused`` kernels (Transformer Engine / Apex RMSNorm,
 SwiGLU and RoPE, or torch.compile's generated ones), or ``eager`` PyTorch, where each op of
@@ -389,4 +391,14 @@ def cost_sharding(p: Plans) -> IntArray:
 def shard_group_of(w: Workload, p: Plans) -> IntArray:
     """Each plan's hybrid shard group: its own, else the workload's (0: all ranks)."""
     out: IntArray = np.where(p.shard_group > 0, p.shard_group, w.shard_group)
+    return out
+
+
+def separate_accumulation(w: Workload, p: Plans) -> BoolArray:
+    """Plans whose gradients accumulate in a pass of their own: the workload's
+    ``separate`` accumulation (DeepSpeed's BF16 optimizer) under DDP or ZeRO-1 sharding,
+    the stages DeepSpeed runs it at; its ZeRO-2/3 optimizers are others."""
+    if w.grad_accumulation != "separate":
+        return np.zeros(len(p), dtype=bool)
+    out: BoolArray = p.sharding <= SHARDING.index("zero1")
     return out

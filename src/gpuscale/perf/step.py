@@ -33,6 +33,8 @@ spread over the stages; a hybrid model's layers are its blocks, each costed by i
               beyond dp_overlap (ZeRO-2: a reduce-scatter every micro-batch); ZeRO-3/FSDP
               gathers per layer every micro-batch, exposed beyond zero3_overlap, and
               per-parameter gathers (DeepSpeed) no faster than zero3_param_gather_Bps.
+  Grad accum  a separate fp32 accumulation pass after each micro-batch's backward
+              (DeepSpeed's BF16 optimizer; perf/data_parallel.py), in the stage time.
 The iteration is m x (per-micro-batch stage time) + bubble (p - 1)/v x that time
 + exposed data-parallel communication + optimizer step + fixed overhead (per step, per
 micro-batch, and layer_overhead_s per layer and pass: kernel launches and small kernels).
@@ -45,7 +47,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.data_parallel import data_parallel_s
+from gpuscale.perf.data_parallel import data_parallel_s, grad_accum_mb_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
     attention_core_s,
@@ -284,6 +286,8 @@ def step_breakdown(
     ep_mb = ep_comm_s(stage_mb, compute_mb)
     pp_mb = pp_comm_s(stage_mb)
 
+    accum_mb = grad_accum_mb_s(w, p, cal)
+
     t_mb = (
         compute_mb
         + mem_mb
@@ -294,11 +298,12 @@ def step_breakdown(
         + cp_mb
         + ep_mb
         + pp_mb
+        + accum_mb
         + mb_fixed
     )
     bubble = (p.pp - 1) / p.vpp * t_mb
 
-    dp_comm, optimizer, grad_accum = data_parallel_s(
+    dp_comm, optimizer = data_parallel_s(
         w,
         p,
         cal,
@@ -324,6 +329,6 @@ def step_breakdown(
         bubble_s=bubble,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
-        grad_accum_s=grad_accum,
+        grad_accum_s=mb * accum_mb,
         overhead_s=z + step_fixed + mb * (mb_fixed + fixed_mb),
     )

@@ -112,18 +112,19 @@ def ep_dispatch(row: dict[str, str]) -> tuple[str, str]:
     return "hierarchical", ""
 
 
-DEEPSPEED_ENGINE = (
-    r"deepspeed (and|&|\+) megatron|megatron ?(and|&|\+) ?deepspeed|bf16_optimizer"
-    r"|deepspeed'?s? (bf16|bfloat16) optimizer|deepspeed'?s? pipeline( engine)?"
+BF16_OPTIMIZER = r"bf16_optimizer|(bf16|bfloat16)[ -]optimizer(?! state)"
+"""How a row names DeepSpeed's BF16 optimizer (``BF16_Optimizer``), which accumulates
+gradients in fp32 in a pass of its own; with DeepSpeed named too, as "BF16 optimizer"
+alone is also said of other stacks' optimizers (and "BF16 optimizer states" of their
+states)."""
+DEEPSPEED_TRAINER = (
+    r"megatron[-_ /]deepspeed|deepspeed[-_ /]megatron"
+    r"|deepspeed (and|&|\+|with) megatron|megatron ?(and|&|\+|with) ?deepspeed"
+    r"|deepspeed'?s? pipeline( engine)?"
 )
-"""How a row names DeepSpeed's engine as what trained it ("Using DeepSpeed and Megatron",
-its BF16 optimizer or pipeline engine), not DeepSpeed as the name of a sharding scheme
+"""How a row names DeepSpeed's engine as what trained it (Megatron-DeepSpeed, "DeepSpeed
+and Megatron", its pipeline engine), not DeepSpeed as the name of a sharding scheme
 ("DeepSpeed ZeRO-1" in a table of another framework)."""
-MEGATRON_DEEPSPEED = r"megatron[- ]deepspeed"
-"""The Megatron-DeepSpeed fork of Megatron-LM, which trains through DeepSpeed's engine or
-through Megatron's own optimizer."""
-
-
 IN_PLACE_BF16 = (
     r"grad(ient)?s? (are |were )?accumulat\w* in bf16"
     r"|accumulat\w* (the )?grad(ient)?s? in bf16|grad(ient)? accumulation in bf16"
@@ -136,20 +137,23 @@ which accumulates in fp16" says nothing about its own.)"""
 def grad_accumulation(row: dict[str, str], precision: str) -> tuple[str, str]:
     """How a row's gradients accumulate over micro-batches, and why.
 
-    DeepSpeed's engine trains bf16 (FP8 GEMMs included) with fp32 gradient accumulators
-    that its BF16 optimizer fills in a pass after each micro-batch's backward; in fp16 its
-    optimizers add into the 16-bit gradients in place. A row naming the engine gets the
-    pass unless it trained in fp16 or says its gradients accumulated in bf16 (runs before
-    the BF16 optimizer existed). The Megatron-DeepSpeed fork named alone does so only
-    with bf16 stated, as BLOOM's run (its bf16 goes through DeepSpeed's BF16 optimizer):
-    with the precision unstated nothing says which optimizer ran (vTrain, which simulates
-    such runs, prices them in fp16 with PyTorch-DDP gradient buckets)."""
+    DeepSpeed's BF16 optimizer accumulates gradients in fp32 in a pass after each
+    micro-batch's backward. A row gets that pass when it names the optimizer, or when it
+    was trained by DeepSpeed's engine (Megatron-DeepSpeed, "DeepSpeed and Megatron", its
+    pipeline engine) in bf16 stated in its precision cell; not when it says its gradients
+    accumulated in bf16. The optimizer was written in February 2022 (BigScience's tr11
+    notes: "BF16 optimizer that was just written"): earlier bf16 runs of the engine added
+    into their 16-bit gradients in place, and a row that does not state its precision
+    (bf16 is then assumed) says nothing of which it ran. In fp16 DeepSpeed's optimizers
+    add into the 16-bit gradients in place."""
     text = stack_text(row)
-    if re.search(IN_PLACE_BF16, text):
-        return "fused", ""
-    stated_bf16 = row.get("precision", "").strip().lower() in ("bf16", "bfloat16")
-    engine = precision != "fp16" and mentions(text, DEEPSPEED_ENGINE)
-    if engine or (stated_bf16 and mentions(text, MEGATRON_DEEPSPEED)):
+    stated_bf16 = bool(row.get("precision", "").strip()) and precision == "bf16"
+    named = precision != "fp16" and "deepspeed" in text and mentions(text, BF16_OPTIMIZER)
+    denied = re.search(BF16_OPTIMIZER, text) is not None and not named  # "no BF16_Optimizer"
+    engine = stated_bf16 and not denied and mentions(text, DEEPSPEED_TRAINER)
+    # the row's own gradients said to stay bf16 outweigh a mention of the optimizer (a
+    # note on runs before it was written may quote the later one that introduced it)
+    if (named or engine) and not mentions(text, IN_PLACE_BF16):
         return "separate", (
             "gradient accumulation: DeepSpeed's BF16 optimizer, an fp32 pass over the "
             "gradients after each micro-batch"
