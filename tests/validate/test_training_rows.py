@@ -19,6 +19,7 @@ from gpuscale.validate.training_stack import (
     elementwise_kernels,
     ep_dispatch,
     grad_accumulation,
+    mentions,
 )
 
 
@@ -163,6 +164,12 @@ def test_moe_dispatch_follows_the_stack(source: str, notes: str, mode: str) -> N
         ({"dist_optimizer_or_zero": "DeepSpeed ZeRO-3", "precision": "bf16"}, "bf16", "fused"),
         ({"source": "Megatron-Bridge performance summary"}, "bf16", "fused"),
         ({"notes": "Megatron-Core, BF16 optimizer states", "precision": "bf16"}, "bf16", "fused"),
+        # a negation through a verb
+        (
+            {"notes": "Megatron-LM, not using DeepSpeed's pipeline engine", "precision": "bf16"},
+            "bf16",
+            "fused",
+        ),
     ],
 )
 def test_gradient_accumulation_follows_the_trainer(
@@ -177,6 +184,21 @@ def test_a_bf16_optimizer_row_is_priced_with_the_pass() -> None:
     row = _row(source="BLOOM", notes="ZeRO-1 via DeepSpeed BF16_Optimizer", precision="bf16")
     assert prepare(row, "test").workload.grad_accumulation == "separate"
     assert prepare(_row(source="BLOOM"), "test").workload.grad_accumulation == "fused"
+
+
+@pytest.mark.parametrize(
+    ("text", "used"),
+    [
+        ("flash attention", True),
+        ("no flash attention", False),
+        ("without the flash attention kernel", False),
+        ("not using flash attention", False),
+        ("flash attention: off", False),
+        ("flash attention, not the unfused path", True),
+    ],
+)
+def test_a_name_said_not_to_be_used_does_not_count(text: str, used: bool) -> None:
+    assert mentions(text, r"flash[ -]?attention") is used
 
 
 def _row(**cells: str) -> dict[str, str]:

@@ -22,7 +22,8 @@ NEGATOR = r"(no|not|without|w/o|non)"
 """A word before a feature's name that says it was not used ("without ZeRO")."""
 OFF = r"(off|false|no|none|disabled?|0(?![.\d]))"
 """A value that switches the named feature off ("FSDP: off", "dist_opt=0")."""
-_NOT_BEFORE = re.compile(rf"\b({NEGATOR}|disabled?)[\s_-]*$")
+_NOT_BEFORE = re.compile(rf"\b({NEGATOR}|disabled?)([\s_-]+(using|use|used|with|of|the))*[\s_-]*$")
+"""A negation just before a name, perhaps through a verb ("not using", "without the")."""
 _NOT_AFTER = re.compile(rf"\s*[(:=]?\s*{OFF}\b")
 
 
@@ -30,7 +31,7 @@ def mentions(text: str, pattern: str) -> bool:
     """Whether ``text`` names ``pattern`` as used: "no flash attention", "without
     torch.compile", "compile=False" or "FlashAttention disabled" name it as not used."""
     for m in re.finditer(pattern, text):
-        before = text[max(0, m.start() - 16) : m.start()]
+        before = text[max(0, m.start() - 24) : m.start()]
         # the rest of the name ("flash attention" after "flash") before the switch
         after = re.sub(r"^[\w.-]*(\s+attention)?", "", text[m.end() : m.end() + 40])
         if not (_NOT_BEFORE.search(before) or _NOT_AFTER.match(after)):
