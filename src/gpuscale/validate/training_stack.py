@@ -149,8 +149,10 @@ def grad_accumulation(row: dict[str, str], precision: str) -> tuple[str, str]:
     add into the 16-bit gradients in place."""
     text = stack_text(row)
     stated_bf16 = bool(row.get("precision", "").strip()) and precision == "bf16"
-    named = precision != "fp16" and "deepspeed" in text and mentions(text, BF16_OPTIMIZER)
-    denied = re.search(BF16_OPTIMIZER, text) is not None and not named  # "no BF16_Optimizer"
+    said = re.search(BF16_OPTIMIZER, text) is not None
+    used = said and mentions(text, BF16_OPTIMIZER)
+    named = precision != "fp16" and "deepspeed" in text and used
+    denied = said and not used  # "no BF16_Optimizer"
     engine = stated_bf16 and not denied and mentions(text, DEEPSPEED_TRAINER)
     # the row's own gradients said to stay bf16 outweigh a mention of the optimizer (a
     # note on runs before it was written may quote the later one that introduced it)
