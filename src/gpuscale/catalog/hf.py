@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuscale.catalog.hf_layout import _hybrid, _moe_layout, _sliding_window, _tied
 from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
-from gpuscale.catalog.schema import MLA, Mamba, Model
+from gpuscale.catalog.schema import MLA, Model
 from gpuscale.errors import InputError
 from gpuscale.spec.files import read_json
 
@@ -43,180 +44,6 @@ _GATED_MLP: dict[str, bool] = {
 """Whether a model_type's MLP is gated: in Hugging Face transformers this is fixed by the
 architecture (the MLP class in ``models/<type>/modeling_<type>.py``), not by the activation
 name (Gemma's GeGLU is ``gelu`` or ``gelu_pytorch_tanh``)."""
-_TIED_DEFAULT: dict[str, bool] = {
-    # the config class sets tie_word_embeddings=False (transformers
-    # models/<type>/configuration_<type>.py)
-    **dict.fromkeys(
-        (
-            "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe",
-            "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi3",
-            "gpt_oss", "nemotron_h",
-        ),
-        False,
-    ),
-    # True: Ernie4_5_MoeConfig, GemmaConfig, Gemma2Config, Gemma3TextConfig, GPTBigCodeConfig
-    # and MptConfig set it; GPT2Config, OPTConfig, BloomConfig, FalconConfig and Gemma3Config
-    # leave it to PretrainedConfig, whose default is True (transformers 4.x PretrainedConfig)
-    **dict.fromkeys(
-        (
-            "ernie4_5_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom",
-            "falcon", "mpt", "gpt_bigcode",
-        ),
-        True,
-    ),
-}  # fmt: skip
-"""``tie_word_embeddings`` where config.json leaves it out: the default of the model_type's
-config class, which transformers uses for a missing key. For a model_type not listed the
-key is required (an error names it), not guessed."""
-_BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
-"""Nemotron-H ``layers_block_type`` names and their hybrid-pattern letters."""
-
-
-def _hybrid(cfg: dict[str, Any], path: Path, ints: Ints) -> tuple[str, Mamba | None]:
-    """Layer pattern and Mamba-2 sizes of a hybrid config (Nemotron-H ``nemotron_h``)."""
-    pattern = cfg.get("hybrid_override_pattern") or ""
-    blocks = cfg.get("layers_block_type")
-    if not pattern and isinstance(blocks, list):
-        unknown = [b for b in blocks if not isinstance(b, str) or b not in _BLOCK_TYPES]
-        if unknown:
-            raise InputError(
-                f"{where(path)}:layers_block_type", unknown[0], f"one of {', '.join(_BLOCK_TYPES)}"
-            )
-        pattern = "".join(_BLOCK_TYPES[b] for b in blocks)
-    if not isinstance(pattern, str):
-        raise InputError(f"{where(path)}:hybrid_override_pattern", pattern, "a string of M * - E")
-    if "M" not in pattern:
-        return pattern, None
-    for key in ("mamba_num_heads", "mamba_head_dim"):
-        if cfg.get(key) is None:
-            raise InputError(f"{where(path)}:{key}", None, "required for Mamba blocks (an integer)")
-    try:
-        mamba = Mamba(
-            heads=ints("mamba_num_heads", minimum=1),
-            head_dim=ints("mamba_head_dim", minimum=1),
-            state=ints("ssm_state_size", "state_size", default=128, minimum=1),
-            groups=ints("n_groups", default=1, minimum=1),
-            conv_kernel=ints("conv_kernel", default=4, minimum=1),
-            chunk=ints("chunk_size", default=128, minimum=1),
-        )
-    except ValidationError as exc:
-        raise InputError(f"{where(path)}:mamba", None, f"invalid Mamba sizes ({exc})") from exc
-    return pattern, mamba
-
-
-def _sliding_window(cfg: dict[str, Any], model_type: str, ints: Ints) -> tuple[int, int | None]:
-    """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed, else
-    Gemma 2's alternation and Gemma 3's ``sliding_window_pattern``; with
-    ``use_sliding_window: true`` the layers from ``max_window_layers`` on (Qwen2/3); every
-    layer for Mistral unless turned off. Qwen's ``sliding_window`` alone is off."""
-    window = ints("sliding_window")
-    if not window:
-        return 0, None
-    kinds = cfg.get("layer_types")
-    layers = ints("num_hidden_layers", "n_layer", "num_layers")
-    if isinstance(kinds, list):
-        read = ("full_attention", "sliding_attention")
-        field = f"{where(ints.path)}:layer_types"
-        if len(kinds) != layers:
-            raise InputError(field, f"{len(kinds)} entries", f"one per layer: {layers}")
-        unknown = sorted({str(k) for k in kinds if k not in read})
-        if unknown:
-            # transformers knows more kinds (chunked_attention, hybrid_sliding, conv...):
-            # gpuscale prices only these two beside a sliding window
-            raise InputError(
-                field, ", ".join(unknown), f"layers gpuscale models: {', '.join(read)}"
-            )
-        return window, kinds.count("sliding_attention")
-    if model_type == "gemma2":
-        # Gemma2Config without layer_types: layer i slides when (i + 1) % 2, every other one
-        return window, (layers + 1) // 2
-    if model_type in ("gemma3", "gemma3_text"):
-        # Gemma3TextConfig: every sliding_window_pattern-th layer is global, the rest slide
-        every = ints("sliding_window_pattern", default=6, minimum=1)
-        return window, layers - layers // every
-    use = ints.flag("use_sliding_window", model_type == "mistral")
-    if use and model_type != "mistral":
-        # Qwen2/3: layers from max_window_layers on use the window
-        first = ints("max_window_layers")
-        return window, max(layers - first, 0) if first else None
-    if model_type == "mistral" and use:
-        return window, None
-    return 0, None
-
-
-def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: Ints) -> bool:
-    """``tie_word_embeddings``, or where it is absent the default of the model_type's config
-    class; an unknown model_type without the key is an error naming it (tied or not moves
-    the count by vocab x hidden, 0.8 B for Gemma-7B)."""
-    if cfg.get("tie_word_embeddings") is not None:
-        return ints.flag("tie_word_embeddings", False)
-    if model_type in _TIED_DEFAULT:
-        return _TIED_DEFAULT[model_type]
-    raise InputError(
-        f"{where(path)}:tie_word_embeddings",
-        None,
-        f"absent, with no known default for model_type {model_type or '(none)'!r}: add true "
-        "or false (PretrainedConfig's default is true)",
-    )
-
-
-def _moe_layout(cfg: dict[str, Any], path: Path, ints: Ints, layers: int) -> tuple[int, int]:
-    """(first dense layers, MoE layer step) that give the MoE layer count the file's keys
-    set, following each family's modeling code: DeepSeek's ``first_k_dense_replace`` and
-    ``moe_layer_freq`` (layer i is MoE when i >= k and i % freq == 0), Qwen2/3-MoE's
-    ``decoder_sparse_step`` and ``mlp_only_layers`` (MoE when (i + 1) % step == 0 and i is
-    not listed), ERNIE 4.5's ``moe_layer_start_index``, ``moe_layer_end_index`` (-1: the
-    last layer) and ``moe_layer_interval`` (MoE when start <= i <= end and (i + 1) %
-    interval == 0), Llama 4's ``interleave_moe_layer_step`` (or its ``moe_layers`` list).
-    Only the count matters to gpuscale's per-layer averages."""
-    first = ints("first_k_dense_replace")
-    if first > layers:
-        raise InputError(
-            f"{where(path)}:first_k_dense_replace",
-            first,
-            f"at most num_hidden_layers ({layers}): the dense layers before the MoE ones",
-        )
-    start = ints("moe_layer_start_index")
-    last = cfg.get("moe_layer_end_index")
-    if isinstance(last, int) and not isinstance(last, bool) and last < -1:
-        raise InputError(
-            f"{where(path)}:moe_layer_end_index", last, "a layer index, or -1 for the last layer"
-        )
-    end = layers - 1 if last == -1 else ints("moe_layer_end_index", default=layers - 1)
-    freq = ints("moe_layer_freq", default=1, minimum=1)
-    step = ints(
-        "decoder_sparse_step",
-        "interleave_moe_layer_step",
-        "moe_layer_interval",
-        default=1,
-        minimum=1,
-    )
-    only = set(_layer_list(cfg, path, "mlp_only_layers", layers))
-    # a null list is transformers' default layout (Llama4TextConfig)
-    if cfg.get("moe_layers") is not None:
-        moe = set(_layer_list(cfg, path, "moe_layers", layers))
-    else:
-        span = range(max(first, start), min(end, layers - 1) + 1)
-        moe = {i for i in span if i % freq == 0 and (i + 1) % step == 0} - only
-    count = len(moe)
-    if count == (layers - first) // step:
-        return first, step
-    return layers - count, 1  # any other layout: the same count as leading dense layers
-
-
-def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[int]:
-    """A list of layer indices (0 .. layers - 1), each checked."""
-    val = cfg.get(key)
-    if val is None:
-        return []
-    ok = isinstance(val, list) and all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in val
-    )
-    if not ok:
-        raise InputError(
-            f"{where(path)}:{key}", val, f"a list of layer indices from 0 to {layers - 1}"
-        )
-    return list(val)
 
 
 GEMMA3_VOCAB = 262208
@@ -247,7 +74,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     """Map the usual config.json keys (llama, mistral, mixtral, qwen, deepseek, gemma, gpt2,
     opt...). Whether the MLP is gated and, where the key is absent, whether the embeddings
     are tied follow the model_type as transformers does (:data:`_GATED_MLP`,
-    :data:`_TIED_DEFAULT`)."""
+    :data:`~gpuscale.catalog.hf_layout._TIED_DEFAULT`)."""
     cfg = read_json(path, field, "a catalog model or a config.json path")
     if not isinstance(cfg, dict):
         raise InputError(field, str(path), "config.json must hold a JSON object")
