@@ -30,17 +30,14 @@ Every efficiency is a named constant of :class:`~gpuscale.calibrate.Calibration`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, Model, System, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.engines import EngineConfig
+from gpuscale.perf.inference_step import StepBreakdown, StepModel, causal_pairs
 from gpuscale.perf.kv import (
-    MemoryPlan,
     PrecisionPlan,
     kv_bytes_per_token,
     kv_window,
@@ -49,221 +46,9 @@ from gpuscale.perf.kv import (
     param_counts,
     window_share,
 )
-from gpuscale.sim.serving import EngineLimits
 
-
-@dataclass(frozen=True)
-class StepBreakdown:
-    """Seconds of one engine step on the critical path, by part."""
-
-    gemm_s: float
-    attention_s: float
-    kv_read_s: float
-    tp_comm_s: float
-    pp_comm_s: float
-    overhead_s: float
-    bound: str
-    """'compute' or 'memory' for the GEMM part."""
-
-    @property
-    def total_s(self) -> float:
-        return (
-            self.gemm_s
-            + self.attention_s
-            + self.kv_read_s
-            + self.tp_comm_s
-            + self.pp_comm_s
-            + self.overhead_s
-        )
-
-    def to_dict(self) -> dict[str, float | str]:
-        return {
-            "gemm_s": self.gemm_s,
-            "attention_s": self.attention_s,
-            "kv_read_s": self.kv_read_s,
-            "tp_comm_s": self.tp_comm_s,
-            "pp_comm_s": self.pp_comm_s,
-            "overhead_s": self.overhead_s,
-            "total_s": self.total_s,
-            "gemm_bound": self.bound,
-        }
-
-
-@dataclass(frozen=True)
-class StepModel:
-    """Coefficients of the step-time formula for one replica (per GPU, per PP stage)."""
-
-    model: Model
-    gpu: GPU
-    precision: PrecisionPlan
-    tp: int
-    pp: int
-    engine: EngineConfig
-    memory: MemoryPlan
-    # derived coefficients (SI)
-    gemm_rate_flops: float
-    attn_rate_flops: float
-    hbm_Bps: float
-    flops_per_token: float
-    """Linear-layer FLOPs per processed token on one GPU of one stage (no LM head)."""
-    head_flops_per_sample: float
-    fixed_weight_bytes: float
-    """Weights every step reads on one GPU of one stage (dense, shared experts, head)."""
-    routed_bytes: float
-    """All routed-expert bytes on one GPU of one stage (read in proportion to experts hit)."""
-    attn_flops_per_pair: float
-    """Attention FLOPs per (query, key) pair on one GPU of one stage."""
-    kv_bytes_per_ctx_token: float
-    """KV bytes per context token read by a decode step on one GPU of one stage."""
-    ar_alpha_s: float
-    ar_beta_s_per_token: float
-    """TP all-reduces of one step (all layers of a stage): alpha + beta x tokens."""
-    pp_hop_alpha_s: float
-    pp_hop_beta_s_per_token: float
-    overhead_s: float
-    seq_overhead_s: float
-    moe_k_over_e: float = 0.0
-    num_experts: int = 1
-    window_share: float = 0.0
-    """Share of the attention layers with a window (their pairs and KV reads are capped)."""
-    window_tokens: int = 0
-    extras: dict[str, float] = field(default_factory=dict)
-
-    def limits(self) -> EngineLimits:
-        """The simulator's view of this replica: batch, token budget and KV blocks."""
-        eng, mem = self.engine, self.memory
-        return EngineLimits(
-            eng.max_batch,
-            eng.max_num_tokens,
-            mem.kv_blocks,
-            mem.block_tokens,
-            eng.chunked_prefill,
-            self.window_share,
-            self.window_tokens,
-        )
-
-    # --- the formula -------------------------------------------------------------------
-    def _windowed(self, amount: float, cap: float) -> float:
-        """``amount`` (query-key pairs or cached tokens read) with the windowed layers'
-        share capped at ``cap``."""
-        s = self.window_share
-        if s <= 0.0 or amount <= cap:
-            return amount
-        return (1.0 - s) * amount + s * cap
-
-    def _stage(
-        self,
-        prefill_tokens: float,
-        prefill_pairs: float,
-        prefill_seqs: int,
-        decode_seqs: int,
-        ctx_tokens: float,
-    ) -> tuple[float, float, float, float, float, str]:
-        """One PP stage's share of a step (a 1/PP micro-batch): GEMM, attention, KV read,
-        TP and PP communication seconds, and what bounds the GEMMs."""
-        pp = self.pp
-        pre, dec = prefill_tokens / pp, decode_seqs / pp
-        tokens = (prefill_tokens + decode_seqs) / pp
-        samples = (prefill_seqs + decode_seqs) / pp
-        flops = self.flops_per_token * tokens + self.head_flops_per_sample * samples
-        wbytes = self.fixed_weight_bytes
-        if self.num_experts > 1 and tokens > 0:
-            wbytes += self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** tokens)
-        t_c = flops / self.gemm_rate_flops
-        t_m = wbytes / self.hbm_Bps
-        gemm = t_c if t_c > t_m else t_m
-        w = self.window_tokens
-        pairs = self._windowed(prefill_pairs / pp, pre * w)
-        attn = self.attn_flops_per_pair * pairs / self.attn_rate_flops
-        read = self._windowed(ctx_tokens / pp, dec * w)
-        kv = self.kv_bytes_per_ctx_token * read / self.hbm_Bps
-        comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
-        hop = self.pp_hop_beta_s_per_token * (prefill_tokens + decode_seqs) / pp
-        hop = self.pp_hop_alpha_s + hop if pp > 1 else 0.0
-        return gemm, attn, kv, comm, hop, ("compute" if t_c > t_m else "memory")
-
-    def step_time_s(
-        self,
-        prefill_tokens: float,
-        prefill_pairs: float,
-        prefill_seqs: int,
-        decode_seqs: int,
-        ctx_tokens: float,
-    ) -> float:
-        """One iteration: ``prefill_tokens`` prompt tokens (``prefill_pairs`` causal
-        query-key pairs), ``decode_seqs`` decoding sequences with ``ctx_tokens`` context.
-
-        The simulator's hot path: the same sum as :meth:`breakdown`, without building it."""
-        g, a, k, c, hop, _ = self._stage(
-            prefill_tokens, prefill_pairs, prefill_seqs, decode_seqs, ctx_tokens
-        )
-        samples = prefill_seqs + decode_seqs
-        return self.pp * (g + a + k + c + hop) + self.overhead_s + self.seq_overhead_s * samples
-
-    def breakdown(
-        self,
-        prefill_tokens: float,
-        prefill_pairs: float,
-        prefill_seqs: int,
-        decode_seqs: int,
-        ctx_tokens: float,
-    ) -> StepBreakdown:
-        pp = self.pp
-        g, a, k, c, hop, bound = self._stage(
-            prefill_tokens, prefill_pairs, prefill_seqs, decode_seqs, ctx_tokens
-        )
-        return StepBreakdown(
-            gemm_s=pp * g,
-            attention_s=pp * a,
-            kv_read_s=pp * k,
-            tp_comm_s=pp * c,
-            pp_comm_s=pp * hop,
-            overhead_s=self.overhead_s + self.seq_overhead_s * (prefill_seqs + decode_seqs),
-            bound=bound,
-        )
-
-    def decode_coeffs(self, batch: int, ctx_tokens: float) -> tuple[float, float]:
-        """Pure-decode step time as ``a + b x context`` for a fixed batch (closed form), the
-        line through ``ctx_tokens``: once the mean context is past the window, windowed
-        layers read a fixed ``batch x window`` tokens."""
-        a = self.step_time_s(0.0, 0.0, 0, batch, 0.0)
-        b = self.kv_bytes_per_ctx_token / self.hbm_Bps
-        cap = batch * self.window_tokens
-        if self.window_share > 0.0 and ctx_tokens >= cap:
-            a += self.window_share * b * cap
-            b *= 1.0 - self.window_share
-        return a, b
-
-    def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
-        """A whole prompt (or ``batch`` prompts) in one iteration, no decodes."""
-        return self.step_time_s(
-            float(input_len * batch), batch * causal_pairs(0, input_len), batch, 0, 0.0
-        )
-
-    def decode_time_s(self, batch: int, ctx_len: float) -> float:
-        """One decode step of ``batch`` sequences each with ``ctx_len`` tokens of context."""
-        return self.step_time_s(0.0, 0.0, 0, batch, batch * ctx_len)
-
-    def decode_time_s_vec(self, batch: np.ndarray, ctx_len: np.ndarray) -> np.ndarray:
-        """Vectorised :meth:`decode_time_s` over arrays of batch sizes and context lengths."""
-        b = np.asarray(batch, dtype=np.float64) / self.pp
-        flops = (self.flops_per_token + self.head_flops_per_sample) * b
-        wbytes = np.full_like(b, self.fixed_weight_bytes)
-        if self.num_experts > 1:
-            wbytes = wbytes + self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** b)
-        gemm = np.maximum(flops / self.gemm_rate_flops, wbytes / self.hbm_Bps)
-        ctx = np.asarray(ctx_len, dtype=np.float64)
-        if self.window_share > 0.0:
-            s = self.window_share
-            ctx = (1.0 - s) * ctx + s * np.minimum(ctx, self.window_tokens)
-        kv = self.kv_bytes_per_ctx_token * b * ctx / self.hbm_Bps
-        comm = self.ar_alpha_s + self.ar_beta_s_per_token * b
-        hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * b) if self.pp > 1 else 0.0
-        return np.asarray(
-            self.pp * (gemm + kv + comm + hop)
-            + self.overhead_s
-            + self.seq_overhead_s * np.asarray(batch, dtype=np.float64)
-        )
+# StepModel, StepBreakdown and causal_pairs live in inference_step; imported from here too
+__all__ = ["StepBreakdown", "StepModel", "build_step_model", "causal_pairs"]
 
 
 def _alpha_beta(
@@ -284,11 +69,6 @@ def _alpha_beta(
     big = float(collective_time_s(op, bytes_per_token * 1025, n, fabric, cal, k))
     beta = (big - one) / 1024.0
     return one - beta, beta
-
-
-def causal_pairs(offset: int, chunk: int) -> float:
-    """Query-key pairs of a causal prefill chunk of ``chunk`` tokens after ``offset`` cached."""
-    return chunk * offset + chunk * (chunk + 1) / 2.0
 
 
 def build_step_model(

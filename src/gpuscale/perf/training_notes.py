@@ -1,0 +1,199 @@
+"""What a training estimate tells the user beyond its figures: notes on one plan (a context
+extension, an uneven pipeline split, idle GPUs, recompute, optimizer sharding, tight memory,
+tensor or expert parallelism across domains) and on a run's checkpoints and failures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpuscale.ops.reliability import Reliability
+from gpuscale.perf.comm import domains_hit
+from gpuscale.perf.memory import MemoryBreakdown
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.recompute import DEFAULT_MODULES
+from gpuscale.perf.storage import StorageCost, StoragePolicy
+from gpuscale.units import fmt_bytes, fmt_time
+
+TIGHT = 0.95
+"""A plan using more than this share of a GPU's memory, with no headroom asked for, gets a
+note that allocator fragmentation may not leave it room."""
+
+
+class PlanNotes:
+    """The notes of :class:`~gpuscale.perf.training.TrainingEstimate`, a base of it: what
+    plan ``i`` asks of the user, read from the estimate's workload, plans and memory."""
+
+    workload: Workload
+    plans: Plans
+    memory: MemoryBreakdown
+
+    def notes(self, i: int = 0) -> list[str]:
+        """What the user should know about plan ``i`` that its figures do not say."""
+        w, m = self.workload, self.workload.model
+        out = []
+        if w.seq_len > m.max_seq:
+            out.append(
+                f"sequence {w.seq_len:,} is beyond {m.name}'s trained context of "
+                f"{m.max_seq:,}: priced as a context-extension run"
+            )
+        pp = int(self.plans.pp[i])
+        vpp = int(self.plans.vpp[i])
+        chunks = pp * vpp
+        if m.layers % chunks:
+            # with the embedding and the loss in chunks of their own (Megatron's
+            # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly; the
+            # step still prices a full stage and the output layer on it, a bound
+            own = pp > 1 and (m.layers + 2) % chunks == 0
+            why = (
+                "split evenly once the embedding and the loss take a chunk each, but"
+                if own
+                else "uneven:"
+            )
+            out.append(
+                f"{m.layers} layers over {chunks} pipeline chunks are {why} the step is "
+                f"priced on the fullest stage ({self.plans.stage_layers(m.layers)[i]:.0f} "
+                f"layers{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''})"
+            )
+        used = int(self.plans.gpus_used()[i])
+        if used < w.num_gpus:
+            out.append(
+                f"the plan uses {used:,} of the {w.num_gpus:,} GPUs ({w.num_gpus - used:,} "
+                "idle): its rates per GPU count the GPUs it uses (train scaling counts all)"
+            )
+        out.extend(self._recompute_notes(i))
+        megatron = vpp > 1 or int(self.plans.cp[i]) > 1 or bool(self.plans.tp_overlap[i])
+        # (DeepSpeed's gradient pass keeps its own fp32 accumulators: not Megatron's choice)
+        megatron = megatron and w.grad_accumulation == "fused"
+        if int(self.plans.sharding[i]) == SHARDING.index("zero1") and megatron:
+            grads = float(self.memory.gradients[i])
+            out.append(
+                "zero1 with Megatron-Core's interleaving, context parallelism or TP overlap "
+                "is its distributed optimizer with 16-bit gradients (ddp.grad_reduce_in_fp32 "
+                "off, as the NeMo and Megatron-Bridge recipes run); Megatron-LM's default "
+                f"keeps fp32 gradients (dist-opt): {fmt_bytes(grads)} more a GPU here"
+            )
+        if bool(pipelined_fsdp(self.plans)[i]):
+            out.append(
+                "zero2 under a pipeline: the weights stay gathered and the fp32 gradients "
+                "whole until the last micro-batch (FSDP under PyTorch's pipeline schedules), "
+                "so it is priced as the distributed optimizer (one gather and one "
+                "reduce-scatter a step; 16-bit weights and fp32 gradients held whole)"
+            )
+        if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
+            frac = float(self.memory.recompute_fraction[i])
+            stage = float(self.plans.stage_layers(m.layers)[i])
+            if not bool(self.memory.fits[i]):
+                out.append("partial recompute: even recomputing every layer, the plan does not fit")
+            else:
+                # Megatron counts --recompute-num-layers per virtual pipeline chunk
+                vpp = int(self.plans.vpp[i])
+                chunk = stage / vpp
+                whole = min(math.ceil(frac * chunk - 1e-9), math.ceil(chunk))
+                per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
+                out.append(
+                    f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
+                    f"are recomputed (~{frac * stage:.1f} of the stage's {stage:.0f}), the "
+                    "least that fits; in Megatron, --recompute-method block "
+                    f"--recompute-num-layers {whole}{per} (whole layers: {whole * vpp} of "
+                    f"the stage's {stage:.0f}, more memory free and more recompute than "
+                    "priced), or selective --recompute-modules that free as much"
+                )
+        cap = w.gpu.memory_bytes
+        used_mem = float(self.memory.total[i])
+        if w.memory_headroom == 0.0 and bool(self.memory.fits[i]) and used_mem > TIGHT * cap:
+            out.append(
+                f"memory is {100 * used_mem / cap:.0f} % of the GPU's: little margin for "
+                "fragmentation beyond what the model allows for; --memory-headroom 0.1 ranks "
+                "plans that leave 10 % free"
+            )
+        ep = int(self.plans.ep[i])
+        dom = w.fabric.domain_gpus
+        tp, scaleup = int(self.plans.tp[i]), max(w.fabric.scaleup_domain_gpus, 1)
+        if tp > scaleup:
+            out.append(
+                f"tensor parallelism spans {-(-tp // scaleup)} "
+                f"scale-up domains of {scaleup} GPUs: its collectives, "
+                "several per layer and micro-batch, cross the scale-out network"
+            )
+        if m.is_moe and dom > 1 and ep > dom:
+            # expert-parallel ranks are the innermost: EP fills whole scale-up domains, the
+            # last one perhaps partly (as step.py places the group)
+            domains = -(-ep // dom)
+            hits = float(
+                domains_hit(
+                    m.top_k,
+                    m.num_experts,
+                    np.array([ep / dom]),
+                    m.route_groups,
+                    m.route_topk_groups,
+                )[0]
+            )
+            flat = m.top_k * (ep - dom) / ep
+            limit = (
+                f", drawn from {m.route_topk_groups} of {m.route_groups} expert groups"
+                if 0 < m.route_topk_groups < m.route_groups
+                else ""
+            )
+            if w.ep_dispatch == "hierarchical":
+                how = (
+                    f"{hits:.2f} times, once per remote domain holding one of its experts{limit} "
+                    f"(an NCCL all-to-all of every top-{m.top_k} copy would make {flat:.2f})"
+                )
+            else:
+                how = (
+                    f"{flat:.2f} times, once per top-{m.top_k} copy bound for a remote domain "
+                    f"(a hierarchical dispatch, DeepEP or HybridEP, would make {hits:.2f})"
+                )
+            out.append(
+                f"expert parallelism spans {domains} NVLink domains: a token crosses the "
+                f"network {how}"
+            )
+        return out
+
+    def _recompute_notes(self, i: int) -> list[str]:
+        """Recompute modules that change nothing for plan ``i``: the plan does not recompute
+        selectively, or the model has no attention core (the default module). The workload
+        refuses the other modules a model lacks."""
+        w, m = self.workload, self.workload.model
+        mods = w.recompute_modules
+        if int(self.plans.recompute[i]) != RECOMPUTE.index("selective"):
+            if mods == DEFAULT_MODULES:
+                return []
+            return [f"recompute modules {', '.join(mods)} apply to selective recompute only"]
+        if "core_attn" in mods and m.attn_layers == 0:
+            return [f"{m.name} has no core_attn to recompute"]
+        return []
+
+
+FREQUENT_SAVE_S = 300.0
+"""Saving more often than this makes the checkpoint volume a question for the storage."""
+
+
+def _run_notes(
+    cost: StorageCost | None, storage: StoragePolicy | None, rel: Reliability | None
+) -> list[str]:
+    """What a run's checkpoints and failures ask of the cluster beyond the figures."""
+    out = []
+    if cost is not None and storage is not None and cost.checkpoint_every_steps:
+        interval = cost.checkpoint_interval_s + cost.checkpoint_stall_s
+        if interval < FREQUENT_SAVE_S:
+            per_day = cost.checkpoint_bytes * 86400.0 / interval
+            out.append(
+                f"saving every {fmt_time(interval)} writes {fmt_bytes(per_day, binary=False)} "
+                "a day: check the storage's capacity, retention and endurance for that volume"
+            )
+        if storage.asynchronous and cost.checkpoint_write_s > 0.5 * interval:
+            out.append(
+                f"the background writes keep the storage busy "
+                f"{100 * min(cost.checkpoint_write_s / interval, 1.0):.0f} % of the time, "
+                "competing with data loading and other jobs for its bandwidth"
+            )
+    if rel is not None and rel.restart_s >= rel.job_mtbf_s:
+        out.append(
+            f"a restart ({fmt_time(rel.restart_s)}) takes longer than the time between "
+            f"failures ({fmt_time(rel.job_mtbf_s)}): the job spends most of its time "
+            "restarting; restart and reload faster, or run on fewer GPUs"
+        )
+    return out
