@@ -36,6 +36,11 @@ import numpy as np
 
 from gpuscale.errors import InputError
 from gpuscale.sim.arrivals import FloatArray, Workload
+from gpuscale.sim.kv_blocks import seq_blocks as seq_blocks
+from gpuscale.sim.kv_blocks import window_kept as window_kept
+from gpuscale.sim.results import ServingResult as ServingResult
+from gpuscale.sim.results import Stat as Stat
+from gpuscale.sim.results import _stat, _weighted_stat
 
 
 class StepTimer(Protocol):
@@ -71,97 +76,6 @@ class FixedStep:
 
     def decode_coeffs(self, batch: int, ctx_tokens: float) -> tuple[float, float]:
         return self.step_s, 0.0
-
-
-@dataclass(frozen=True)
-class Stat:
-    mean: float
-    p50: float
-    p99: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"mean": self.mean, "p50": self.p50, "p99": self.p99}
-
-
-def _stat(x: FloatArray) -> Stat:
-    if x.size == 0:
-        return Stat(math.nan, math.nan, math.nan)
-    p50, p99 = np.percentile(x, [50.0, 99.0])
-    return Stat(float(x.mean()), float(p50), float(p99))
-
-
-def _weighted_stat(values: FloatArray, weights: FloatArray) -> Stat:
-    if values.size == 0 or float(weights.sum()) <= 0:
-        return Stat(math.nan, math.nan, math.nan)
-    order = np.argsort(values, kind="stable")
-    v, w = values[order], weights[order]
-    cw = np.cumsum(w) / w.sum()
-    p50 = float(v[min(int(np.searchsorted(cw, 0.5)), v.size - 1)])
-    p99 = float(v[min(int(np.searchsorted(cw, 0.99)), v.size - 1)])
-    return Stat(float((v * w).sum() / w.sum()), p50, p99)
-
-
-@dataclass(frozen=True)
-class ServingResult:
-    """Latency and throughput of one simulated run (seconds, tokens/s)."""
-
-    requests: int
-    duration_s: float
-    ttft_s: Stat
-    tpot_s: Stat
-    """Per request: (last token time - first token time) / (output tokens - 1)."""
-    itl_s: Stat
-    """Per token gap, token-weighted over the run."""
-    e2e_s: Stat
-    output_tokens_per_s: float
-    input_tokens_per_s: float
-    requests_per_s: float
-    mean_batch: float
-    iterations: int
-    prompt_tokens_processed: int
-    """Prompt tokens the engine prefilled (conservation: the workload's input tokens)."""
-    tokens_generated: int
-    """Output tokens the engine emitted (conservation: the workload's output tokens)."""
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "requests": self.requests,
-            "duration_s": self.duration_s,
-            "ttft_s": self.ttft_s.to_dict(),
-            "tpot_s": self.tpot_s.to_dict(),
-            "itl_s": self.itl_s.to_dict(),
-            "e2e_s": self.e2e_s.to_dict(),
-            "output_tokens_per_s": self.output_tokens_per_s,
-            "input_tokens_per_s": self.input_tokens_per_s,
-            "requests_per_s": self.requests_per_s,
-            "mean_batch": self.mean_batch,
-            "iterations": self.iterations,
-            "prompt_tokens_processed": self.prompt_tokens_processed,
-            "tokens_generated": self.tokens_generated,
-        }
-
-
-def seq_blocks(tokens: int, block_tokens: int, window_share: float, window_tokens: int) -> int:
-    """Paged-KV blocks one sequence of ``tokens`` holds, a block being one block's worth of
-    every attention layer. Layers with a window of ``window_tokens`` (``window_share`` of the
-    KV bytes) keep at most the blocks that cover it, ceil(window / block) + 1 when it does
-    not start on a block boundary: vLLM's hybrid KV cache manager reserves sliding-window
-    layers "slots only for the most recent sliding_window_size tokens" and chunked ones
-    their chunk (docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager); TensorRT-LLM keeps a
-    pool per attention window size (TensorRT-LLM features/kvcache.md)."""
-    nb = max(-(-tokens // block_tokens), 1)
-    kept = -(-window_tokens // block_tokens) + 1
-    if window_share <= 0.0 or window_tokens <= 0 or nb <= kept:
-        return nb
-    return math.ceil((1.0 - window_share) * nb + window_share * kept - 1e-9)
-
-
-def window_kept(window_tokens: int, prompt: int, max_num_tokens: int) -> int:
-    """Tokens a windowed layer holds for one request at most: its window and, while the
-    prompt is prefilled, a chunk of it (at most the token budget of one step; TensorRT-LLM
-    reserves window + min(max_num_tokens, prompt - window), vLLM window - 1 +
-    max_num_batched_tokens); 0 without windowed layers."""
-    return window_tokens + min(prompt, max_num_tokens) if window_tokens else 0
 
 
 @dataclass(frozen=True)
