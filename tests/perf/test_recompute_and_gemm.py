@@ -53,9 +53,20 @@ def test_a_partial_plan_always_fits(gpu: str, mbs: int) -> None:
     s = system_for_gpu(g)
     w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, 64), 64, 8192, 256, "fp8")
     e = estimate(w, Plans.of(recompute=[3], tp=1, pp=1, dp=64, mbs=mbs, sharding=4), CAL)
-    if 0.0 < float(e.memory.recompute_fraction[0]) < 1.0:
+    frac = float(e.memory.recompute_fraction[0])
+    total = float(e.memory.total[0])
+    if 0.0 < frac < 1.0:
         assert bool(e.memory.fits[0])
-        assert float(e.memory.total[0]) == pytest.approx(g.memory_bytes, rel=1e-9)
+        assert total == pytest.approx(g.memory_bytes, rel=1e-9)
+    elif frac == 0.0:  # fits without recomputing anything: nothing is recomputed
+        none = estimate(w, Plans.of(recompute=[0], tp=1, pp=1, dp=64, mbs=mbs, sharding=4), CAL)
+        assert bool(e.memory.fits[0]) and total <= g.memory_bytes
+        assert total == pytest.approx(float(none.memory.total[0]), rel=1e-12)
+    else:  # even full recomputation is needed: the plan is full recomputation
+        assert frac == 1.0
+        full = estimate(w, Plans.of(recompute=[2], tp=1, pp=1, dp=64, mbs=mbs, sharding=4), CAL)
+        assert total == pytest.approx(float(full.memory.total[0]), rel=1e-12)
+        assert bool(e.memory.fits[0]) == bool(full.memory.fits[0])
 
 
 def test_wave_quantisation_of_a_gemm() -> None:

@@ -137,7 +137,10 @@ def test_dp_comm_zero_at_dp1_with_tensor_parallel_dense_model(sharding: int) -> 
 def test_cp_joins_the_gradient_reduction_group() -> None:
     # CP ranks hold the same weights and reduce gradients with DP (Megatron dp_cp group)
     w = workload("llama3-8b", gpus=8, gbs=64, seq=4096, gpu="h100-sxm")
-    assert float(step(w, tp=4, pp=1, dp=1, cp=2, mbs=1, sp=True, sharding=1).dp_comm_s[0]) > 0
+    with_cp = float(step(w, tp=4, pp=1, dp=1, cp=2, mbs=1, sp=True, sharding=1).dp_comm_s[0])
+    # the same reduction as two data-parallel replicas make: two ranks of one node
+    with_dp = float(step(w, tp=4, pp=1, dp=2, cp=1, mbs=1, sp=True, sharding=1).dp_comm_s[0])
+    assert with_cp > 0 and with_cp == pytest.approx(with_dp, rel=1e-9)
 
 
 def test_full_recompute_adds_the_forward_tp_all_reduces() -> None:

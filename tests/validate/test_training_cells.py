@@ -11,10 +11,10 @@ import pytest
 from test_training_rows import COLUMNS, _row
 
 from gpuscale.calibrate import default_calibration
-from gpuscale.catalog import get_gpu
+from gpuscale.catalog import get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.plan import RECOMPUTE, SHARDING
-from gpuscale.perf.transformer import param_count
+from gpuscale.perf.transformer import model_flops_per_token, param_count
 from gpuscale.validate.report import SkipRow
 from gpuscale.validate.training import choose_plan, prepare, validate_training
 from gpuscale.validate.training_cells import read_recompute, read_sharding, read_target
@@ -163,21 +163,27 @@ def test_target_and_convention_are_read_in_any_case(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cells", "low", "high"),
+    ("cells", "per_tflops"),
     [
-        # TFLOP/s of Llama 3 70B on H100: hundreds, not the thousand tokens/s of the row
-        ({"measured_tflops_per_gpu": "150"}, 100.0, 989.4),
-        ({"measured_mfu": "0.45"}, 0.1, 1.0),
+        ({"measured_tflops_per_gpu": "150"}, 1.0),
+        # MFU: of the H100's dense BF16 peak
+        ({"measured_mfu": "0.45"}, 1.0 / (get_gpu("h100-sxm").peak_flops("bf16") / 1e12)),
     ],
 )
 def test_an_excluded_row_is_reported_in_the_figure_it_gives(
-    tmp_path: Path, cells: dict[str, str], low: float, high: float
+    tmp_path: Path, cells: dict[str, str], per_tflops: float
 ) -> None:
+    cal = default_calibration()
     row = _row(target="excluded", measured_tokens_per_s_per_gpu="", **cells)
-    r = validate_training(_write(tmp_path, [row]), default_calibration()).rows[0]
+    r = validate_training(_write(tmp_path, [row]), cal).rows[0]
     assert r.status == "reported"
     assert r.measured == float(next(iter(cells.values())))
-    assert r.predicted is not None and low < r.predicted < high
+    # the same run predicted in tokens/s, times gpuscale's model FLOPs a token (no
+    # convention named: causal attention counted as half)
+    tokens = validate_training(_write(tmp_path, [_row()]), cal).rows[0].predicted
+    assert tokens is not None
+    flops = model_flops_per_token(get_model("llama3-70b"), 8192, causal=True)
+    assert r.predicted == pytest.approx(tokens * flops / 1e12 * per_tflops, rel=1e-9)
 
 
 def test_a_skipped_row_shows_the_figure_its_target_compares(tmp_path: Path) -> None:
