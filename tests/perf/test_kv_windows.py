@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import get_gpu, get_model
 from gpuscale.errors import InputError
-from gpuscale.perf.inference import StepModel, build_step_model
+from gpuscale.perf.inference import build_step_model
+from gpuscale.perf.inference_step import StepModel
 from gpuscale.perf.kv import kv_bytes_per_token, kv_window, precision_plan, window_share
 from gpuscale.sim.arrivals import concurrency, offline
-from gpuscale.sim.serving import EngineLimits, FixedStep, seq_blocks, simulate
+from gpuscale.sim.kv_blocks import seq_blocks
+from gpuscale.sim.serving import EngineLimits, FixedStep, simulate
 
 
 def _oss(window: bool = True, tokens: int = 9216, prompt: int | None = None) -> StepModel:

@@ -10,10 +10,10 @@ from rich.table import Table
 from gpuscale.cli._common import out
 
 if TYPE_CHECKING:
-    from gpuscale.perf.inference import StepBreakdown
     from gpuscale.perf.inference_size import SizingResult
+    from gpuscale.perf.inference_step import StepBreakdown
     from gpuscale.perf.kv import MemoryPlan
-    from gpuscale.sim.serving import ServingResult
+    from gpuscale.sim.results import ServingResult
 
 
 def gib(b: float) -> str:

@@ -182,11 +182,10 @@ def grad_accum_mb_s(w: Workload, p: Plans, cal: Calibration) -> FloatArray:
     added into its accumulator, at the achieved HBM rate. It runs before the stage sends
     its input gradient back (DeepSpeed's pipeline engine calls it inside the backward
     step), so it is part of the stage time the pipeline bubble scales."""
-    if w.grad_accumulation != "separate":  # no plan pays it: skip the parameter count
+    pays = separate_accumulation(w, p)
+    if not pays.any():  # no plan pays it: skip the parameter count
         return np.zeros(len(p))
     dense, expert, _ = params_per_gpu(w, p)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
-    out: FloatArray = np.where(
-        separate_accumulation(w, p), (dense + expert) * ACCUM_BYTES_PER_GRAD / bw, 0.0
-    )
+    out: FloatArray = np.where(pays, (dense + expert) * ACCUM_BYTES_PER_GRAD / bw, 0.0)
     return out

@@ -36,7 +36,7 @@ from gpuscale.catalog import GPU, Model, System, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.engines import EngineConfig
-from gpuscale.perf.inference_step import StepBreakdown, StepModel, causal_pairs
+from gpuscale.perf.inference_step import StepModel
 from gpuscale.perf.kv import (
     PrecisionPlan,
     kv_bytes_per_token,
@@ -46,9 +46,6 @@ from gpuscale.perf.kv import (
     param_counts,
     window_share,
 )
-
-# StepModel, StepBreakdown and causal_pairs live in inference_step; imported from here too
-__all__ = ["StepBreakdown", "StepModel", "build_step_model", "causal_pairs"]
 
 
 def _alpha_beta(

@@ -26,11 +26,13 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, Model, get_gpu
 from gpuscale.errors import InputError, unknown_key
 from gpuscale.perf.engines import EngineConfig
-from gpuscale.perf.inference import StepModel, build_step_model
+from gpuscale.perf.inference import build_step_model
+from gpuscale.perf.inference_step import StepModel
 from gpuscale.perf.kv import precision_plan
 from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.sim.arrivals import check_qps, poisson
-from gpuscale.sim.serving import ServingResult, simulate
+from gpuscale.sim.results import ServingResult
+from gpuscale.sim.serving import simulate
 from gpuscale.spec.files import read_yaml
 
 SIM_REQUESTS = 1500

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
 from gpuscale.perf.transformer import layer_shapes
-from gpuscale.sim.serving import seq_blocks, window_kept
+from gpuscale.sim.kv_blocks import seq_blocks, window_kept
 
 # bytes per element of a stored tensor; 4-bit formats carry their block scales:
 # NVFP4 one FP8 scale per 16 values, INT4 (AWQ/GPTQ) one FP16 scale per group of 128

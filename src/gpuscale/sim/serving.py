@@ -36,15 +36,13 @@ import numpy as np
 
 from gpuscale.errors import InputError
 from gpuscale.sim.arrivals import FloatArray, Workload
-from gpuscale.sim.kv_blocks import seq_blocks as seq_blocks
-from gpuscale.sim.kv_blocks import window_kept as window_kept
-from gpuscale.sim.results import ServingResult as ServingResult
-from gpuscale.sim.results import Stat as Stat
-from gpuscale.sim.results import _stat, _weighted_stat
+from gpuscale.sim.kv_blocks import seq_blocks, window_kept
+from gpuscale.sim.results import ServingResult, _stat, _weighted_stat
 
 
 class StepTimer(Protocol):
-    """What the simulator needs of a performance model (see :class:`perf.inference.StepModel`)."""
+    """What the simulator needs of a performance model (see
+    :class:`gpuscale.perf.inference_step.StepModel`)."""
 
     def step_time_s(
         self,

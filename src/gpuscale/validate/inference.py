@@ -24,7 +24,8 @@ from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import precision_plan
 from gpuscale.perf.transformer import active_param_count
 from gpuscale.sim.arrivals import Workload, concurrency, offline, poisson
-from gpuscale.sim.serving import ServingResult, Stat, simulate
+from gpuscale.sim.results import ServingResult, Stat
+from gpuscale.sim.serving import simulate
 from gpuscale.validate.inference_rows import (
     MEASURED,
     REQUIRED,
