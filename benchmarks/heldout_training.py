@@ -8,7 +8,9 @@ fitted on ``training_runs.csv`` only (or the one ``--calibration FILE`` names), 
 one line per file: rows scored and skipped, MAPE, median and worst error, rows worse than
 25 %, and the mean signed error (a bias the fit cannot see); then the same figures over all
 files by kind of model (dense, MoE, hybrid Mamba-Transformer) and for FP4 runs (NVFP4,
-MXFP4). For per-row detail run
+MXFP4), and per file how often, of two runs of one job with different plans, the plan
+predicted faster was measured faster (all pairs, and those predicted under 5 % and 20 % or
+more apart). For per-row detail run
 ``gpuscale validate training --runs FILE``.
 """
 
@@ -82,6 +84,9 @@ def main() -> None:
     except InputError as exc:
         ap.error(str(exc))
     t = _columns("Held-out published runs: error of tokens/s per GPU, %", "file")
+    ranking = Table(title="Plan ranking: runs of one job with two plans (validate training)")
+    for col in ("file", "pairs", "ordered", "gap < 5 %", "ordered", "gap >= 20 %", "ordered"):
+        ranking.add_column(col, justify="left" if col == "file" else "right", no_wrap=True)
     by_kind: dict[str, list[float]] = defaultdict(list)
     skipped_kind: dict[str, int] = defaultdict(int)
     for f in files:
@@ -96,6 +101,14 @@ def main() -> None:
             st["mape_pct"] if errs else 0.0,
             st["median_abs_error_pct"] if errs else 0.0,
         )
+        if (rk := rep.plan_ranking()) is not None:
+            close, wide = rk.bins[:2], rk.bins[-1:]
+            cells = [str(rk.pairs), f"{rk.share * 100:.0f} %"]
+            for bins in (close, wide):
+                n = sum(b.pairs for b in bins)
+                ok = sum(b.ordered for b in bins)
+                cells += [str(n), f"{ok / n * 100:.0f} %" if n else "-"]
+            ranking.add_row(f.stem.removeprefix("training_"), *cells)
         with f.open(newline="") as fh:
             rows = {r["id"]: r for r in csv.DictReader(fh)}
         for r in rep.scored:
@@ -114,6 +127,7 @@ def main() -> None:
         med = (absv[(len(absv) - 1) // 2] + absv[len(absv) // 2]) / 2 if absv else 0.0
         _add(t, k, errs, skipped_kind.get(k, 0), mape, med)
     Console().print(t)
+    Console().print(ranking)
 
 
 if __name__ == "__main__":

@@ -489,3 +489,29 @@ def test_plans_that_tie_share_a_rank() -> None:
         assert ranks[k].startswith("=") == bool(ties)
     assert ranks[0] == "1" and "=2" in ranks
     assert ranks.count("=2") == 2  # both of the pair, the next plan ranked 4
+
+
+@pytest.mark.parametrize(
+    ("fixed", "close"),
+    [
+        # the same layout; the best recomputes only what it must, the runner-up all (10 %)
+        ({"tp": 8, "pp": 16, "dp": 8, "mbs": 4}, False),
+        # the same layout; no recomputation against selective (under 1 %)
+        ({"tp": 8, "pp": 8, "dp": 16, "mbs": 1}, True),
+    ],
+)
+def test_explain_says_to_measure_plans_closer_than_the_ranking_error(
+    fixed: dict[str, object], close: bool
+) -> None:
+    from gpuscale.search.explain import TIE_GAP
+
+    switches = {"vpp": 1, "cp": 1, "sharding": 1, "sp": False, "tp_overlap": False}
+    r = search_plans(workload("gpt3-175b", "a100-sxm-80gb", 1024, 2048, 1536), CAL,
+                     {**fixed, **switches})  # fmt: skip
+    e, ru = r.estimate, r.runner_up()
+    assert ru is not None
+    gain = (float(e.step_s[ru]) - float(e.step_s[r.best])) / float(e.step_s[ru])
+    assert (gain < TIE_GAP) is close
+    text = explain(r)
+    assert ("A gap under 5 % is within gpuscale's plan-ranking error" in text) is close
+    assert ("measure both before committing to one." in text) is close

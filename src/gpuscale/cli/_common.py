@@ -133,3 +133,28 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
                 "(a software release, a setting such as token dropping), or one is in error"
             )
         )
+    _print_ranking(report)
+
+
+def _print_ranking(report: ValidationReport) -> None:
+    """The plan-ranking table: pairs of runs of one job that differ in plan."""
+    rk = report.plan_ranking()
+    if rk is None:
+        return
+    t = Table(title="plan ranking: runs of one job, two plans")
+    for col in ("predicted gap", "pairs", "ordered as measured"):
+        t.add_column(col, justify="left" if col == "predicted gap" else "right")
+    for b in rk.bins:
+        t.add_row(b.label, str(b.pairs), "-" if b.share is None else f"{b.share * 100:.0f} %")
+    t.add_row("all", str(rk.pairs), f"{rk.share * 100:.0f} %")
+    out.print(t)
+    ties = f"; {rk.measured_ties} pairs measured equal left out" if rk.measured_ties else ""
+    out.print(
+        Text(
+            f"{rk.pairs} pairs of scored runs of one job (same source, model, GPUs, sequence, "
+            f"batch and precision) with different plans, from {rk.jobs} jobs: the plan "
+            "gpuscale predicts faster was "
+            f"measured faster in {rk.ordered} ({rk.share * 100:.0f} %); median error of the "
+            f"predicted speed ratio between two plans {rk.median_ratio_error_pct:.1f} %{ties}"
+        )
+    )

@@ -8,6 +8,12 @@ import numpy as np
 from gpuscale.search.plans import SearchResult, same_layout
 from gpuscale.units import GiB
 
+TIE_GAP = 0.05
+"""A predicted gap between two plans under which the explanation says to measure both:
+on published runs of one job with two plans, gpuscale orders pairs predicted closer than
+this as measured not much more often than chance (``gpuscale validate training`` prints
+the share by predicted gap; :mod:`gpuscale.validate.ranking`)."""
+
 
 def _listed(items: list[str]) -> str:
     """ "a", "a and b", "a, b and c"."""
@@ -92,7 +98,15 @@ def explain(result: SearchResult) -> str:
         if other
         else f"the next plan, {p.label(r)} (#{rank}), of the same layout (no other is ranked)"
     )
+    close = (
+        f" A gap under {TIE_GAP * 100:.0f} % is within gpuscale's plan-ranking error: on "
+        "published runs of one job measured with both plans, the plan it predicts faster "
+        "by so little is not reliably the faster one (`gpuscale validate training` prints "
+        "how often it is, by predicted gap); measure both before committing to one."
+        if gain < TIE_GAP * 100.0
+        else ""
+    )
     return (
         f"{p.label(b)} {speed} {which}: it "
-        f"{' but '.join(clauses) or 'differs only marginally'}; {mem}."
+        f"{' but '.join(clauses) or 'differs only marginally'}; {mem}.{close}"
     )

@@ -22,6 +22,7 @@ from gpuscale.errors import InputError
 from gpuscale.paths import require_file
 from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.perf.transformer import active_param_count, param_count
+from gpuscale.validate.ranking import PlanRanking, RankedRun, plan_ranking
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,15 @@ class ValidationReport:
                 out.append(t)
         return out
 
+    def plan_ranking(self) -> PlanRanking | None:
+        """Pairs of scored rows of one job (``detail["job"]``) that differ in plan, and how
+        often gpuscale orders them as measured; None where no job has two plans."""
+        return plan_ranking(
+            RankedRun(r.id, str(r.detail["job"]), str(r.detail["plan"]), r.predicted, r.measured)
+            for r in self.scored
+            if "job" in r.detail and r.predicted is not None and r.measured is not None
+        )
+
     @property
     def scored(self) -> list[RowResult]:
         return [r for r in self.rows if r.status == "scored"]
@@ -149,6 +159,7 @@ class ValidationReport:
                 for t in self.twins()
             ],
             "unread_columns": list(self.unread_columns),
+            **({"plan_ranking": pr.to_json()} if (pr := self.plan_ranking()) else {}),
         }
 
     def by_metric(self) -> dict[str, list[RowResult]]:

@@ -35,7 +35,7 @@ from gpuscale.validate.report import (
 from gpuscale.validate.training_cells import COLUMNS, MEASURED, REQUIRED, read_target
 from gpuscale.validate.training_model import UnsupportedRowError
 from gpuscale.validate.training_prepare import PreparedRow, prepare, source_group
-from gpuscale.validate.training_rows import config_key
+from gpuscale.validate.training_rows import config_key, job_key
 
 __all__ = [
     "REQUIRED",
@@ -136,7 +136,11 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 reason,
                 pr.group,
                 pr.target,
-                {"plan": (plan := plans.label(0)), "config": config_key(pr, plan, pred)},
+                {
+                    "plan": (plan := plans.label(0)),
+                    "config": config_key(pr, plan, pred),
+                    "job": job_key(pr, row["source"], row.get("precision", "")),
+                },
             )
         )
     return ValidationReport("training", rows, unread_columns(table, COLUMNS))

@@ -220,10 +220,22 @@ def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> l
     return notes
 
 
+def _run_key(pr: PreparedRow) -> str:
+    w = pr.workload
+    return f"{w.model.key} {w.gpu.key} {w.num_gpus} {w.seq_len} {w.global_batch} {w.precision}"
+
+
 def config_key(pr: PreparedRow, plan: str, predicted: float) -> str:
     """A prepared row's inputs as the model read them (model, GPU, run shape, plan, compared
     figure and the prediction they give), for finding rows it cannot tell apart
     (``ValidationReport.twins``)."""
-    w = pr.workload
-    run = f"{w.model.key} {w.gpu.key} {w.num_gpus} {w.seq_len} {w.global_batch} {w.precision}"
-    return f"{run} {plan} {pr.compared} {predicted:.9g}"
+    return f"{_run_key(pr)} {plan} {pr.compared} {predicted:.9g}"
+
+
+def job_key(pr: PreparedRow, source: str, precision: str) -> str:
+    """A prepared row's job, its plan left out: the row's source as it cites it (one
+    document, or one release's section of it: one software stack), its precision as
+    stated (MXFP8 and FP8 with current scaling are both FP8 to the model), model, GPU and
+    count, sequence, batch and compared figure. Rows of one job that differ in plan are
+    the pairs the plan-ranking check (:mod:`.ranking`) compares."""
+    return f"{source.strip()} | {precision.strip().lower()} | {_run_key(pr)} {pr.compared}"

@@ -1,0 +1,130 @@
+"""The plan-ranking check: pairs of measured runs of one job that differ in plan, and
+whether gpuscale predicted the faster one, binned by the gap it predicted."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from cli_runner import run_cli
+from test_training_rows import COLUMNS, _row
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.validate.ranking import GAP_EDGES, RankedRun, _bin, plan_ranking
+from gpuscale.validate.report import RowResult, ValidationReport
+from gpuscale.validate.training import validate_training
+
+
+def _write(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        for r in rows:
+            w.writerow([r.get(c, "") for c in COLUMNS])
+    return path
+
+
+# one job, three plans: predicted 100 / 110 / 150, measured 100 / 95 / 160
+JOB = [
+    RankedRun("a", "job", "p1", 100.0, 100.0),
+    RankedRun("b", "job", "p2", 110.0, 95.0),
+    RankedRun("c", "job", "p3", 150.0, 160.0),
+]
+
+
+def test_three_plans_of_one_job_by_hand() -> None:
+    rk = plan_ranking(JOB)
+    assert rk is not None
+    # a-b: predicted b 10 % faster (bin 10-20 %), measured a faster: not ordered
+    # a-c: predicted c 50 % faster, measured c faster: ordered (>= 20 %)
+    # b-c: predicted c 36.4 % faster, measured c faster: ordered (>= 20 %)
+    assert [(b.label, b.pairs, b.ordered) for b in rk.bins] == [
+        ("0-2 %", 0, 0),
+        ("2-5 %", 0, 0),
+        ("5-10 %", 0, 0),
+        ("10-20 %", 1, 0),
+        (">= 20 %", 2, 2),
+    ]
+    assert (rk.jobs, rk.pairs, rk.ordered, rk.measured_ties) == (1, 3, 2, 0)
+    assert rk.share == pytest.approx(2 / 3)
+    # |predicted ratio / measured ratio - 1|: 95/110 -> 13.64 %, 160/150 -> 6.67 %,
+    # (110 x 160) / (150 x 95) -> 23.51 %; the median is the first
+    assert rk.median_ratio_error_pct == pytest.approx((1 - 95 / 110) * 100)
+
+
+def test_pairs_that_cannot_be_ordered() -> None:
+    runs = [
+        *JOB,
+        RankedRun("d", "job", "p1", 100.0, 100.0),  # a's plan again: no pair with a
+        RankedRun("x", "other", "q1", 50.0, 70.0),  # alone in its job: no pair
+        RankedRun("t1", "tie", "q1", 10.0, 12.0),  # measured the same: left out
+        RankedRun("t2", "tie", "q2", 11.0, 12.0),
+        RankedRun("s1", "same", "q1", 10.0, 12.0),  # predicted the same: not ordered
+        RankedRun("s2", "same", "q2", 10.0, 13.0),
+        RankedRun("z", "job", "p4", 0.0, 80.0),  # no prediction: not a run to rank
+    ]
+    rk = plan_ranking(runs)
+    assert rk is not None
+    # "d" pairs with b and c as a does (same figures), not with a: a-c, b-c and d-c are
+    # ordered, a-b, d-b and the predicted tie are not; the measured tie is left out, and
+    # its job, with no other pair, is not counted
+    assert (rk.pairs, rk.ordered, rk.measured_ties, rk.jobs) == (6, 3, 1, 2)
+    assert (rk.bins[0].pairs, rk.bins[0].ordered) == (1, 0)  # the predicted tie
+
+
+def test_no_job_with_two_plans_gives_none() -> None:
+    assert plan_ranking([RankedRun("a", "j", "p", 1.0, 1.0)]) is None
+    assert plan_ranking([]) is None
+
+
+@pytest.mark.parametrize(
+    ("gap", "index"),
+    [(0.0, 0), (0.0199, 0), (0.02, 1), (0.0499, 1), (0.05, 2), (0.1, 3), (0.2, 4), (3.0, 4)],
+)
+def test_a_gap_on_an_edge_goes_to_the_bin_above(gap: float, index: int) -> None:
+    assert len(GAP_EDGES) == 4
+    assert _bin(gap) == index
+
+
+def test_report_pairs_rows_by_their_job_and_skips_rows_without_one() -> None:
+    rows = [
+        RowResult("a", 100.0, 100.0, 0.0, "scored", detail={"job": "j", "plan": "p1"}),
+        RowResult("b", 120.0, 90.0, 33.3, "scored", detail={"job": "j", "plan": "p2"}),
+        RowResult("c", 120.0, 90.0, 33.3, "reported", detail={"job": "j", "plan": "p3"}),
+        RowResult("d", 1.0, 3.0, -66.7, "scored"),  # no job (inference, collectives)
+    ]
+    rep = ValidationReport("training", rows)
+    rk = rep.to_json()["plan_ranking"]
+    assert isinstance(rk, dict)
+    assert (rk["pairs"], rk["ordered_as_measured"], rk["jobs"]) == (1, 0, 1)
+    assert "plan_ranking" not in ValidationReport("inference", rows[3:]).to_json()
+
+
+def test_validate_training_pairs_a_sources_plans_but_not_two_sources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        _row(id="tp8", tp="8", pp="1", dp="8", micro_batch="1"),
+        _row(id="tp4", tp="4", pp="2", dp="8", micro_batch="1"),
+        # the same job and plan as tp4 from another source (another software stack)
+        _row(id="elsewhere", tp="4", pp="2", dp="8", micro_batch="1", source="Another paper"),
+    ]
+    rows[1]["measured_tokens_per_s_per_gpu"] = "900"
+    path = _write(tmp_path, rows)
+    rep = validate_training(path, default_calibration())
+    by_id = {r.id: r for r in rep.rows}
+    assert by_id["tp8"].detail["job"] == by_id["tp4"].detail["job"]
+    assert by_id["tp4"].detail["job"] != by_id["elsewhere"].detail["job"]
+    rk = rep.plan_ranking()
+    assert rk is not None and (rk.jobs, rk.pairs) == (1, 1)
+    faster_predicted = by_id["tp8"].predicted > by_id["tp4"].predicted  # type: ignore[operator]
+    assert rk.ordered == int(faster_predicted)  # measured: tp8 1,000 > tp4 900
+    code, out, _ = run_cli(["validate", "training", "--runs", str(path)], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    assert "1 pairs of scored runs of one job" in text and "from 1 jobs" in text
+    code, out, _ = run_cli(["validate", "training", "--runs", str(path), "--json"], capsys)
+    assert json.loads(out)["plan_ranking"]["pairs"] == 1
