@@ -99,3 +99,19 @@ def test_a_device_or_a_directory_is_not_a_report_path(tmp_path: Path) -> None:
     loop.symlink_to(loop)
     with pytest.raises(InputError, match="html"):
         check_target(loop)
+
+
+def test_each_ranked_plan_is_compared_with_the_first() -> None:
+    from gpuscale.report.cells import search_cells, search_header
+
+    res = result()
+    e = res.estimate
+    top = res.top(5)
+    col = search_header(False).index("vs #1")
+    cells = [search_cells(e, i, str(n), None, res.best) for n, i in enumerate(top, 1)]
+    assert cells[0][col] == "-"
+    for i, c in zip(top[1:], cells[1:], strict=True):
+        # step time over the best's, less one: never negative, the plans are ranked by it
+        slower = float(e.step_s[i]) / float(e.step_s[res.best]) - 1.0
+        assert slower >= 0.0
+        assert c[col] == f"{100 * slower:+.1f}%"

@@ -301,9 +301,12 @@ def report_search(
     t = Table(
         title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}",
         caption=(
-            "=N: plans that tie (the same step time and memory), ranked N"
-            if any(r.startswith("=") for r in ranks)
-            else None
+            "vs #1: step time against the first plan's"
+            + (
+                "; =N: plans that tie (the same step time and memory), ranked N"
+                if any(r.startswith("=") for r in ranks)
+                else ""
+            )
         ),
     )
     # with failures priced, each plan's goodput (its checkpoints at its own step count)
@@ -313,7 +316,7 @@ def report_search(
             col, justify="left" if col in ("plan", "largest term after compute") else "right"
         )
     for r, i in zip(ranks, idx, strict=True):
-        t.add_row(*search_cells(e, i, r, good.get(i)))
+        t.add_row(*search_cells(e, i, r, good.get(i), res.best))
     out.print(t)
     print_estimate(e, idx[0], "best plan", tt, storage, failures)
     out.print(why)

@@ -78,19 +78,24 @@ def scaling_summary(pts: list[ScalingPoint]) -> str | None:
 
 def search_header(good: bool) -> tuple[str, ...]:
     """Column names of the ranked plans; ``good``: their goodput is priced."""
-    rate = ("#", "plan", "GPUs used", "step", "tokens/s/GPU used", "MFU")
+    rate = ("#", "plan", "GPUs used", "step", "vs #1", "tokens/s/GPU used", "MFU")
     return (*rate, *(("goodput",) if good else ()), "memory/GPU", "largest term after compute")
 
 
-def search_cells(e: TrainingEstimate, i: int, rank: str, good: float | None) -> tuple[str, ...]:
-    """One ranked plan's cells (``good``: its goodput, None when not priced)."""
+def search_cells(
+    e: TrainingEstimate, i: int, rank: str, good: float | None, best: int
+) -> tuple[str, ...]:
+    """One ranked plan's cells (``good``: its goodput, None when not priced; ``best``: the
+    first plan, whose step time the others are compared with)."""
     terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
     worst = max(terms, key=lambda k: terms[k])
+    step, first = float(e.step_s[i]), float(e.step_s[best])
     return (
         rank,
         e.plans.label(i),
         str(int(e.plans.gpus_used()[i])),
-        fmt_time(float(e.step_s[i])),
+        fmt_time(step),
+        "-" if i == best else f"{100 * (step / first - 1):+.1f}%",
         f"{e.tokens_per_s_per_gpu[i]:,.0f}",
         f"{100 * e.mfu[i]:.1f}%",
         *((f"{100 * good:.1f}%",) if good is not None else ()),

@@ -32,7 +32,9 @@ GPU of the workload (GPUs a plan leaves idle count, so the fastest step is the h
 point), against its memory per GPU, coloured by tensor-parallel degree. The plans differ
 further in pipeline, data, context and expert parallelism, interleaving, micro-batch,
 recomputation and optimizer sharding (hover for the whole plan). The dashed line is the
-memory a plan may use. The table's rates are per GPU the plan uses, as the terminal's.</p>
+memory a plan may use. The table's rates are per GPU the plan uses, as the terminal's;
+"vs #1" is a plan's step time against the first's (plans that close are within
+gpuscale's plan-ranking error: measure them against each other).</p>
 {{ figure }}
 <h2>The fastest plans</h2>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
@@ -114,7 +116,7 @@ def write_search_report(
     w = e.workload
     good = good or {}
     rows = [
-        search_cells(e, i, r, good.get(i))
+        search_cells(e, i, r, good.get(i), res.best)
         for r, i in zip(res.ranks(top), res.top(top), strict=True)
     ]
     shown = min(len(res.order), MAX_POINTS)
