@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from cli_runner import run_cli
+from hypothesis import given
+from hypothesis import strategies as st
 from test_training_rows import COLUMNS, _row
 
 from gpuscale.calibrate import default_calibration
@@ -128,3 +130,34 @@ def test_validate_training_pairs_a_sources_plans_but_not_two_sources(
     assert "1 pairs of scored runs of one job" in text and "from 1 jobs" in text
     code, out, _ = run_cli(["validate", "training", "--runs", str(path), "--json"], capsys)
     assert json.loads(out)["plan_ranking"]["pairs"] == 1
+
+
+@given(
+    # whole figures, so that no two measured ones are within rounding of each other
+    measured=st.lists(st.integers(1, 100_000), min_size=2, max_size=8, unique=True),
+    scale=st.floats(min_value=0.2, max_value=5.0),
+)
+def test_a_model_off_by_one_factor_on_every_plan_ranks_them_all(
+    measured: list[int], scale: float
+) -> None:
+    # what MAPE cannot show: a constant error, however large, orders every pair right,
+    # and its predicted speed ratios are the measured ones
+    runs = [RankedRun(str(i), "job", f"p{i}", m * scale, m) for i, m in enumerate(measured)]
+    rk = plan_ranking(runs)
+    assert rk is not None
+    n = len(measured)
+    assert (rk.pairs, rk.ordered, rk.jobs) == (n * (n - 1) // 2, n * (n - 1) // 2, 1)
+    assert rk.median_ratio_error_pct == pytest.approx(0.0, abs=1e-9)
+
+
+@given(measured=st.lists(st.integers(1, 100_000), min_size=2, max_size=8))
+def test_the_reverse_order_orders_no_pair(measured: list[int]) -> None:
+    # predicted speeds in the opposite order of the measured ones: no pair is ordered
+    runs = [RankedRun(str(i), "job", f"p{i}", 1.0 / m, m) for i, m in enumerate(measured)]
+    rk = plan_ranking(runs)
+    distinct = len(set(measured))
+    if distinct < 2:
+        assert rk is None
+        return
+    assert rk is not None and rk.ordered == 0
+    assert rk.pairs + rk.measured_ties == len(measured) * (len(measured) - 1) // 2
