@@ -26,6 +26,8 @@ from rich.table import Table
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
 from gpuscale.errors import InputError
+from gpuscale.search.explain import TIE_GAP
+from gpuscale.validate.ranking import GAP_EDGES
 from gpuscale.validate.training import validate_training
 from gpuscale.validate.training_model import model_for
 
@@ -85,8 +87,10 @@ def main() -> None:
         ap.error(str(exc))
     t = _columns("Held-out published runs: error of tokens/s per GPU, %", "file")
     ranking = Table(title="Plan ranking: runs of one job with two plans (validate training)")
-    for col in ("file", "pairs", "ordered", "gap < 5 %", "ordered", "gap >= 20 %", "ordered"):
+    close, wide = f"gap < {TIE_GAP * 100:.0f} %", f"gap >= {GAP_EDGES[-1] * 100:.0f} %"
+    for col in ("file", "pairs", "ordered", f"pairs, {close}", "ordered", f"pairs, {wide}"):
         ranking.add_column(col, justify="left" if col == "file" else "right", no_wrap=True)
+    ranking.add_column("ordered", justify="right", no_wrap=True)
     by_kind: dict[str, list[float]] = defaultdict(list)
     skipped_kind: dict[str, int] = defaultdict(int)
     for f in files:
@@ -102,9 +106,10 @@ def main() -> None:
             st["median_abs_error_pct"] if errs else 0.0,
         )
         if (rk := rep.plan_ranking()) is not None:
-            close, wide = rk.bins[:2], rk.bins[-1:]
+            # the bins under the search's tie gap, and the widest bin
+            under = [b for b in rk.bins if b.high is not None and b.high <= TIE_GAP]
             cells = [str(rk.pairs), f"{rk.share * 100:.0f} %"]
-            for bins in (close, wide):
+            for bins in (under, rk.bins[-1:]):
                 n = sum(b.pairs for b in bins)
                 ok = sum(b.ordered for b in bins)
                 cells += [str(n), f"{ok / n * 100:.0f} %" if n else "-"]

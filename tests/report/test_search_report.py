@@ -115,3 +115,15 @@ def test_each_ranked_plan_is_compared_with_the_first() -> None:
         slower = float(e.step_s[i]) / float(e.step_s[res.best]) - 1.0
         assert slower >= 0.0
         assert c[col] == f"{100 * slower:+.1f}%"
+
+
+def test_vs_first_is_the_step_time_over_the_first_less_one() -> None:
+    from gpuscale.report.cells import search_cells, search_header
+
+    res = result()
+    e = res.estimate
+    second = int(res.top(2)[1])
+    e.step_s[res.best], e.step_s[second] = 2.0, 2.468  # 2.468 / 2 - 1 = +23.4 %
+    col = search_header(False).index("vs #1")
+    assert search_cells(e, second, "2", None, res.best)[col] == "+23.4%"
+    assert search_cells(e, res.best, "1", None, res.best)[col] == "-"

@@ -50,31 +50,48 @@ def test_three_plans_of_one_job_by_hand() -> None:
         ("10-20 %", 1, 0),
         (">= 20 %", 2, 2),
     ]
-    assert (rk.jobs, rk.pairs, rk.ordered, rk.measured_ties) == (1, 3, 2, 0)
+    assert (rk.jobs, rk.pairs, rk.ordered, rk.measured_ties, rk.predicted_ties) == (
+        1, 3, 2, 0, 0
+    )  # fmt: skip
     assert rk.share == pytest.approx(2 / 3)
-    # |predicted ratio / measured ratio - 1|: 95/110 -> 13.64 %, 160/150 -> 6.67 %,
-    # (110 x 160) / (150 x 95) -> 23.51 %; the median is the first
-    assert rk.median_ratio_error_pct == pytest.approx((1 - 95 / 110) * 100)
+    # predicted over measured speed ratio, the larger over the smaller: a-b (100/110) /
+    # (100/95) = 95/110 -> 15.79 %, a-c 160/150 -> 6.67 %, b-c (110 x 160) / (150 x 95)
+    # -> 23.51 %; the median is a-b's, the same in either order of the rows
+    assert rk.median_ratio_error_pct == pytest.approx((110 / 95 - 1) * 100)
+    back = plan_ranking(JOB[::-1])
+    assert back is not None and back.median_ratio_error_pct == rk.median_ratio_error_pct
 
 
 def test_pairs_that_cannot_be_ordered() -> None:
     runs = [
         *JOB,
-        RankedRun("d", "job", "p1", 100.0, 100.0),  # a's plan again: no pair with a
+        RankedRun("d", "job", "p1", 100.0, 110.0),  # a's plan again: p1 at (100 + 110) / 2
         RankedRun("x", "other", "q1", 50.0, 70.0),  # alone in its job: no pair
         RankedRun("t1", "tie", "q1", 10.0, 12.0),  # measured the same: left out
         RankedRun("t2", "tie", "q2", 11.0, 12.0),
-        RankedRun("s1", "same", "q1", 10.0, 12.0),  # predicted the same: not ordered
+        RankedRun("s1", "same", "q1", 10.0, 12.0),  # predicted the same: left out
         RankedRun("s2", "same", "q2", 10.0, 13.0),
         RankedRun("z", "job", "p4", 0.0, 80.0),  # no prediction: not a run to rank
     ]
     rk = plan_ranking(runs)
     assert rk is not None
-    # "d" pairs with b and c as a does (same figures), not with a: a-c, b-c and d-c are
-    # ordered, a-b, d-b and the predicted tie are not; the measured tie is left out, and
-    # its job, with no other pair, is not counted
-    assert (rk.pairs, rk.ordered, rk.measured_ties, rk.jobs) == (6, 3, 1, 2)
-    assert (rk.bins[0].pairs, rk.bins[0].ordered) == (1, 0)  # the predicted tie
+    # p1 counts once, measured 105: p1-p2 not ordered, p1-c and b-c ordered; the ties'
+    # jobs, with no other pair, are not counted
+    assert (rk.pairs, rk.ordered, rk.jobs) == (3, 2, 1)
+    assert (rk.measured_ties, rk.predicted_ties) == (1, 1)
+    # ratio errors: p1-p2 (100/110) / (105/95) -> 11550/9500 - 1 = 21.58 %, p1-c
+    # (100/150) / (105/160) -> 1.59 %, b-c 23.51 %: the median is p1-p2's
+    assert rk.median_ratio_error_pct == pytest.approx((11550 / 9500 - 1) * 100)
+
+
+def test_a_gap_on_a_bin_edge_counts_in_the_bin_above() -> None:
+    # 120 over 100 is 0.19999999999999996 in floating point: still the >= 20 % bin
+    rk = plan_ranking([RankedRun("a", "j", "p", 120.0, 2.0), RankedRun("b", "j", "q", 100.0, 1.0)])
+    assert rk is not None
+    assert [b.pairs for b in rk.bins] == [0, 0, 0, 0, 1]
+    rk = plan_ranking([RankedRun("a", "j", "p", 102.0, 2.0), RankedRun("b", "j", "q", 100.0, 1.0)])
+    assert rk is not None
+    assert [b.pairs for b in rk.bins] == [0, 1, 0, 0, 0]
 
 
 def test_no_job_with_two_plans_gives_none() -> None:
@@ -114,11 +131,13 @@ def test_validate_training_pairs_a_sources_plans_but_not_two_sources(
         # the same job and plan as tp4 from another source (another software stack)
         _row(id="elsewhere", tp="4", pp="2", dp="8", micro_batch="1", source="Another paper"),
     ]
+    rows[0]["source"], rows[1]["source"] = "A  Paper, Table 2", "a paper,  table 2 "
     rows[1]["measured_tokens_per_s_per_gpu"] = "900"
     path = _write(tmp_path, rows)
     rep = validate_training(path, default_calibration())
     by_id = {r.id: r for r in rep.rows}
     assert by_id["tp8"].detail["job"] == by_id["tp4"].detail["job"]
+    # the same source spelt with other spacing and case is one job; another source is not
     assert by_id["tp4"].detail["job"] != by_id["elsewhere"].detail["job"]
     rk = rep.plan_ranking()
     assert rk is not None and (rk.jobs, rk.pairs) == (1, 1)
@@ -127,7 +146,7 @@ def test_validate_training_pairs_a_sources_plans_but_not_two_sources(
     code, out, _ = run_cli(["validate", "training", "--runs", str(path)], capsys)
     assert code == 0
     text = " ".join(out.split())
-    assert "1 pairs of scored runs of one job" in text and "from 1 jobs" in text
+    assert "1 pair of scored runs of one job" in text and "from 1 job:" in text
     code, out, _ = run_cli(["validate", "training", "--runs", str(path), "--json"], capsys)
     assert json.loads(out)["plan_ranking"]["pairs"] == 1
 

@@ -148,13 +148,22 @@ def _print_ranking(report: ValidationReport) -> None:
         t.add_row(b.label, str(b.pairs), "-" if b.share is None else f"{b.share * 100:.0f} %")
     t.add_row("all", str(rk.pairs), f"{rk.share * 100:.0f} %")
     out.print(t)
-    ties = f"; {rk.measured_ties} pairs measured equal left out" if rk.measured_ties else ""
+    ties = "".join(
+        f"; {_count(n, 'pair')} {what} equal left out"
+        for n, what in ((rk.measured_ties, "measured"), (rk.predicted_ties, "predicted"))
+        if n
+    )
     out.print(
         Text(
-            f"{rk.pairs} pairs of scored runs of one job (same source, model, GPUs, sequence, "
-            f"batch and precision) with different plans, from {rk.jobs} jobs: the plan "
-            "gpuscale predicts faster was "
-            f"measured faster in {rk.ordered} ({rk.share * 100:.0f} %); median error of the "
-            f"predicted speed ratio between two plans {rk.median_ratio_error_pct:.1f} %{ties}"
+            f"{_count(rk.pairs, 'pair')} of scored runs of one job (same source, model, GPU "
+            f"and count, sequence, batch and precision) with different plans, from "
+            f"{_count(rk.jobs, 'job')}: the plan gpuscale predicts faster was measured faster "
+            f"in {rk.ordered} ({rk.share * 100:.0f} %); median error of the predicted speed "
+            f"ratio between two plans {rk.median_ratio_error_pct:.1f} %{ties}"
         )
     )
+
+
+def _count(n: int, noun: str) -> str:
+    """ "1 pair", "2 pairs"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

@@ -18,7 +18,7 @@ from plotly import colors
 
 from gpuscale.report.cells import search_cells, search_header
 from gpuscale.report.page import check_target, template, write_page
-from gpuscale.search.explain import explain
+from gpuscale.search.explain import TIE_GAP, explain
 from gpuscale.search.plans import SearchResult
 from gpuscale.units import GiB
 
@@ -33,8 +33,9 @@ point), against its memory per GPU, coloured by tensor-parallel degree. The plan
 further in pipeline, data, context and expert parallelism, interleaving, micro-batch,
 recomputation and optimizer sharding (hover for the whole plan). The dashed line is the
 memory a plan may use. The table's rates are per GPU the plan uses, as the terminal's;
-"vs #1" is a plan's step time against the first's (plans that close are within
-gpuscale's plan-ranking error: measure them against each other).</p>
+"vs #1" is a plan's step time against the first's (a plan within
+{{ tie_pct }} % of it is within gpuscale's plan-ranking error: measure the two against
+each other).</p>
 {{ figure }}
 <h2>The fastest plans</h2>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
@@ -134,5 +135,6 @@ def write_search_report(
         header=search_header(bool(good)),
         rows=rows,
         why=explain(res),
+        tie_pct=f"{TIE_GAP * 100:.0f}",
     )
     write_page(path, html)

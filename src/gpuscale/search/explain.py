@@ -11,8 +11,8 @@ from gpuscale.units import GiB
 TIE_GAP = 0.05
 """A predicted gap between two plans under which the explanation says to measure both:
 on published runs of one job with two plans, gpuscale orders pairs predicted closer than
-this as measured not much more often than chance (``gpuscale validate training`` prints
-the share by predicted gap; :mod:`gpuscale.validate.ranking`)."""
+this as measured far less reliably than pairs predicted further apart (``gpuscale
+validate training`` prints the share by predicted gap; :mod:`gpuscale.validate.ranking`)."""
 
 
 def _listed(items: list[str]) -> str:
@@ -44,7 +44,9 @@ def explain(result: SearchResult) -> str:
     b, r = result.best, result.runner_up()
     if r is None:
         return f"{e.plans.label(b)} is the only plan that fits."
-    gain = (e.step_s[r] - e.step_s[b]) / e.step_s[r] * 100.0
+    # the runner-up's step over the best's, less one: the gap the plan-ranking check bins
+    # by and the search table's "vs #1" column
+    gain = (e.step_s[r] / e.step_s[b] - 1.0) * 100.0
     diffs = sorted(
         ((k, float(v[r] - v[b])) for k, v in e.step.terms().items()), key=lambda kv: -abs(kv[1])
     )

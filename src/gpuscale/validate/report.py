@@ -96,7 +96,10 @@ class ValidationReport:
         return plan_ranking(
             RankedRun(r.id, str(r.detail["job"]), str(r.detail["plan"]), r.predicted, r.measured)
             for r in self.scored
-            if "job" in r.detail and r.predicted is not None and r.measured is not None
+            if "job" in r.detail
+            and "plan" in r.detail
+            and r.predicted is not None
+            and r.measured is not None
         )
 
     @property

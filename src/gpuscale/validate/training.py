@@ -139,7 +139,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                 {
                     "plan": (plan := plans.label(0)),
                     "config": config_key(pr, plan, pred),
-                    "job": job_key(pr, row["source"], row.get("precision", "")),
+                    "job": job_key(pr, row),
                 },
             )
         )

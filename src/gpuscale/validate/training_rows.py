@@ -232,10 +232,15 @@ def config_key(pr: PreparedRow, plan: str, predicted: float) -> str:
     return f"{_run_key(pr)} {plan} {pr.compared} {predicted:.9g}"
 
 
-def job_key(pr: PreparedRow, source: str, precision: str) -> str:
+def job_key(pr: PreparedRow, row: dict[str, str]) -> str:
     """A prepared row's job, its plan left out: the row's source as it cites it (one
-    document, or one release's section of it: one software stack), its precision as
-    stated (MXFP8 and FP8 with current scaling are both FP8 to the model), model, GPU and
-    count, sequence, batch and compared figure. Rows of one job that differ in plan are
-    the pairs the plan-ranking check (:mod:`.ranking`) compares."""
-    return f"{source.strip()} | {precision.strip().lower()} | {_run_key(pr)} {pr.compared}"
+    document, or one release's section of it: one software stack; spacing and case
+    aside), its precision as stated (MXFP8 and FP8 with current scaling are both FP8 to
+    the model), its scale-up and scale-out network cells, the model, GPU and count,
+    sequence, batch, compared figure and FLOP convention. Rows of one job that differ in
+    plan are the pairs the plan-ranking check (:mod:`.ranking`) compares."""
+    cells = [
+        " ".join(row.get(c, "").lower().split())
+        for c in ("source", "precision", "intra_node_link", "inter_node")
+    ]
+    return " | ".join([*cells, f"{_run_key(pr)} {pr.compared} {pr.convention}"])
