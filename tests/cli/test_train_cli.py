@@ -185,6 +185,10 @@ def test_search_json_returns_plans() -> None:
     # each plan's rank as the table shows it: its place, or "=N" for plans that tie
     for k, p in enumerate(d["plans"], 1):
         assert p["rank"] == str(k) or p["rank"].startswith("=")
+        # its step time against the first plan's, as the table's "vs #1" column
+        vs = (p["step_time_s"] / steps[0] - 1) * 100
+        assert p["step_vs_best_pct"] == pytest.approx(vs, abs=1e-9)
+    assert d["plans"][0]["step_vs_best_pct"] == 0.0
 
 
 def test_scaling_json() -> None:

@@ -291,7 +291,12 @@ def report_search(
                 "fitting": len(res.order),
                 "why_best": why,
                 "plans": [
-                    {"rank": r, **e.summary(i, tt, storage, failures)}
+                    {
+                        "rank": r,
+                        # the step time over the best's, less one, in % (the table's vs #1)
+                        "step_vs_best_pct": 100.0 * (e.step_s[i] / e.step_s[res.best] - 1.0),
+                        **e.summary(i, tt, storage, failures),
+                    }
                     for r, i in zip(res.ranks(top), idx, strict=True)
                 ],
             }
