@@ -155,8 +155,8 @@ def _print_ranking(report: ValidationReport) -> None:
     )
     out.print(
         Text(
-            f"{_count(rk.pairs, 'pair')} of scored runs of one job (same source, model, GPU "
-            f"and count, sequence, batch and precision) with different plans, from "
+            f"{_count(rk.pairs, 'pair')} of scored runs of one job (same source, precision, "
+            f"network, model, GPU and count, sequence and batch) with different plans, from "
             f"{_count(rk.jobs, 'job')}: the plan gpuscale predicts faster was measured faster "
             f"in {rk.ordered} ({rk.share * 100:.0f} %); median error of the predicted speed "
             f"ratio between two plans {rk.median_ratio_error_pct:.1f} %{ties}"
