@@ -3,7 +3,6 @@ whether gpuscale predicted the faster one, binned by the gap it predicted."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -11,23 +10,13 @@ import pytest
 from cli_runner import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
-from test_training_rows import COLUMNS, _row
+from test_training_rows import _row
+from test_twin_rows import _write
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.validate.ranking import GAP_EDGES, RankedRun, _bin, plan_ranking
 from gpuscale.validate.report import RowResult, ValidationReport
 from gpuscale.validate.training import validate_training
-
-
-def _write(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(COLUMNS)
-        for r in rows:
-            w.writerow([r.get(c, "") for c in COLUMNS])
-    return path
-
 
 # one job, three plans: predicted 100 / 110 / 150, measured 100 / 95 / 160
 JOB = [
