@@ -30,6 +30,7 @@ from gpuscale.search.explain import TIE_GAP
 from gpuscale.validate.ranking import GAP_EDGES
 from gpuscale.validate.training import validate_training
 from gpuscale.validate.training_model import model_for
+from gpuscale.validate.training_rows import model_kind
 
 HERE = Path(__file__).with_name("heldout")
 
@@ -47,8 +48,7 @@ def _kinds(row: dict[str, str]) -> list[str]:
         model, _ = model_for(row, "row")
     except Exception:  # a model the catalog lacks: the row is skipped anyway
         return ["model not in catalog"]
-    kind = "hybrid Mamba" if model.mamba_layers else ("MoE" if model.is_moe else "dense")
-    kinds = [kind]
+    kinds = [model_kind(model)]
     if "fp4" in row.get("precision", "").lower():
         kinds.append("FP4 precision (NVFP4, MXFP4)")
     return kinds

@@ -91,6 +91,22 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
             f"{s['max_abs_error_pct']:.1f}",
         )
     out.print(g)
+    if kinds := report.by_model_kind():
+        k = Table(title="by kind of model (scored rows)")
+        for col in ("model", "rows", "MAPE %", "median |err| %", "max |err| %", "mean signed %"):
+            k.add_column(col, justify="left" if col == "model" else "right")
+        for name, rows in sorted(kinds.items()):
+            s = report.stats(rows)
+            signed = sum(float(r.error_pct or 0.0) for r in rows) / len(rows)
+            k.add_row(
+                name,
+                str(len(rows)),
+                f"{s['mape_pct']:.1f}",
+                f"{s['median_abs_error_pct']:.1f}",
+                f"{s['max_abs_error_pct']:.1f}",
+                f"{signed:+.1f}",
+            )
+        out.print(k)
     for metric, rows in sorted(report.by_metric().items()):
         ms = report.stats(rows)
         out.print(

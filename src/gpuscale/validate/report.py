@@ -12,6 +12,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -157,6 +158,11 @@ class ValidationReport:
                 m: {"n": len(rs), **self.stats(rs)} for m, rs in self.by_metric().items()
             },
             "by_group": {g: {"n": len(rs), **self.stats(rs)} for g, rs in self.by_group().items()},
+            **(
+                {"by_model_kind": {k: {"n": len(rs), **self.stats(rs)} for k, rs in kinds.items()}}
+                if (kinds := self.by_model_kind())
+                else {}
+            ),
             "indistinguishable_rows": [
                 {"ids": t.ids, "measured": t.measured, "metric": t.metric, "ratio": t.ratio}
                 for t in self.twins()
@@ -165,18 +171,26 @@ class ValidationReport:
             **({"plan_ranking": pr.to_json()} if (pr := self.plan_ranking()) else {}),
         }
 
-    def by_metric(self) -> dict[str, list[RowResult]]:
-        """Scored rows per compared figure (each kind's accuracy targets are per metric)."""
+    def _grouped(self, key: Callable[[RowResult], str]) -> dict[str, list[RowResult]]:
+        """Scored rows by ``key`` (rows whose key is empty left out)."""
         out: dict[str, list[RowResult]] = {}
         for r in self.scored:
-            out.setdefault(r.metric, []).append(r)
+            if k := key(r):
+                out.setdefault(k, []).append(r)
         return out
 
+    def by_metric(self) -> dict[str, list[RowResult]]:
+        """Scored rows per compared figure (each kind's accuracy targets are per metric)."""
+        return self._grouped(lambda r: r.metric)
+
     def by_group(self) -> dict[str, list[RowResult]]:
-        out: dict[str, list[RowResult]] = {}
-        for r in self.scored:
-            out.setdefault(r.group, []).append(r)
-        return out
+        """Scored rows per source."""
+        return self._grouped(lambda r: r.group)
+
+    def by_model_kind(self) -> dict[str, list[RowResult]]:
+        """Scored training rows per kind of model (``detail["model_kind"]``: dense, MoE,
+        hybrid Mamba), where accuracy differs most."""
+        return self._grouped(lambda r: str(r.detail.get("model_kind", "")))
 
     def dumps(self) -> str:
         return strict_json(self.to_json())

@@ -35,7 +35,7 @@ from gpuscale.validate.report import (
 from gpuscale.validate.training_cells import COLUMNS, MEASURED, REQUIRED, read_target
 from gpuscale.validate.training_model import UnsupportedRowError
 from gpuscale.validate.training_prepare import PreparedRow, prepare, source_group
-from gpuscale.validate.training_rows import config_key, job_key
+from gpuscale.validate.training_rows import config_key, job_key, model_kind
 
 __all__ = [
     "REQUIRED",
@@ -140,6 +140,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                     "plan": (plan := plans.label(0)),
                     "config": config_key(pr, plan, pred),
                     "job": job_key(pr, row),
+                    "model_kind": model_kind(pr.workload.model),
                 },
             )
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from gpuscale.catalog import Model
 from gpuscale.perf.plan import SHARDING, Workload
 from gpuscale.validate.training_cells import read_sharding
 from gpuscale.validate.training_model import UnsupportedRowError
@@ -244,3 +245,9 @@ def job_key(pr: PreparedRow, row: dict[str, str]) -> str:
         for c in ("source", "precision", "intra_node_link", "inter_node")
     ]
     return " | ".join([*cells, f"{_run_key(pr)} {pr.compared} {pr.convention}"])
+
+
+def model_kind(m: Model) -> str:
+    """The kind of model a row trains, as the validation reports accuracy by it: a hybrid
+    with Mamba layers, a mixture of experts, or dense."""
+    return "hybrid Mamba" if m.mamba_layers else ("MoE" if m.is_moe else "dense")
