@@ -128,25 +128,7 @@ class ValidationReport:
         }
 
     def to_json(self) -> dict[str, object]:
-        rows = [
-            {
-                k: v
-                for k, v in asdict(r).items()
-                if k
-                in (
-                    "id",
-                    "predicted",
-                    "measured",
-                    "error_pct",
-                    "status",
-                    "reason",
-                    "metric",
-                    "group",
-                    "detail",
-                )
-            }
-            for r in self.rows
-        ]
+        rows = [asdict(r) for r in self.rows]  # every field of a row, in its order
         return {
             "kind": self.kind,
             "rows": rows,
