@@ -53,6 +53,9 @@ def test_rows_group_by_their_kind_with_their_own_errors() -> None:
                 "max_abs_error_pct": 30.0},
     }  # fmt: skip
     assert "by_model_kind" not in ValidationReport("inference", rows[4:]).to_json()
+    # rows with no source or figure named still count in those tables, under ""
+    assert [r.id for r in rep.by_group()[""]] == ["a", "b", "c", "e"]
+    assert [r.id for r in rep.by_metric()[""]] == ["a", "b", "c", "e"]
 
 
 def test_the_cli_table_names_each_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -153,11 +153,13 @@ class ValidationReport:
             **({"plan_ranking": pr.to_json()} if (pr := self.plan_ranking()) else {}),
         }
 
-    def _grouped(self, key: Callable[[RowResult], str]) -> dict[str, list[RowResult]]:
-        """Scored rows by ``key`` (rows whose key is empty left out)."""
+    def _grouped(
+        self, key: Callable[[RowResult], str], keep_empty: bool = True
+    ) -> dict[str, list[RowResult]]:
+        """Scored rows by ``key`` (rows whose key is empty kept under "" or left out)."""
         out: dict[str, list[RowResult]] = {}
         for r in self.scored:
-            if k := key(r):
+            if (k := key(r)) or keep_empty:
                 out.setdefault(k, []).append(r)
         return out
 
@@ -172,7 +174,7 @@ class ValidationReport:
     def by_model_kind(self) -> dict[str, list[RowResult]]:
         """Scored training rows per kind of model (``detail["model_kind"]``: dense, MoE,
         hybrid Mamba), where accuracy differs most."""
-        return self._grouped(lambda r: str(r.detail.get("model_kind", "")))
+        return self._grouped(lambda r: str(r.detail.get("model_kind", "")), keep_empty=False)
 
     def dumps(self) -> str:
         return strict_json(self.to_json())
