@@ -293,8 +293,7 @@ def report_search(
                 "plans": [
                     {
                         "rank": r,
-                        # the step time over the best's, less one, in % (the table's vs #1)
-                        "step_vs_best_pct": 100.0 * (e.step_s[i] / e.step_s[res.best] - 1.0),
+                        "step_vs_best_pct": 100.0 * res.vs_best(i),
                         **e.summary(i, tt, storage, failures),
                     }
                     for r, i in zip(res.ranks(top), idx, strict=True)
@@ -321,7 +320,7 @@ def report_search(
             col, justify="left" if col in ("plan", "largest term after compute") else "right"
         )
     for r, i in zip(ranks, idx, strict=True):
-        t.add_row(*search_cells(e, i, r, good.get(i), res.best))
+        t.add_row(*search_cells(res, i, r, good.get(i)))
     out.print(t)
     print_estimate(e, idx[0], "best plan", tt, storage, failures)
     out.print(why)

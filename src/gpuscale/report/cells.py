@@ -3,7 +3,7 @@ page (no plotting here, so the terminal does not import plotly)."""
 
 from __future__ import annotations
 
-from gpuscale.perf.training import TrainingEstimate
+from gpuscale.search.plans import SearchResult
 from gpuscale.search.scaling import ScalingPoint, attribution, term_text
 from gpuscale.units import fmt_bytes, fmt_time
 
@@ -82,20 +82,17 @@ def search_header(good: bool) -> tuple[str, ...]:
     return (*rate, *(("goodput",) if good else ()), "memory/GPU", "largest term after compute")
 
 
-def search_cells(
-    e: TrainingEstimate, i: int, rank: str, good: float | None, best: int
-) -> tuple[str, ...]:
-    """One ranked plan's cells (``good``: its goodput, None when not priced; ``best``: the
-    first plan, whose step time the others are compared with)."""
+def search_cells(res: SearchResult, i: int, rank: str, good: float | None) -> tuple[str, ...]:
+    """One ranked plan's cells (``good``: its goodput, None when not priced)."""
+    e = res.estimate
     terms = {k: float(v[i]) for k, v in e.step.terms().items() if k != "compute_s"}
     worst = max(terms, key=lambda k: terms[k])
-    step, first = float(e.step_s[i]), float(e.step_s[best])
     return (
         rank,
         e.plans.label(i),
         str(int(e.plans.gpus_used()[i])),
-        fmt_time(step),
-        "-" if i == best else f"{100 * (step / first - 1):+.1f}%",
+        fmt_time(float(e.step_s[i])),
+        "-" if i == res.best else f"{100 * res.vs_best(i):+.1f}%",
         f"{e.tokens_per_s_per_gpu[i]:,.0f}",
         f"{100 * e.mfu[i]:.1f}%",
         *((f"{100 * good:.1f}%",) if good is not None else ()),

@@ -117,7 +117,7 @@ def write_search_report(
     w = e.workload
     good = good or {}
     rows = [
-        search_cells(e, i, r, good.get(i), res.best)
+        search_cells(res, i, r, good.get(i))
         for r, i in zip(res.ranks(top), res.top(top), strict=True)
     ]
     shown = min(len(res.order), MAX_POINTS)

@@ -44,9 +44,7 @@ def explain(result: SearchResult) -> str:
     b, r = result.best, result.runner_up()
     if r is None:
         return f"{e.plans.label(b)} is the only plan that fits."
-    # the runner-up's step over the best's, less one: the gap the plan-ranking check bins
-    # by and the search table's "vs #1" column
-    gain = (e.step_s[r] / e.step_s[b] - 1.0) * 100.0
+    gain = result.vs_best(r) * 100.0
     diffs = sorted(
         ((k, float(v[r] - v[b])) for k, v in e.step.terms().items()), key=lambda kv: -abs(kv[1])
     )

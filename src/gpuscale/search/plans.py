@@ -46,6 +46,12 @@ class SearchResult:
     def top(self, n: int) -> list[int]:
         return [int(i) for i in self.order[:n]]
 
+    def vs_best(self, i: int) -> float:
+        """Plan ``i``'s step time over the best's, less one (0 for the best): the gap the
+        explanation, the table's "vs #1" and the plan-ranking check measure."""
+        step = self.estimate.step_s
+        return float(step[i] / step[self.best] - 1.0)
+
     def ranks(self, n: int) -> list[str]:
         """The top ``n`` plans' ranks as shown: "=2" for each of plans that tie (the same step
         time to the microsecond and memory to the kilobyte, as the ranking rounds them), such
