@@ -12,7 +12,13 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscale.calibrate import Calibration, default_calibration
-from gpuscale.validate.report import TWIN_LIMIT, TWIN_TOLERANCE, ValidationReport, strict_json
+from gpuscale.validate.report import (
+    TWIN_LIMIT,
+    TWIN_TOLERANCE,
+    RowResult,
+    ValidationReport,
+    strict_json,
+)
 
 PIPED_WIDTH = 200
 """Columns of the tables when stdout is not a terminal and COLUMNS is not set."""
@@ -78,35 +84,10 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
             Text(r.status if not r.reason else f"{r.status}: {r.reason}"),
         )
     out.print(t)
-    g = Table(title="by source (scored rows)")
-    for col in ("source", "rows", "MAPE %", "median |err| %", "max |err| %"):
-        g.add_column(col, justify="left" if col == "source" else "right")
-    for name, rows in sorted(report.by_group().items()):
-        s = report.stats(rows)
-        g.add_row(
-            Text(name),
-            str(len(rows)),
-            f"{s['mape_pct']:.1f}",
-            f"{s['median_abs_error_pct']:.1f}",
-            f"{s['max_abs_error_pct']:.1f}",
-        )
-    out.print(g)
+    out.print(_grouped_table(report, "by source (scored rows)", "source", report.by_group()))
     if kinds := report.by_model_kind():
-        k = Table(title="by kind of model (scored rows)")
-        for col in ("model", "rows", "MAPE %", "median |err| %", "max |err| %", "mean signed %"):
-            k.add_column(col, justify="left" if col == "model" else "right")
-        for name, rows in sorted(kinds.items()):
-            s = report.stats(rows)
-            signed = sum(float(r.error_pct or 0.0) for r in rows) / len(rows)
-            k.add_row(
-                name,
-                str(len(rows)),
-                f"{s['mape_pct']:.1f}",
-                f"{s['median_abs_error_pct']:.1f}",
-                f"{s['max_abs_error_pct']:.1f}",
-                f"{signed:+.1f}",
-            )
-        out.print(k)
+        title = "by kind of model (scored rows)"
+        out.print(_grouped_table(report, title, "model", kinds, signed=True))
     for metric, rows in sorted(report.by_metric().items()):
         ms = report.stats(rows)
         out.print(
@@ -150,6 +131,33 @@ def print_validation(report: ValidationReport, as_json: bool) -> None:
             )
         )
     _print_ranking(report)
+
+
+def _grouped_table(
+    report: ValidationReport,
+    title: str,
+    first: str,
+    groups: dict[str, list[RowResult]],
+    signed: bool = False,
+) -> Table:
+    """A summary table of scored rows by group: rows, MAPE, median and worst |error| (and,
+    with ``signed``, the mean signed error)."""
+    t = Table(title=title)
+    cols = (first, "rows", "MAPE %", "median |err| %", "max |err| %")
+    for col in (*cols, *(("mean signed %",) if signed else ())):
+        t.add_column(col, justify="left" if col == first else "right")
+    for name, rows in sorted(groups.items()):
+        s = report.stats(rows)
+        mean = sum(float(r.error_pct or 0.0) for r in rows) / len(rows)
+        t.add_row(
+            Text(name),
+            str(len(rows)),
+            f"{s['mape_pct']:.1f}",
+            f"{s['median_abs_error_pct']:.1f}",
+            f"{s['max_abs_error_pct']:.1f}",
+            *((f"{mean:+.1f}",) if signed else ()),
+        )
+    return t
 
 
 def _print_ranking(report: ValidationReport) -> None:
