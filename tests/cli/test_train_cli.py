@@ -280,6 +280,8 @@ def test_unknown_model_suggests_closest() -> None:
         (["--sp"], ("sp=", "--tp > 1")),
         # a fraction of a token is no training run
         (["--tokens", "0.5"], ("tokens", "0.5", "at least one token")),
+        # a pipeline placement gpuscale does not model names the three it does
+        (["--tp", "8", "--pp", "4", "--pp-split", "uneven"], ("pp-split", "uneven", "account")),
     ],
 )
 def test_estimate_rejects_bad_plans(extra: list[str], needles: tuple[str, ...]) -> None:
@@ -453,7 +455,7 @@ def test_notes_for_an_extended_context_and_uneven_stages() -> None:
     notes = json.loads(r.stdout)["notes"]
     assert notes == [
         "80 layers over 3 pipeline chunks are uneven: the step is priced on the fullest "
-        "stage (27 layers)"
+        "stage (27 layers) with the output layer"
     ]
     r = gpuscale(
         "train",

@@ -80,7 +80,8 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "seqlen: 8192",  # the key it stands for is then missing, but the typo is the error
             "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
             "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
-            "zero3_gathers, grad_accumulation, elementwise, ep_dispatch, recompute_modules, "
+            "zero3_gathers, grad_accumulation, pp_split, elementwise, ep_dispatch, "
+            "recompute_modules, "
             "fp8_param_gather, cuda_graphs, loss, mtp, memory_headroom, shard_group, system, "
             "tokens",
         ),
@@ -677,3 +678,33 @@ def test_gradient_accumulation_comes_from_the_file_and_a_bad_flag_is_one_line(
     assert r.stderr.strip() == (
         "error: grad-accumulation='fp32' is invalid: one of fused, separate"
     ), r.stderr
+
+
+def test_the_pipeline_split_from_the_file_and_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Llama 3 8B on PP4: 32 layers, the output layer 2 x 128256 x 4096 FLOPs a token, 2.2
+    # layers' worth at sequence 4096. Even: 8 layers and the output layer on the last stage;
+    # balanced: 9 on the fullest other stage, 6 and the output layer on the last
+    job = tmp_path / "pp.yaml"
+    job.write_text(
+        "model: llama3-8b\ngpu: h100-sxm\ngpus: 8\nseq_len: 4096\nglobal_batch: 256\n"
+        "pp_split: balanced\n"
+    )
+    fixed = ["--pp", "4", "--dp", "2"]
+    bal = _best_plan(capsys, "estimate", job, *fixed)
+    even = _best_plan(capsys, "estimate", job, *fixed, "--pp-split", "even")
+    assert bal["pp_split"] == "balanced" and even["pp_split"] == "even"
+    assert bal["pipeline_stages"] == {
+        "first": 9,
+        "last": 6,
+        "slowest": 9,
+        "slowest_runs_output_layer": False,
+    }
+    assert even["pipeline_stages"] == {
+        "first": 8,
+        "last": 8,
+        "slowest": 8,
+        "slowest_runs_output_layer": True,
+    }
+    assert bal["step_time_s"] < even["step_time_s"]

@@ -20,6 +20,7 @@ from gpuscale.validate.training_stack import (
     ep_dispatch,
     grad_accumulation,
     mentions,
+    pipeline_split,
 )
 
 
@@ -1006,3 +1007,27 @@ def test_hybrid_sharding_is_read_with_its_shard_group(
     assert pr.workload.shard_group == group
     if group:
         assert any("hybrid sharding" in n for n in pr.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "pp", "split"),
+    [
+        ("nanotron benchmark", 4, "balanced"),  # placed by compute cost
+        ("Hugging Face Ultra-Scale Playbook, nanotron", 2, "balanced"),
+        ("nanotron benchmark", 1, "even"),  # no pipeline, nothing to place
+        ("Megatron-Bridge", 8, "even"),  # Megatron's default (an uneven count too)
+        ("BigScience, Megatron-DeepSpeed", 12, "even"),
+    ],
+)
+def test_pipeline_split_follows_the_stack(text: str, pp: int, split: str) -> None:
+    got, why = pipeline_split({"source": text}, pp)
+    assert got == split
+    assert (why == "") == (split == "even")
+
+
+def test_a_nanotron_pipeline_row_is_priced_balanced() -> None:
+    row = _row(source="nanotron benchmark", pp="4", tp="1", dp="16")
+    prepared = prepare(row, "test")
+    assert prepared.workload.pp_split == "balanced"
+    assert any("nanotron places layers" in n for n in prepared.notes)
+    assert prepare(_row(source="Megatron-LM", pp="4"), "test").workload.pp_split == "even"

@@ -66,6 +66,17 @@ AccumOpt = Annotated[
         "micro-batch: DeepSpeed's BF16 optimizer).",
     ),
 ]
+PpSplitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pp-split",
+        help="How a pipeline's layers sit on its stages: even (ceil(L / (pp x vpp)) per chunk, "
+        "the output layer beside the last stage's: Megatron-LM's default), account (the "
+        "embedding and the loss take a layer's place each: Megatron's --account-for-"
+        "embedding/loss-in-pipeline-split) or balanced (the slowest stage as light as whole "
+        "layers allow, the output layer counted at its FLOPs: nanotron, hand-made layouts).",
+    ),
+]
 ElemOpt = Annotated[
     str | None,
     typer.Option(

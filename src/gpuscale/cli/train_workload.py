@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "attention": None,  # unfused on Volta, the fused kernel from Ampere on
     "zero3_gathers": "coalesced",
     "grad_accumulation": "fused",
+    "pp_split": "even",
     "elementwise": "fused",
     "ep_dispatch": "hierarchical",
     "recompute_modules": None,  # core_attn
@@ -117,6 +118,7 @@ def build_workload(
     memory_headroom: float | None = None,
     shard_group: int = 0,
     grad_accumulation: str = "fused",
+    pp_split: str = "even",
 ) -> Workload:
     g = get_gpu(gpu)
     precision = precision or g.training_precision
@@ -161,6 +163,7 @@ def build_workload(
         memory_headroom=0.0 if memory_headroom is None else memory_headroom,
         shard_group=shard_group,
         grad_accumulation=grad_accumulation,
+        pp_split=pp_split,
         recompute_modules=(
             parse_modules(recompute_modules.split(","))
             if recompute_modules is not None

@@ -44,6 +44,7 @@ from gpuscale.perf.plan import (
 )
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
+from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
     attn_dims,
     embedding_params,
@@ -122,7 +123,7 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     m = w.model
     s = layer_shapes(m)
     tp = p.tp.astype(np.float64)
-    layers_stage = p.stage_layers(m.layers)
+    layers_stage = pipeline_stages(w, p).first
     moe_frac = m.moe_layers / m.layers
     split = (
         m.attn_layers * s.attn
@@ -293,8 +294,10 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # activations in flight: the first and the last pipeline stage (the same one without PP)
     first_mbs, last_mbs = in_flight(w, p)
     # MTP depths spread over the stages, as in params_per_gpu
-    stage = p.stage_layers(m.layers) + mtp_layer_equivalents(m, w.seq_len) / p.pp
-    held_first, held_last = stage * first_mbs, stage * last_mbs
+    stages = pipeline_stages(w, p)
+    mtp_stage = mtp_layer_equivalents(m, w.seq_len) / p.pp
+    held_first = (stages.first + mtp_stage) * first_mbs
+    held_last = (stages.last + mtp_stage) * last_mbs
     cols_p = _cols(p)
     per_layer_act = activation_bytes_per_layer(w, p)
     none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))

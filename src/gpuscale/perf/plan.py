@@ -66,6 +66,11 @@ SwiGLU and RoPE, or torch.compile's generated ones), or ``eager`` PyTorch, where
 a norm, rotary embedding or gated activation is its own kernel that reads and writes the
 whole tensor, often upcast to fp32 (see ``EAGER_*`` in :mod:`gpuscale.perf.step`), and the
 loss keeps three fp32 copies of the logits (:data:`gpuscale.perf.memory.LOSS_BYTES`)."""
+PP_SPLITS = ("even", "account", "balanced")
+"""How a pipeline's layers are placed on its stages: ``even``, ceil(L / (pp vpp)) layers per
+chunk with the output layer beside the last stage's (Megatron-LM's default); ``balanced``,
+placed so that the slowest stage has the least work, the output layer counted at its FLOPs
+(nanotron; Megatron-Core's uneven layouts). See :mod:`gpuscale.perf.stages`."""
 
 
 MAX_GPUS = 2**24
@@ -131,6 +136,8 @@ class Workload:
     (1 - headroom) x the memory the driver reports."""
     grad_accumulation: str = "fused"
     """One of :data:`GRAD_ACCUMULATION`."""
+    pp_split: str = "even"
+    """One of :data:`PP_SPLITS`."""
     shard_group: int = 0
     """Hybrid sharding (HSDP): the data-parallel ranks (of DP x CP) that a sharded
     optimizer, ZeRO or FSDP spreads its states over, replicated across the DP x CP /
@@ -210,6 +217,8 @@ class Workload:
                 self.grad_accumulation,
                 f"one of {', '.join(GRAD_ACCUMULATION)}",
             )
+        if self.pp_split not in PP_SPLITS:
+            raise InputError("pp-split", self.pp_split, f"one of {', '.join(PP_SPLITS)}")
         if self.zero3_gathers not in ZERO3_GATHERS:
             raise InputError(
                 "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"

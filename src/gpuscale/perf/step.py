@@ -1,8 +1,10 @@
 """Training step time of a plan, term by term (the breakdown explains the total).
 
-Per micro-batch, on the slowest pipeline stage (ceil(L / pp) layers, plus the output layer
-on the last stage, plus multi-token-prediction depths as their FLOP-equivalent of layers,
-spread over the stages; a hybrid model's layers are its blocks, each costed by its kind):
+Per micro-batch, on the slowest pipeline stage (perf/stages.py: with the even split
+ceil(L / pp) layers and the output layer on the last stage; balanced, the fuller of the
+last stage and the others; plus multi-token-prediction depths as their FLOP-equivalent of
+layers, spread over the stages; a hybrid model's layers are its blocks, each costed by its
+kind):
   GEMMs       FLOPs / (peak x matmul_eff x eff): peak x matmul_eff is the GPU's measured
               maximum achievable matmul rate (catalog), eff = gemm_eff_max x d / (d +
               gemm_half_dim) for the smallest per-GPU GEMM dimension d (tensor parallelism
@@ -59,6 +61,7 @@ from gpuscale.perf.kernels import (
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s
+from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.step_comm import StageMicroBatch, cp_comm_s, ep_comm_s, pp_comm_s, tp_comm_s
 from gpuscale.perf.step_gemms import Gemms, layer_gemms, mamba_widths
 from gpuscale.perf.transformer import attn_dims, mtp_layer_equivalents
@@ -130,12 +133,15 @@ def step_breakdown(
     moe_frac = m.moe_layers / m.layers
     mamba_frac = m.mamba_layers / m.layers
     sub = m.sublayers_per_layer / 2.0  # norms, residuals and TP reductions per layer, / 2
-    layers_stage = p.stage_layers(m.layers)
+    # the stage that sets the pipeline's pace: its layers, and whether it runs the output
+    # layer (perf/stages.py: even or balanced placement)
+    stages = pipeline_stages(w, p)
+    layers_stage = stages.slowest
     # multi-token prediction: its depths as their FLOP-equivalent of average layers and one
     # more output head each; with pipeline stages, spread over them, as the layouts that
     # place MTP beside the loss balance them (Megatron-Core pipeline_model_parallel_layout)
     layers_stage_mtp = layers_stage + mtp_layer_equivalents(m, w.seq_len) / p.pp
-    heads = 1.0 + m.mtp_layers / p.pp
+    heads = stages.head + m.mtp_layers / p.pp
     mb = p.microbatches(w).astype(np.float64)
 
     peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
@@ -310,7 +316,7 @@ def step_breakdown(
         compute_mb + mem_mb + fixed_mb + quant_mb,
         compute_mb,
         mb,
-        layers_stage,
+        stages.first,  # the stage whose parameters data_parallel_s prices (params_per_gpu)
         full_frac,
     )
 

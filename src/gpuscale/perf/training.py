@@ -13,6 +13,7 @@ from gpuscale.ops.reliability import FailurePolicy, Reliability, reliability
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload
 from gpuscale.perf.sharding import ShardGroups
+from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
 from gpuscale.perf.training_notes import PlanNotes, _run_notes
@@ -40,6 +41,16 @@ class TrainingEstimate(PlanNotes):
         parts = ("weights", "gradients", "optimizer", "activations", "buffers")
         out = {k: round(float(getattr(mem, k)[i])) for k in parts}
         return {**out, "total": sum(out.values()), "capacity": round(float(mem.capacity))}
+
+    def _stages(self, i: int) -> dict[str, int | bool]:
+        """Plan ``i``'s layers on its first, last and slowest pipeline stage."""
+        st = pipeline_stages(self.workload, self.plans)
+        return {
+            "first": int(st.first[i]),
+            "last": int(st.last[i]),
+            "slowest": int(st.slowest[i]),
+            "slowest_runs_output_layer": bool(st.head[i]),
+        }
 
     def storage(self, i: int, policy: StoragePolicy) -> StorageCost:
         """What checkpoints and data loading add to plan ``i``'s training time."""
@@ -117,6 +128,9 @@ class TrainingEstimate(PlanNotes):
             "grad_accumulation": w.grad_accumulation,
             "fp8_param_gather": w.fp8_param_gather,
             "cuda_graphs": w.cuda_graphs,
+            "pp_split": w.pp_split,
+            # layers on the first, last (beside the output layer) and slowest stage
+            "pipeline_stages": self._stages(i),
             "loss": w.loss_kind,
             "memory_headroom": w.memory_headroom,
             # the hybrid shard group this plan runs with (its own or the workload's), 0 when

@@ -13,6 +13,7 @@ from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.recompute import DEFAULT_MODULES
+from gpuscale.perf.stages import head_layers, pipeline_stages
 from gpuscale.perf.storage import StorageCost, StoragePolicy
 from gpuscale.units import fmt_bytes, fmt_time
 
@@ -38,24 +39,8 @@ class PlanNotes:
                 f"sequence {w.seq_len:,} is beyond {m.name}'s trained context of "
                 f"{m.max_seq:,}: priced as a context-extension run"
             )
-        pp = int(self.plans.pp[i])
         vpp = int(self.plans.vpp[i])
-        chunks = pp * vpp
-        if m.layers % chunks:
-            # with the embedding and the loss in chunks of their own (Megatron's
-            # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly; the
-            # step still prices a full stage and the output layer on it, a bound
-            own = pp > 1 and (m.layers + 2) % chunks == 0
-            why = (
-                "split evenly once the embedding and the loss take a chunk each, but"
-                if own
-                else "uneven:"
-            )
-            out.append(
-                f"{m.layers} layers over {chunks} pipeline chunks are {why} the step is "
-                f"priced on the fullest stage ({self.plans.stage_layers(m.layers)[i]:.0f} "
-                f"layers{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''})"
-            )
+        out.extend(self._stage_notes(i))
         used = int(self.plans.gpus_used()[i])
         if used < w.num_gpus:
             out.append(
@@ -151,6 +136,46 @@ class PlanNotes:
                 f"network {how}"
             )
         return out
+
+    def _stage_notes(self, i: int) -> list[str]:
+        """How plan ``i``'s pipeline places its layers, when that sets its pace."""
+        w, m = self.workload, self.workload.model
+        pp, vpp = int(self.plans.pp[i]), int(self.plans.vpp[i])
+        if pp == 1:
+            return []
+        chunks = pp * vpp
+        st = pipeline_stages(w, self.plans)
+        first, last = float(st.first[i]), float(st.last[i])
+        r = head_layers(w)
+        head = f"the output layer ({r:.2g} layers' forward FLOPs)"
+        slowest = "the last stage" if st.head[i] else "the fullest other stage"
+        if w.pp_split != "even":
+            return [
+                f"pipeline ({w.pp_split} split): {first:.0f} layers on the first stage, "
+                f"{last:.0f} and {head} on the last; {slowest} sets the pace"
+            ]
+        if m.layers % chunks:
+            # with the embedding and the loss in chunks of their own (Megatron's
+            # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly
+            own = (m.layers + 2) % chunks == 0
+            why = (
+                "split evenly once the embedding and the loss take a chunk each (--pp-split "
+                "account), but"
+                if own
+                else "uneven:"
+            )
+            return [
+                f"{m.layers} layers over {chunks} pipeline chunks are {why} the step is "
+                f"priced on the fullest stage ({first:.0f} layers"
+                f"{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''}) with "
+                "the output layer"
+            ]
+        if r >= 0.5:
+            return [
+                f"the last stage runs {head} beside its {last:.0f} layers and sets the "
+                "pace: --pp-split balanced or account prices placing fewer layers there"
+            ]
+        return []
 
     def _recompute_notes(self, i: int) -> list[str]:
         """Recompute modules that change nothing for plan ``i``: the plan does not recompute

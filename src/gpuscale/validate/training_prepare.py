@@ -58,6 +58,7 @@ from gpuscale.validate.training_stack import (
     ep_dispatch,
     grad_accumulation,
     mentions,
+    pipeline_split,
     stack_text,
 )
 
@@ -279,6 +280,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
                 "node and pipeline across nodes (Narayanan et al. SC'21, takeaway 1)"
             )
     notes.extend(pipeline_schedule(row, fixed, int(gbs)))
+    pp_split, why = pipeline_split(row, int(fixed.get("pp", 1)))
+    if why:
+        notes.append(why)
+        w = replace(w, pp_split=pp_split)
     sp = row.get("seq_parallel", "").lower()
     if sp:
         if sp not in TRUTHY + FALSY:

@@ -1,0 +1,114 @@
+"""Which layers each pipeline stage holds, and so which stage sets the pipeline's pace.
+
+A pipeline runs at the speed of its slowest stage: every micro-batch crosses every stage,
+and the bubble is that stage's time (p - 1) / v times over. The last stage also runs the
+output layer and the loss, worth several layers for a small model with a large vocabulary
+(nanotron's 1B: 2 V h / layer = 3.6 layers' forward FLOPs), a fraction of one for a large
+model (Llama 3.1 405B: 0.65).
+
+Two placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
+
+- ``even``: ceil(L / (pp vpp)) layers in every virtual chunk, the output layer beside the
+  last stage's layers (Megatron-LM's default, torchtitan's even split). The fullest stage
+  with the output layer sets the pace and, with the first stage's in-flight micro-batches,
+  the memory.
+- ``balanced``: the layers placed so that the slowest stage has the least work, the
+  output layer counted as its forward FLOPs in layers (``head_layers``): the last stage
+  holds k layers and the output layer, the other p - 1 stages ceil((L - k) / (p - 1)) at
+  most, with k minimising the larger of the two. nanotron places its blocks on the stages
+  by their compute cost (``get_block_compute_costs``: a layer's weights, V h for the output
+  layer); Megatron-Core recipes do it by hand with ``account_for_embedding_in_pipeline_split``
+  / ``account_for_loss_in_pipeline_split``, ``decoder_first/last_pipeline_num_layers`` or
+  ``pipeline_model_parallel_layout``.
+
+Multi-token-prediction depths stay spread over the stages in both (the step model adds
+their layer equivalents and heads / pp to every stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuscale.perf.plan import BoolArray, FloatArrayT, Plans, Workload
+from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops_per_token
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Layers per pipeline stage, one array element per plan (whole layers)."""
+
+    first: FloatArrayT
+    """Layers on the first stage (the one that holds the most micro-batches in flight): the
+    fullest stage without the output layer."""
+    last: FloatArrayT
+    """Layers beside the output layer on the last stage (all of them without a pipeline)."""
+    slowest: FloatArrayT
+    """Layers on the stage that sets the pipeline's pace."""
+    head: FloatArrayT
+    """1 where that stage runs the output layer and the loss, else 0."""
+
+
+def head_layers(w: Workload) -> float:
+    """The output layer's forward FLOPs per token in units of an average layer's: 2 V h
+    over (model forward FLOPs - MTP depths - output layer) / L."""
+    m = w.model
+    head = 2.0 * m.vocab * m.hidden
+    body = forward_flops_per_token(m, w.seq_len) - mtp_forward_flops_per_token(m, w.seq_len)
+    return head / ((body - head) / m.layers)
+
+
+def pipeline_stages(w: Workload, p: Plans) -> Stages:
+    """The layers of the first, last and slowest stage of each plan under ``w.pp_split``."""
+    layers = w.model.layers
+    even = p.stage_layers(layers)
+    ones = np.ones(len(p))
+    if w.pp_split == "even":
+        return Stages(first=even, last=even, slowest=even, head=ones)
+    r = head_layers(w)
+    pp = p.pp.astype(np.float64)
+    piped = pp > 1
+    if w.pp_split == "account":
+        # chunks of ceil((L + 2) / (pp vpp)) places, the embedding taking one on the first
+        # stage and the loss one on the last; the last stage holds what is left
+        c = np.ceil((layers + 2.0) / (pp * p.vpp)) * p.vpp
+        first = np.minimum(c - 1.0, layers)
+        last = np.maximum(layers - first - np.maximum(pp - 2.0, 0.0) * c, 0.0)
+        fullest = np.where(pp > 2, c, first)  # the fullest stage without the output layer
+        return _placed(piped, first, last, fullest, r, layers)
+    others = np.maximum(pp - 1.0, 1.0)
+    # the balance point k* = (L - (p - 1) r) / p, then the whole k around it that gives the
+    # least load (ties: the larger k, fewer layers on the first stage)
+    k0 = np.floor((layers - (pp - 1.0) * r) / pp)
+    top = np.maximum(layers - (pp - 1.0), 0.0)  # every other stage keeps a layer
+    best_k = np.zeros(len(p))
+    best_load = np.full(len(p), np.inf)
+    for dk in (-1.0, 0.0, 1.0, 2.0):
+        k = np.clip(k0 + dk, 0.0, top)
+        load = np.maximum(k + r, np.ceil((layers - k) / others))
+        better = load <= best_load
+        best_k = np.where(better, k, best_k)
+        best_load = np.where(better, load, best_load)
+    rest = np.ceil((layers - best_k) / others)
+    return _placed(piped, rest, best_k, rest, r, layers)
+
+
+def _placed(
+    piped: BoolArray,
+    first: FloatArrayT,
+    last: FloatArrayT,
+    fullest: FloatArrayT,
+    r: float,
+    layers: int,
+) -> Stages:
+    """The stages of plans whose first stage holds ``first`` layers, the last ``last`` and
+    the output layer (``r`` layers' FLOPs), the fullest other ``fullest``; without a
+    pipeline (``piped`` false) one stage holds every layer and the output layer."""
+    head_on = last + r >= fullest
+    return Stages(
+        first=np.where(piped, first, layers),
+        last=np.where(piped, last, layers),
+        slowest=np.where(piped, np.where(head_on, last, fullest), layers),
+        head=np.where(piped, head_on, True).astype(np.float64),
+    )

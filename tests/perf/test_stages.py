@@ -1,0 +1,161 @@
+"""Pipeline stage placement (perf/stages.py): which layers each stage holds, hand-computed.
+
+nanotron's 1B benchmark model (Ultra-Scale Playbook): 16 layers, hidden 2048, MHA with 32
+heads of 64, gated MLP 8192, vocabulary 131,072, sequence 4,096. Per token, forward:
+a layer's GEMMs 2 (4 h^2 + 3 h f) = 134,217,728 FLOPs and its causal attention core
+2 (s/2)(2 h) = 16,777,216, so 150,994,944; the output layer 2 V h = 536,870,912, i.e.
+3.5556 layers (r).
+
+Balanced on p stages: the last holds k layers and the output layer, the others
+ceil((16 - k) / (p - 1)); k minimises max(k + r, ceil((16 - k) / (p - 1))).
+  p = 2: k = 6 -> max(9.56, 10) = 10 (k = 7: max(10.56, 9) = 10.56)
+  p = 4: k = 1 -> max(4.56, 5) = 5   (k = 2: max(5.56, 5) = 5.56)
+  p = 8: k = 0 -> max(3.56, 3) = 3.56: the output layer alone is the slowest stage
+Account (Megatron's account-for-embedding/loss split): ceil((L + 2) / (p v)) places a
+chunk, the embedding one on the first stage, the loss one on the last.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.catalog.schema import Model
+from gpuscale.errors import InputError
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.stages import head_layers, pipeline_stages
+from gpuscale.perf.step import step_breakdown
+
+R_1B = 536_870_912 / 150_994_944  # 3.5556
+
+
+def nanotron_1b() -> Model:
+    d = get_model("llama3-8b").model_dump()
+    d.update(
+        key="nanotron-1b",
+        aliases=[],
+        layers=16,
+        hidden=2048,
+        heads=32,
+        kv_heads=32,
+        head_dim=64,
+        ffn_hidden=8192,
+        dense_ffn_hidden=8192,
+        vocab=131072,
+    )
+    return Model(**d)
+
+
+def workload(model: Model, split: str, gpus: int = 8, seq: int = 4096, gbs: int = 256) -> Workload:
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    return Workload(model, g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, pp_split=split)
+
+
+def test_output_layer_in_layers_of_the_1b_model() -> None:
+    assert head_layers(workload(nanotron_1b(), "balanced")) == pytest.approx(R_1B, rel=1e-12)
+    assert abs(R_1B - 3.5556) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("pp", "first", "last", "slowest", "head"),
+    [(1, 16, 16, 16, 1), (2, 10, 6, 10, 0), (4, 5, 1, 5, 0), (8, 3, 0, 0, 1)],
+)
+def test_balanced_split_of_the_1b_model(
+    pp: int, first: int, last: int, slowest: int, head: int
+) -> None:
+    s = pipeline_stages(workload(nanotron_1b(), "balanced"), Plans.of(pp=pp, dp=8 // pp))
+    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (first, last, slowest, head)
+
+
+@pytest.mark.parametrize(("pp", "vpp", "layers"), [(2, 1, 8), (4, 1, 4), (4, 2, 4), (8, 1, 2)])
+def test_even_split_puts_the_output_layer_beside_a_full_stage(
+    pp: int, vpp: int, layers: int
+) -> None:
+    s = pipeline_stages(workload(nanotron_1b(), "even"), Plans.of(pp=pp, vpp=vpp, dp=8 // pp))
+    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (layers, layers, layers, 1)
+
+
+def test_account_split_of_llama_405b_on_pp8_vpp8() -> None:
+    # (126 + 2) / 64 chunks = 2 a chunk, 16 a stage: the first 15 + embedding, the last
+    # 15 + loss. At sequence 8192 a layer is 2 (2 h^2 + 2 h 1024 + 3 h 53248) + 2 (s/2)
+    # (2 h) = 6,643,777,536 FLOPs a token and the output layer 2 x 128256 x 16384 =
+    # 4,202,692,608: 0.6326 of a layer, so a middle stage's 16 layers set the pace
+    w = workload(get_model("llama3.1-405b"), "account", gpus=1024, seq=8192, gbs=512)
+    assert head_layers(w) == pytest.approx(4_202_692_608 / 6_643_777_536, rel=1e-12)
+    s = pipeline_stages(w, Plans.of(tp=8, pp=8, vpp=8, dp=16))
+    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (15, 15, 16, 0)
+
+
+def test_account_split_of_bloom_on_12_stages() -> None:
+    # BLOOM's 70 layers + the tied embedding at both ends: 72 / 12 = 6 a stage, the first
+    # and the last 5 layers; 2 V h = 7.19 GFLOP against a layer's ~5.1: the last stage
+    # (5 + 1.4) is the slowest
+    w = workload(get_model("bloom-176b"), "account", gpus=384, seq=2048, gbs=2048)
+    r = head_layers(w)
+    assert 1.3 < r < 1.5
+    s = pipeline_stages(w, Plans.of(tp=4, pp=12, dp=8))
+    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (5, 5, 5, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(layers=st.integers(2, 200), pp=st.integers(2, 32), vocab=st.integers(1000, 300_000))
+def test_balanced_never_slower_than_even_and_places_every_layer(
+    layers: int, pp: int, vocab: int
+) -> None:
+    pp = min(pp, layers)
+    d = nanotron_1b().model_dump()
+    d.update(layers=layers, vocab=vocab)
+    w = workload(Model(**d), "balanced")
+    r = head_layers(w)
+    p = Plans.of(pp=pp)
+    s = pipeline_stages(w, p)
+    load = float(s.slowest[0] + s.head[0] * r)
+    even = float(p.stage_layers(layers)[0]) + r
+    assert load <= even + 1e-9
+    assert load >= (layers + r) / pp - 1e-9  # no stage below the average
+    # the other stages hold the rest: at most `first` each, every layer placed
+    assert (pp - 1) * float(s.first[0]) >= layers - float(s.last[0])
+    assert float(s.last[0]) + r <= load + 1e-9 and float(s.first[0]) <= load + 1e-9
+
+
+def test_the_step_prices_the_slowest_stage_it_is_given() -> None:
+    # per micro-batch, the compute of balanced PP4's slowest stage is 5 layers (5 t_l),
+    # balanced PP8's the output layer alone (t_h), even PP4's 4 layers and the output
+    # layer: 4 t_l + t_h, whatever the GEMMs' efficiencies
+    cal = default_calibration()
+    w_bal, w_even = workload(nanotron_1b(), "balanced"), workload(nanotron_1b(), "even")
+    p4, p8 = Plans.of(pp=4, dp=2), Plans.of(pp=8, dp=1)
+
+    def per_mb(w: Workload, p: Plans) -> float:
+        return float(step_breakdown(w, p, cal).compute_s[0] / p.microbatches(w)[0])
+
+    t_l = per_mb(w_bal, p4) / 5.0
+    t_h = per_mb(w_bal, p8)
+    assert per_mb(w_even, p4) == pytest.approx(4.0 * t_l + t_h, rel=1e-9)
+    # the output layer's GEMM runs faster than a layer's smaller ones: under r layers
+    assert 1.0 < t_h / t_l < R_1B
+    steps = [float(step_breakdown(w, p4, cal).step_s[0]) for w in (w_bal, w_even)]
+    assert steps[0] < 0.85 * steps[1]
+
+
+def test_unknown_split_names_the_field_and_the_valid_ones() -> None:
+    with pytest.raises(InputError) as e:
+        workload(nanotron_1b(), "uneven")
+    assert "pp-split" in str(e.value) and "even, account, balanced" in str(e.value)
+
+
+def test_without_a_pipeline_every_split_is_the_same_step() -> None:
+    cal = default_calibration()
+    p = Plans.of(tp=2, dp=4)
+    steps = {
+        split: float(step_breakdown(workload(nanotron_1b(), split), p, cal).step_s[0])
+        for split in ("even", "account", "balanced")
+    }
+    assert len(set(steps.values())) == 1
+    assert np.isfinite(list(steps.values())).all()
