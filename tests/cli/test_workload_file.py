@@ -696,13 +696,13 @@ def test_the_pipeline_split_from_the_file_and_the_flag(
     even = _best_plan(capsys, "estimate", job, *fixed, "--pp-split", "even")
     assert bal["pp_split"] == "balanced" and even["pp_split"] == "even"
     assert bal["pipeline_stages"] == {
-        "first": 9,
+        "fullest": 9,
         "last": 6,
         "slowest": 9,
         "slowest_runs_output_layer": False,
     }
     assert even["pipeline_stages"] == {
-        "first": 8,
+        "fullest": 8,
         "last": 8,
         "slowest": 8,
         "slowest_runs_output_layer": True,

@@ -11,8 +11,9 @@ ceil((16 - k) / (p - 1)); k minimises max(k + r, ceil((16 - k) / (p - 1))).
   p = 2: k = 6 -> max(9.56, 10) = 10 (k = 7: max(10.56, 9) = 10.56)
   p = 4: k = 1 -> max(4.56, 5) = 5   (k = 2: max(5.56, 5) = 5.56)
   p = 8: k = 0 -> max(3.56, 3) = 3.56: the output layer alone is the slowest stage
-Account (Megatron's account-for-embedding/loss split): ceil((L + 2) / (p v)) places a
-chunk, the embedding one on the first stage, the loss one on the last.
+Account (Megatron's account-for-embedding/loss split): (L + 2) / (p v) places a chunk,
+the embedding one on the first stage, the loss one on the last; the fullest stage without
+the output layer holds a whole stage's places in layers (with p > 2).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.stages import head_layers, pipeline_stages
 from gpuscale.perf.step import step_breakdown
+from gpuscale.perf.validity import check_plan, validity
 
 R_1B = 536_870_912 / 150_994_944  # 3.5556
 
@@ -70,7 +72,7 @@ def test_balanced_split_of_the_1b_model(
     pp: int, first: int, last: int, slowest: int, head: int
 ) -> None:
     s = pipeline_stages(workload(nanotron_1b(), "balanced"), Plans.of(pp=pp, dp=8 // pp))
-    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (first, last, slowest, head)
+    assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (first, last, slowest, head)
 
 
 @pytest.mark.parametrize(("pp", "vpp", "layers"), [(2, 1, 8), (4, 1, 4), (4, 2, 4), (8, 1, 2)])
@@ -78,7 +80,7 @@ def test_even_split_puts_the_output_layer_beside_a_full_stage(
     pp: int, vpp: int, layers: int
 ) -> None:
     s = pipeline_stages(workload(nanotron_1b(), "even"), Plans.of(pp=pp, vpp=vpp, dp=8 // pp))
-    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (layers, layers, layers, 1)
+    assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (layers, layers, layers, 1)
 
 
 def test_account_split_of_llama_405b_on_pp8_vpp8() -> None:
@@ -89,7 +91,7 @@ def test_account_split_of_llama_405b_on_pp8_vpp8() -> None:
     w = workload(get_model("llama3.1-405b"), "account", gpus=1024, seq=8192, gbs=512)
     assert head_layers(w) == pytest.approx(4_202_692_608 / 6_643_777_536, rel=1e-12)
     s = pipeline_stages(w, Plans.of(tp=8, pp=8, vpp=8, dp=16))
-    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (15, 15, 16, 0)
+    assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (16, 15, 16, 0)
 
 
 def test_account_split_of_bloom_on_12_stages() -> None:
@@ -100,7 +102,20 @@ def test_account_split_of_bloom_on_12_stages() -> None:
     r = head_layers(w)
     assert 1.3 < r < 1.5
     s = pipeline_stages(w, Plans.of(tp=4, pp=12, dp=8))
-    assert (s.first[0], s.last[0], s.slowest[0], s.head[0]) == (5, 5, 5, 1)
+    assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (6, 5, 5, 1)
+
+
+def test_account_needs_layers_plus_two_to_divide_into_the_chunks() -> None:
+    # Llama 3 8B: 32 + 2 = 34 places, which 4 chunks do not divide (Megatron asserts it);
+    # 2 chunks (17 places each) do
+    w = workload(get_model("llama3-8b"), "account")
+    ok, _ = validity(w, Plans.of(pp=np.array([4, 2]), dp=np.array([2, 4])))
+    assert ok.tolist() == [False, True]
+    with pytest.raises(InputError) as e:
+        check_plan(w, Plans.of(pp=4, dp=2))
+    assert "pp-split" in str(e.value) and "34 places" in str(e.value)
+    s = pipeline_stages(w, Plans.of(pp=2, dp=4))
+    assert (s.fullest[0], s.last[0]) == (16, 16)  # 17 places less the embedding, the loss
 
 
 @settings(max_examples=60, deadline=None)
@@ -120,8 +135,8 @@ def test_balanced_never_slower_than_even_and_places_every_layer(
     assert load <= even + 1e-9
     assert load >= (layers + r) / pp - 1e-9  # no stage below the average
     # the other stages hold the rest: at most `first` each, every layer placed
-    assert (pp - 1) * float(s.first[0]) >= layers - float(s.last[0])
-    assert float(s.last[0]) + r <= load + 1e-9 and float(s.first[0]) <= load + 1e-9
+    assert (pp - 1) * float(s.fullest[0]) >= layers - float(s.last[0])
+    assert float(s.last[0]) + r <= load + 1e-9 and float(s.fullest[0]) <= load + 1e-9
 
 
 def test_the_step_prices_the_slowest_stage_it_is_given() -> None:

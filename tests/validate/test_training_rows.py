@@ -1029,5 +1029,5 @@ def test_a_nanotron_pipeline_row_is_priced_balanced() -> None:
     row = _row(source="nanotron benchmark", pp="4", tp="1", dp="16")
     prepared = prepare(row, "test")
     assert prepared.workload.pp_split == "balanced"
-    assert any("nanotron places layers" in n for n in prepared.notes)
+    assert any("nanotron balances its stages" in n for n in prepared.notes)
     assert prepare(_row(source="Megatron-LM", pp="4"), "test").workload.pp_split == "even"

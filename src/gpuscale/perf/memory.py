@@ -123,7 +123,7 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     m = w.model
     s = layer_shapes(m)
     tp = p.tp.astype(np.float64)
-    layers_stage = pipeline_stages(w, p).first
+    layers_stage = pipeline_stages(w, p).fullest
     moe_frac = m.moe_layers / m.layers
     split = (
         m.attn_layers * s.attn
@@ -296,7 +296,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # MTP depths spread over the stages, as in params_per_gpu
     stages = pipeline_stages(w, p)
     mtp_stage = mtp_layer_equivalents(m, w.seq_len) / p.pp
-    held_first = (stages.first + mtp_stage) * first_mbs
+    held_first = (stages.fullest + mtp_stage) * first_mbs
     held_last = (stages.last + mtp_stage) * last_mbs
     cols_p = _cols(p)
     per_layer_act = activation_bytes_per_layer(w, p)

@@ -6,20 +6,31 @@ output layer and the loss, worth several layers for a small model with a large v
 (nanotron's 1B: 2 V h / layer = 3.6 layers' forward FLOPs), a fraction of one for a large
 model (Llama 3.1 405B: 0.65).
 
-Two placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
+Three placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
 
 - ``even``: ceil(L / (pp vpp)) layers in every virtual chunk, the output layer beside the
   last stage's layers (Megatron-LM's default, torchtitan's even split). The fullest stage
   with the output layer sets the pace and, with the first stage's in-flight micro-batches,
   the memory.
-- ``balanced``: the layers placed so that the slowest stage has the least work, the
-  output layer counted as its forward FLOPs in layers (``head_layers``): the last stage
-  holds k layers and the output layer, the other p - 1 stages ceil((L - k) / (p - 1)) at
-  most, with k minimising the larger of the two. nanotron places its blocks on the stages
-  by their compute cost (``get_block_compute_costs``: a layer's weights, V h for the output
-  layer); Megatron-Core recipes do it by hand with ``account_for_embedding_in_pipeline_split``
-  / ``account_for_loss_in_pipeline_split``, ``decoder_first/last_pipeline_num_layers`` or
-  ``pipeline_model_parallel_layout``.
+- ``account``: the embedding and the loss each take a layer's place, (L + 2) / (pp vpp)
+  places a chunk: the first stage holds one layer fewer beside the embedding, the last one
+  fewer beside the output layer (Megatron-Core's ``account_for_embedding_in_pipeline_split``
+  and ``account_for_loss_in_pipeline_split``, which assert that L + 2 divides into the
+  chunks; Megatron-DeepSpeed's ``type:transformer|embedding`` partition).
+- ``balanced``: the stages' forward FLOPs as even as whole layers allow, the output layer
+  counted as its FLOPs in layers (``head_layers``): the last stage holds k layers and the
+  output layer, the other p - 1 stages ceil((L - k) / (p - 1)) at most, with k minimising
+  the larger of the two. nanotron balances its stages by compute cost (with a greedy
+  threshold rule on its own cost estimate, which this min-max split approximates); a
+  Megatron-Core ``pipeline_model_parallel_layout`` or ``decoder_first/last_pipeline_num_
+  layers`` can do it by hand. FLOPs are not time: a layer's recomputation, TP
+  communication and fixed costs, which the output layer has not, can make a balanced plan
+  slower than an even one, and the step prices what each placement costs.
+
+The memory model takes the fullest stage without the output layer as the first stage
+(``Stages.fullest``; under ``account`` the first stage itself holds one layer fewer and the
+embedding, under ``balanced`` the fuller stages may sit later, where fewer micro-batches
+are in flight: a bound either way).
 
 Multi-token-prediction depths stay spread over the stages in both (the step model adds
 their layer equivalents and heads / pp to every stage).
@@ -39,9 +50,9 @@ from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops
 class Stages:
     """Layers per pipeline stage, one array element per plan (whole layers)."""
 
-    first: FloatArrayT
-    """Layers on the first stage (the one that holds the most micro-batches in flight): the
-    fullest stage without the output layer."""
+    fullest: FloatArrayT
+    """Layers of the fullest stage without the output layer, priced as the first stage (the
+    one that holds the most micro-batches in flight)."""
     last: FloatArrayT
     """Layers beside the output layer on the last stage (all of them without a pipeline)."""
     slowest: FloatArrayT
@@ -65,18 +76,19 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     even = p.stage_layers(layers)
     ones = np.ones(len(p))
     if w.pp_split == "even":
-        return Stages(first=even, last=even, slowest=even, head=ones)
+        return Stages(fullest=even, last=even, slowest=even, head=ones)
     r = head_layers(w)
     pp = p.pp.astype(np.float64)
     piped = pp > 1
     if w.pp_split == "account":
         # chunks of ceil((L + 2) / (pp vpp)) places, the embedding taking one on the first
         # stage and the loss one on the last; the last stage holds what is left
+        # (validity refuses plans whose chunks L + 2 does not divide; rounded up here so
+        # that they still price)
         c = np.ceil((layers + 2.0) / (pp * p.vpp)) * p.vpp
-        first = np.minimum(c - 1.0, layers)
-        last = np.maximum(layers - first - np.maximum(pp - 2.0, 0.0) * c, 0.0)
-        fullest = np.where(pp > 2, c, first)  # the fullest stage without the output layer
-        return _placed(piped, first, last, fullest, r, layers)
+        ends = np.minimum(c - 1.0, layers)  # the first and the last stage's layers
+        fullest = np.where(pp > 2, c, ends)  # the fullest stage without the output layer
+        return _placed(piped, fullest, ends, r, layers)
     others = np.maximum(pp - 1.0, 1.0)
     # the balance point k* = (L - (p - 1) r) / p, then the whole k around it that gives the
     # least load (ties: the larger k, fewer layers on the first stage)
@@ -91,23 +103,18 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
         best_k = np.where(better, k, best_k)
         best_load = np.where(better, load, best_load)
     rest = np.ceil((layers - best_k) / others)
-    return _placed(piped, rest, best_k, rest, r, layers)
+    return _placed(piped, rest, best_k, r, layers)
 
 
 def _placed(
-    piped: BoolArray,
-    first: FloatArrayT,
-    last: FloatArrayT,
-    fullest: FloatArrayT,
-    r: float,
-    layers: int,
+    piped: BoolArray, fullest: FloatArrayT, last: FloatArrayT, r: float, layers: int
 ) -> Stages:
-    """The stages of plans whose first stage holds ``first`` layers, the last ``last`` and
-    the output layer (``r`` layers' FLOPs), the fullest other ``fullest``; without a
-    pipeline (``piped`` false) one stage holds every layer and the output layer."""
+    """The stages of plans whose fullest stage without the output layer holds ``fullest``
+    layers and whose last stage ``last`` beside the output layer (``r`` layers' FLOPs);
+    without a pipeline (``piped`` false) one stage holds every layer and the output layer."""
     head_on = last + r >= fullest
     return Stages(
-        first=np.where(piped, first, layers),
+        fullest=np.where(piped, fullest, layers),
         last=np.where(piped, last, layers),
         slowest=np.where(piped, np.where(head_on, last, fullest), layers),
         head=np.where(piped, head_on, True).astype(np.float64),

@@ -316,7 +316,7 @@ def step_breakdown(
         compute_mb + mem_mb + fixed_mb + quant_mb,
         compute_mb,
         mb,
-        stages.first,  # the stage whose parameters data_parallel_s prices (params_per_gpu)
+        stages.fullest,  # the stage whose parameters data_parallel_s prices (params_per_gpu)
         full_frac,
     )
 

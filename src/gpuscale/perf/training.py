@@ -43,10 +43,11 @@ class TrainingEstimate(PlanNotes):
         return {**out, "total": sum(out.values()), "capacity": round(float(mem.capacity))}
 
     def _stages(self, i: int) -> dict[str, int | bool]:
-        """Plan ``i``'s layers on its first, last and slowest pipeline stage."""
+        """Plan ``i``'s layers on its fullest stage without the output layer, on its last
+        and on its slowest pipeline stage."""
         st = pipeline_stages(self.workload, self.plans)
         return {
-            "first": int(st.first[i]),
+            "fullest": int(st.fullest[i]),
             "last": int(st.last[i]),
             "slowest": int(st.slowest[i]),
             "slowest_runs_output_layer": bool(st.head[i]),
@@ -129,7 +130,8 @@ class TrainingEstimate(PlanNotes):
             "fp8_param_gather": w.fp8_param_gather,
             "cuda_graphs": w.cuda_graphs,
             "pp_split": w.pp_split,
-            # layers on the first, last (beside the output layer) and slowest stage
+            # layers on the fullest stage without the output layer, on the last (beside
+            # it) and on the slowest
             "pipeline_stages": self._stages(i),
             "loss": w.loss_kind,
             "memory_headroom": w.memory_headroom,

@@ -68,7 +68,7 @@ class PlanNotes:
             )
         if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
             frac = float(self.memory.recompute_fraction[i])
-            stage = float(self.plans.stage_layers(m.layers)[i])
+            stage = float(pipeline_stages(w, self.plans).fullest[i])
             if not bool(self.memory.fits[i]):
                 out.append("partial recompute: even recomputing every layer, the plan does not fit")
             else:
@@ -145,35 +145,37 @@ class PlanNotes:
             return []
         chunks = pp * vpp
         st = pipeline_stages(w, self.plans)
-        first, last = float(st.first[i]), float(st.last[i])
+        fullest, last = float(st.fullest[i]), float(st.last[i])
         r = head_layers(w)
         head = f"the output layer ({r:.2g} layers' forward FLOPs)"
         slowest = "the last stage" if st.head[i] else "the fullest other stage"
         if w.pp_split != "even":
             return [
-                f"pipeline ({w.pp_split} split): {first:.0f} layers on the first stage, "
-                f"{last:.0f} and {head} on the last; {slowest} sets the pace"
+                f"pipeline ({w.pp_split} split): {fullest:.0f} layers on the fullest stage "
+                f"without the output layer, {last:.0f} and {head} on the last; "
+                f"{slowest} sets the pace"
             ]
+        # with the embedding and the loss in a layer's place each (Megatron's
+        # account_for_embedding/loss_in_pipeline_split) the layers + 2 split evenly
+        account = (m.layers + 2) % chunks == 0
+        other = "--pp-split account or balanced" if account else "--pp-split balanced"
         if m.layers % chunks:
-            # with the embedding and the loss in chunks of their own (Megatron's
-            # account_for_embedding/loss_in_pipeline_split) layers + 2 split evenly
-            own = (m.layers + 2) % chunks == 0
             why = (
-                "split evenly once the embedding and the loss take a chunk each (--pp-split "
-                "account), but"
-                if own
+                "split evenly once the embedding and the loss take a layer's place each "
+                "(--pp-split account), but"
+                if account
                 else "uneven:"
             )
             return [
                 f"{m.layers} layers over {chunks} pipeline chunks are {why} the step is "
-                f"priced on the fullest stage ({first:.0f} layers"
+                f"priced on the fullest stage ({fullest:.0f} layers"
                 f"{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''}) with "
                 "the output layer"
             ]
         if r >= 0.5:
             return [
                 f"the last stage runs {head} beside its {last:.0f} layers and sets the "
-                "pace: --pp-split balanced or account prices placing fewer layers there"
+                f"pace: {other} prices placing fewer layers there"
             ]
         return []
 

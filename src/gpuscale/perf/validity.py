@@ -56,6 +56,11 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             f"pp x vpp exceeds the {m.layers} layers (+ embedding and loss chunks): at most "
             f"{m.layers + 2}",
         ),
+        # Megatron's account-for-embedding/loss split asserts that the layers + 2 divide
+        (
+            (p.pp == 1) | (w.pp_split != "account") | ((m.layers + 2) % (p.pp * p.vpp) == 0),
+            f"--pp-split account needs layers + 2 ({m.layers + 2}) divisible by pp x vpp",
+        ),
         (
             (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
             "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp",
@@ -195,6 +200,15 @@ def check_plan(w: Workload, p: Plans) -> None:
             )
     if vpp > 1 and pp == 1:
         raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
+    if pp > 1 and w.pp_split == "account" and (m.layers + 2) % (pp * vpp):
+        raise InputError(
+            "pp-split",
+            "account",
+            f"a placement for this plan: the embedding and the loss in a layer's place each "
+            f"make {m.layers + 2} places, which pp x vpp = {pp * vpp} chunks do not divide "
+            "(Megatron asserts it); use even or balanced, or pp x vpp dividing "
+            f"{m.layers + 2}",
+        )
     _check_shard_group(w, p)
     ok, rules = validity(w, p)
     if not ok[0]:
