@@ -89,6 +89,14 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
         "sharding": "dist-opt",
         "tp_comm_overlap": False,
         "shard_group": 0,
+        "pp_split": "even",
+    }
+    # GPT-3 175B's 96 layers on 16 chunks: 12 a stage, the output layer beside the last 12
+    assert d["pipeline_stages"] == {
+        "fullest": 12,
+        "last": 12,
+        "slowest": 12,
+        "slowest_runs_output_layer": True,
     }
     assert d["microbatches"] == 1536 // 16
     mem = d["memory_bytes"]

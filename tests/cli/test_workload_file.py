@@ -694,7 +694,7 @@ def test_the_pipeline_split_from_the_file_and_the_flag(
     fixed = ["--pp", "4", "--dp", "2"]
     bal = _best_plan(capsys, "estimate", job, *fixed)
     even = _best_plan(capsys, "estimate", job, *fixed, "--pp-split", "even")
-    assert bal["pp_split"] == "balanced" and even["pp_split"] == "even"
+    assert bal["plan"]["pp_split"] == "balanced" and even["plan"]["pp_split"] == "even"
     assert bal["pipeline_stages"] == {
         "fullest": 9,
         "last": 6,

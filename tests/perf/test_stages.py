@@ -28,10 +28,11 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.plan import PP_SPLITS, Plans, Workload
 from gpuscale.perf.stages import head_layers, pipeline_stages
 from gpuscale.perf.step import step_breakdown
 from gpuscale.perf.validity import check_plan, validity
+from gpuscale.search.plans import search_plans
 
 R_1B = 536_870_912 / 150_994_944  # 3.5556
 
@@ -59,6 +60,11 @@ def workload(model: Model, split: str, gpus: int = 8, seq: int = 4096, gbs: int 
     return Workload(model, g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, pp_split=split)
 
 
+def placed(w: Workload, **degrees: int | np.ndarray) -> Plans:
+    """Plans placed as the workload asks (each plan carries its placement)."""
+    return Plans.of(split=PP_SPLITS.index(w.pp_split), **degrees)
+
+
 def test_output_layer_in_layers_of_the_1b_model() -> None:
     assert head_layers(workload(nanotron_1b(), "balanced")) == pytest.approx(R_1B, rel=1e-12)
     assert abs(R_1B - 3.5556) < 1e-4
@@ -71,7 +77,8 @@ def test_output_layer_in_layers_of_the_1b_model() -> None:
 def test_balanced_split_of_the_1b_model(
     pp: int, first: int, last: int, slowest: int, head: int
 ) -> None:
-    s = pipeline_stages(workload(nanotron_1b(), "balanced"), Plans.of(pp=pp, dp=8 // pp))
+    w = workload(nanotron_1b(), "balanced")
+    s = pipeline_stages(w, placed(w, pp=pp, dp=8 // pp))
     assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (first, last, slowest, head)
 
 
@@ -79,7 +86,8 @@ def test_balanced_split_of_the_1b_model(
 def test_even_split_puts_the_output_layer_beside_a_full_stage(
     pp: int, vpp: int, layers: int
 ) -> None:
-    s = pipeline_stages(workload(nanotron_1b(), "even"), Plans.of(pp=pp, vpp=vpp, dp=8 // pp))
+    w = workload(nanotron_1b(), "even")
+    s = pipeline_stages(w, placed(w, pp=pp, vpp=vpp, dp=8 // pp))
     assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (layers, layers, layers, 1)
 
 
@@ -90,7 +98,7 @@ def test_account_split_of_llama_405b_on_pp8_vpp8() -> None:
     # 4,202,692,608: 0.6326 of a layer, so a middle stage's 16 layers set the pace
     w = workload(get_model("llama3.1-405b"), "account", gpus=1024, seq=8192, gbs=512)
     assert head_layers(w) == pytest.approx(4_202_692_608 / 6_643_777_536, rel=1e-12)
-    s = pipeline_stages(w, Plans.of(tp=8, pp=8, vpp=8, dp=16))
+    s = pipeline_stages(w, placed(w, tp=8, pp=8, vpp=8, dp=16))
     assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (16, 15, 16, 0)
 
 
@@ -101,7 +109,7 @@ def test_account_split_of_bloom_on_12_stages() -> None:
     w = workload(get_model("bloom-176b"), "account", gpus=384, seq=2048, gbs=2048)
     r = head_layers(w)
     assert 1.3 < r < 1.5
-    s = pipeline_stages(w, Plans.of(tp=4, pp=12, dp=8))
+    s = pipeline_stages(w, placed(w, tp=4, pp=12, dp=8))
     assert (s.fullest[0], s.last[0], s.slowest[0], s.head[0]) == (6, 5, 5, 1)
 
 
@@ -109,12 +117,12 @@ def test_account_needs_layers_plus_two_to_divide_into_the_chunks() -> None:
     # Llama 3 8B: 32 + 2 = 34 places, which 4 chunks do not divide (Megatron asserts it);
     # 2 chunks (17 places each) do
     w = workload(get_model("llama3-8b"), "account")
-    ok, _ = validity(w, Plans.of(pp=np.array([4, 2]), dp=np.array([2, 4])))
+    ok, _ = validity(w, placed(w, pp=np.array([4, 2]), dp=np.array([2, 4])))
     assert ok.tolist() == [False, True]
     with pytest.raises(InputError) as e:
-        check_plan(w, Plans.of(pp=4, dp=2))
+        check_plan(w, placed(w, pp=4, dp=2))
     assert "pp-split" in str(e.value) and "34 places" in str(e.value)
-    s = pipeline_stages(w, Plans.of(pp=2, dp=4))
+    s = pipeline_stages(w, placed(w, pp=2, dp=4))
     assert (s.fullest[0], s.last[0]) == (16, 16)  # 17 places less the embedding, the loss
 
 
@@ -128,7 +136,7 @@ def test_balanced_never_slower_than_even_and_places_every_layer(
     d.update(layers=layers, vocab=vocab)
     w = workload(Model(**d), "balanced")
     r = head_layers(w)
-    p = Plans.of(pp=pp)
+    p = placed(w, pp=pp)
     s = pipeline_stages(w, p)
     load = float(s.slowest[0] + s.head[0] * r)
     even = float(p.stage_layers(layers)[0]) + r
@@ -145,17 +153,19 @@ def test_the_step_prices_the_slowest_stage_it_is_given() -> None:
     # layer: 4 t_l + t_h, whatever the GEMMs' efficiencies
     cal = default_calibration()
     w_bal, w_even = workload(nanotron_1b(), "balanced"), workload(nanotron_1b(), "even")
-    p4, p8 = Plans.of(pp=4, dp=2), Plans.of(pp=8, dp=1)
 
-    def per_mb(w: Workload, p: Plans) -> float:
+    def per_mb(w: Workload, **degrees: int) -> float:
+        p = placed(w, **degrees)
         return float(step_breakdown(w, p, cal).compute_s[0] / p.microbatches(w)[0])
 
-    t_l = per_mb(w_bal, p4) / 5.0
-    t_h = per_mb(w_bal, p8)
-    assert per_mb(w_even, p4) == pytest.approx(4.0 * t_l + t_h, rel=1e-9)
+    t_l = per_mb(w_bal, pp=4, dp=2) / 5.0
+    t_h = per_mb(w_bal, pp=8, dp=1)
+    assert per_mb(w_even, pp=4, dp=2) == pytest.approx(4.0 * t_l + t_h, rel=1e-9)
     # the output layer's GEMM runs faster than a layer's smaller ones: under r layers
     assert 1.0 < t_h / t_l < R_1B
-    steps = [float(step_breakdown(w, p4, cal).step_s[0]) for w in (w_bal, w_even)]
+    steps = [
+        float(step_breakdown(w, placed(w, pp=4, dp=2), cal).step_s[0]) for w in (w_bal, w_even)
+    ]
     assert steps[0] < 0.85 * steps[1]
 
 
@@ -167,10 +177,28 @@ def test_unknown_split_names_the_field_and_the_valid_ones() -> None:
 
 def test_without_a_pipeline_every_split_is_the_same_step() -> None:
     cal = default_calibration()
-    p = Plans.of(tp=2, dp=4)
     steps = {
-        split: float(step_breakdown(workload(nanotron_1b(), split), p, cal).step_s[0])
+        split: float(step_breakdown(w, placed(w, tp=2, dp=4), cal).step_s[0])
         for split in ("even", "account", "balanced")
+        for w in (workload(nanotron_1b(), split),)
     }
     assert len(set(steps.values())) == 1
     assert np.isfinite(list(steps.values())).all()
+
+
+def test_the_search_tries_the_asked_placement_beside_the_even_split() -> None:
+    # Llama 3 8B on 8 GPUs, PP4 fixed: with --pp-split balanced every pipelined plan is
+    # tried evenly and balanced; the best is never slower than the even-only search's, and
+    # the balanced one wins here (the 2.2-layer output layer off the last stage)
+    cal = default_calibration()
+    fixed = {"pp": 4, "tp": 1}
+    even = search_plans(workload(get_model("llama3-8b"), "even"), cal, fixed)
+    bal = search_plans(workload(get_model("llama3-8b"), "balanced"), cal, fixed)
+    assert len(bal.estimate.plans) > len(even.estimate.plans)
+    assert set(bal.estimate.plans.split.tolist()) == {0, PP_SPLITS.index("balanced")}
+    best_even, best_bal = (float(r.estimate.step_s[r.best]) for r in (even, bal))
+    assert best_bal < best_even
+    assert bal.estimate.plans.row(bal.best)["pp_split"] == "balanced"
+    # a fixed placement is the only one tried
+    only = search_plans(workload(get_model("llama3-8b"), "balanced"), cal, {**fixed, "split": 0})
+    assert set(only.estimate.plans.split.tolist()) == {0}

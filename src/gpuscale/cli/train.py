@@ -52,7 +52,7 @@ from gpuscale.cli.train_report import (
 )
 from gpuscale.cli.train_workload import resolve
 from gpuscale.errors import InputError
-from gpuscale.perf.plan import Plans
+from gpuscale.perf.plan import PP_SPLITS, Plans
 from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import check_degrees, check_plan
 from gpuscale.search.plans import search_plans
@@ -165,7 +165,7 @@ def estimate_cmd(
                 f"at most {gpus // model_parallel}: tp x pp x cp x dp = {model_parallel} x {dp} "
                 f"GPUs, more than the {gpus} of {given_at(r, 'gpus')}",
             )
-        plan = Plans.of(dp=dp, tp_overlap=tp_overlap, **fx)
+        plan = Plans.of(dp=dp, tp_overlap=tp_overlap, split=PP_SPLITS.index(w.pp_split), **fx)
         check_plan(w, plan)
     cal = load_calibration(calibration)
     e = estimate(w, plan, cal)

@@ -73,8 +73,10 @@ PpSplitOpt = Annotated[
         help="How a pipeline's layers sit on its stages: even (ceil(L / (pp x vpp)) per chunk, "
         "the output layer beside the last stage's: Megatron-LM's default), account (the "
         "embedding and the loss take a layer's place each: Megatron's --account-for-"
-        "embedding/loss-in-pipeline-split) or balanced (the slowest stage as light as whole "
-        "layers allow, the output layer counted at its FLOPs: nanotron, hand-made layouts).",
+        "embedding/loss-in-pipeline-split; L + 2 must divide into the chunks) or balanced "
+        "(the stages' FLOPs as even as whole layers allow, the output layer counted: "
+        "nanotron, hand-made layouts). estimate prices it; search and scaling try it beside "
+        "the even split.",
     ),
 ]
 ElemOpt = Annotated[

@@ -137,7 +137,8 @@ class Workload:
     grad_accumulation: str = "fused"
     """One of :data:`GRAD_ACCUMULATION`."""
     pp_split: str = "even"
-    """One of :data:`PP_SPLITS`."""
+    """One of :data:`PP_SPLITS`: the placement ``train estimate`` prices, and the one
+    ``train search`` tries beside the even split (each plan carries its own, ``Plans.split``)."""
     shard_group: int = 0
     """Hybrid sharding (HSDP): the data-parallel ranks (of DP x CP) that a sharded
     optimizer, ZeRO or FSDP spreads its states over, replicated across the DP x CP /
@@ -268,6 +269,8 @@ class Plans:
     shard_group: IntArray
     """Hybrid sharding: the data-parallel ranks the plan's sharded states spread over
     (:attr:`Workload.shard_group`); 0 takes the workload's."""
+    split: IntArray
+    """Index into :data:`PP_SPLITS`: how the pipeline's layers sit on its stages."""
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -281,7 +284,7 @@ class Plans:
             default: Any = (
                 False
                 if f.name in ("sp", "tp_overlap")
-                else (0 if f.name in ("recompute", "sharding", "shard_group") else 1)
+                else (0 if f.name in ("recompute", "sharding", "shard_group", "split") else 1)
             )
             arr = np.asarray(default if v is None else v)
             dtype = np.bool_ if f.name in ("sp", "tp_overlap") else np.int64
@@ -319,6 +322,7 @@ class Plans:
             "sharding": SHARDING[int(self.sharding[i])],
             "tp_comm_overlap": bool(self.tp_overlap[i]),
             "shard_group": int(self.shard_group[i]),
+            "pp_split": PP_SPLITS[int(self.split[i])],
         }
 
     def label(self, i: int) -> str:
@@ -341,6 +345,8 @@ class Plans:
             parts.append(f"hsdp{r['shard_group']}")
         if r["tp_comm_overlap"]:
             parts.append("tp-ovl")
+        if r["pp"] > 1 and r["pp_split"] != "even":
+            parts.append(r["pp_split"])
         return " ".join(parts)
 
 

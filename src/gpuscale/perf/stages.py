@@ -18,7 +18,8 @@ Three placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
   and ``account_for_loss_in_pipeline_split``, which assert that L + 2 divides into the
   chunks; Megatron-DeepSpeed's ``type:transformer|embedding`` partition).
 - ``balanced``: the stages' forward FLOPs as even as whole layers allow, the output layer
-  counted as its FLOPs in layers (``head_layers``): the last stage holds k layers and the
+  counted as its FLOPs in layers (``head_layers``; 3/4 of that under full recomputation,
+  which runs each layer's forward twice): the last stage holds k layers and the
   output layer, the other p - 1 stages ceil((L - k) / (p - 1)) at most, with k minimising
   the larger of the two. nanotron balances its stages by compute cost (with a greedy
   threshold rule on its own cost estimate, which this min-max split approximates); a
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscale.perf.plan import BoolArray, FloatArrayT, Plans, Workload
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops_per_token
 
 
@@ -71,27 +72,28 @@ def head_layers(w: Workload) -> float:
 
 
 def pipeline_stages(w: Workload, p: Plans) -> Stages:
-    """The layers of the first, last and slowest stage of each plan under ``w.pp_split``."""
+    """The layers of the fullest, last and slowest stage of each plan, placed as the plan's
+    ``split`` says (:data:`gpuscale.perf.plan.PP_SPLITS`)."""
     layers = w.model.layers
     even = p.stage_layers(layers)
     ones = np.ones(len(p))
-    if w.pp_split == "even":
+    placed = (p.split != PP_SPLITS.index("even")) & (p.pp > 1)
+    if not placed.any():
         return Stages(fullest=even, last=even, slowest=even, head=ones)
-    r = head_layers(w)
+    # the output layer in layers: its forward FLOPs, against a layer's forward, backward and,
+    # under full recomputation, its forward again (4/3 of what its FLOPs say; the output
+    # layer is not recomputed)
+    r = head_layers(w) / np.where(p.recompute == RECOMPUTE.index("full"), 4.0 / 3.0, 1.0)
     pp = p.pp.astype(np.float64)
-    piped = pp > 1
-    if w.pp_split == "account":
-        # chunks of ceil((L + 2) / (pp vpp)) places, the embedding taking one on the first
-        # stage and the loss one on the last; the last stage holds what is left
-        # (validity refuses plans whose chunks L + 2 does not divide; rounded up here so
-        # that they still price)
-        c = np.ceil((layers + 2.0) / (pp * p.vpp)) * p.vpp
-        ends = np.minimum(c - 1.0, layers)  # the first and the last stage's layers
-        fullest = np.where(pp > 2, c, ends)  # the fullest stage without the output layer
-        return _placed(piped, fullest, ends, r, layers)
+    # account: chunks of (L + 2) / (pp vpp) places, the embedding taking one on the first
+    # stage and the loss one on the last (validity refuses plans whose chunks L + 2 does
+    # not divide; rounded up here so that they still price)
+    c = np.ceil((layers + 2.0) / (pp * p.vpp)) * p.vpp
+    ends = np.minimum(c - 1.0, layers)  # the first and the last stage's layers
+    account = _placed(np.where(pp > 2, c, ends), ends, r)
+    # balanced: the balance point k* = (L - (p - 1) r) / p, then the whole k around it that
+    # gives the least load (ties: the larger k, fewer layers on the other stages)
     others = np.maximum(pp - 1.0, 1.0)
-    # the balance point k* = (L - (p - 1) r) / p, then the whole k around it that gives the
-    # least load (ties: the larger k, fewer layers on the first stage)
     k0 = np.floor((layers - (pp - 1.0) * r) / pp)
     top = np.maximum(layers - (pp - 1.0), 0.0)  # every other stage keeps a layer
     best_k = np.zeros(len(p))
@@ -102,20 +104,31 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
         better = load <= best_load
         best_k = np.where(better, k, best_k)
         best_load = np.where(better, load, best_load)
-    rest = np.ceil((layers - best_k) / others)
-    return _placed(piped, rest, best_k, r, layers)
+    balanced = _placed(np.ceil((layers - best_k) / others), best_k, r)
+    is_account = placed & (p.split == PP_SPLITS.index("account"))
+    is_balanced = placed & (p.split == PP_SPLITS.index("balanced"))
+
+    def pick(name: str) -> FloatArrayT:
+        out: FloatArrayT = np.select(
+            [is_account, is_balanced],
+            [getattr(account, name), getattr(balanced, name)],
+            default=even if name != "head" else ones,
+        )
+        return out
+
+    return Stages(
+        fullest=pick("fullest"), last=pick("last"), slowest=pick("slowest"), head=pick("head")
+    )
 
 
-def _placed(
-    piped: BoolArray, fullest: FloatArrayT, last: FloatArrayT, r: float, layers: int
-) -> Stages:
-    """The stages of plans whose fullest stage without the output layer holds ``fullest``
-    layers and whose last stage ``last`` beside the output layer (``r`` layers' FLOPs);
-    without a pipeline (``piped`` false) one stage holds every layer and the output layer."""
+def _placed(fullest: FloatArrayT, last: FloatArrayT, r: FloatArrayT) -> Stages:
+    """The stages of pipelines whose fullest stage without the output layer holds
+    ``fullest`` layers and whose last stage ``last`` beside the output layer (``r``
+    layers' FLOPs): the slower of the two sets the pace."""
     head_on = last + r >= fullest
     return Stages(
-        fullest=np.where(piped, fullest, layers),
-        last=np.where(piped, last, layers),
-        slowest=np.where(piped, np.where(head_on, last, fullest), layers),
-        head=np.where(piped, head_on, True).astype(np.float64),
+        fullest=fullest,
+        last=last,
+        slowest=np.where(head_on, last, fullest),
+        head=head_on.astype(np.float64),
     )

@@ -129,7 +129,6 @@ class TrainingEstimate(PlanNotes):
             "grad_accumulation": w.grad_accumulation,
             "fp8_param_gather": w.fp8_param_gather,
             "cuda_graphs": w.cuda_graphs,
-            "pp_split": w.pp_split,
             # layers on the fullest stage without the output layer, on the last (beside
             # it) and on the slowest
             "pipeline_stages": self._stages(i),

@@ -11,7 +11,7 @@ import numpy as np
 from gpuscale.ops.reliability import Reliability
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.stages import head_layers, pipeline_stages
 from gpuscale.perf.storage import StorageCost, StoragePolicy
@@ -149,9 +149,10 @@ class PlanNotes:
         r = head_layers(w)
         head = f"the output layer ({r:.2g} layers' forward FLOPs)"
         slowest = "the last stage" if st.head[i] else "the fullest other stage"
-        if w.pp_split != "even":
+        split = PP_SPLITS[int(self.plans.split[i])]
+        if split != "even":
             return [
-                f"pipeline ({w.pp_split} split): {fullest:.0f} layers on the fullest stage "
+                f"pipeline ({split} split): {fullest:.0f} layers on the fullest stage "
                 f"without the output layer, {last:.0f} and {head} on the last; "
                 f"{slowest} sets the pace"
             ]

@@ -10,7 +10,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from gpuscale.errors import InputError
-from gpuscale.perf.plan import SHARDING, BoolArray, IntArray, Plans, Workload, shard_group_of
+from gpuscale.perf.plan import (
+    PP_SPLITS,
+    SHARDING,
+    BoolArray,
+    IntArray,
+    Plans,
+    Workload,
+    shard_group_of,
+)
 
 
 def _shown(values: IntArray) -> str:
@@ -58,7 +66,9 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         ),
         # Megatron's account-for-embedding/loss split asserts that the layers + 2 divide
         (
-            (p.pp == 1) | (w.pp_split != "account") | ((m.layers + 2) % (p.pp * p.vpp) == 0),
+            (p.pp == 1)
+            | (p.split != PP_SPLITS.index("account"))
+            | ((m.layers + 2) % (p.pp * p.vpp) == 0),
             f"--pp-split account needs layers + 2 ({m.layers + 2}) divisible by pp x vpp",
         ),
         (
@@ -200,7 +210,8 @@ def check_plan(w: Workload, p: Plans) -> None:
             )
     if vpp > 1 and pp == 1:
         raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
-    if pp > 1 and w.pp_split == "account" and (m.layers + 2) % (pp * vpp):
+    account = int(p.split[0]) == PP_SPLITS.index("account")
+    if pp > 1 and account and (m.layers + 2) % (pp * vpp):
         raise InputError(
             "pp-split",
             "account",

@@ -2,12 +2,14 @@
 
 The space is at least Calculon's ``llm-optimal-execution`` (TP, PP, DP, interleaving,
 micro-batch, recomputation, sequence parallelism, optimizer sharding, TP overlap), plus
-context and expert parallelism, and hybrid sharding (each ZeRO-3/FSDP plan again with its
-states sharded within one scale-up domain and replicated across domains). Structural knobs (TP,
-CP, PP, VPP, EP, DP, micro-batch) are listed in Python (thousands of tuples); the switch
-knobs (recompute x SP x sharding x overlap) are crossed with NumPy into one :class:`Plans`
-of arrays. DP may leave GPUs idle when no exact factorisation exists: its candidates are
-the divisors of the global batch within a factor of two of the largest that fits.
+context and expert parallelism, hybrid sharding (each ZeRO-3/FSDP plan again with its
+states sharded within one scale-up domain and replicated across domains), and, with
+``--pp-split balanced`` or ``account``, each pipelined plan again with its layers so
+placed. Structural knobs (TP, CP, PP, VPP, EP, DP, micro-batch) are listed in Python
+(thousands of tuples); the switch knobs (recompute x SP x sharding x overlap) are crossed
+with NumPy into one :class:`Plans` of arrays. DP may leave GPUs idle when no exact
+factorisation exists: its candidates are the divisors of the global batch within a factor
+of two of the largest that fits.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.validity import divisors
 
 MAX_MBS = 16
@@ -148,8 +151,29 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
         d = plans.dp * plans.cp
         alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
         keep &= ~alone | (plans.sharding == SHARDING.index("none"))
-    plans = plans.take(keep)
+    plans = _with_placement(w, plans.take(keep), fx.get("split"))
     return _with_hybrid_sharding(w, plans) if w.shard_group == 0 else plans
+
+
+def _with_placement(w: Workload, plans: Plans, fixed: int | None) -> Plans:
+    """``plans`` placed as the caller fixed (``fixed``: an index into PP_SPLITS), or evenly
+    and, for each pipelined plan whose stages the workload's placement changes, again so
+    placed (``--pp-split balanced`` or ``account`` in a search: tried beside the even split)."""
+    if fixed is not None:
+        return replace(plans, split=np.full(len(plans), int(fixed), dtype=np.int64))
+    if w.pp_split == "even":
+        return plans
+    alt = replace(plans, split=np.full(len(plans), PP_SPLITS.index(w.pp_split), dtype=np.int64))
+    a, e = pipeline_stages(w, alt), pipeline_stages(w, plans)
+    moved = (a.fullest != e.fullest) | (a.last != e.last) | (a.slowest != e.slowest)
+    return _concat(plans, alt.take((plans.pp > 1) & (moved | (a.head != e.head))))
+
+
+def _concat(a: Plans, b: Plans) -> Plans:
+    """The plans of ``a`` then those of ``b``."""
+    return Plans(
+        **{f.name: np.concatenate([getattr(a, f.name), getattr(b, f.name)]) for f in fields(Plans)}
+    )
 
 
 def _with_hybrid_sharding(w: Workload, plans: Plans) -> Plans:
@@ -175,10 +199,4 @@ def _with_hybrid_sharding(w: Workload, plans: Plans) -> Plans:
     twin = (group > 1) & (group < d)
     if not twin.any():
         return plans
-    hybrid = replace(zero3.take(twin), shard_group=group[twin])
-    return Plans(
-        **{
-            f.name: np.concatenate([getattr(plans, f.name), getattr(hybrid, f.name)])
-            for f in fields(Plans)
-        }
-    )
+    return _concat(plans, replace(zero3.take(twin), shard_group=group[twin]))

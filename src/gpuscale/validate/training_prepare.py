@@ -18,7 +18,7 @@ from typing import Any
 from gpuscale.catalog import GPU, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Workload
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload
 from gpuscale.perf.recompute import op_sac_modelled
 from gpuscale.perf.transformer import (
     model_flops_per_token,
@@ -284,6 +284,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if why:
         notes.append(why)
         w = replace(w, pp_split=pp_split)
+        fixed["split"] = PP_SPLITS.index(pp_split)
     sp = row.get("seq_parallel", "").lower()
     if sp:
         if sp not in TRUTHY + FALSY:
