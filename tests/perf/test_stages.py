@@ -32,6 +32,7 @@ from gpuscale.perf.plan import PP_SPLITS, Plans, Workload
 from gpuscale.perf.stages import head_layers, pipeline_stages
 from gpuscale.perf.step import step_breakdown
 from gpuscale.perf.validity import check_plan, validity
+from gpuscale.search.explain import explain
 from gpuscale.search.plans import search_plans
 
 R_1B = 536_870_912 / 150_994_944  # 3.5556
@@ -202,3 +203,31 @@ def test_the_search_tries_the_asked_placement_beside_the_even_split() -> None:
     # a fixed placement is the only one tried
     only = search_plans(workload(get_model("llama3-8b"), "balanced"), cal, {**fixed, "split": 0})
     assert set(only.estimate.plans.split.tolist()) == {0}
+
+
+def test_only_placements_a_framework_runs_are_tried_and_explained() -> None:
+    # balanced is priced stage by stage: no interleaving; account needs the L + 2 places to
+    # divide into the chunks
+    cal = default_calibration()
+    w = workload(get_model("llama3-8b"), "balanced")
+    with pytest.raises(InputError) as e:
+        check_plan(w, placed(w, pp=4, vpp=2, dp=2))
+    assert "pp-split" in str(e.value) and "vpp 1, not 2" in str(e.value)
+    res = search_plans(w, cal)
+    p = res.estimate.plans
+    bal = p.split == PP_SPLITS.index("balanced")
+    assert bal.any() and (p.vpp[bal] == 1).all() and (p.pp[bal] > 1).all()
+    best = p.row(res.best)
+    assert (best["pp"], best["pp_split"]) == (2, "balanced")
+    # the explanation names what the placement gains over the same plan placed evenly
+    twin = res.even_twin(res.best)
+    assert twin is not None and p.row(twin) == {**best, "pp_split": "even"}
+    gain = res.vs_best(twin) * 100.0
+    assert gain > 0.0
+    assert f"Its balanced layer placement makes it {gain:.1f}% faster" in explain(res)
+    # Llama 3.1 405B: 128 places; its account plans are those whose chunks divide them
+    # and whose stages the placement changes (pp > 2: the ends one layer short)
+    w405 = workload(get_model("llama3.1-405b"), "account", gpus=512, seq=8192, gbs=512)
+    acc = search_plans(w405, cal, {"tp": 8}).estimate.plans
+    a = acc.split == PP_SPLITS.index("account")
+    assert a.any() and (128 % (acc.pp[a] * acc.vpp[a]) == 0).all() and (acc.pp[a] > 2).all()

@@ -165,7 +165,9 @@ def estimate_cmd(
                 f"at most {gpus // model_parallel}: tp x pp x cp x dp = {model_parallel} x {dp} "
                 f"GPUs, more than the {gpus} of {given_at(r, 'gpus')}",
             )
-        plan = Plans.of(dp=dp, tp_overlap=tp_overlap, split=PP_SPLITS.index(w.pp_split), **fx)
+        # a placement of layers on stages needs stages: one stage holds them all
+        split = PP_SPLITS.index(w.pp_split) if pp > 1 else 0
+        plan = Plans.of(dp=dp, tp_overlap=tp_overlap, split=split, **fx)
         check_plan(w, plan)
     cal = load_calibration(calibration)
     e = estimate(w, plan, cal)

@@ -75,8 +75,8 @@ PpSplitOpt = Annotated[
         "embedding and the loss take a layer's place each: Megatron's --account-for-"
         "embedding/loss-in-pipeline-split; L + 2 must divide into the chunks) or balanced "
         "(the stages' FLOPs as even as whole layers allow, the output layer counted: "
-        "nanotron, hand-made layouts). estimate prices it; search and scaling try it beside "
-        "the even split.",
+        "nanotron, hand-made layouts; no interleaving). estimate prices it; search and "
+        "scaling try it beside the even split.",
     ),
 ]
 ElemOpt = Annotated[

@@ -173,7 +173,7 @@ class PlanNotes:
                 f"{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''}) with "
                 "the output layer"
             ]
-        if r >= 0.5:
+        if r >= 0.5 and w.pp_split == "even":  # (a search with another kept this one)
             return [
                 f"the last stage runs {head} beside its {last:.0f} layers and sets the "
                 f"pace: {other} prices placing fewer layers there"

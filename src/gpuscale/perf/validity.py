@@ -64,12 +64,10 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             f"pp x vpp exceeds the {m.layers} layers (+ embedding and loss chunks): at most "
             f"{m.layers + 2}",
         ),
-        # Megatron's account-for-embedding/loss split asserts that the layers + 2 divide
         (
-            (p.pp == 1)
-            | (p.split != PP_SPLITS.index("account"))
-            | ((m.layers + 2) % (p.pp * p.vpp) == 0),
-            f"--pp-split account needs layers + 2 ({m.layers + 2}) divisible by pp x vpp",
+            placement_ok(w, p),
+            f"--pp-split account needs layers + 2 ({m.layers + 2}) divisible by pp x vpp; "
+            "balanced, no interleaving (vpp 1)",
         ),
         (
             (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
@@ -129,6 +127,18 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     for mask, _ in rules:
         ok &= mask
     return ok, rules
+
+
+def placement_ok(w: Workload, p: Plans) -> BoolArray:
+    """Plans whose layer placement a framework runs: Megatron's account-for-embedding/loss
+    split asserts that the layers + 2 divide into the pp x vpp chunks; the balanced
+    placement is priced stage by stage, for pipelines without interleaving (nanotron has
+    none; Megatron-Core asks interleaved stages to split into whole chunks)."""
+    account = p.split == PP_SPLITS.index("account")
+    balanced = p.split == PP_SPLITS.index("balanced")
+    fits = (w.model.layers + 2) % (p.pp * p.vpp) == 0
+    ok: BoolArray = (p.pp == 1) | ~((account & ~fits) | (balanced & (p.vpp > 1)))
+    return ok
 
 
 def divisors(n: int) -> list[int]:
@@ -210,8 +220,15 @@ def check_plan(w: Workload, p: Plans) -> None:
             )
     if vpp > 1 and pp == 1:
         raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
-    account = int(p.split[0]) == PP_SPLITS.index("account")
-    if pp > 1 and account and (m.layers + 2) % (pp * vpp):
+    split = PP_SPLITS[int(p.split[0])]
+    if pp > 1 and split == "balanced" and vpp > 1:
+        raise InputError(
+            "pp-split",
+            "balanced",
+            f"a placement for this plan: balanced is priced stage by stage, without "
+            f"interleaving (vpp 1, not {vpp}); use even or account with --vpp",
+        )
+    if pp > 1 and split == "account" and (m.layers + 2) % (pp * vpp):
         raise InputError(
             "pp-split",
             "account",

@@ -74,6 +74,19 @@ class SearchResult:
                 return int(i)
         return int(self.order[1]) if len(self.order) > 1 else None
 
+    def even_twin(self, i: int) -> int | None:
+        """The ranked plan that is plan ``i`` with its layers placed evenly (None when ``i``
+        is even or its even twin is not ranked: it did not fit)."""
+        p = self.estimate.plans
+        if int(p.split[i]) == 0:
+            return None
+        same = np.ones(len(p), dtype=bool)
+        for f in fields(p):
+            if f.name != "split":
+                same &= getattr(p, f.name) == getattr(p, f.name)[i]
+        twins = np.flatnonzero(same & (p.split == 0))
+        return int(twins[0]) if len(twins) else None
+
 
 LAYOUT = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
 """What makes a plan's parallel layout: its degrees, interleaving and micro-batch."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.stages import pipeline_stages
-from gpuscale.perf.validity import divisors
+from gpuscale.perf.validity import divisors, placement_ok
 
 MAX_MBS = 16
 MAX_VPP = 8
@@ -166,7 +166,10 @@ def _with_placement(w: Workload, plans: Plans, fixed: int | None) -> Plans:
     alt = replace(plans, split=np.full(len(plans), PP_SPLITS.index(w.pp_split), dtype=np.int64))
     a, e = pipeline_stages(w, alt), pipeline_stages(w, plans)
     moved = (a.fullest != e.fullest) | (a.last != e.last) | (a.slowest != e.slowest)
-    return _concat(plans, alt.take((plans.pp > 1) & (moved | (a.head != e.head))))
+    # only placements a framework can run (validity's rules): account where the layers + 2
+    # divide into the chunks, balanced without interleaving
+    ok = placement_ok(w, alt)
+    return _concat(plans, alt.take((plans.pp > 1) & (moved | (a.head != e.head)) & ok))
 
 
 def _concat(a: Plans, b: Plans) -> Plans:
