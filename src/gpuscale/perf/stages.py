@@ -4,7 +4,7 @@ A pipeline runs at the speed of its slowest stage: every micro-batch crosses eve
 and the bubble is that stage's time (p - 1) / v times over. The last stage also runs the
 output layer and the loss, worth several layers for a small model with a large vocabulary
 (nanotron's 1B: 2 V h / layer = 3.6 layers' forward FLOPs), a fraction of one for a large
-model (Llama 3.1 405B: 0.65).
+model (Llama 3.1 405B: 0.63 at sequence 8,192).
 
 Three placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
 
@@ -24,16 +24,18 @@ Three placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
   the larger of the two. nanotron balances its stages by compute cost (with a greedy
   threshold rule on its own cost estimate, which this min-max split approximates); a
   Megatron-Core ``pipeline_model_parallel_layout`` or ``decoder_first/last_pipeline_num_
-  layers`` can do it by hand. FLOPs are not time: a layer's recomputation, TP
+  layers`` can do it by hand. Priced stage by stage, for pipelines without interleaving
+  (``validity.placement_ok``). FLOPs are not time: a layer's recomputation, TP
   communication and fixed costs, which the output layer has not, can make a balanced plan
-  slower than an even one, and the step prices what each placement costs.
+  slower than an even one; the step prices what each placement costs, and the search,
+  which tries a balanced plan beside its even twin, keeps the faster.
 
 The memory model takes the fullest stage without the output layer as the first stage
 (``Stages.fullest``; under ``account`` the first stage itself holds one layer fewer and the
 embedding, under ``balanced`` the fuller stages may sit later, where fewer micro-batches
 are in flight: a bound either way).
 
-Multi-token-prediction depths stay spread over the stages in both (the step model adds
+Multi-token-prediction depths stay spread over the stages in all three (the step model adds
 their layer equivalents and heads / pp to every stage).
 """
 
