@@ -1,10 +1,10 @@
 """Training step time of a plan, term by term (the breakdown explains the total).
 
 Per micro-batch, on the slowest pipeline stage (perf/stages.py: with the even split
-ceil(L / pp) layers and the output layer on the last stage; balanced, the fuller of the
-last stage and the others; plus multi-token-prediction depths as their FLOP-equivalent of
-layers, spread over the stages; a hybrid model's layers are its blocks, each costed by its
-kind):
+ceil(L / pp) layers and the output layer on the last stage; with the account or balanced
+placement, the slower of the last stage and the fullest other; plus multi-token-prediction
+depths as their FLOP-equivalent of layers, spread over the stages; a hybrid model's layers
+are its blocks, each costed by its kind):
   GEMMs       FLOPs / (peak x matmul_eff x eff): peak x matmul_eff is the GPU's measured
               maximum achievable matmul rate (catalog), eff = gemm_eff_max x d / (d +
               gemm_half_dim) for the smallest per-GPU GEMM dimension d (tensor parallelism
@@ -134,7 +134,7 @@ def step_breakdown(
     mamba_frac = m.mamba_layers / m.layers
     sub = m.sublayers_per_layer / 2.0  # norms, residuals and TP reductions per layer, / 2
     # the stage that sets the pipeline's pace: its layers, and whether it runs the output
-    # layer (perf/stages.py: even or balanced placement)
+    # layer (perf/stages.py: the plan's even, account or balanced placement)
     stages = pipeline_stages(w, p)
     layers_stage = stages.slowest
     # multi-token prediction: its depths as their FLOP-equivalent of average layers and one
