@@ -77,11 +77,11 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     """The layers of the fullest, last and slowest stage of each plan, placed as the plan's
     ``split`` says (:data:`gpuscale.perf.plan.PP_SPLITS`)."""
     layers = w.model.layers
-    even = p.stage_layers(layers)
-    ones = np.ones(len(p))
+    even_layers = p.stage_layers(layers)
+    even = Stages(fullest=even_layers, last=even_layers, slowest=even_layers, head=np.ones(len(p)))
     placed = (p.split != PP_SPLITS.index("even")) & (p.pp > 1)
     if not placed.any():
-        return Stages(fullest=even, last=even, slowest=even, head=ones)
+        return even
     # the output layer in layers: its forward FLOPs, against a layer's forward, backward and,
     # under full recomputation, its forward again (4/3 of what its FLOPs say; the output
     # layer is not recomputed)
@@ -114,7 +114,7 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
         out: FloatArrayT = np.select(
             [is_account, is_balanced],
             [getattr(account, name), getattr(balanced, name)],
-            default=even if name != "head" else ones,
+            default=getattr(even, name),
         )
         return out
 

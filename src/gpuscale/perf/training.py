@@ -13,7 +13,6 @@ from gpuscale.ops.reliability import FailurePolicy, Reliability, reliability
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
 from gpuscale.perf.training_notes import PlanNotes, _run_notes
@@ -45,12 +44,12 @@ class TrainingEstimate(PlanNotes):
     def _stages(self, i: int) -> dict[str, int | bool]:
         """Plan ``i``'s layers on its fullest stage without the output layer, on its last
         and on its slowest pipeline stage."""
-        st = pipeline_stages(self.workload, self.plans)
+        st = self.plan_stages(i)
         return {
-            "fullest": int(st.fullest[i]),
-            "last": int(st.last[i]),
-            "slowest": int(st.slowest[i]),
-            "slowest_runs_output_layer": bool(st.head[i]),
+            "fullest": int(st.fullest[0]),
+            "last": int(st.last[0]),
+            "slowest": int(st.slowest[0]),
+            "slowest_runs_output_layer": bool(st.head[0]),
         }
 
     def storage(self, i: int, policy: StoragePolicy) -> StorageCost:

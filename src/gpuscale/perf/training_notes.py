@@ -13,7 +13,7 @@ from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.recompute import DEFAULT_MODULES
-from gpuscale.perf.stages import head_layers, pipeline_stages
+from gpuscale.perf.stages import Stages, head_layers, pipeline_stages
 from gpuscale.perf.storage import StorageCost, StoragePolicy
 from gpuscale.units import fmt_bytes, fmt_time
 
@@ -68,7 +68,7 @@ class PlanNotes:
             )
         if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
             frac = float(self.memory.recompute_fraction[i])
-            stage = float(pipeline_stages(w, self.plans).fullest[i])
+            stage = float(self.plan_stages(i).fullest[0])
             if not bool(self.memory.fits[i]):
                 out.append("partial recompute: even recomputing every layer, the plan does not fit")
             else:
@@ -137,6 +137,10 @@ class PlanNotes:
             )
         return out
 
+    def plan_stages(self, i: int) -> Stages:
+        """Plan ``i``'s pipeline stages (computed for that plan alone)."""
+        return pipeline_stages(self.workload, self.plans.take(np.array([i])))
+
     def _stage_notes(self, i: int) -> list[str]:
         """How plan ``i``'s pipeline places its layers, when that sets its pace."""
         w, m = self.workload, self.workload.model
@@ -144,11 +148,11 @@ class PlanNotes:
         if pp == 1:
             return []
         chunks = pp * vpp
-        st = pipeline_stages(w, self.plans)
-        fullest, last = float(st.fullest[i]), float(st.last[i])
+        st = self.plan_stages(i)
+        fullest, last = float(st.fullest[0]), float(st.last[0])
         r = head_layers(w)
         head = f"the output layer ({r:.2g} layers' forward FLOPs)"
-        slowest = "the last stage" if st.head[i] else "the fullest other stage"
+        slowest = "the last stage" if st.head[0] else "the fullest other stage"
         split = PP_SPLITS[int(self.plans.split[i])]
         if split != "even":
             return [

@@ -3,8 +3,6 @@ most between the two, what the rest adds up to, and their memory."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from gpuscale.perf.plan import PP_SPLITS
 from gpuscale.search.plans import SearchResult, same_layout
 from gpuscale.units import GiB
@@ -91,7 +89,7 @@ def explain(result: SearchResult) -> str:
         if gain >= 0.05
         else "is as fast per step (within 0.05 %) as"
     )
-    rank = int(np.flatnonzero(result.order == r)[0]) + 1
+    rank = result.rank_of(r)
     p = e.plans
     other = not same_layout(p, r, b)
     which = (
@@ -127,8 +125,7 @@ def _placement(result: SearchResult) -> str:
             f" It places its layers {split}; placed evenly (Megatron's default), the same plan "
             "is not among those ranked."
         )
-    rank = int(np.flatnonzero(result.order == twin)[0]) + 1
     return (
         f" Its {split} layer placement makes it {result.vs_best(twin) * 100.0:.1f}% faster "
-        f"than the same plan placed evenly, Megatron's default (#{rank})."
+        f"than the same plan placed evenly, Megatron's default (#{result.rank_of(twin)})."
     )

@@ -74,6 +74,10 @@ class SearchResult:
                 return int(i)
         return int(self.order[1]) if len(self.order) > 1 else None
 
+    def rank_of(self, i: int) -> int:
+        """Plan ``i``'s place in the ranking, from 1."""
+        return int(np.flatnonzero(self.order == i)[0]) + 1
+
     def even_twin(self, i: int) -> int | None:
         """The ranked plan that is plan ``i`` with its layers placed evenly (None when ``i``
         is even or its even twin is not ranked: it did not fit)."""
