@@ -220,15 +220,14 @@ def check_plan(w: Workload, p: Plans) -> None:
             )
     if vpp > 1 and pp == 1:
         raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
-    split = PP_SPLITS[int(p.split[0])]
-    if pp > 1 and split == "balanced" and vpp > 1:
-        raise InputError(
-            "pp-split",
-            "balanced",
-            f"a placement for this plan: balanced is priced stage by stage, without "
-            f"interleaving (vpp 1, not {vpp}); use even or account with --vpp",
-        )
-    if pp > 1 and split == "account" and (m.layers + 2) % (pp * vpp):
+    if not placement_ok(w, p)[0]:  # the placement rule of validity, named
+        if PP_SPLITS[int(p.split[0])] == "balanced":
+            raise InputError(
+                "pp-split",
+                "balanced",
+                f"a placement for this plan: balanced is priced stage by stage, without "
+                f"interleaving (vpp 1, not {vpp}); use even or account with --vpp",
+            )
         raise InputError(
             "pp-split",
             "account",
