@@ -196,7 +196,8 @@ def test_ernie_moe_reads_its_own_expert_keys(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("keys", "key"),
     [
-        ({"model_type": "qwen3_next", "num_experts": 4}, "model_type"),
+        # Qwen3-Next is read, but only with its Gated DeltaNet sizes
+        ({"model_type": "qwen3_next", "num_experts": 4}, "linear_num_value_heads"),
         (
             {"model_type": "some_hybrid", "num_experts": 4}
             | {"layer_types": ["linear_attention"] * 3 + ["full_attention"]},

@@ -30,7 +30,7 @@ from gpuscale.perf.transformer import (
     megatron_model_flops,
     mtp_param_count,
     param_count,
-    ssd_flops_per_token,
+    scan_flops_per_token,
 )
 
 CAL = default_calibration()
@@ -82,7 +82,7 @@ def test_mamba_mixer_weights_by_hand() -> None:
 def test_ssd_flops_by_hand() -> None:
     # chunk Q 128, N 128, P 64, H 64, G 8: 2 x [8 x 128 x 128 / 2 + 64 x (128 x 64 / 2
     # + 2 x 128 x 64)] = 2 x (65,536 + 1,310,720)
-    assert ssd_flops_per_token(get_model("nemotron3-nano-30b-a3b")) == 2_752_512
+    assert scan_flops_per_token(get_model("nemotron3-nano-30b-a3b")) == 2_752_512
 
 
 def test_megatron_hybrid_flops_by_hand() -> None:
@@ -300,12 +300,12 @@ def test_ssd_scan_time_by_hand() -> None:
     # efficiency of K = 128 under the H100's matmul ceiling (wave quantisation off: sms 0);
     # plus per token 2 (3 x 4096 + 4 x 1024) + 4 x 2 x 8 x 128 + 16 x 64 x 64 x 128 / 128
     # = 106,496 bytes of HBM traffic
-    from gpuscale.perf.kernels import ssd_scan_s
+    from gpuscale.perf.kernels import scan_s
 
     w = _workload(get_model("nemotron3-nano-30b-a3b"), 8)
     w = replace(w, gpu=w.gpu.model_copy(update={"sms": 0}))
     peak, bw = w.gpu.peak_flops("bf16"), w.gpu.hbm_bw_Bps * CAL.hbm_eff
-    t = ssd_scan_s(w, np.array([8192.0]), np.array([1.0]), peak, bw, CAL)
+    t = scan_s(w, np.array([8192.0]), np.array([1.0]), peak, bw, CAL)
     eff = 0.803 * CAL.gemm_eff_max * 128 / (128 + CAL.gemm_half_dim)
     expected = 8192 * 2_752_512 / (peak * eff) + 8192 * 106_496 / bw
     assert float(t[0]) == pytest.approx(expected, rel=1e-12)

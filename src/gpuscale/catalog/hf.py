@@ -8,7 +8,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuscale.catalog.hf_layout import _hybrid, _moe_layout, _sliding_window, _tied
+from gpuscale.catalog.hf_layout import (
+    _hybrid,
+    _moe_layout,
+    _sliding_window,
+    _tied,
+    gated_deltanet_layout,
+)
 from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
 from gpuscale.catalog.schema import MLA, Model
 from gpuscale.errors import InputError
@@ -19,13 +25,14 @@ _GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
 _GATED_MLP: dict[str, bool] = {
     # gate, up and down projections: LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP, DeepseekV2MLP,
     # DeepseekV3MLP, GemmaMLP/Gemma2MLP/Gemma3MLP (GeGLU: gelu_pytorch_tanh(gate) x up),
-    # Llama4TextMLP; Phi3MLP fuses gate and up (gate_up_proj); the experts of Mixtral,
+    # Llama4TextMLP, Qwen3NextMLP; Phi3MLP fuses gate and up (gate_up_proj); the experts of Mixtral,
     # Qwen2-MoE, Qwen3-MoE, GPT-OSS and Llama 4 hold gate and up as well
     **dict.fromkeys(
         (
             "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
             "qwen3_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "deepseek_v2",
-            "deepseek_v3", "phi3", "gpt_oss", "ernie4_5", "ernie4_5_moe",
+            "deepseek_v3", "phi3", "gpt_oss", "ernie4_5", "ernie4_5_moe", "qwen3_next",
+            "qwen3_5_text", "qwen3_5_moe_text",
         ),
         True,
     ),
@@ -62,7 +69,6 @@ UNREAD_TYPES = {
     "mamba": "a pure Mamba-1 model has no attention to read; the Nemotron-H hybrids are",
     "mamba2": "a pure Mamba-2 model is not read; the Nemotron-H hybrids are",
     "falcon_mamba": "a pure Mamba model has no attention to read",
-    "qwen3_next": "Qwen3-Next's Gated DeltaNet (linear attention) layers are not modelled",
     "minimax": "MiniMax's lightning (linear) attention layers are not modelled",
     "kimi_linear": "Kimi Linear's KDA (linear attention) layers are not modelled",
 }
@@ -100,11 +106,13 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         raise InputError(
             f"{where(path)}:layer_types", str(kinds)[:60], "a list of kinds, one per layer"
         )
-    if isinstance(kinds, list) and "linear_attention" in kinds:
+    gdn_keys = "linear_num_value_heads" in cfg
+    if isinstance(kinds, list) and "linear_attention" in kinds and not gdn_keys:
         raise InputError(
             f"{where(path)}:layer_types",
             "linear_attention",
-            "softmax attention layers only: linear-attention layers are not modelled",
+            "softmax attention layers, or Gated DeltaNet ones with their linear_* sizes "
+            "(Qwen3-Next): other linear-attention layers are not modelled",
         )
     if model_type == "ernie4_5_moe":
         cfg = {**ERNIE_MOE_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
@@ -175,6 +183,14 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             )
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")
     pattern, mamba = _hybrid(cfg, path, ints)
+    gdn = gated_deltanet_layout(cfg, path, ints, layers, experts > 1)
+    attn_gate = False
+    if gdn is not None:
+        # Gated DeltaNet models: each layer a mixer block and an MLP/MoE block; their
+        # full-attention layers gate the output (Qwen3NextAttention: q_proj is 2 x wide)
+        pattern, mamba = gdn
+        layers = len(pattern)
+        attn_gate = cfg.get("attn_output_gate", True) is not False
     shared = ints("n_shared_experts", "moe_num_shared_experts")
     if model_type == "llama4_text" and experts > 1:
         shared = 1  # every Llama 4 MoE layer adds one shared expert of the experts' width
@@ -210,7 +226,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     if model_type == "falcon" and cfg.get("new_decoder_architecture") is True:
         mq = heads  # num_kv_heads names the groups; without it, one per head
     kv_heads = ints("num_key_value_heads", "num_kv_heads", "n_head_kv", default=mq, minimum=1)
-    first_dense, moe_step = _moe_layout(cfg, path, ints, layers) if experts > 1 else (0, 1)
+    first_dense, moe_step = (0, 1)  # a hybrid pattern says which blocks are MoE
+    if experts > 1 and gdn is None:
+        first_dense, moe_step = _moe_layout(cfg, path, ints, layers)
     position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
@@ -241,6 +259,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "first_dense_layers": first_dense,
         "moe_layer_step": moe_step,
         "mla": mla,
+        "attn_gate": attn_gate,
         "pattern": pattern,
         "mamba": mamba,
         "moe_latent": ints("moe_latent_size"),

@@ -20,7 +20,7 @@ _TIED_DEFAULT: dict[str, bool] = {
         (
             "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe",
             "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi3",
-            "gpt_oss", "nemotron_h",
+            "gpt_oss", "nemotron_h", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
         ),
         False,
     ),
@@ -187,3 +187,71 @@ def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[
             f"{where(path)}:{key}", val, f"a list of layer indices from 0 to {layers - 1}"
         )
     return list(val)
+
+
+GDN_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+"""model_types whose linear-attention layers are Gated DeltaNet mixers read from the
+``linear_*`` keys (Qwen3-Next; Qwen3.5 text configs name theirs the same way)."""
+
+
+def gated_deltanet_layout(
+    cfg: dict[str, Any], path: Path, ints: Ints, layers: int, moe: bool
+) -> tuple[str, Mamba] | None:
+    """The hybrid pattern and mixer sizes of a model whose layers are a Gated DeltaNet or a
+    softmax attention followed by an MLP or a MoE (Qwen3-Next: three linear-attention layers
+    to one full-attention layer), or None for a model without linear attention.
+
+    A layer is linear attention where ``layer_types`` says ``linear_attention``, or, without
+    that list, unless (i + 1) is a multiple of ``full_attention_interval`` (default 4:
+    Qwen3NextConfig); its MLP is a MoE when (i + 1) is a multiple of ``decoder_sparse_step``
+    and i is not in ``mlp_only_layers`` (Qwen3NextDecoderLayer). Each layer becomes two
+    blocks of the pattern: ``M`` or ``*``, then ``E`` or ``-``."""
+    kinds = cfg.get("layer_types")
+    model_type = str(cfg.get("model_type", ""))
+    linear = isinstance(kinds, list) and "linear_attention" in kinds
+    if not (linear or model_type in GDN_TYPES):
+        return None
+    field = f"{where(path)}:layer_types"
+    if isinstance(kinds, list):
+        read = ("linear_attention", "full_attention")
+        if len(kinds) != layers:
+            raise InputError(field, f"{len(kinds)} entries", f"one per layer: {layers}")
+        unknown = sorted({str(k) for k in kinds if k not in read})
+        if unknown:
+            raise InputError(field, unknown[0], f"each one of {', '.join(read)}")
+        is_linear = [k == "linear_attention" for k in kinds]
+    else:
+        every = ints("full_attention_interval", default=4, minimum=1)
+        is_linear = [(i + 1) % every != 0 for i in range(layers)]
+    for key in ("linear_num_value_heads", "linear_value_head_dim", "linear_key_head_dim"):
+        if cfg.get(key) is None:
+            raise InputError(
+                f"{where(path)}:{key}",
+                None,
+                "required for Gated DeltaNet (linear-attention) layers: an integer",
+            )
+    step = ints("decoder_sparse_step", default=1, minimum=1)
+    dense = set(_layer_list(cfg, path, "mlp_only_layers", layers))
+    pattern = "".join(
+        ("M" if lin else "*") + ("E" if moe and (i + 1) % step == 0 and i not in dense else "-")
+        for i, lin in enumerate(is_linear)
+    )
+    try:
+        mixer = Mamba(
+            rule="gated_delta",
+            heads=ints("linear_num_value_heads", minimum=1),
+            head_dim=ints("linear_value_head_dim", minimum=1),
+            state=ints("linear_key_head_dim", minimum=1),
+            groups=ints("linear_num_key_heads", default=1, minimum=1),
+            conv_kernel=ints("linear_conv_kernel_dim", default=4, minimum=1),
+            chunk=64,
+        )
+    except ValidationError as exc:
+        raise InputError(f"{where(path)}:linear_attention", None, f"invalid sizes ({exc})") from exc
+    if mixer.heads % mixer.groups:
+        raise InputError(
+            f"{where(path)}:linear_num_key_heads",
+            mixer.groups,
+            f"a divisor of linear_num_value_heads ({mixer.heads}): value heads share key heads",
+        )
+    return pattern, mixer

@@ -157,18 +157,32 @@ class MLA(BaseModel):
 
 
 class Mamba(BaseModel):
-    """Mamba-2 mixer sizes (Dao & Gu 2024, arXiv 2405.21060; Megatron-Core ``MambaMixer``)."""
+    """Sizes of a linear-recurrent mixer: Mamba-2 (Dao & Gu 2024, arXiv 2405.21060;
+    Megatron-Core ``MambaMixer``) or Gated DeltaNet (Yang et al., "Gated Delta Networks:
+    Improving Mamba2 with Delta Rule", arXiv 2412.06464; Qwen3-Next's linear attention).
+
+    Both project the input to a gate z, values x, keys B and queries C and per-head decay
+    and step scalars, run a short causal conv over x, B and C, a chunked scan whose state
+    per head is N x P, a gated norm and an output projection. A Gated DeltaNet maps onto
+    these sizes as: ``heads`` its value heads, ``head_dim`` the value head dimension,
+    ``state`` the key head dimension, ``groups`` its key heads (queries and keys, like
+    GQA's key/value heads); its in_proj adds a write strength (beta) per value head, its
+    conv has no bias, and its scan applies the delta rule (:attr:`rule`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     heads: int = Field(gt=0)
     head_dim: int = Field(gt=0)
     state: int = Field(gt=0)
-    """SSM state size N per head."""
+    """SSM state size N per head (a Gated DeltaNet's key head dimension)."""
     groups: int = Field(default=1, gt=0)
-    """B/C projection groups (like GQA's key/value heads)."""
+    """B/C projection groups (like GQA's key/value heads; a Gated DeltaNet's key heads)."""
     conv_kernel: int = Field(default=4, gt=0)
     chunk: int = Field(default=128, gt=0)
-    """Chunk length of the SSD algorithm's block decomposition."""
+    """Chunk length of the scan's block decomposition (SSD 128 in Nemotron; the
+    flash-linear-attention gated delta rule kernels 64)."""
+    rule: Literal["ssd", "gated_delta"] = "ssd"
+    """The scan: ``ssd``, Mamba-2's state-space duality; ``gated_delta``, the gated delta
+    rule (each token's write corrects the state's current value for its key)."""
 
     @property
     def inner(self) -> int:
@@ -182,11 +196,13 @@ class Mamba(BaseModel):
 
     @property
     def in_proj_width(self) -> int:
-        """Outputs of in_proj: z, x, B, C and dt (2 d_inner + 2 G N + heads)."""
-        return self.inner + self.conv_channels + self.heads
+        """Outputs of in_proj: z, x, B, C and dt (2 d_inner + 2 G N + heads), and a Gated
+        DeltaNet's beta (one more per head)."""
+        scalars = 2 if self.rule == "gated_delta" else 1
+        return self.inner + self.conv_channels + scalars * self.heads
 
 
-HYBRID_BLOCKS = {"M": "Mamba-2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
+HYBRID_BLOCKS = {"M": "Mamba-2 or Gated DeltaNet mixer", "*": "attention", "-": "MLP", "E": "MoE"}
 """Block letters of a hybrid layer pattern (Megatron-Core's ``hybrid_override_pattern``)."""
 
 
@@ -226,6 +242,10 @@ class Model(_Entry):
     """Every n-th layer after the first dense ones is MoE, the others dense (Llama 4
     Maverick: 2, ``interleave_moe_layer_step``)."""
     mla: MLA | None = None
+    attn_gate: bool = False
+    """Gated attention (Qwen3-Next): the Q projection also yields a per-channel gate whose
+    sigmoid scales the attention output before the output projection (Megatron-Core
+    ``attention_output_gate``)."""
     pattern: str = ""
     """Hybrid models (Nemotron-H, Nemotron 3): one letter per block, M a Mamba-2 mixer, *
     attention, - an MLP, E a MoE; each block is one of these with its norm and residual.
@@ -296,6 +316,8 @@ class Model(_Entry):
                 f"route_topk_groups={self.route_topk_groups} exceeds route_groups="
                 f"{self.route_groups} (a token draws its experts from some of the groups)"
             )
+        if self.attn_gate and self.mla is not None:
+            raise ValueError("attn_gate is a gate on the Q projection: not modelled with mla")
         if self.mtp_layers > self.layers:
             raise ValueError(
                 f"mtp_layers={self.mtp_layers} exceeds the model's {self.layers} layers "

@@ -106,12 +106,13 @@ def attention_core_s(
     return fwd, FLASH_BWD_FACTOR * fwd
 
 
-def ssd_scan_s(
+def scan_s(
     w: Workload, tokens: FloatArray, tp: FloatArray, peak16: float, bw: float, cal: Calibration
 ) -> FloatArray:
-    """Forward time of one Mamba-2 SSD scan (chunked state-space duality kernels).
+    """Forward time of one chunked scan of a hybrid model's mixer: Mamba-2's SSD (chunked
+    state-space duality kernels), or the gated delta rule (:func:`_gated_delta_scan_s`).
 
-    Its block matmuls (``ssd_flops_per_token``) are batched GEMMs, one per chunk of Q tokens
+    Its block matmuls (``scan_flops_per_token``) are batched GEMMs, one per chunk of Q tokens
     and head (group for C B^T), priced as the model's other GEMMs at the GPU's matmul
     ceiling: C B^T (Q x Q over the state N, causal half), the masked scores times X (Q x P
     over Q, causal half), the chunk states B^T X (N x P over Q) and their read-out C h
@@ -131,6 +132,8 @@ def ssd_scan_s(
     heads, groups = x.heads / tp, x.groups / tp
     mm16 = peak16 * w.gpu.matmul_eff
     sms = w.gpu.sms
+    if x.rule == "gated_delta":
+        return _gated_delta_scan_s(w, tokens, tp, mm16, bw, cal)
     matmuls = (
         gemm_s(q / 2.0, q, n, chunks * groups, mm16, sms, cal)  # C B^T, causal half
         + gemm_s(q / 2.0, p, q, chunks * heads, mm16, sms, cal)  # scores x X, causal half
@@ -140,6 +143,44 @@ def ssd_scan_s(
     per_token = 2.0 * (3.0 * x.inner + 4.0 * x.groups * x.state)
     per_token += 4.0 * 2.0 * x.groups * x.chunk
     per_token += 4.0 * 4.0 * x.heads * x.head_dim * x.state / x.chunk
+    return matmuls + tokens * per_token / tp / bw
+
+
+def _gated_delta_scan_s(
+    w: Workload, tokens: FloatArray, tp: FloatArray, mm16: float, bw: float, cal: Calibration
+) -> FloatArray:
+    """Forward time of one chunked gated-delta-rule scan (flash-linear-attention's
+    ``chunk_gated_delta_rule``: the chunk's K K^T, its triangular inverse T, W = T K and
+    U = T V, the inter-chunk states, then the output).
+
+    The block matmuls of :func:`~gpuscale.perf.transformer.scan_flops_per_token` as batched
+    GEMMs per chunk of Q tokens and value head, at the GPU's matmul ceiling like every GEMM:
+    K K^T, Q K^T and W = T K (Q/2 x Q or N over N or Q, lower triangles), U = T V and the
+    scores times the corrected values (Q/2 x P over Q), the inverse (Q/6 x Q over Q), and
+    per chunk the state's W S and Q S (Q x P over N) and its update K^T V (N x P over Q).
+    HBM traffic per token, 16-bit: keys read four times and queries once (5 G N), values
+    read twice and the output written (3 d), W and U written and read (2 x (H N + H P));
+    fp32: the chunk's T written and read (2 H Q) and the chunk states written, passed
+    along and read (4 H P N / Q, as Mamba-2's).
+    Heads and key heads split over TP; the backward is taken as FLASH_BWD_FACTOR x this.
+    """
+    x = w.model.mamba
+    assert x is not None
+    q, n, p = float(x.chunk), float(x.state), float(x.head_dim)
+    batch = tokens / q * x.heads / tp
+    sms = w.gpu.sms
+    matmuls = (
+        2.0 * gemm_s(q / 2.0, q, n, batch, mm16, sms, cal)  # K K^T and Q K^T, lower halves
+        + gemm_s(q / 2.0, n, q, batch, mm16, sms, cal)  # W = T K
+        + 2.0 * gemm_s(q / 2.0, p, q, batch, mm16, sms, cal)  # U = T V, scores x values
+        + gemm_s(q / 6.0, q, q, batch, mm16, sms, cal)  # the triangular inverse
+        + 2.0 * gemm_s(q, p, n, batch, mm16, sms, cal)  # W S and Q S
+        + gemm_s(n, p, q, batch, mm16, sms, cal)  # state update K^T V
+    )
+    per_token = 2.0 * (3.0 * x.inner + 5.0 * x.groups * x.state)
+    per_token += 2.0 * 2.0 * x.heads * (n + p)
+    per_token += 4.0 * 2.0 * x.heads * q
+    per_token += 4.0 * 4.0 * x.heads * p * n / q
     return matmuls + tokens * per_token / tp / bw
 
 

@@ -195,7 +195,7 @@ class Workload:
             "moe": ("MoE layers", m.is_moe),
             "moe_act": ("MoE layers", m.is_moe),
             "shared_experts": ("shared experts", m.is_moe and m.shared_experts > 0),
-            "mamba": ("Mamba layers", m.mamba is not None),
+            "mamba": ("Mamba or Gated DeltaNet layers", m.mamba is not None),
         }
         for name in self.recompute_modules:
             what, present = layers_of.get(name, ("", True))

@@ -56,7 +56,7 @@ from gpuscale.perf.kernels import (
     cast_bytes_per_element,
     gemm_s,
     low_precision_speedup,
-    ssd_scan_s,
+    scan_s,
 )
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
@@ -168,7 +168,7 @@ def step_breakdown(
 
     mbs_f = p.mbs.astype(np.float64)
     attn_fwd, attn_bwd = attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
-    ssd_fwd = ssd_scan_s(w, tokens, tp, peak16, bw, cal)
+    ssd_fwd = scan_s(w, tokens, tp, peak16, bw, cal)
     core_fwd = a_frac * attn_fwd + mamba_frac * ssd_fwd
     core_bwd = a_frac * attn_bwd + mamba_frac * FLASH_BWD_FACTOR * ssd_fwd
     layer_fwd = gemm_fwd + core_fwd
@@ -201,7 +201,10 @@ def step_breakdown(
     # scan's output (read y and z, write)
     d_in, _, conv_c = mamba_widths(m)
     mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
-    mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes) / bw
+    # gated attention: the sigmoid gate times the attention output (read both, write)
+    q_w = float(m.heads * m.head_dim) if m.attn_gate else 0.0
+    gate_bytes = a_frac * 3.0 * q_w * 2.0 * tokens / tp
+    mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes + gate_bytes) / bw
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
     # in 16-bit precision: Megatron-Core's output layer is not a Transformer Engine module,

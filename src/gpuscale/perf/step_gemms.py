@@ -89,7 +89,8 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
     if m.mla is None:
         # GQA under more TP ranks than key/value heads: each rank keeps one whole head
         kv_rank = kv_width_per_rank(m, tp)
-        qkv_n = q / tp + 2.0 * kv_rank
+        # gated attention: the Q projection also yields the output gate (q wide)
+        qkv_n = (2.0 if m.attn_gate else 1.0) * q / tp + 2.0 * kv_rank
     else:
         # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
         # up-projected per-head K and V (Megatron-Core hands Transformer Engine full heads)
@@ -125,7 +126,8 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
         moe_t = shared_t = np.zeros_like(tokens)
         moe_c = (moe_t, moe_t)
     if m.mamba is not None:
-        # Mamba-2 in_proj (z, x, B, C, dt; heads and groups split over TP) and out_proj
+        # Mamba-2 in_proj (z, x, B, C, dt; a Gated DeltaNet's beta too; heads and groups
+        # split over TP) and out_proj
         d_in, in_w, _ = mamba_widths(m)
         mamba_t, mamba_c = gemms((tokens, in_w / tp, h), (tokens, h, d_in / tp))
     else:

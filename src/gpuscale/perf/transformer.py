@@ -8,9 +8,13 @@ f = MLP inner size, gated MLP = 3 matrices else 2):
 - MLP weights: (3 if gated else 2)*h*f; MoE: experts x that + shared experts + router h*E;
 - norms: 2*h per layer, h final; embeddings V*h (+ V*h output unless tied) (+ s*h learned
   positions).
+- gated attention (Qwen3-Next): h*q more, the gate's half of the Q projection;
 - Mamba-2 mixer (hybrid models), d = heads x head_dim, G groups, N state, K conv kernel:
   in_proj h*(2d + 2GN + heads) (z, x, B, C, dt), depthwise conv (d + 2GN)*(K + 1),
-  A, D, dt bias 3*heads, gated norm d, out_proj d*h;
+  A, D, dt bias 3*heads, gated norm d, out_proj d*h; Gated DeltaNet (d = value heads x
+  value head dim, G key heads of N): in_proj h*(2d + 2GN + 2 heads) (z, v, k, q, decay,
+  beta), conv (d + 2GN)*K without bias, A and dt bias 2*heads, gated norm of one head's
+  width P, out_proj d*h (Megatron-LM's ``_compute_gdn_attention_params``);
 - LatentMoE: routed experts on the latent width l, plus 2*h*l down/up projections;
 - hybrid blocks carry one norm each (h), attention + MLP layers two.
 GPT-3 175B gives 174.6 B (Brown et al. 2020) and Llama 3 70B 70.6 B (Meta) with these.
@@ -83,7 +87,7 @@ def layer_shapes(m: Model) -> LayerShapes:
         norms = 2 * h + x.kv_lora_rank + x.q_lora_rank
     else:
         q, k = attn_dims(m)
-        attn = h * q + 2 * h * k + q * h
+        attn = h * q + 2 * h * k + q * h + (h * q if m.attn_gate else 0)
         norms = 2 * h
     if m.is_moe:
         expert = _mlp(m.moe_width, m.ffn_hidden, m.gated_mlp)
@@ -94,8 +98,12 @@ def layer_shapes(m: Model) -> LayerShapes:
     mamba = 0
     if m.mamba is not None:
         mx = m.mamba
-        mamba = h * mx.in_proj_width + mx.conv_channels * (mx.conv_kernel + 1) + 3 * mx.heads
-        mamba += mx.inner + mx.inner * h
+        if mx.rule == "gated_delta":
+            mamba = h * mx.in_proj_width + mx.conv_channels * mx.conv_kernel + 2 * mx.heads
+            mamba += mx.head_dim + mx.inner * h
+        else:
+            mamba = h * mx.in_proj_width + mx.conv_channels * (mx.conv_kernel + 1)
+            mamba += 3 * mx.heads + mx.inner + mx.inner * h
     if m.hybrid:
         norms = h
     return LayerShapes(
@@ -176,7 +184,7 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
     w = _block_weights(layer_shapes(m), m.top_k)
     blocks = sum(w[b] for b in m.mtp_blocks)
     core = m.mtp_blocks.count("*") * 2.0 * seq_len * (qk + v) * (0.5 if causal else 1.0)
-    core += m.mtp_blocks.count("M") * ssd_flops_per_token(m)
+    core += m.mtp_blocks.count("M") * scan_flops_per_token(m)
     h = m.hidden
     return m.mtp_layers * (2.0 * (2 * h * h + blocks) + core + 2.0 * m.vocab * h)
 
@@ -238,21 +246,32 @@ def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> floa
     gemm = _body_weights(m, m.top_k)
     qk, v = attn_core_dims(m)
     core = 2.0 * keys_per_query(m, seq_len, causal) * (qk + v) * m.attn_layers
-    body = 2.0 * gemm + core + m.mamba_layers * ssd_flops_per_token(m) + 2.0 * m.vocab * m.hidden
+    body = 2.0 * gemm + core + m.mamba_layers * scan_flops_per_token(m) + 2.0 * m.vocab * m.hidden
     return body + mtp_forward_flops_per_token(m, seq_len, causal)
 
 
-def ssd_flops_per_token(m: Model) -> float:
-    """Forward FLOPs per token of one Mamba-2 SSD scan (chunked, Dao & Gu 2024 sec. 6).
+def scan_flops_per_token(m: Model) -> float:
+    """Forward FLOPs per token of one chunked scan of a hybrid model's mixer.
 
-    With chunk length Q, per token: C B^T within the chunk, G Q N / 2 multiply-adds (causal
-    half); the masked scores times X, H Q P / 2; chunk states B^T X and their read-out C h,
-    2 H N P. P = head dimension, H heads, G groups, N state.
+    Mamba-2 SSD (Dao & Gu 2024 sec. 6), chunk length Q, per token: C B^T within the chunk,
+    G Q N / 2 multiply-adds (causal half); the masked scores times X, H Q P / 2; chunk
+    states B^T X and their read-out C h, 2 H N P. P = head dimension, H heads, G groups,
+    N state.
+
+    Gated delta rule (the chunked WY form of Yang et al. 2024, as flash-linear-attention's
+    ``chunk_gated_delta_rule`` runs it; keys and queries shared by the value heads of their
+    group are read once per value head): per value head and token, K K^T and Q K^T within
+    the chunk and W = T K, Q N / 2 each (lower triangles); U = T V and the scores times the
+    corrected values, Q P / 2 each; the triangular inverse T, Q^2 / 6; W S, Q S and the
+    state update K^T V, N P each.
     """
     if m.mamba is None:
         return 0.0
     x = m.mamba
     q = float(x.chunk)
+    if x.rule == "gated_delta":
+        n, p = float(x.state), float(x.head_dim)
+        return 2.0 * x.heads * (1.5 * q * n + q * p + q * q / 6.0 + 3.0 * n * p)
     macs = x.groups * q * x.state / 2 + x.heads * (q * x.head_dim / 2 + 2 * x.state * x.head_dim)
     return 2.0 * macs
 
@@ -284,6 +303,8 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     # the s/h core term, per Megatron-Bridge's calculator, sees only the window in
     # sliding-window layers (GPT-OSS: reproduces its 26.06 figures)
     attn_term = (1.0 + g_over_a + keys_per_query(m, s, causal) / h) * q / h
+    if m.attn_gate:  # the gate's h x q GEMM (Megatron-LM adds it to the QKV projection)
+        attn_term += q / (2.0 * h)
     if m.mla is not None:
         attn_term = _megatron_mla_term(m, s, causal)
     if m.hybrid:
@@ -342,7 +363,14 @@ def _megatron_hybrid_flops(m: Model, batch: int, s: int, attn_term: float, mult:
         lat = float(m.moe_latent)
         routed = (lat or h) * m.ffn_hidden * m.top_k + h * m.ffn_hidden * m.shared_experts
         fwd += count("E") * (4.0 * bs * routed * mult + (4.0 * bs * h * lat if lat else 0.0))
-    if m.mamba is not None:
+    if m.mamba is not None and m.mamba.rule == "gated_delta":
+        # Megatron-LM's gated_delta_net term: in_proj, conv, 4 H P^2 for the scan, out_proj
+        x = m.mamba
+        qk, v = float(x.groups * x.state), float(x.inner)
+        gdn = h * (2 * qk + 2 * v + 2 * x.heads) + x.conv_kernel * (2 * qk + v)
+        gdn += 4.0 * x.heads * x.head_dim**2 + h * v
+        fwd += count("M") * 2.0 * bs * gdn
+    elif m.mamba is not None:
         x, d_in = m.mamba, 2.0 * h
         mamba = 2.0 * bs * h * (2 * d_in + 2 * x.groups * x.state + x.heads)
         mamba += 7.0 * bs * d_in * x.state + 2.0 * bs * d_in * h

@@ -104,7 +104,10 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             (p.sharding != SHARDING.index("none")) | (not w.fp8_param_gather),
             "FP8 parameter gathers need a sharded optimizer (dist-opt, ZeRO or FSDP)",
         ),
-        (mamba_ok, "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"),
+        (
+            mamba_ok,
+            "Mamba-2 or Gated DeltaNet heads and groups not divisible by tp (heads by tp x cp)",
+        ),
         # hybrid sharding splits the data-parallel ranks into equal shard groups, and shards
         # something: a DDP plan has no states to spread
         (

@@ -249,5 +249,7 @@ def job_key(pr: PreparedRow, row: dict[str, str]) -> str:
 
 def model_kind(m: Model) -> str:
     """The kind of model a row trains, as the validation reports accuracy by it: a hybrid
-    with Mamba layers, a mixture of experts, or dense."""
-    return "hybrid Mamba" if m.mamba_layers else ("MoE" if m.is_moe else "dense")
+    with Mamba (or Gated DeltaNet) layers, a mixture of experts, or dense."""
+    if m.mamba is not None and m.mamba_layers:
+        return "hybrid Gated DeltaNet" if m.mamba.rule == "gated_delta" else "hybrid Mamba"
+    return "MoE" if m.is_moe else "dense"
