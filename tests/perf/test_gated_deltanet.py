@@ -25,6 +25,7 @@ from gpuscale.perf.transformer import (
     active_param_count,
     layer_shapes,
     megatron_model_flops,
+    mtp_param_count,
     param_count,
     scan_flops_per_token,
 )
@@ -91,6 +92,11 @@ def test_qwen3_next_parameter_counts() -> None:
     active = 36 * GDN + 12 * ATTN + 48 * MOE_ACTIVE + NORMS + EMB
     assert param_count(m) == total == 79_674_286_848  # "80B in total" (model card)
     assert active_param_count(m) == active == 3_874_824_960  # 3.25 B without embeddings
+    # its MTP depth: the 2h -> h projection, three norms, a gated-attention and a MoE block
+    mtp = 2 * H * H + 3 * H + ATTN + H + MOE_ALL + H
+    assert mtp_param_count(m) == mtp
+    # the checkpoint's safetensors hold 81.325 B (with the MTP layer)
+    assert param_count(m) + mtp_param_count(m) == 81_324_755_712
     assert model_kind(m) == "hybrid Gated DeltaNet"
 
 
@@ -101,7 +107,10 @@ def test_config_json_reads_as_the_catalog_entry(tmp_path: Path) -> None:
     assert m.mamba == cat.mamba
     assert m.attn_gate and m.layers == 96
     assert param_count(m) == param_count(cat)
-    assert megatron_model_flops(m, 2, 4096, True) == megatron_model_flops(cat, 2, 4096, True)
+    # the config names no MTP depth; the catalog's model trains one
+    assert m.mtp_layers == 0 and cat.mtp_layers == 1
+    no_mtp = cat.model_copy(update={"mtp_layers": 0})
+    assert megatron_model_flops(m, 2, 4096, True) == megatron_model_flops(no_mtp, 2, 4096, True)
 
 
 def test_qwen35_text_config_with_layer_types(tmp_path: Path) -> None:
@@ -115,13 +124,15 @@ def test_qwen35_text_config_with_layer_types(tmp_path: Path) -> None:
         "num_experts": 256,
         "num_experts_per_tok": 8,
         "vocab_size": 248320,
+        "mtp_num_hidden_layers": 1,
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "qwen3_5_moe", "text_config": text}))
     m = load_hf_config(path)
     cat = get_model("qwen3.5-35b-a3b")
     assert m.pattern == cat.pattern and m.mamba == cat.mamba
-    assert param_count(m) == param_count(cat)
+    assert m.mtp_layers == cat.mtp_layers == 1 and m.mtp_blocks == "*E"
+    assert param_count(m) + mtp_param_count(m) == param_count(cat) + mtp_param_count(cat)
     moe = 256 * EXPERT + EXPERT + H * 256
     assert param_count(cat) == 30 * GDN + 10 * ATTN + 40 * moe + 80 * H + H + 2 * 248320 * H
 
@@ -154,7 +165,7 @@ def test_megatron_flops_match_megatron_lms_gated_delta_net_formula() -> None:
     standard = 6 * (H * (4096 + 2 * 512 + 4096) + 4096 * H) + 6 * 4096 * s
     moe = 6 * H * (3 * 512 * 10 + 3 * 512)
     per_token = 36 * linear + 12 * standard + 48 * moe + 6 * H * V
-    m = get_model("qwen3-next-80b-a3b")
+    m = get_model("qwen3-next-80b-a3b").model_copy(update={"mtp_layers": 0})
     assert megatron_model_flops(m, b, s, causal=True) == pytest.approx(b * s * per_token, 1e-12)
 
 

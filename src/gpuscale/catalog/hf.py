@@ -266,7 +266,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "window": window,
         "window_layers": window_layers,
         "window_kind": window_kind,
-        "mtp_layers": ints("num_nextn_predict_layers"),
+        "mtp_layers": ints("num_nextn_predict_layers", "mtp_num_hidden_layers"),
         "dropout": ints.trains_with_dropout(),
     }
     try:
