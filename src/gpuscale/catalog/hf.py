@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuscale.catalog.hf_layout import (
+    GDN_TYPES,
     _hybrid,
     _moe_layout,
     _sliding_window,
@@ -106,7 +107,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         raise InputError(
             f"{where(path)}:layer_types", str(kinds)[:60], "a list of kinds, one per layer"
         )
-    gdn_keys = "linear_num_value_heads" in cfg
+    gdn_keys = "linear_num_value_heads" in cfg or model_type in GDN_TYPES
     if isinstance(kinds, list) and "linear_attention" in kinds and not gdn_keys:
         raise InputError(
             f"{where(path)}:layer_types",
@@ -184,13 +185,13 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")
     pattern, mamba = _hybrid(cfg, path, ints)
     gdn = gated_deltanet_layout(cfg, path, ints, layers, experts > 1)
-    attn_gate = False
+    # Qwen3-Next's and Qwen3.5's softmax attention gates its output (Qwen3NextAttention:
+    # q_proj is 2 x wide; Qwen3.5 configs say so in attn_output_gate)
+    attn_gate = ints.flag("attn_output_gate", model_type in GDN_TYPES)
     if gdn is not None:
-        # Gated DeltaNet models: each layer a mixer block and an MLP/MoE block; their
-        # full-attention layers gate the output (Qwen3NextAttention: q_proj is 2 x wide)
+        # Gated DeltaNet models: each layer a mixer block and an MLP/MoE block
         pattern, mamba = gdn
         layers = len(pattern)
-        attn_gate = cfg.get("attn_output_gate", True) is not False
     shared = ints("n_shared_experts", "moe_num_shared_experts")
     if model_type == "llama4_text" and experts > 1:
         shared = 1  # every Llama 4 MoE layer adds one shared expert of the experts' width

@@ -199,7 +199,7 @@ def gated_deltanet_layout(
 ) -> tuple[str, Mamba] | None:
     """The hybrid pattern and mixer sizes of a model whose layers are a Gated DeltaNet or a
     softmax attention followed by an MLP or a MoE (Qwen3-Next: three linear-attention layers
-    to one full-attention layer), or None for a model without linear attention.
+    to one full-attention layer), or None for a model without linear-attention layers.
 
     A layer is linear attention where ``layer_types`` says ``linear_attention``, or, without
     that list, unless (i + 1) is a multiple of ``full_attention_interval`` (default 4:
@@ -223,7 +223,15 @@ def gated_deltanet_layout(
     else:
         every = ints("full_attention_interval", default=4, minimum=1)
         is_linear = [(i + 1) % every != 0 for i in range(layers)]
-    for key in ("linear_num_value_heads", "linear_value_head_dim", "linear_key_head_dim"):
+    if not any(is_linear):
+        return None  # every layer softmax attention: a transformer
+    sizes = (
+        "linear_num_value_heads",
+        "linear_num_key_heads",
+        "linear_value_head_dim",
+        "linear_key_head_dim",
+    )
+    for key in sizes:
         if cfg.get(key) is None:
             raise InputError(
                 f"{where(path)}:{key}",
@@ -242,7 +250,7 @@ def gated_deltanet_layout(
             heads=ints("linear_num_value_heads", minimum=1),
             head_dim=ints("linear_value_head_dim", minimum=1),
             state=ints("linear_key_head_dim", minimum=1),
-            groups=ints("linear_num_key_heads", default=1, minimum=1),
+            groups=ints("linear_num_key_heads", minimum=1),
             conv_kernel=ints("linear_conv_kernel_dim", default=4, minimum=1),
             chunk=64,
         )

@@ -158,8 +158,10 @@ def _gated_delta_scan_s(
     K K^T, Q K^T and W = T K (Q/2 x Q or N over N or Q, lower triangles), U = T V and the
     scores times the corrected values (Q/2 x P over Q), the inverse (Q/6 x Q over Q), and
     per chunk the state's W S and Q S (Q x P over N) and its update K^T V (N x P over Q).
-    HBM traffic per token, 16-bit: keys read four times and queries once (5 G N), values
-    read twice and the output written (3 d), W and U written and read (2 x (H N + H P));
+    HBM traffic per token, 16-bit: queries and keys expanded from the G key heads to the H
+    value heads (Megatron-Core and transformers repeat them before the kernel: read 2 G N,
+    write 2 H N), the expanded keys read four times and queries once (5 H N), values read
+    twice and the output written (3 d), W and U written and read (2 x (H N + H P));
     fp32: the chunk's T written and read (2 H Q) and the chunk states written, passed
     along and read (4 H P N / Q, as Mamba-2's).
     Heads and key heads split over TP; the backward is taken as FLASH_BWD_FACTOR x this.
@@ -177,7 +179,7 @@ def _gated_delta_scan_s(
         + 2.0 * gemm_s(q, p, n, batch, mm16, sms, cal)  # W S and Q S
         + gemm_s(n, p, q, batch, mm16, sms, cal)  # state update K^T V
     )
-    per_token = 2.0 * (3.0 * x.inner + 5.0 * x.groups * x.state)
+    per_token = 2.0 * (3.0 * x.inner + 7.0 * x.heads * x.state + 2.0 * x.groups * x.state)
     per_token += 2.0 * 2.0 * x.heads * (n + p)
     per_token += 4.0 * 2.0 * x.heads * q
     per_token += 4.0 * 4.0 * x.heads * p * n / q

@@ -152,9 +152,11 @@ def kv_elements_per_token_layer(m: Model, tp: int = 1) -> float:
 def mamba_state_bytes_per_seq(
     m: Model, state_bytes: float = 2.0, tp: int = 1, pp: int = 1
 ) -> float:
-    """Recurrent state one sequence keeps on one GPU in a hybrid model's Mamba-2 blocks,
-    whatever its length: the SSM state (heads x head_dim x state) and the causal conv's last
-    kernel - 1 inputs of x, B and C, in the model's 16-bit dtype (vLLM's default)."""
+    """Recurrent state one sequence keeps on one GPU in a hybrid model's Mamba-2 (or Gated
+    DeltaNet) blocks, whatever its length: the state (heads x head_dim x state: a Gated
+    DeltaNet's value heads x value x key head dimension) and the causal conv's last
+    kernel - 1 inputs of x, B and C (v, k, q), in the model's 16-bit dtype (vLLM's default
+    for Mamba-2)."""
     if m.mamba is None:
         return 0.0
     x = m.mamba

@@ -166,7 +166,6 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     f_dense = float(m.dense_ffn_hidden)
     f_moe = float(m.top_k * m.ffn_hidden + m.shared_experts * m.ffn_hidden)
     moe = mlp_mult * f_moe + 2 * m.top_k * m.moe_width
-    # gated attention also keeps the gate and the ungated attention output (2q more)
     # Mamba-2 (and a Gated DeltaNet) keeps in_proj's output (z, x, B, C, dt), the conv
     # output (x, B, C), the scan output y and out_proj's input, 2 bytes each
     mamba = 0.0
@@ -180,6 +179,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         s
         * b
         * (
+            # gated attention also keeps the gate and the ungated output (2 x 2 q bytes)
             a_frac * ((8.0 if m.attn_gate else 4.0) * q + 4.0 * kv_split)
             + mlp_frac * mlp_mult * f_dense
             + moe_frac * moe

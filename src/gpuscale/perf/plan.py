@@ -195,7 +195,9 @@ class Workload:
             "moe": ("MoE layers", m.is_moe),
             "moe_act": ("MoE layers", m.is_moe),
             "shared_experts": ("shared experts", m.is_moe and m.shared_experts > 0),
-            "mamba": ("Mamba or Gated DeltaNet layers", m.mamba is not None),
+            # Megatron-Core's "mamba" module is the MambaLayer's; a Gated DeltaNet sits in
+            # a TransformerLayer, which that flag does not reach
+            "mamba": ("Mamba layers", m.mamba is not None and m.mamba.rule == "ssd"),
         }
         for name in self.recompute_modules:
             what, present = layers_of.get(name, ("", True))

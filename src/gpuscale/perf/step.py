@@ -198,7 +198,9 @@ def step_breakdown(
     host = 0.0 if w.cuda_graphs else 1.0
     moe_fixed = host * (cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s)
     # Mamba-2: depthwise causal conv over x, B, C (read + write) and the gated RMSNorm of the
-    # scan's output (read y and z, write)
+    # scan's output (read y and z, write); a Gated DeltaNet's conv over v, k, q and gated norm
+    # the same (the L2 norms of q and k run inside its scan kernel; its per-head decay and
+    # beta are a few values a token)
     d_in, _, conv_c = mamba_widths(m)
     mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
     # gated attention: the sigmoid gate times the attention output (read both, write)

@@ -259,8 +259,8 @@ def scan_flops_per_token(m: Model) -> float:
     N state.
 
     Gated delta rule (the chunked WY form of Yang et al. 2024, as flash-linear-attention's
-    ``chunk_gated_delta_rule`` runs it; keys and queries shared by the value heads of their
-    group are read once per value head): per value head and token, K K^T and Q K^T within
+    ``chunk_gated_delta_rule`` runs it, on queries and keys expanded to the value heads):
+    per value head and token, K K^T and Q K^T within
     the chunk and W = T K, Q N / 2 each (lower triangles); U = T V and the scores times the
     corrected values, Q P / 2 each; the triangular inverse T, Q^2 / 6; W S, Q S and the
     state update K^T V, N P each.

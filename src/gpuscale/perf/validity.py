@@ -34,11 +34,16 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
     sg = shard_group_of(w, p)
     replicas = np.maximum(d // np.maximum(sg, 1), 1)
     mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
+    mixer_rule = "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"
     if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
         mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
         # and context parallelism re-splits each TP rank's heads (Megatron-Core's
-        # MambaContextParallel: heads divisible by tp x cp)
+        # MambaContextParallel: heads divisible by tp x cp; a Gated DeltaNet's key heads too,
+        # its q and k sections split the same way)
         mamba_ok &= m.mamba.heads % (p.tp * p.cp) == 0
+        if m.mamba.rule == "gated_delta":
+            mamba_ok &= m.mamba.groups % (p.tp * p.cp) == 0
+            mixer_rule = "Gated DeltaNet value and key heads not divisible by tp x cp"
     rules: list[tuple[BoolArray, str]] = [
         (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
         (
@@ -104,10 +109,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             (p.sharding != SHARDING.index("none")) | (not w.fp8_param_gather),
             "FP8 parameter gathers need a sharded optimizer (dist-opt, ZeRO or FSDP)",
         ),
-        (
-            mamba_ok,
-            "Mamba-2 or Gated DeltaNet heads and groups not divisible by tp (heads by tp x cp)",
-        ),
+        (mamba_ok, mixer_rule),
         # hybrid sharding splits the data-parallel ranks into equal shard groups, and shards
         # something: a DDP plan has no states to spread
         (
