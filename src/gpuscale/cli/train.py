@@ -52,6 +52,7 @@ from gpuscale.cli.train_report import (
 )
 from gpuscale.cli.train_workload import resolve
 from gpuscale.errors import InputError
+from gpuscale.export.megatron import megatron_json
 from gpuscale.perf.plan import PP_SPLITS, Plans
 from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import check_degrees, check_plan
@@ -173,6 +174,7 @@ def estimate_cmd(
     e = estimate(w, plan, cal)
     tt = r.train_tokens
     summary = e.summary(0, tt, r.storage, r.failures)
+    summary["megatron"] = megatron_json(e, 0)
     if not summary["fits"]:
         summary["best_fitting_plan"] = best_fitting(w, cal)
     if json:

@@ -12,6 +12,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
+from gpuscale.export.megatron import megatron_args, megatron_json
 from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.sharding import ShardGroups
@@ -225,6 +226,8 @@ def print_estimate(
         bf16 = s["model_tflops_per_gpu"] * 1e12 / w.gpu.peak_flops("bf16")
         mfu += f"; {100 * bf16:.1f}% of the bf16 dense peak"
     t.add_row("MFU", mfu)
+    mlm = megatron_args(e, i)
+    t.add_row("Megatron-LM", mlm.line())
     if storage is not None:
         _storage_rows(t, s, storage)
     if failures is not None:
@@ -252,6 +255,7 @@ def print_estimate(
         )
     out.print(t)
     notes = list(s.get("notes", []))
+    notes += [f"Megatron-LM flags: {n}" for n in mlm.notes]
     if train_tokens is not None and s["time_to_train_s"] is not None and failures is None:
         # what the time to train leaves out, and the flags that price it
         missing = "checkpoints or failures" if storage is None else "failures"
@@ -298,6 +302,7 @@ def report_search(
                         "rank": r,
                         "step_vs_best_pct": 100.0 * res.vs_best(i),
                         **e.summary(i, tt, storage, failures),
+                        "megatron": megatron_json(e, i),
                     }
                     for r, i in zip(res.ranks(top), idx, strict=True)
                 ],

@@ -1,0 +1,192 @@
+"""Megatron-LM arguments for a priced plan (export/megatron.py), flag by flag by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.catalog.schema import Model
+from gpuscale.export.megatron import megatron_args
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload
+from gpuscale.perf.training import estimate
+
+CAL = default_calibration()
+
+
+def _args(
+    model: str | Model, gpus: int, seq: int, gbs: int, precision: str = "bf16", **plan: object
+) -> tuple[list[str], list[str]]:
+    m = get_model(model) if isinstance(model, str) else model
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    kw = {k: plan.pop(k) for k in list(plan) if k in Workload.__dataclass_fields__}
+    w = Workload(m, g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, precision, **kw)
+    e = estimate(w, Plans.of(**plan), CAL)
+    a = megatron_args(e, 0)
+    return list(a.args), list(a.notes)
+
+
+def test_dense_interleaved_plan() -> None:
+    # Llama 3 70B, 80 layers on 4 stages of 5 chunks: 4 layers a virtual stage
+    args, notes = _args(
+        "llama3-70b", 1024, 8192, 1024, tp=8, pp=4, vpp=5, dp=32, mbs=1, sp=True,
+        recompute=RECOMPUTE.index("selective"), sharding=SHARDING.index("dist-opt"),
+    )  # fmt: skip
+    assert args == [
+        "--tensor-model-parallel-size", "8",
+        "--pipeline-model-parallel-size", "4",
+        "--num-layers-per-virtual-pipeline-stage", "4",
+        "--sequence-parallel",
+        "--micro-batch-size", "1",
+        "--global-batch-size", "1024",
+        "--seq-length", "8192",
+        "--recompute-granularity", "selective",
+        "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--bf16",
+    ]  # fmt: skip
+    assert notes == []
+
+
+def test_moe_fp8_plan() -> None:
+    args, _ = _args(
+        "qwen3-235b-a22b", 256, 4096, 2048, "fp8", tp=2, pp=8, vpp=4, dp=16, ep=32, mbs=1,
+        sp=True, tp_overlap=True, sharding=SHARDING.index("zero1"),
+        recompute=RECOMPUTE.index("selective"), recompute_modules=("layernorm", "moe_act"),
+    )  # fmt: skip
+    line = " ".join(args)
+    # 94 layers do not divide into 32 chunks: the interleaving given as chunks per stage
+    assert "--num-virtual-stages-per-pipeline-rank 4" in line
+    assert "--expert-model-parallel-size 32 --expert-tensor-parallel-size 1" in line
+    assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in line
+    assert "--tp-comm-overlap" in line
+    assert "--recompute-granularity selective --recompute-modules layernorm moe_act" in line
+    assert "--use-distributed-optimizer" in line and "--grad-reduce-in-bf16" in line
+    assert line.endswith("--bf16 --fp8-format hybrid --fp8-recipe tensorwise")
+
+
+def test_uneven_layers_without_interleaving() -> None:
+    # 80 layers on 12 stages: ceil(80 / 12) = 7 on each of 11, the last 80 - 77 = 3
+    args, _ = _args("llama3-70b", 96, 4096, 96, tp=8, pp=12, dp=1, mbs=1)
+    i = args.index("--decoder-last-pipeline-num-layers")
+    assert args[i + 1] == "3"
+
+
+def test_account_and_balanced_placements() -> None:
+    account, _ = _args(
+        "llama3-405b", 512, 8192, 64, tp=8, pp=8, vpp=8, dp=8, mbs=1, sp=True,
+        split=PP_SPLITS.index("account"),
+    )  # fmt: skip
+    # 126 + 2 places on 64 chunks: 2 a chunk
+    assert "--account-for-embedding-in-pipeline-split" in account
+    assert "--account-for-loss-in-pipeline-split" in account
+    assert "--num-layers-per-virtual-pipeline-stage" not in account
+    # Llama 3 8B, sequence 4096: the output layer is r = 2 V h / (a layer's forward FLOPs)
+    # = 2.2 layers; on 2 stages the last holds k with the least max(k + r, 32 - k): k = 15
+    # (17.2 against 17; k = 14: 18, k = 16: 18.2)
+    balanced, _ = _args(
+        "llama3-8b", 8, 4096, 256, tp=1, pp=2, dp=4, mbs=2, split=PP_SPLITS.index("balanced")
+    )
+    i = balanced.index("--decoder-last-pipeline-num-layers")
+    assert balanced[i + 1] == "15"
+    assert "--decoder-first-pipeline-num-layers" not in balanced
+
+
+def test_balanced_stages_flags_cannot_say_are_a_note() -> None:
+    # nanotron's 1B (16 layers, output layer 3.56 layers) on 8 stages: none on the last,
+    # 16 over the other 7 (3, 3, 2, 2, 2, 2, 2): no equal middle stages
+    from tests.perf.test_stages import nanotron_1b
+
+    args, notes = _args(
+        nanotron_1b(), 8, 4096, 256, tp=1, pp=8, dp=1, mbs=1, split=PP_SPLITS.index("balanced")
+    )
+    assert "--decoder-last-pipeline-num-layers" not in args
+    assert notes == [
+        "the balanced stages hold 2, 2, 2, 2, 2, 3, 3, 0 layers, first to last: give them "
+        "as Megatron-Core's --pipeline-model-parallel-layout"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("recompute", "expected"),
+    [
+        ("full", ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                  "--recompute-num-layers", "1"]),
+        ("none", []),
+    ],
+)  # fmt: skip
+def test_recompute_modes(recompute: str, expected: list[str]) -> None:
+    args, _ = _args(
+        "llama3-8b", 8, 8192, 64, tp=1, pp=1, dp=8, mbs=1, recompute=RECOMPUTE.index(recompute)
+    )
+    got = [a for a in args if a.startswith("--recompute")]
+    assert got == [a for a in expected if a.startswith("--")]
+    if expected:
+        i = args.index("--recompute-granularity")
+        assert args[i : i + len(expected)] == expected
+
+
+def test_partial_recompute_is_whole_layers_of_each_chunk() -> None:
+    m = get_model("llama3-70b")
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    # 32 GPUs, 4 sequences a micro-batch: most, not all, layers must be recomputed to fit
+    w = Workload(m, g, s, Fabric.from_system(s, 32), 32, 8192, 64)
+    plans = Plans.of(tp=8, pp=4, dp=1, mbs=4, sp=True, recompute=RECOMPUTE.index("partial"))
+    e = estimate(w, plans, CAL)
+    frac = float(e.memory.recompute_fraction[0])
+    assert 0 < frac < 1
+    args = list(megatron_args(e, 0).args)
+    i = args.index("--recompute-method")
+    assert args[i : i + 4] == ["--recompute-method", "block", "--recompute-num-layers", args[i + 3]]
+    # 20 layers a stage: the fewest whole layers covering the fraction priced
+    assert int(args[i + 3]) == int(np.ceil(frac * 20 - 1e-9))
+
+
+def test_fsdp_and_hybrid_sharding() -> None:
+    args, _ = _args(
+        "llama3-8b", 64, 8192, 64, tp=1, pp=1, dp=64, mbs=1,
+        sharding=SHARDING.index("zero3"), shard_group=8,
+    )  # fmt: skip
+    line = " ".join(args)
+    assert "--use-megatron-fsdp --use-distributed-optimizer" in line
+    assert "--data-parallel-sharding-strategy optim_grads_params" in line
+    assert "--ckpt-format fsdp_dtensor" in line
+    # 64 data-parallel ranks sharded in groups of 8: 8 copies of the sharded states
+    assert "--num-distributed-optimizer-instances 8" in line
+
+
+def test_settings_megatron_lm_cannot_say_are_notes() -> None:
+    _, notes = _args(
+        "llama3-8b", 8, 8192, 64, tp=1, pp=1, dp=8, mbs=1, elementwise="eager",
+        grad_accumulation="separate",
+    )  # fmt: skip
+    assert any("DeepSpeed's BF16 optimizer" in n for n in notes)
+    assert any("eager PyTorch" in n for n in notes)
+
+
+def test_estimate_and_search_print_and_emit_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from cli_runner import run_cli
+
+    base = "train estimate --model llama3-8b --gpu h100-sxm --gpus 8 --seq-len 4096"
+    base += " --global-batch 64 --tp 2 --dist-opt"
+    code, out, _ = run_cli([*base.split(), "--json"], capsys)
+    assert code == 0
+    got = json.loads(out)["megatron"]
+    assert got["args"][:2] == ["--tensor-model-parallel-size", "2"]
+    assert "--use-distributed-optimizer" in got["args"] and got["notes"] == []
+    code, out, _ = run_cli(base.split(), capsys)
+    assert code == 0 and "--tensor-model-parallel-size 2" in " ".join(out.split())
+    search = "train search --model llama3-8b --gpu h100-sxm --gpus 8 --seq-len 4096"
+    code, out, _ = run_cli(
+        [*search.split(), "--global-batch", "64", "--json", "--top", "2"], capsys
+    )
+    plans = json.loads(out)["plans"]
+    assert code == 0 and len(plans) == 2
+    for p in plans:  # each plan's own degrees
+        args = p["megatron"]["args"]
+        assert args[1] == str(p["plan"]["tp"])
