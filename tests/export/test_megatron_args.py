@@ -51,16 +51,24 @@ def test_dense_interleaved_plan() -> None:
 
 
 def test_moe_fp8_plan() -> None:
-    args, _ = _args(
+    args, notes = _args(
         "qwen3-235b-a22b", 256, 4096, 2048, "fp8", tp=2, pp=8, vpp=4, dp=16, ep=32, mbs=1,
         sp=True, tp_overlap=True, sharding=SHARDING.index("zero1"),
         recompute=RECOMPUTE.index("selective"), recompute_modules=("layernorm", "moe_act"),
     )  # fmt: skip
     line = " ".join(args)
-    # 94 layers do not divide into 32 chunks: the interleaving given as chunks per stage
-    assert "--num-virtual-stages-per-pipeline-rank 4" in line
+    # 94 layers on 32 chunks: ceil(94 / 32) = 3 on 31 of them, 94 - 93 = 1 on the last, as a
+    # layout (E the embedding, L the loss, | between chunks)
+    layout = "E" + "ttt|" * 31 + "tL"
+    assert f"--pipeline-model-parallel-layout {layout}" in line
+    assert "--num-virtual-stages-per-pipeline-rank" not in line
+    assert notes == [
+        "94 layers do not divide into 32 pipeline chunks: priced as if every chunk held 3, "
+        "an upper bound for the ones that hold fewer"
+    ]
     assert "--expert-model-parallel-size 32 --expert-tensor-parallel-size 1" in line
-    assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in line
+    # one copy of a token per remote 8-GPU NVLink domain: DeepEP
+    assert "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep" in line
     assert "--tp-comm-overlap" in line
     assert "--recompute-granularity selective --recompute-modules layernorm moe_act" in line
     assert "--use-distributed-optimizer" in line and "--grad-reduce-in-bf16" in line
@@ -94,19 +102,19 @@ def test_account_and_balanced_placements() -> None:
     assert "--decoder-first-pipeline-num-layers" not in balanced
 
 
-def test_balanced_stages_flags_cannot_say_are_a_note() -> None:
+def test_balanced_stages_without_equal_middle_ones_are_a_layout() -> None:
     # nanotron's 1B (16 layers, output layer 3.56 layers) on 8 stages: none on the last,
-    # 16 over the other 7 (3, 3, 2, 2, 2, 2, 2): no equal middle stages
+    # 16 over the other 7 (3, 3, 2, 2, 2, 2, 2): no equal middle stages, and Megatron's
+    # last-stage flag must be positive
     from tests.perf.test_stages import nanotron_1b
 
     args, notes = _args(
         nanotron_1b(), 8, 4096, 256, tp=1, pp=8, dp=1, mbs=1, split=PP_SPLITS.index("balanced")
     )
     assert "--decoder-last-pipeline-num-layers" not in args
-    assert notes == [
-        "the balanced stages hold 2, 2, 2, 2, 2, 3, 3, 0 layers, first to last: give them "
-        "as Megatron-Core's --pipeline-model-parallel-layout"
-    ]
+    i = args.index("--pipeline-model-parallel-layout")
+    assert args[i + 1] == "Ettt|ttt|tt|tt|tt|tt|tt|L"
+    assert notes == []
 
 
 @pytest.mark.parametrize(
@@ -190,3 +198,36 @@ def test_estimate_and_search_print_and_emit_the_flags(capsys: pytest.CaptureFixt
     for p in plans:  # each plan's own degrees
         args = p["megatron"]["args"]
         assert args[1] == str(p["plan"]["tp"])
+
+
+def test_hybrid_mamba_stages_are_marked_in_the_pattern() -> None:
+    # Nemotron 3 Nano, 52 blocks on 4 stages: 13 each, | between them in the pattern
+    args, _ = _args("nemotron3-nano-30b-a3b", 32, 4096, 64, tp=2, pp=4, dp=4, ep=8, mbs=1, sp=True)
+    pattern = get_model("nemotron3-nano-30b-a3b").pattern
+    i = args.index("--hybrid-layer-pattern")
+    assert args[i + 1] == "|".join(pattern[k : k + 13] for k in range(0, 52, 13))
+
+
+def test_gated_deltanet_layers_are_mixer_and_mlp_pairs() -> None:
+    # Qwen3-Next: 96 blocks, 48 Megatron layers; PP 2 x VPP 4: 12 blocks, 6 layers a chunk
+    args, _ = _args("qwen3-next-80b-a3b", 64, 4096, 256, tp=1, pp=2, vpp=4, dp=32, ep=32, mbs=1)
+    i = args.index("--num-layers-per-virtual-pipeline-stage")
+    assert args[i + 1] == "6"
+    assert args[args.index("--mtp-num-layers") + 1] == "1"
+
+
+def test_fp16_keeps_fp32_gradients_and_zero2_under_a_pipeline_is_dist_opt() -> None:
+    args, notes = _args(
+        "llama3-8b", 16, 4096, 64, "fp16", tp=1, pp=2, dp=8, mbs=1,
+        sharding=SHARDING.index("zero2"),
+    )  # fmt: skip
+    assert "--fp16" in args and "--accumulate-allreduce-grads-in-fp32" in args
+    assert "--use-distributed-optimizer" in args and "--use-megatron-fsdp" not in args
+    assert any(n.startswith("zero2 under a pipeline") for n in notes)
+
+
+def test_idle_gpus_are_a_note() -> None:
+    _, notes = _args("llama3-8b", 16, 4096, 64, tp=1, pp=1, dp=8, mbs=1)
+    assert notes == [
+        "run on 8 of the 16 GPUs: Megatron-LM takes the data-parallel degree from the world size"
+    ]

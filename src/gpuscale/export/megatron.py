@@ -1,17 +1,23 @@
 """A priced plan as Megatron-LM's command-line arguments (``pretrain_gpt.py``,
 ``pretrain_mamba.py``), so that it can be run the way gpuscale priced it.
 
-The flags cover what the plan decides: parallel degrees, interleaving and the layers' place
-on the pipeline stages, batch and sequence, activation recomputation, optimizer and gradient
-sharding, TP communication overlap, precision, multi-token prediction and the MoE token
-dispatcher. The model's shape (``--num-layers``, ``--hidden-size``, ...) comes from the
-model's own Megatron recipe and is not repeated. What a Megatron-LM flag cannot say (a
-DeepSpeed or PyTorch setting the plan was priced with) is returned as a note.
+The flags cover what the plan decides: parallel degrees; interleaving and the layers' place
+on the pipeline stages (Megatron's first/last stage layer counts or its account-for-
+embedding/loss flags where they say it, else Megatron-Core's
+``--pipeline-model-parallel-layout``; a Mamba hybrid's stages as ``|`` in its
+``--hybrid-layer-pattern``); batch and sequence; activation recomputation; optimizer and
+gradient sharding; TP communication overlap; precision; multi-token prediction and the MoE
+token dispatcher. The model's shape (``--num-layers``, ``--hidden-size``, ...) comes from
+the model's own Megatron recipe and is not repeated. What a Megatron-LM flag cannot say (a
+DeepSpeed or PyTorch setting the plan was priced with, GPUs left idle) is returned as a
+note.
 
-Flag names follow Megatron-LM's ``megatron/training/arguments.py`` (Megatron-Core 0.13+):
+Flag names follow Megatron-LM's ``megatron/training/arguments.py`` of 2026:
 Megatron-FSDP is ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
 (``optim_grads``: ZeRO-2, ``optim_grads_params``: ZeRO-3) and ``--ckpt-format
-fsdp_dtensor``; hybrid sharding is ``--num-distributed-optimizer-instances``.
+fsdp_dtensor``; hybrid sharding is ``--num-distributed-optimizer-instances``; the DeepEP
+and HybridEP dispatchers are ``--moe-token-dispatcher-type flex`` with
+``--moe-flex-dispatcher-backend``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.training import TrainingEstimate
 
@@ -38,62 +44,98 @@ class MegatronArgs:
         return " ".join(self.args)
 
 
+def _chunks(e: TrainingEstimate, i: int) -> list[int]:
+    """Layers (gpuscale's: blocks of a hybrid) on each pipeline chunk, in the model's order,
+    as the plan's placement prices them, the fullest holding what is priced: the even
+    split's ceil(L / n) on every chunk but the last, which holds the rest (or, when too few
+    are left, ceil(L / n) on as many chunks as needed and one fewer on the others); a
+    balanced pipeline's last stage beside the output layer, the others sharing the rest."""
+    p = e.plans
+    layers = e.workload.model.layers
+    pp, vpp = int(p.pp[i]), int(p.vpp[i])
+
+    def spread(total: int, n: int) -> list[int]:
+        c = math.ceil(total / n)
+        full = total - n * (c - 1)  # chunks holding c layers; the others c - 1
+        return [c] * full + [c - 1] * (n - full)
+
+    n = pp * vpp
+    split = PP_SPLITS[int(p.split[i])]
+    if split == "balanced":
+        last = int(e.plan_stages(i).last[0])
+        return [*spread(layers - last, pp - 1), last]
+    if split == "account":
+        # (L + 2) / n places a chunk, the embedding taking one on the first, the loss one
+        # on the last (validity keeps L + 2 a multiple of n)
+        places = (layers + 2) // n
+        return [places - 1, *[places] * (n - 2), places - 1]
+    c = math.ceil(layers / n)
+    if layers - (n - 1) * c >= 1:
+        # Megatron-LM's own uneven split: ceil(L / n) a chunk, the rest on the last
+        return [c] * (n - 1) + [layers - (n - 1) * c]
+    return spread(layers, n)
+
+
+def _layout(chunks: list[int]) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout``: ``t`` a layer, ``|`` between
+    chunks, ``E`` the embedding on the first, ``L`` the loss on the last."""
+    parts = ["t" * n for n in chunks]
+    return "|".join(["E" + parts[0], *parts[1:-1], parts[-1] + "L"])
+
+
 def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
-    """Interleaving and the layers' place on the stages."""
+    """Interleaving and the layers' place on the stages, as priced."""
     w, p = e.workload, e.plans
     m = w.model
     pp, vpp = int(p.pp[i]), int(p.vpp[i])
     if pp == 1:
         return []
     out = ["--pipeline-model-parallel-size", str(pp)]
-    gdn = m.mamba is not None and m.mamba.rule == "gated_delta"
-    if gdn:
-        # Megatron-LM builds these as transformer layers with a linear-attention variant:
-        # its layer is the pattern's mixer and MLP blocks together
-        notes.append(
-            "Megatron-LM counts a Gated DeltaNet model's layers as mixer + MLP pairs, half "
-            "the blocks gpuscale places: give the stages' layers accordingly"
-        )
-        return out
-    layers = m.layers
-    split = PP_SPLITS[int(p.split[i])]
-    if split == "account":
+    if PP_SPLITS[int(p.split[i])] == "account" and not m.hybrid:
+        # (L + 2) / (pp vpp) places a chunk, the embedding and the loss in one each
         out += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
-    elif split == "balanced":
-        # the last stage holds ``last`` layers beside the output layer, the others share the
-        # rest, at most ceil(rest / (pp - 1)) each: Megatron's flags give the first and the
-        # last stage's layers, the middle ones equal
-        last = int(e.plan_stages(i).last[0])
-        rest = layers - last
-        middle = math.ceil(rest / (pp - 1))
-        first = rest - (pp - 2) * middle
-        if pp > 2 and first < 1:
-            # no equal middle stages: ceil on some, floor on the others
-            ceil_n = rest - (pp - 1) * (middle - 1)
-            stages = [middle - 1] * (pp - 1 - ceil_n) + [middle] * ceil_n + [last]
+        if vpp > 1:
+            out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
+        return out
+    chunks = _chunks(e, i)
+    if PP_SPLITS[int(p.split[i])] == "even" and len(set(chunks)) > 1:
+        notes.append(
+            f"{m.layers} layers do not divide into {pp * vpp} pipeline chunks: priced as if "
+            f"every chunk held {max(chunks)}, an upper bound for the ones that hold fewer"
+        )
+    if m.hybrid and (m.mamba is None or m.mamba.rule == "ssd"):
+        # Megatron's hybrid (Mamba) models take their stages from | in the layer pattern
+        pieces, at = [], 0
+        for n in chunks:
+            pieces.append(m.pattern[at : at + n])
+            at += n
+        out += ["--hybrid-layer-pattern", "|".join(pieces)]
+        if vpp > 1:
+            out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
+        return out
+    if m.hybrid:
+        # Megatron-LM builds a Gated DeltaNet model of transformer layers with a linear-
+        # attention variant: its layer is a mixer block and its MLP block together
+        if any(n % 2 for n in chunks):
             notes.append(
-                "the balanced stages hold " + ", ".join(map(str, stages)) + " layers, first "
-                "to last: give them as Megatron-Core's --pipeline-model-parallel-layout"
+                "the stages split a Gated DeltaNet model's mixer from its MLP; Megatron-LM "
+                "places whole layers (mixer + MLP): the nearest layout differs from the one "
+                "priced"
             )
-            return out
-        if pp > 2 and first != middle:
-            out += ["--decoder-first-pipeline-num-layers", str(first)]
-        out += ["--decoder-last-pipeline-num-layers", str(last)]
-    elif layers % (pp * vpp):
-        if vpp == 1 and layers - (pp - 1) * math.ceil(layers / pp) > 0:
-            # gpuscale's even split: ceil(L / pp) a stage, the rest on the last
-            last = layers - (pp - 1) * math.ceil(layers / pp)
-            out += ["--decoder-last-pipeline-num-layers", str(last)]
-        else:
-            notes.append(
-                f"{layers} layers do not divide into {pp * vpp} pipeline chunks: Megatron-LM "
-                "needs their place given (--pipeline-model-parallel-layout, or first and "
-                "last stage layers)"
-            )
-    if vpp > 1 and layers % (pp * vpp) == 0:
-        out += ["--num-layers-per-virtual-pipeline-stage", str(layers // (pp * vpp))]
-    elif vpp > 1:
-        out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
+        chunks = [math.ceil(n / 2) for n in chunks[:-1]]
+        chunks.append(m.layers // 2 - sum(chunks))
+    if len(set(chunks)) == 1:
+        if vpp > 1:
+            out += ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]
+        return out
+    middle = chunks[1:-1]
+    if vpp == 1 and chunks[-1] > 0 and len(set(middle)) <= 1:
+        # first and last stage layers, the middle ones equal
+        if middle and chunks[0] != middle[0]:
+            out += ["--decoder-first-pipeline-num-layers", str(chunks[0])]
+        out += ["--decoder-last-pipeline-num-layers", str(chunks[-1])]
+        return out
+    out += ["--pipeline-model-parallel-layout", _layout(chunks)]
     return out
 
 
@@ -113,8 +155,11 @@ def _recompute(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
             "1",
         ]
     if mode == "partial":
-        # whole layers of each virtual chunk, at least the fraction priced
+        # whole layers of each virtual chunk, at least the fraction priced (none when the
+        # plan fits without)
         frac = float(e.memory.recompute_fraction[i])
+        if frac <= 0.0:
+            return []
         chunk = float(e.plan_stages(i).fullest[0]) / int(p.vpp[i])
         whole = min(math.ceil(frac * chunk - 1e-9), math.ceil(chunk))
         return [
@@ -138,21 +183,42 @@ def _recompute(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
     return out
 
 
-def _sharding(e: TrainingEstimate, i: int) -> list[str]:
-    """Optimizer, gradient and parameter sharding, hybrid sharding included."""
+def _sharding(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
+    """Optimizer, gradient and parameter sharding, hybrid sharding included. The gradient
+    reduction overlaps the backward (``--overlap-grad-reduce``) as Megatron runs it; gpuscale
+    prices it exposed beyond the fitted overlap, an upper bound."""
     w, p = e.workload, e.plans
     mode = SHARDING[int(p.sharding[i])]
-    groups = ShardGroups.of(w, p.take(np.array([i])))
+    one = p.take(np.array([i]))
+    groups = ShardGroups.of(w, one)
     replicas = round(float(groups.dense_replicas[0]))
+    fp16 = w.precision == "fp16"
+    # fp32 gradients as priced (Megatron keeps fp16 ones under --fp16 unless told)
+    fp32_grads = ["--accumulate-allreduce-grads-in-fp32"] if fp16 else []
     out: list[str] = []
+    if mode == "zero2" and bool(pipelined_fsdp(one)[0]):
+        # ZeRO-2 under a pipeline is priced as the distributed optimizer
+        notes.append(
+            "zero2 under a pipeline is priced as Megatron's distributed optimizer (weights and "
+            "fp32 gradients whole, one gather and one reduce-scatter a step): its flags"
+        )
+        mode = "dist-opt"
     if mode == "none":
-        return ["--overlap-grad-reduce"]
+        return ["--overlap-grad-reduce", *fp32_grads]
     if mode in ("dist-opt", "zero1"):
         out += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
-        if mode == "zero1":
+        if mode == "dist-opt":
+            out += fp32_grads
+        elif not fp16:
             # gpuscale's zero1: the distributed optimizer with 16-bit gradients
             out.append("--grad-reduce-in-bf16")
     else:
+        if mode == "zero3" and int(p.pp[i]) > 1:
+            notes.append(
+                "Megatron-FSDP under a pipeline: memory is priced with each stage's gathered "
+                "weights and fp32 gradients held over the step (as torchtitan's pipelined "
+                "FSDP runs), more than a per-layer reshard keeps"
+            )
         strategy = "optim_grads" if mode == "zero2" else "optim_grads_params"
         out += [
             "--use-megatron-fsdp",
@@ -171,17 +237,21 @@ def _sharding(e: TrainingEstimate, i: int) -> list[str]:
 
 
 def _precision(e: TrainingEstimate) -> list[str]:
+    """Mixed precision: FP8 with current scaling, or on Blackwell MXFP8 as NVIDIA's recipes
+    run it (gpuscale prices the two recipes' quantisation passes alike), NVFP4."""
     w = e.workload
     if w.precision == "fp16":
         return ["--fp16"]
     out = ["--bf16"]
     if w.precision == "fp8":
-        # current (per-tensor) scaling: the quantisation passes gpuscale prices
-        out += ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+        recipe = "mxfp8" if w.gpu.arch == "blackwell" else "tensorwise"
+        out += ["--fp8-format", "e4m3" if recipe == "mxfp8" else "hybrid", "--fp8-recipe", recipe]
         if w.fp8_param_gather:
             out.append("--fp8-param-gather")
     elif w.precision == "fp4":
         out += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+        if w.fp8_param_gather:
+            out.append("--fp4-param-gather")
     return out
 
 
@@ -199,8 +269,14 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
         args += ["--expert-model-parallel-size", str(int(p.ep[i]))]
         args += ["--expert-tensor-parallel-size", "1"]
         if w.ep_dispatch == "hierarchical" and int(p.ep[i]) > 1:
-            # one copy of a token per remote NVLink domain: DeepEP / HybridEP
-            args += ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
+            # one copy of a token per remote NVLink domain: DeepEP (HybridEP on NVL72 racks)
+            backend = "hybridep" if w.fabric.scaleup_domain_gpus > 8 else "deepep"
+            args += [
+                "--moe-token-dispatcher-type",
+                "flex",
+                "--moe-flex-dispatcher-backend",
+                backend,
+            ]
         else:
             args += ["--moe-token-dispatcher-type", "alltoall"]
     if bool(p.sp[i]):
@@ -210,10 +286,23 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     args += ["--micro-batch-size", str(int(p.mbs[i]))]
     args += ["--global-batch-size", str(w.global_batch), "--seq-length", str(w.seq_len)]
     args += _recompute(e, i, notes)
-    args += _sharding(e, i)
+    args += _sharding(e, i, notes)
     args += _precision(e)
     if m.mtp_layers:
         args += ["--mtp-num-layers", str(m.mtp_layers)]
+        if int(p.pp[i]) > 1:
+            notes.append(
+                "the MTP depths are priced spread over the stages, as a balanced layout "
+                "places them; Megatron-LM's default puts them on the last stage"
+            )
+    if w.precision == "fp16" and m.is_moe and int(p.ep[i]) > 1:
+        notes.append("Megatron-Core runs expert parallelism in bf16, not fp16")
+    used = int(p.gpus_used()[i])
+    if used < w.num_gpus:
+        notes.append(
+            f"run on {used} of the {w.num_gpus} GPUs: Megatron-LM takes the data-parallel "
+            "degree from the world size"
+        )
     if w.attention == "flash2":
         args += ["--attention-backend", "flash"]
     elif w.attention == "unfused":
