@@ -271,3 +271,19 @@ def test_mambas_recompute_module_is_not_a_gated_deltanets() -> None:
     fab = Fabric.from_system(sys, 64)
     with pytest.raises(InputError, match=r"recompute-modules='mamba'.*no Mamba layers"):
         Workload(m, g, sys, fab, 64, 4096, 256, "bf16", recompute_modules=("mamba",))
+
+
+def test_qwen35_flagship_against_its_model_card() -> None:
+    # Qwen3.5 397B-A17B: "397B total, 17B active"; by hand, a Gated DeltaNet block of
+    # 4096 x (2 x 2048 + 2 x 8192 + 2 x 64) + 12,288 x 4 + 128 + 128 + 8192 x 4096, a gated
+    # attention block of 4096 x (2 x 8192 + 2 x 512) + 8192 x 4096, a MoE of 512 experts of
+    # 3 x 4096 x 1024, a shared one and a 4096 x 512 router
+    m = get_model("qwen3.5-397b-a17b")
+    gdn = 4096 * (2 * 2048 + 2 * 8192 + 2 * 64) + 12_288 * 4 + 2 * 64 + 128 + 8192 * 4096
+    attn = 4096 * (2 * 8192 + 2 * 512) + 8192 * 4096
+    expert = 3 * 4096 * 1024
+    emb, norms = 2 * 248_320 * 4096, 120 * 4096 + 4096
+    moe = (512 + 1) * expert + 4096 * 512  # routed and shared experts, router
+    assert param_count(m) == 45 * gdn + 15 * attn + 60 * moe + emb + norms
+    assert param_count(m) == pytest.approx(397e9, rel=0.005)
+    assert active_param_count(m) == pytest.approx(17e9, rel=0.03)
