@@ -72,6 +72,9 @@ def test_page_has_the_table_and_the_reason(tmp_path: Path) -> None:
     assert explain(res).replace("'", "&#39;") in html
     assert html.count("<tr>") == 1 + 3  # the header and the top 3
     assert [q.name for q in tmp_path.iterdir()] == ["search.html"]
+    # the best plan's Megatron-LM arguments, its own tensor-parallel degree first
+    tp = int(res.estimate.plans.tp[res.best])
+    assert f"<pre>--tensor-model-parallel-size {tp} " in html
 
 
 def test_cli_refuses_a_missing_directory_before_searching(

@@ -1,6 +1,6 @@
 """A plan search as a self-contained HTML page: every plan that fits, its throughput against
-its memory, coloured by tensor-parallel degree, with the ranked table and why the best
-wins.
+its memory, coloured by tensor-parallel degree, with the ranked table, why the best wins
+and the best plan's Megatron-LM arguments.
 
 The design space at a glance: which layouts reach the best throughput, how close the
 runners-up are, and what memory each leaves free. plotly.js is inlined, so the page opens
@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 from plotly import colors
 
+from gpuscale.export.megatron import megatron_args
 from gpuscale.report.cells import search_cells, search_header
 from gpuscale.report.page import check_target, template, write_page
 from gpuscale.search.explain import TIE_GAP, explain
@@ -24,7 +25,8 @@ from gpuscale.units import GiB
 
 PAGE = template(
     """{% extends "head" %}
-{% block style %}td:nth-child(2), th:nth-child(2) { text-align: left; }{% endblock %}
+{% block style %}td:nth-child(2), th:nth-child(2) { text-align: left; }
+pre { white-space: pre-wrap; }{% endblock %}
 {% block body %}
 <p>{{ counts }}</p>
 <p class="note">Each point is a plan that fits in memory: its tokens/s per GPU, over every
@@ -42,6 +44,12 @@ each other).</p>
 {% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
 <p>{{ why }}</p>
+<h2>The best plan in Megatron-LM</h2>
+<p class="note">Its arguments to <code>pretrain_gpt.py</code> (the model's shape flags come
+from its recipe):</p>
+<pre>{{ megatron }}</pre>
+{% for n in megatron_notes %}<p class="note">{{ n }}</p>
+{% endfor %}
 {% endblock %}
 """
 )
@@ -121,6 +129,7 @@ def write_search_report(
         for r, i in zip(res.ranks(top), res.top(top), strict=True)
     ]
     shown = min(len(res.order), MAX_POINTS)
+    mlm = megatron_args(e, res.best)
     html = PAGE.render(
         title=f"Parallelism plans for {w.model.name} on {w.num_gpus:,} x {w.gpu.name}",
         workload=(
@@ -136,5 +145,7 @@ def write_search_report(
         rows=rows,
         why=explain(res),
         tie_pct=f"{TIE_GAP * 100:.0f}",
+        megatron=mlm.line(),
+        megatron_notes=list(mlm.notes),
     )
     write_page(path, html)
