@@ -22,6 +22,7 @@ and HybridEP dispatchers are ``--moe-token-dispatcher-type flex`` with
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -122,8 +123,9 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
                 "places whole layers (mixer + MLP): the nearest layout differs from the one "
                 "priced"
             )
-        chunks = [math.ceil(n / 2) for n in chunks[:-1]]
-        chunks.append(m.layers // 2 - sum(chunks))
+        # each chunk's end, in blocks, rounded up to a whole layer
+        ends = [(b + 1) // 2 for b in itertools.accumulate(chunks)]
+        chunks = [b - a for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     if len(set(chunks)) == 1:
         if vpp > 1:
             out += ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]
