@@ -231,3 +231,23 @@ def test_idle_gpus_are_a_note() -> None:
     assert notes == [
         "run on 8 of the 16 GPUs: Megatron-LM takes the data-parallel degree from the world size"
     ]
+
+
+def test_a_layout_carries_the_mtp_depths() -> None:
+    # DeepSeek-V3: 61 layers and one MTP depth on 8 stages x 4 chunks: ceil(61 / 32) = 2 on
+    # 29 chunks, 1 on the last 3 (Megatron's layout must name the MTP depth, m)
+    args, _ = _args(
+        "deepseek-v3", 1024, 4096, 2048, tp=2, pp=8, vpp=4, dp=64, ep=64, mbs=1, sp=True
+    )
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+    assert layout == "E" + "tt|" * 29 + "t|t|tmL"
+    assert args[args.index("--mtp-num-layers") + 1] == "1"
+
+
+def test_partial_recompute_counts_megatron_layers_of_a_gated_deltanet_model() -> None:
+    from gpuscale.perf.training_notes import block_recompute_layers
+
+    # Qwen3-Next: 96 blocks are 48 Megatron layers (mixer + MoE each); 55 % of them is
+    # 26.4, so 27 whole layers; Nemotron 3 Nano's 52 blocks are Megatron's 52 layers
+    assert block_recompute_layers(get_model("qwen3-next-80b-a3b"), 0.55, 96, 1) == (27, 48.0)
+    assert block_recompute_layers(get_model("nemotron3-nano-30b-a3b"), 0.55, 52, 2) == (15, 26.0)

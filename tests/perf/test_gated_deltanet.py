@@ -153,6 +153,7 @@ def test_qwen35_text_config_with_layer_types(tmp_path: Path) -> None:
         ({"linear_num_value_heads": None}, "linear_num_value_heads"),
         ({"linear_num_key_heads": None}, "linear_num_key_heads"),  # no default guessed
         ({"attn_output_gate": "false"}, "attn_output_gate"),  # a JSON boolean only
+        ({"linear_value_head_dim": 10**12}, "linear_value_head_dim"),  # beyond any model
         ({"linear_num_key_heads": 12}, "linear_num_key_heads"),  # 12 does not divide 32
         ({"layer_types": ["linear_attention"] * 47 + ["sliding_attention"]}, "layer_types"),
         ({"layer_types": ["linear_attention"] * 3}, "layer_types"),

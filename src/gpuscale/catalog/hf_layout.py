@@ -42,6 +42,32 @@ _BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 """Nemotron-H ``layers_block_type`` names and their hybrid-pattern letters."""
 
 
+MAMBA_KEYS = {
+    "heads": "mamba_num_heads",
+    "head_dim": "mamba_head_dim",
+    "state": "ssm_state_size",
+    "groups": "n_groups",
+    "conv_kernel": "conv_kernel",
+    "chunk": "chunk_size",
+}
+"""config.json keys of the mixer sizes (Nemotron-H)."""
+GDN_KEYS = {
+    "heads": "linear_num_value_heads",
+    "head_dim": "linear_value_head_dim",
+    "state": "linear_key_head_dim",
+    "groups": "linear_num_key_heads",
+    "conv_kernel": "linear_conv_kernel_dim",
+}
+"""config.json keys of a Gated DeltaNet's sizes (Qwen3-Next, Qwen3.5)."""
+
+
+def _sizes_error(exc: ValidationError, path: Path, keys: dict[str, str]) -> InputError:
+    """A mixer size the schema refuses, named by the file's key, on one line."""
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else ""
+    return InputError(f"{where(path)}:{keys.get(field, field)}", err.get("input"), err["msg"])
+
+
 def _hybrid(cfg: dict[str, Any], path: Path, ints: Ints) -> tuple[str, Mamba | None]:
     """Layer pattern and Mamba-2 sizes of a hybrid config (Nemotron-H ``nemotron_h``)."""
     pattern = cfg.get("hybrid_override_pattern") or ""
@@ -70,7 +96,7 @@ def _hybrid(cfg: dict[str, Any], path: Path, ints: Ints) -> tuple[str, Mamba | N
             chunk=ints("chunk_size", default=128, minimum=1),
         )
     except ValidationError as exc:
-        raise InputError(f"{where(path)}:mamba", None, f"invalid Mamba sizes ({exc})") from exc
+        raise _sizes_error(exc, path, MAMBA_KEYS) from exc
     return pattern, mamba
 
 
@@ -255,7 +281,7 @@ def gated_deltanet_layout(
             chunk=64,
         )
     except ValidationError as exc:
-        raise InputError(f"{where(path)}:linear_attention", None, f"invalid sizes ({exc})") from exc
+        raise _sizes_error(exc, path, GDN_KEYS) from exc
     if mixer.heads % mixer.groups:
         raise InputError(
             f"{where(path)}:linear_num_key_heads",

@@ -170,14 +170,14 @@ class Mamba(BaseModel):
     conv has no bias, and its scan applies the delta rule (:attr:`rule`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    state: int = Field(gt=0)
+    heads: int = Field(gt=0, le=1_000_000)
+    head_dim: int = Field(gt=0, le=1_000_000)
+    state: int = Field(gt=0, le=1_000_000)
     """SSM state size N per head (a Gated DeltaNet's key head dimension)."""
-    groups: int = Field(default=1, gt=0)
+    groups: int = Field(default=1, gt=0, le=1_000_000)
     """B/C projection groups (like GQA's key/value heads; a Gated DeltaNet's key heads)."""
-    conv_kernel: int = Field(default=4, gt=0)
-    chunk: int = Field(default=128, gt=0)
+    conv_kernel: int = Field(default=4, gt=0, le=1_000_000)
+    chunk: int = Field(default=128, gt=0, le=1_000_000)
     """Chunk length of the scan's block decomposition (SSD 128 in Nemotron; the
     flash-linear-attention gated delta rule kernels 64)."""
     rule: Literal["ssd", "gated_delta"] = "ssd"
@@ -247,8 +247,9 @@ class Model(_Entry):
     sigmoid scales the attention output before the output projection (Megatron-Core
     ``attention_output_gate``)."""
     pattern: str = ""
-    """Hybrid models (Nemotron-H, Nemotron 3): one letter per block, M a Mamba-2 mixer, *
-    attention, - an MLP, E a MoE; each block is one of these with its norm and residual.
+    """Hybrid models (Nemotron-H, Nemotron 3; Qwen3-Next, Qwen3.5): one letter per block, M a
+    Mamba-2 or Gated DeltaNet mixer (:attr:`mamba`), * attention, - an MLP, E a MoE; each
+    block is one of these with its norm and residual.
     Empty: every layer is attention + MLP (or MoE)."""
     mamba: Mamba | None = None
     moe_latent: int = Field(default=0, ge=0)
@@ -320,7 +321,8 @@ class Model(_Entry):
             raise ValueError("attn_gate is a gate on the Q projection: not modelled with mla")
         if self.mtp_layers > self.layers:
             raise ValueError(
-                f"mtp_layers={self.mtp_layers} exceeds the model's {self.layers} layers "
+                f"mtp_layers={self.mtp_layers} exceeds the model's {self.layers} "
+                f"{'blocks' if self.pattern else 'layers'} "
                 "(multi-token prediction adds a few depths: DeepSeek-V3 1)"
             )
         if self.mtp_weight_sets is None:

@@ -31,6 +31,7 @@ import numpy as np
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.training import TrainingEstimate
+from gpuscale.perf.training_notes import block_recompute_layers
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class MegatronArgs:
 
     args: tuple[str, ...]
     notes: tuple[str, ...]
+    script: str = "pretrain_gpt.py"
+    """Megatron-LM's entry point for the model: ``pretrain_mamba.py`` for a Mamba hybrid."""
 
     def line(self) -> str:
         """The arguments as one shell-ready line."""
@@ -77,11 +80,12 @@ def _chunks(e: TrainingEstimate, i: int) -> list[int]:
     return spread(layers, n)
 
 
-def _layout(chunks: list[int]) -> str:
+def _layout(chunks: list[int], mtp: int) -> str:
     """Megatron-Core's ``--pipeline-model-parallel-layout``: ``t`` a layer, ``|`` between
-    chunks, ``E`` the embedding on the first, ``L`` the loss on the last."""
+    chunks, ``E`` the embedding on the first, the ``mtp`` MTP depths (``m``) and ``L`` the
+    loss on the last."""
     parts = ["t" * n for n in chunks]
-    return "|".join(["E" + parts[0], *parts[1:-1], parts[-1] + "L"])
+    return "|".join(["E" + parts[0], *parts[1:-1], parts[-1] + "m" * mtp + "L"])
 
 
 def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
@@ -137,7 +141,7 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
             out += ["--decoder-first-pipeline-num-layers", str(chunks[0])]
         out += ["--decoder-last-pipeline-num-layers", str(chunks[-1])]
         return out
-    out += ["--pipeline-model-parallel-layout", _layout(chunks)]
+    out += ["--pipeline-model-parallel-layout", _layout(chunks, m.mtp_layers)]
     return out
 
 
@@ -162,8 +166,8 @@ def _recompute(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
         frac = float(e.memory.recompute_fraction[i])
         if frac <= 0.0:
             return []
-        chunk = float(e.plan_stages(i).fullest[0]) / int(p.vpp[i])
-        whole = min(math.ceil(frac * chunk - 1e-9), math.ceil(chunk))
+        stage = float(e.plan_stages(i).fullest[0])
+        whole, _ = block_recompute_layers(w.model, frac, stage, int(p.vpp[i]))
         return [
             "--recompute-granularity",
             "full",
@@ -326,7 +330,9 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             "priced with eager PyTorch elementwise kernels or loss; Megatron-LM's are fused "
             "(--cross-entropy-loss-fusion for the loss)"
         )
-    return MegatronArgs(tuple(args), tuple(notes))
+    mamba = m.hybrid and (m.mamba is None or m.mamba.rule == "ssd")
+    script = "pretrain_mamba.py" if mamba else "pretrain_gpt.py"
+    return MegatronArgs(tuple(args), tuple(notes), script)
 
 
 def megatron_json(e: TrainingEstimate, i: int) -> dict[str, list[str]]:

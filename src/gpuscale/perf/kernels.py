@@ -1,5 +1,6 @@
 """Time of one kernel class on one GPU: GEMMs (shape-dependent efficiency), the attention
-core (fused flash kernels or Megatron's unfused path), the Mamba-2 SSD scan, and the GEMM
+core (fused flash kernels or Megatron's unfused path), the chunked scan of a hybrid's mixer
+(Mamba-2's SSD or the gated delta rule), and the GEMM
 speed-up and input-quantisation traffic of a low precision. :mod:`gpuscale.perf.step`
 composes them into a step."""
 

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from gpuscale.catalog import Model
 from gpuscale.ops.reliability import Reliability
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.memory import MemoryBreakdown
@@ -72,17 +73,18 @@ class PlanNotes:
             if not bool(self.memory.fits[i]):
                 out.append("partial recompute: even recomputing every layer, the plan does not fit")
             else:
-                # Megatron counts --recompute-num-layers per virtual pipeline chunk
+                # Megatron counts --recompute-num-layers per virtual pipeline chunk, in its
+                # own layers (a Gated DeltaNet model's: mixer + MLP blocks)
                 vpp = int(self.plans.vpp[i])
-                chunk = stage / vpp
-                whole = min(math.ceil(frac * chunk - 1e-9), math.ceil(chunk))
+                whole, chunk = block_recompute_layers(w.model, frac, stage, vpp)
+                mlm = stage / megatron_units(w.model)
                 per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
                 out.append(
                     f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
-                    f"are recomputed (~{frac * stage:.1f} of the stage's {stage:.0f}), the "
+                    f"are recomputed (~{frac * mlm:.1f} of the stage's {mlm:.0f}), the "
                     "least that fits; in Megatron, --recompute-method block "
                     f"--recompute-num-layers {whole}{per} (whole layers: {whole * vpp} of "
-                    f"the stage's {stage:.0f}, more memory free and more recompute than "
+                    f"the stage's {mlm:.0f}, more memory free and more recompute than "
                     "priced), or selective --recompute-modules that free as much"
                 )
         cap = w.gpu.memory_bytes
@@ -201,6 +203,21 @@ class PlanNotes:
 
 FREQUENT_SAVE_S = 300.0
 """Saving more often than this makes the checkpoint volume a question for the storage."""
+
+
+def megatron_units(m: Model) -> int:
+    """gpuscale's layers (blocks of a hybrid pattern) per Megatron-LM layer: 2 for a Gated
+    DeltaNet model, which Megatron-LM builds of transformer layers each holding a mixer and
+    an MLP, else 1 (Megatron's hybrid Mamba layers are single blocks)."""
+    return 2 if m.mamba is not None and m.mamba.rule == "gated_delta" and m.hybrid else 1
+
+
+def block_recompute_layers(m: Model, frac: float, stage: float, vpp: int) -> tuple[int, float]:
+    """Megatron's ``--recompute-num-layers`` under ``--recompute-method block`` for a stage
+    of ``stage`` layers (gpuscale's) of which ``frac`` are recomputed: the fewest whole
+    Megatron layers of each virtual chunk that cover the fraction, and the chunk's layers."""
+    chunk = stage / vpp / megatron_units(m)
+    return min(math.ceil(frac * chunk - 1e-9), math.ceil(chunk)), chunk
 
 
 def _run_notes(

@@ -45,8 +45,8 @@ each other).</p>
 {% endfor %}</table>
 <p>{{ why }}</p>
 <h2>The best plan in Megatron-LM</h2>
-<p class="note">Its arguments to <code>pretrain_gpt.py</code> (the model's shape flags come
-from its recipe):</p>
+<p class="note">Its arguments to <code>{{ megatron_script }}</code> (the model's shape flags
+come from its recipe):</p>
 <pre>{{ megatron }}</pre>
 {% for n in megatron_notes %}<p class="note">{{ n }}</p>
 {% endfor %}
@@ -146,6 +146,7 @@ def write_search_report(
         why=explain(res),
         tie_pct=f"{TIE_GAP * 100:.0f}",
         megatron=mlm.line(),
+        megatron_script=mlm.script,
         megatron_notes=list(mlm.notes),
     )
     write_page(path, html)
