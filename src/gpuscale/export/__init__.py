@@ -1,4 +1,5 @@
-"""Launch-file emitters: Slurm sbatch and Kubernetes (Kubeflow PyTorchJob) for benchmarks.
+"""Emitters: launch files (Slurm sbatch and Kubernetes Kubeflow PyTorchJob) for benchmarks,
+and a priced training plan as Megatron-LM arguments (:mod:`gpuscale.export.megatron`).
 
 Contract: :func:`render_launch` (spec, bench, nodes) -> :class:`LaunchFiles` rendered and
 validated in memory; :func:`write_launch` writes them all or none.
