@@ -7,10 +7,10 @@ file; see its README for where each row comes from) with the shipped calibration
 fitted on ``training_runs.csv`` only (or the one ``--calibration FILE`` names), and prints
 one line per file: rows scored and skipped, MAPE, median and worst error, rows worse than
 25 %, and the mean signed error (a bias the fit cannot see); then the same figures over all
-files by kind of model (dense, MoE, hybrid Mamba-Transformer) and for FP4 runs (NVFP4,
-MXFP4), and per file how often, of two runs of one job with different plans, the plan
-predicted faster was measured faster (all pairs, and those predicted under 5 % and 20 % or
-more apart). For per-row detail run
+files by kind of model (dense, MoE, hybrid Mamba-Transformer, hybrid Gated DeltaNet) and
+for FP4 runs (NVFP4, MXFP4), and per file how often, of two runs of one job with different
+plans, the plan predicted faster was measured faster (all pairs, and those predicted under
+5 % and 20 % or more apart). For per-row detail run
 ``gpuscale validate training --runs FILE``.
 """
 

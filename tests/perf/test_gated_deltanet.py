@@ -288,3 +288,14 @@ def test_qwen35_flagship_against_its_model_card() -> None:
     assert param_count(m) == 45 * gdn + 15 * attn + 60 * moe + emb + norms
     assert param_count(m) == pytest.approx(397e9, rel=0.005)
     assert active_param_count(m) == pytest.approx(17e9, rel=0.03)
+
+
+def test_qwen38_flop_count_matches_its_verification_card() -> None:
+    # Megatron-Bridge's Qwen3.8 27B card: 819.19 model TFLOP/s and 4,877.758 tokens/s per
+    # GPU at sequence 4096, 167.9 GFLOP a token (its merger and frozen vision encoder aside);
+    # Megatron's count of the language model with its MTP layer
+    m = get_model("qwen3.8-27b")
+    per_token = megatron_model_flops(m, 1, 4096, causal=True) / 4096
+    assert per_token == pytest.approx(819.19e12 / 4877.758, rel=0.01)
+    # 64 layers: 48 Gated DeltaNet, 16 gated attention, each with a 17,408-wide MLP
+    assert m.pattern.count("M") == 48 and m.attn_layers == 16 and m.mlp_layers == 64
