@@ -270,11 +270,12 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     args += _pipeline(e, i, notes)
     if int(p.cp[i]) > 1:
         args += ["--context-parallel-size", str(int(p.cp[i]))]
-    if m.is_moe:
+    if m.is_moe and m.moe_layers > 0:
         # expert tensor parallelism 1, each GPU holding E / EP whole experts, as priced
         args += ["--expert-model-parallel-size", str(int(p.ep[i]))]
         args += ["--expert-tensor-parallel-size", "1"]
-        if w.ep_dispatch == "hierarchical" and int(p.ep[i]) > 1:
+        nvlink = w.fabric.scaleup_domain_gpus > 1  # DeepEP forwards inside an NVLink domain
+        if w.ep_dispatch == "hierarchical" and int(p.ep[i]) > 1 and nvlink:
             # one copy of a token per remote NVLink domain: DeepEP (HybridEP on NVL72 racks)
             backend = "hybridep" if w.fabric.scaleup_domain_gpus > 8 else "deepep"
             args += [
