@@ -353,6 +353,11 @@ class Model(_Entry):
         return bool(self.pattern)
 
     @property
+    def gated_deltanet(self) -> bool:
+        """Its mixers are Gated DeltaNets (``mamba.rule`` gated_delta), not Mamba-2's."""
+        return self.mamba is not None and self.mamba.rule == "gated_delta"
+
+    @property
     def attn_layers(self) -> int:
         """Blocks or layers with attention."""
         return self.pattern.count("*") if self.pattern else self.layers

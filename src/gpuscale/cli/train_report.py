@@ -41,8 +41,7 @@ def model_line(m: Model) -> str:
         # 5.1 B leaves one out, Mixtral's 12.9 B keeps both)
         parts[0] += f" ({active_param_count(m) / 1e9:,.1f} B active, embeddings included)"
     if m.hybrid:
-        gdn = m.mamba is not None and m.mamba.rule == "gated_delta"
-        mixer = "Gated DeltaNet" if gdn else "Mamba-2"
+        mixer = "Gated DeltaNet" if m.gated_deltanet else "Mamba-2"
         attn = "gated attention" if m.attn_gate else "attention"
         kinds = ((mixer, "M"), (attn, "*"), ("MoE", "E"), ("MLP", "-"))
         counts = ", ".join(f"{m.pattern.count(c)} {n}" for n, c in kinds if c in m.pattern)

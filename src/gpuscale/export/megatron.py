@@ -31,7 +31,7 @@ import numpy as np
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.training import TrainingEstimate
-from gpuscale.perf.training_notes import block_recompute_layers
+from gpuscale.perf.training_notes import block_recompute_layers, megatron_units
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
             f"{m.layers} layers do not divide into {pp * vpp} pipeline chunks: priced as if "
             f"every chunk held {max(chunks)}, an upper bound for the ones that hold fewer"
         )
-    if m.hybrid and (m.mamba is None or m.mamba.rule == "ssd"):
+    if m.hybrid and not m.gated_deltanet:
         # Megatron's hybrid (Mamba) models take their stages from | in the layer pattern
         pieces, at = [], 0
         for n in chunks:
@@ -118,17 +118,18 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
         if vpp > 1:
             out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
         return out
-    if m.hybrid:
+    units = megatron_units(m)
+    if units > 1:
         # Megatron-LM builds a Gated DeltaNet model of transformer layers with a linear-
         # attention variant: its layer is a mixer block and its MLP block together
-        if any(n % 2 for n in chunks):
+        if any(n % units for n in chunks):
             notes.append(
                 "the stages split a Gated DeltaNet model's mixer from its MLP; Megatron-LM "
                 "places whole layers (mixer + MLP): the nearest layout differs from the one "
                 "priced"
             )
         # each chunk's end, in blocks, rounded up to a whole layer
-        ends = [(b + 1) // 2 for b in itertools.accumulate(chunks)]
+        ends = [-(-b // units) for b in itertools.accumulate(chunks)]
         chunks = [b - a for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     if len(set(chunks)) == 1:
         if vpp > 1:
@@ -331,7 +332,7 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             "priced with eager PyTorch elementwise kernels or loss; Megatron-LM's are fused "
             "(--cross-entropy-loss-fusion for the loss)"
         )
-    mamba = m.hybrid and (m.mamba is None or m.mamba.rule == "ssd")
+    mamba = m.hybrid and not m.gated_deltanet
     script = "pretrain_mamba.py" if mamba else "pretrain_gpt.py"
     return MegatronArgs(tuple(args), tuple(notes), script)
 

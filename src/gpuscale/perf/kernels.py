@@ -128,13 +128,13 @@ def scan_s(
     if m.mamba is None:
         return np.zeros_like(tokens)
     x = m.mamba
+    mm16 = peak16 * w.gpu.matmul_eff
+    if x.rule == "gated_delta":
+        return _gated_delta_scan_s(w, tokens, tp, mm16, bw, cal)
     q, n, p = float(x.chunk), float(x.state), float(x.head_dim)
     chunks = tokens / q
     heads, groups = x.heads / tp, x.groups / tp
-    mm16 = peak16 * w.gpu.matmul_eff
     sms = w.gpu.sms
-    if x.rule == "gated_delta":
-        return _gated_delta_scan_s(w, tokens, tp, mm16, bw, cal)
     matmuls = (
         gemm_s(q / 2.0, q, n, chunks * groups, mm16, sms, cal)  # C B^T, causal half
         + gemm_s(q / 2.0, p, q, chunks * heads, mm16, sms, cal)  # scores x X, causal half

@@ -197,7 +197,7 @@ class Workload:
             "shared_experts": ("shared experts", m.is_moe and m.shared_experts > 0),
             # Megatron-Core's "mamba" module is the MambaLayer's; a Gated DeltaNet sits in
             # a TransformerLayer, which that flag does not reach
-            "mamba": ("Mamba layers", m.mamba is not None and m.mamba.rule == "ssd"),
+            "mamba": ("Mamba layers", m.mamba is not None and not m.gated_deltanet),
         }
         for name in self.recompute_modules:
             what, present = layers_of.get(name, ("", True))

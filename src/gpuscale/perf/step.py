@@ -204,8 +204,7 @@ def step_breakdown(
     d_in, _, conv_c = mamba_widths(m)
     mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
     # gated attention: the sigmoid gate times the attention output (read both, write)
-    q_w = float(m.heads * m.head_dim) if m.attn_gate else 0.0
-    gate_bytes = a_frac * 3.0 * q_w * 2.0 * tokens / tp
+    gate_bytes = a_frac * 3.0 * (q if m.attn_gate else 0.0) * 2.0 * tokens / tp
     mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes + gate_bytes) / bw
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------

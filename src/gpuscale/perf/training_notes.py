@@ -209,7 +209,7 @@ def megatron_units(m: Model) -> int:
     """gpuscale's layers (blocks of a hybrid pattern) per Megatron-LM layer: 2 for a Gated
     DeltaNet model, which Megatron-LM builds of transformer layers each holding a mixer and
     an MLP, else 1 (Megatron's hybrid Mamba layers are single blocks)."""
-    return 2 if m.mamba is not None and m.mamba.rule == "gated_delta" and m.hybrid else 1
+    return 2 if m.gated_deltanet and m.hybrid else 1
 
 
 def block_recompute_layers(m: Model, frac: float, stage: float, vpp: int) -> tuple[int, float]:
