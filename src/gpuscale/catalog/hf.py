@@ -15,9 +15,10 @@ from gpuscale.catalog.hf_layout import (
     _sliding_window,
     _tied,
     gated_deltanet_layout,
+    granite_hybrid_layout,
 )
 from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
-from gpuscale.catalog.schema import MLA, Model
+from gpuscale.catalog.schema import MLA, Mamba, Model
 from gpuscale.errors import InputError
 from gpuscale.spec.files import read_json
 
@@ -26,25 +27,30 @@ _GATED_ACTS = {"silu", "swiglu", "gelu_pytorch_tanh_gated", "geglu"}
 _GATED_MLP: dict[str, bool] = {
     # gate, up and down projections: LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP, DeepseekV2MLP,
     # DeepseekV3MLP, GemmaMLP/Gemma2MLP/Gemma3MLP (GeGLU: gelu_pytorch_tanh(gate) x up),
-    # Llama4TextMLP, Qwen3NextMLP; Phi3MLP fuses gate and up (gate_up_proj); the experts of Mixtral,
-    # Qwen2-MoE, Qwen3-MoE, GPT-OSS and Llama 4 hold gate and up as well
+    # Llama4TextMLP, Qwen3NextMLP, the MLPs of GLM-4/4.5, OLMo 2/3, SmolLM3, Seed-OSS, Hunyuan,
+    # EXAONE 4, dots.llm1, Ministral and Granite; Phi3MLP and Glm4MLP fuse gate and up
+    # (gate_up_proj); the experts of Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS, Llama 4, MiniMax-M2
+    # and Granite hold gate and up as well; Kimi K2 is DeepSeek-V3's architecture
     **dict.fromkeys(
         (
             "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
             "qwen3_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "deepseek_v2",
             "deepseek_v3", "phi3", "gpt_oss", "ernie4_5", "ernie4_5_moe", "qwen3_next",
-            "qwen3_5_text", "qwen3_5_moe_text",
+            "qwen3_5_text", "qwen3_5_moe_text", "kimi_k2", "deepseek_v32", "glm4", "glm4_moe",
+            "minimax_m2", "olmo2", "olmo3", "olmoe", "smollm3", "seed_oss", "hunyuan_v1_dense",
+            "hunyuan_v1_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "dots1",
+            "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5",
         ),
         True,
     ),
     # one up and one down projection: GPT2MLP (c_fc, c_proj), GPTNeoXMLP and BloomMLP and
     # FalconMLP (dense_h_to_4h, dense_4h_to_h), OPT's decoder layer (fc1, fc2), MptMLP
     # (up_proj, down_proj), GPTJMLP (fc_in, fc_out), GPTBigCodeMLP (c_fc, c_proj),
-    # NemotronHMLP (up_proj, relu2, down_proj)
+    # NemotronHMLP (up_proj, relu2, down_proj), ApertusMLP (up_proj, xIELU, down_proj)
     **dict.fromkeys(
         (
             "gpt2", "gpt_neox", "opt", "bloom", "falcon", "mpt", "gptj", "gpt_bigcode",
-            "nemotron_h",
+            "nemotron_h", "apertus",
         ),
         False,
     ),
@@ -72,6 +78,19 @@ UNREAD_TYPES = {
     "falcon_mamba": "a pure Mamba model has no attention to read",
     "minimax": "MiniMax's lightning (linear) attention layers are not modelled",
     "kimi_linear": "Kimi Linear's KDA (linear attention) layers are not modelled",
+    "falcon_h1": "Falcon-H1 runs attention and a Mamba-2 mixer side by side in every layer "
+    "(a parallel hybrid), which is not modelled; the Nemotron-H and Granite 4.0-H hybrids "
+    "(one mixer a layer) are",
+    "bamba": "Bamba's Mamba-2 layers (attn_layer_indices) are not read; the Nemotron-H and "
+    "Granite 4.0-H hybrids are",
+    "zamba": "Zamba's shared attention blocks are not modelled",
+    "zamba2": "Zamba2's shared attention blocks are not modelled",
+    "lfm2": "LFM2's short-convolution layers are not modelled",
+    "lfm2_moe": "LFM2's short-convolution layers are not modelled",
+    "recurrent_gemma": "RecurrentGemma's recurrent (RG-LRU) blocks are not modelled",
+    "rwkv": "RWKV's recurrence has no attention to read",
+    "gemma3n": "Gemma 3n's per-layer embeddings, AltUp and LAuReL blocks are not modelled",
+    "gemma3n_text": "Gemma 3n's per-layer embeddings, AltUp and LAuReL blocks are not modelled",
 }
 """model_types whose layer layout config.json gives in keys gpuscale does not read: refused
 by name rather than read as a transformer of the wrong shape."""
@@ -107,13 +126,22 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         raise InputError(
             f"{where(path)}:layer_types", str(kinds)[:60], "a list of kinds, one per layer"
         )
+    granite = model_type == "granitemoehybrid"  # its Mamba-2 layers may be linear_attention
     gdn_keys = "linear_num_value_heads" in cfg or model_type in GDN_TYPES
-    if isinstance(kinds, list) and "linear_attention" in kinds and not gdn_keys:
+    if isinstance(kinds, list) and "linear_attention" in kinds and not (gdn_keys or granite):
         raise InputError(
             f"{where(path)}:layer_types",
             "linear_attention",
             "softmax attention layers, or Gated DeltaNet ones with their linear_* sizes "
             "(Qwen3-Next): other linear-attention layers are not modelled",
+        )
+    lightning = cfg.get("attn_type_list")
+    if model_type == "minimax_m2" and isinstance(lightning, list) and 0 in lightning:
+        # MiniMaxM2DecoderLayer: 1 = softmax attention; MiniMax-01's 0 = lightning attention
+        raise InputError(
+            f"{where(path)}:attn_type_list",
+            0,
+            "1 for every layer (softmax attention): lightning attention is not modelled",
         )
     if model_type == "ernie4_5_moe":
         cfg = {**ERNIE_MOE_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
@@ -130,23 +158,29 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     layers, hidden, heads, vocab = (ints(*names, minimum=1) for names in required)
     gated = _GATED_MLP.get(model_type)
     if gated is None:
-        # an architecture not in the table: judge by the activation's name
-        act = first_of(
-            cfg,
-            "hidden_act",
-            "hidden_activation",
-            "activation_function",
-            "mlp_hidden_act",
-            default="gelu",
-        )
+        # an architecture not in the table: judge by the activation's name, which the file
+        # must then give (a gated MLP holds half as many weights again)
+        act_keys = ("hidden_act", "hidden_activation", "activation_function", "mlp_hidden_act")
+        act = first_of(cfg, *act_keys)
+        if act is None:
+            raise InputError(
+                f"{where(path)}:hidden_act",
+                None,
+                f"required for a model_type gpuscale does not know ({model_type or '(none)'}): "
+                "the MLP's activation, silu for a gated (SwiGLU) MLP, gelu for an ungated one",
+            )
         gated = str(act).lower() in _GATED_ACTS
-    experts = ints(
-        "num_local_experts",
-        "n_routed_experts",
-        "num_experts",
-        "moe_num_experts",
-        default=1,
-        minimum=1,
+    # Granite 4.0-H without experts (num_local_experts 0) runs its shared MLP alone
+    experts = max(
+        ints(
+            "num_local_experts",
+            "n_routed_experts",
+            "num_experts",
+            "moe_num_experts",
+            default=1,
+            minimum=0 if granite else 1,
+        ),
+        1,
     )
     # GPT-2's n_inner left out is 4 x hidden; a gated MLP's width has no such rule (Llama's
     # config class defaults to 11008 at any hidden size), so its config must state it
@@ -158,7 +192,12 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "moe_intermediate_size",
         default=0 if gated else 4 * hidden,
         minimum=1,
+        per_layer=True,
     )
+    if granite:
+        # GraniteMoeHybridDecoderLayer: the shared MLP (shared_intermediate_size, default
+        # 1024) is the dense MLP, intermediate_size the routed experts' width
+        ffn_dense = ints("shared_intermediate_size", default=1024, minimum=1)
     if ffn_dense == 0:
         raise InputError(
             f"{where(path)}:intermediate_size",
@@ -166,7 +205,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             "required for a gated (SwiGLU-style) MLP: a positive integer, the MLP's width",
         )
     # Llama 4: intermediate_size is the experts' width, intermediate_size_mlp the dense one
-    ffn_moe = ints("moe_intermediate_size", "intermediate_size", default=ffn_dense, minimum=1)
+    ffn_moe = ints(
+        "moe_intermediate_size", "intermediate_size", default=ffn_dense, minimum=1, per_layer=True
+    )
     mla = None
     if ints("kv_lora_rank"):
         mla = MLA(
@@ -183,24 +224,40 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
                 "qk_nope_head_dim + qk_rope_head_dim at least 1 (a query/key head dimension)",
             )
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")
-    pattern, mamba = _hybrid(cfg, path, ints)
-    gdn = gated_deltanet_layout(cfg, path, ints, layers, experts > 1)
+    pattern, mamba = ("", None) if granite else _hybrid(cfg, path, ints)
+    if granite:
+        gdn: tuple[str, Mamba] | None = granite_hybrid_layout(cfg, path, ints, layers, experts > 1)
+    else:
+        gdn = gated_deltanet_layout(cfg, path, ints, layers, experts > 1)
     # Qwen3-Next's and Qwen3.5's softmax attention gates its output (Qwen3NextAttention:
     # q_proj is 2 x wide; Qwen3.5 configs say so in attn_output_gate)
     attn_gate = ints.flag("attn_output_gate", model_type in GDN_TYPES)
     if gdn is not None:
-        # Gated DeltaNet models: each layer a mixer block and an MLP/MoE block
+        # Gated DeltaNet and Granite 4.0-H models: each layer a mixer block and an MLP/MoE
+        # block
         pattern, mamba = gdn
         layers = len(pattern)
-    shared = ints("n_shared_experts", "moe_num_shared_experts")
+    shared = ints("n_shared_experts", "moe_num_shared_experts", "num_shared_expert", per_layer=True)
     if model_type == "llama4_text" and experts > 1:
         shared = 1  # every Llama 4 MoE layer adds one shared expert of the experts' width
-    # Nemotron 3 / Megatron spelling, and Qwen2-MoE's (Qwen1.5-MoE: one shared expert of 5632)
-    shared_ffn = ints("moe_shared_expert_intermediate_size", "shared_expert_intermediate_size")
+    # Nemotron 3 / Megatron spelling, Qwen2-MoE's (Qwen1.5-MoE: one shared expert of 5632),
+    # Granite 4.0-H's shared MLP beside its experts
+    shared_ffn = ints(
+        "moe_shared_expert_intermediate_size",
+        "shared_expert_intermediate_size",
+        *(("shared_intermediate_size",) if granite else ()),
+    )
+    if model_type == "hunyuan_v1_moe":
+        # HunYuanMoEV1Moe: a shared MLP of the dense width (intermediate_size) beside the
+        # experts in every layer
+        shared_ffn = ffn_dense
     if experts > 1 and shared_ffn:
-        # shared experts given with their own width: count them in routed-expert units
-        # (Nemotron 3: one shared expert of 2 x the routed width = 2 units)
-        shared = max(round(max(shared, 1) * shared_ffn / ffn_moe), 1)
+        # shared experts given with their own width: their count in routed-expert units
+        # (Nemotron 3: one shared expert of 2 x the routed width = 2 units) and their width
+        shared_ffn = max(shared, 1) * shared_ffn
+        shared = max(round(shared_ffn / ffn_moe), 1)
+    else:
+        shared_ffn = 0  # the schema's default: shared x the routed width
     window, window_layers = _sliding_window(cfg, model_type, ints)
     window_kind = "sliding"
     chunk = ints("attention_chunk_size")
@@ -233,6 +290,14 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     position = "learned" if learned else ("alibi" if model_type == "bloom" else "rope")
     if model_type == "nemotron_h":
         position = "none"  # Nemotron-H attention layers use no position embedding
+    if granite and cfg.get("position_embedding_type") != "rope":
+        position = "none"  # GraniteMoeHybridModel: RoPE only with position_embedding_type rope
+    top_k = ints(
+        "num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk", default=1, minimum=1,
+        per_layer=True,
+    )  # fmt: skip
+    if granite and experts == 1:
+        top_k = 1  # a Granite 4.0-H without experts keeps the family's num_experts_per_tok
     # a snapshot's config.json is named after its model (falcon-7b/config.json)
     folder = snapshot_name(path)
     body: dict[str, Any] = {
@@ -252,8 +317,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "position": position,
         "tied_embeddings": _tied(cfg, model_type, path, ints),
         "num_experts": experts,
-        "top_k": ints("num_experts_per_tok", "experts_per_token", "moe_k", default=1, minimum=1),
+        "top_k": top_k,
         "shared_experts": shared,
+        "shared_ffn_hidden": shared_ffn,
         # group-limited routing (DeepSeek-V2/V3): n_group groups, topk_group of them a token
         "route_groups": ints("n_group", default=1, minimum=1),
         "route_topk_groups": ints("topk_group"),

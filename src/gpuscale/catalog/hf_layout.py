@@ -21,16 +21,23 @@ _TIED_DEFAULT: dict[str, bool] = {
             "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe",
             "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi3",
             "gpt_oss", "nemotron_h", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+            "kimi_k2", "deepseek_v32", "glm4", "glm4_moe", "minimax_m2", "olmo2", "olmo3",
+            "olmoe", "seed_oss", "hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4", "dots1",
+            "ministral", "granite", "granitemoe", "granitemoehybrid", "apertus",
         ),
         False,
     ),
-    # True: Ernie4_5_MoeConfig, GemmaConfig, Gemma2Config, Gemma3TextConfig, GPTBigCodeConfig
-    # and MptConfig set it; GPT2Config, OPTConfig, BloomConfig, FalconConfig and Gemma3Config
-    # leave it to PretrainedConfig, whose default is True (transformers 4.x PretrainedConfig)
+    # the text model of Qwen3-VL: tied as the whole model's config says, whose class
+    # (Qwen3VLConfig, Qwen3VLMoeConfig) defaults to False
+    **dict.fromkeys(("qwen3_vl_text", "qwen3_vl_moe_text"), False),
+    # True: Ernie4_5Config, Ernie4_5_MoeConfig, SmolLM3Config, GemmaConfig, Gemma2Config,
+    # Gemma3TextConfig, GPTBigCodeConfig and MptConfig set it; GPT2Config, OPTConfig,
+    # BloomConfig, FalconConfig and Gemma3Config leave it to PretrainedConfig, whose default
+    # is True (transformers 4.x PretrainedConfig)
     **dict.fromkeys(
         (
             "ernie4_5_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom",
-            "falcon", "mpt", "gpt_bigcode",
+            "falcon", "mpt", "gpt_bigcode", "ernie4_5", "smollm3",
         ),
         True,
     ),
@@ -288,4 +295,64 @@ def gated_deltanet_layout(
             mixer.groups,
             f"a divisor of linear_num_value_heads ({mixer.heads}): value heads share key heads",
         )
+    return pattern, mixer
+
+
+GRANITE_HYBRID_KEYS = {
+    "heads": "mamba_n_heads",
+    "head_dim": "mamba_d_head",
+    "state": "mamba_d_state",
+    "groups": "mamba_n_groups",
+    "conv_kernel": "mamba_d_conv",
+    "chunk": "mamba_chunk_size",
+}
+"""config.json keys of a Granite 4.0-H hybrid's Mamba-2 sizes (``granitemoehybrid``)."""
+_GRANITE_MIXERS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*"}
+"""Granite 4.0-H ``layer_types`` (transformers 4 spelling, then 5) and their pattern letters."""
+
+
+def granite_hybrid_layout(
+    cfg: dict[str, Any], path: Path, ints: Ints, layers: int, moe: bool
+) -> tuple[str, Mamba]:
+    """The hybrid pattern and Mamba-2 sizes of an IBM Granite 4.0-H model
+    (``granitemoehybrid``): each layer a Mamba-2 or an attention mixer as ``layer_types``
+    lists (all Mamba-2 without the list: GraniteMoeHybridConfig's default), then the MoE
+    with its shared MLP, or the shared MLP alone without experts
+    (GraniteMoeHybridDecoderLayer); two blocks of the pattern per layer, ``M`` or ``*``,
+    then ``E`` or ``-``. Mamba sizes default as GraniteMoeHybridConfig does (state 256,
+    chunk 256, expand 2, head dimension d_inner / heads)."""
+    field = f"{where(path)}:layer_types"
+    kinds = cfg.get("layer_types", cfg.get("layers_block_type"))
+    if kinds is None:
+        kinds = ["mamba"] * layers
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        got = f"{len(kinds)} entries" if isinstance(kinds, list) else str(kinds)[:60]
+        raise InputError(field, got, f"a list of {layers} layer kinds, one per layer")
+    unknown = sorted({str(k) for k in kinds if k not in _GRANITE_MIXERS})
+    if unknown:
+        raise InputError(field, unknown[0], f"each one of {', '.join(_GRANITE_MIXERS)}")
+    pattern = "".join(_GRANITE_MIXERS[k] + ("E" if moe else "-") for k in kinds)
+    inner = ints("mamba_expand", default=2, minimum=1) * ints("hidden_size", minimum=1)
+    heads = ints("mamba_n_heads", default=128, minimum=1)
+    if cfg.get("mamba_d_head") == "auto":
+        head_dim = inner // heads
+    else:
+        head_dim = ints("mamba_d_head", default=inner // heads, minimum=1)
+    if heads * head_dim != inner:
+        raise InputError(
+            f"{where(path)}:mamba_d_head",
+            head_dim,
+            f"mamba_expand x hidden_size / mamba_n_heads = {inner} / {heads} (the mixer's width)",
+        )
+    try:
+        mixer = Mamba(
+            heads=heads,
+            head_dim=head_dim,
+            state=ints("mamba_d_state", default=256, minimum=1),
+            groups=ints("mamba_n_groups", default=1, minimum=1),
+            conv_kernel=ints("mamba_d_conv", default=4, minimum=1),
+            chunk=ints("mamba_chunk_size", default=256, minimum=1),
+        )
+    except ValidationError as exc:
+        raise _sizes_error(exc, path, GRANITE_HYBRID_KEYS) from exc
     return pattern, mixer

@@ -72,12 +72,26 @@ class Ints:
         self.found: dict[str, str] = {}
         """The key each value was read from, by the first of the names asked for."""
 
-    def __call__(self, *names: str, default: int = 0, minimum: int = 0) -> int:
+    def __call__(
+        self, *names: str, default: int = 0, minimum: int = 0, per_layer: bool = False
+    ) -> int:
+        """The first of ``names`` the file gives, an integer of at least ``minimum``, else
+        ``default``; ``per_layer``: a list of one value per layer (Hunyuan's
+        ``moe_topk``) is read when every entry is the same (gpuscale models one size for
+        all the layers of a kind)."""
         for n in names:
             val = self.cfg.get(n)
             if val is None:
                 continue
             self.found[names[0]] = n
+            if per_layer and isinstance(val, list) and val:
+                if any(v != val[0] for v in val):
+                    raise InputError(
+                        f"{where(self.path)}:{n}",
+                        val,
+                        "one value for every layer (per-layer sizes that differ are not modelled)",
+                    )
+                val = val[0]
             # JSON true/false are not sizes; 32.0 is accepted as 32
             ok = not isinstance(val, bool) and (
                 isinstance(val, int) or (isinstance(val, float) and val.is_integer())

@@ -230,6 +230,10 @@ class Model(_Entry):
     million tiny experts, He 2024)."""
     top_k: int = 1
     shared_experts: int = 0
+    shared_ffn_hidden: int = Field(default=0, ge=0)
+    """Width of a MoE layer's shared experts together; default ``shared_experts`` x
+    ``ffn_hidden``. Given where the shared MLP is not a whole number of routed experts
+    (Granite 4.0-H Small: one of 1,024 beside 768-wide routed experts)."""
     route_groups: int = Field(default=1, ge=1)
     """Group-limited routing (DeepSeek-V2/V3 ``n_group``): the routed experts in this many
     contiguous groups, of which a token may use ``route_topk_groups``."""
@@ -300,6 +304,13 @@ class Model(_Entry):
             object.__setattr__(self, "dense_ffn_hidden", self.ffn_hidden)
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.shared_ffn_hidden == 0:
+            object.__setattr__(self, "shared_ffn_hidden", self.shared_experts * self.ffn_hidden)
+        elif self.shared_experts == 0:
+            raise ValueError(
+                f"shared_ffn_hidden={self.shared_ffn_hidden} needs shared_experts >= 1 "
+                "(how many shared experts that width holds)"
+            )
         if self.window_layers is None:
             object.__setattr__(self, "window_layers", self.attn_layers if self.window else 0)
         if self.window_layers and not self.window:

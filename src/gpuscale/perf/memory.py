@@ -164,7 +164,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     mamba_frac = m.mamba_layers / m.layers
     sub = m.sublayers_per_layer / 2.0
     f_dense = float(m.dense_ffn_hidden)
-    f_moe = float(m.top_k * m.ffn_hidden + m.shared_experts * m.ffn_hidden)
+    f_moe = float(m.top_k * m.ffn_hidden + m.shared_ffn_hidden)
     moe = mlp_mult * f_moe + 2 * m.top_k * m.moe_width
     # Mamba-2 (and a Gated DeltaNet) keeps in_proj's output (z, x, B, C, dt), the conv
     # output (x, B, C), the scan output y and out_proj's input, 2 bytes each
@@ -206,7 +206,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     keep_moe = "moe" not in mods
     norms = moe_frac * 2.0 + (a_frac * (2.0 - fp8_cut) if m.mla is not None else 0.0)
     saved_rep = norms * s * b * h if "layernorm" in mods else 0.0
-    shared = float(m.shared_experts * m.ffn_hidden)
+    shared = float(m.shared_ffn_hidden)
     saved_split = (
         s
         * b

@@ -174,7 +174,8 @@ def step_breakdown(
     layer_fwd = gemm_fwd + core_fwd
 
     # --- memory-bound kernels -----------------------------------------------------------
-    f_act = mlp_frac * m.dense_ffn_hidden + moe_frac * m.ffn_hidden * (m.top_k + m.shared_experts)
+    f_moe = m.ffn_hidden * m.top_k + m.shared_ffn_hidden  # a token's expert widths
+    f_act = mlp_frac * m.dense_ffn_hidden + moe_frac * f_moe
     gate_rw = 3.0 if m.gated_mlp else 2.0
     h_bytes = sub * cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
     if w.elementwise == "eager":  # two norms per layer (one per hybrid block), op by op
@@ -247,7 +248,7 @@ def step_breakdown(
     # Transformer Engine fuses the others into the next GEMM): read and write, 16-bit
     n_norms = moe_frac + (a_frac if m.mla is not None else 0.0)
     norm_bytes = n_norms * 4.0 * h * tokens
-    moe_act_bytes = gate_rw * moe_frac * m.ffn_hidden * (m.top_k + m.shared_experts) * 2.0
+    moe_act_bytes = gate_rw * moe_frac * f_moe * 2.0
     parts = {
         "core_attn": a_frac * attn_fwd,
         "layernorm": np.where(p.sp, norm_bytes / tp, norm_bytes) / bw,
@@ -256,7 +257,7 @@ def step_breakdown(
         "moe": moe_frac * (g.moe + moe_fixed) + (moe_bytes + moe_act_bytes * tokens / tp) / bw,
         "moe_act": moe_act_bytes * tokens / tp / bw,
         "shared_experts": moe_frac
-        * (g.shared + gate_rw * m.ffn_hidden * m.shared_experts * tokens * 2.0 / tp / bw),
+        * (g.shared + gate_rw * m.shared_ffn_hidden * tokens * 2.0 / tp / bw),
         "mamba": mamba_frac * (g.mamba + ssd_fwd) + mamba_bytes / bw,
     }
     if "ops" in mods:

@@ -107,7 +107,7 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
         f_e = float(m.ffn_hidden)
         local = m.num_experts / p.ep
         tok_e = tokens / tp * m.top_k * p.ep / m.num_experts
-        f_s = f_e * m.shared_experts
+        f_s = float(m.shared_ffn_hidden)
         moe_t, moe_c = gemms(
             (tok_e, gate * f_e, mw, local),
             (tok_e, mw, f_e, local),

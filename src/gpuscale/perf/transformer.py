@@ -91,7 +91,7 @@ def layer_shapes(m: Model) -> LayerShapes:
         norms = 2 * h
     if m.is_moe:
         expert = _mlp(m.moe_width, m.ffn_hidden, m.gated_mlp)
-        shared = m.shared_experts * _mlp(h, m.ffn_hidden, m.gated_mlp)
+        shared = _mlp(h, m.shared_ffn_hidden, m.gated_mlp)
         router = h * m.num_experts
     else:
         expert = shared = router = 0
@@ -314,7 +314,7 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     dense_layers = m.layers - m.moe_layers + m.mtp_layers - mtp_moe
     per_layer = 0.0
     per_layer += dense_layers * (attn_term + (m.dense_ffn_hidden / h) * mult)
-    experts = m.top_k + m.shared_experts
+    experts = (m.ffn_hidden * m.top_k + m.shared_ffn_hidden) / m.ffn_hidden  # in expert widths
     per_layer += (m.moe_layers + mtp_moe) * (attn_term + (m.ffn_hidden / h) * experts * mult)
     logits = (1 + m.mtp_layers) * m.vocab / (2.0 * h)
     # each MTP depth's 2h -> h projection and three norms
@@ -361,7 +361,7 @@ def _megatron_hybrid_flops(m: Model, batch: int, s: int, attn_term: float, mult:
     fwd += count("-") * 4.0 * bs * h * m.dense_ffn_hidden * mult
     if m.is_moe:
         lat = float(m.moe_latent)
-        routed = (lat or h) * m.ffn_hidden * m.top_k + h * m.ffn_hidden * m.shared_experts
+        routed = (lat or h) * m.ffn_hidden * m.top_k + h * m.shared_ffn_hidden
         fwd += count("E") * (4.0 * bs * routed * mult + (4.0 * bs * h * lat if lat else 0.0))
     if m.mamba is not None and m.mamba.rule == "gated_delta":
         # Megatron-LM's gated_delta_net term: in_proj, conv, 4 H P^2 for the scan, out_proj
