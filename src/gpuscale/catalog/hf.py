@@ -16,6 +16,7 @@ from gpuscale.catalog.hf_layout import (
     _tied,
     gated_deltanet_layout,
     granite_hybrid_layout,
+    sparse_attention,
 )
 from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
 from gpuscale.catalog.schema import MLA, Mamba, Model
@@ -39,7 +40,7 @@ _GATED_MLP: dict[str, bool] = {
             "qwen3_5_text", "qwen3_5_moe_text", "kimi_k2", "deepseek_v32", "glm4", "glm4_moe",
             "minimax_m2", "olmo2", "olmo3", "olmoe", "smollm3", "seed_oss", "hunyuan_v1_dense",
             "hunyuan_v1_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "dots1",
-            "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5",
+            "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5", "glm_moe_dsa",
         ),
         True,
     ),
@@ -333,6 +334,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "window": window,
         "window_layers": window_layers,
         "window_kind": window_kind,
+        "sparse": sparse_attention(cfg, path, ints, model_type, layers),
         "mtp_layers": ints("num_nextn_predict_layers", "mtp_num_hidden_layers"),
         "dropout": ints.trains_with_dropout(),
     }

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuscale.catalog.hf_values import Ints, where
-from gpuscale.catalog.schema import Mamba
+from gpuscale.catalog.schema import Mamba, SparseAttention
 from gpuscale.errors import InputError
 
 _TIED_DEFAULT: dict[str, bool] = {
@@ -23,7 +23,7 @@ _TIED_DEFAULT: dict[str, bool] = {
             "gpt_oss", "nemotron_h", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
             "kimi_k2", "deepseek_v32", "glm4", "glm4_moe", "minimax_m2", "olmo2", "olmo3",
             "olmoe", "seed_oss", "hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4", "dots1",
-            "ministral", "granite", "granitemoe", "granitemoehybrid", "apertus",
+            "ministral", "granite", "granitemoe", "granitemoehybrid", "apertus", "glm_moe_dsa",
         ),
         False,
     ),
@@ -171,7 +171,18 @@ def _moe_layout(cfg: dict[str, Any], path: Path, ints: Ints, layers: int) -> tup
     not listed), ERNIE 4.5's ``moe_layer_start_index``, ``moe_layer_end_index`` (-1: the
     last layer) and ``moe_layer_interval`` (MoE when start <= i <= end and (i + 1) %
     interval == 0), Llama 4's ``interleave_moe_layer_step`` (or its ``moe_layers`` list).
-    Only the count matters to gpuscale's per-layer averages."""
+    Only the count matters to gpuscale's per-layer averages. GLM-5's ``mlp_layer_types``
+    (``dense`` or ``sparse`` per layer) says it directly."""
+    kinds = cfg.get("mlp_layer_types")
+    if kinds is not None:
+        field = f"{where(path)}:mlp_layer_types"
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            got = f"{len(kinds)} entries" if isinstance(kinds, list) else str(kinds)[:60]
+            raise InputError(field, got, f"a list of {layers} entries, dense or sparse")
+        unknown = sorted({str(k) for k in kinds if k not in ("dense", "sparse")})
+        if unknown:
+            raise InputError(field, unknown[0], "each one of dense, sparse")
+        return layers - kinds.count("sparse"), 1
     first = ints("first_k_dense_replace")
     if first > layers:
         raise InputError(
@@ -356,3 +367,37 @@ def granite_hybrid_layout(
     except ValidationError as exc:
         raise _sizes_error(exc, path, GRANITE_HYBRID_KEYS) from exc
     return pattern, mixer
+
+
+DSA_TYPES: dict[str, int] = {"deepseek_v32": 64, "glm_moe_dsa": 32}
+"""model_types whose attention is DeepSeek Sparse Attention, with their config class's
+default indexer heads (DeepseekV32Config, GlmMoeDsaConfig; both default to index_topk 2048
+and index_head_dim 128)."""
+
+
+def sparse_attention(
+    cfg: dict[str, Any], path: Path, ints: Ints, model_type: str, layers: int
+) -> SparseAttention | None:
+    """DeepSeek Sparse Attention's sizes: ``index_topk``, ``index_n_heads``,
+    ``index_head_dim``, and which layers run an indexer of their own where
+    ``indexer_types`` lists ``full`` (its own) or ``shared`` (reusing another layer's
+    selection) per layer; None for a model without DSA."""
+    if model_type not in DSA_TYPES and cfg.get("index_topk") is None:
+        return None
+    kinds = cfg.get("indexer_types")
+    indexers = layers
+    if kinds is not None:
+        field = f"{where(path)}:indexer_types"
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            got = f"{len(kinds)} entries" if isinstance(kinds, list) else str(kinds)[:60]
+            raise InputError(field, got, f"a list of {layers} entries, full or shared")
+        unknown = sorted({str(k) for k in kinds if k not in ("full", "shared")})
+        if unknown:
+            raise InputError(field, unknown[0], "each one of full, shared")
+        indexers = kinds.count("full")
+    return SparseAttention(
+        topk=ints("index_topk", default=2048, minimum=1),
+        heads=ints("index_n_heads", default=DSA_TYPES.get(model_type, 64), minimum=1),
+        head_dim=ints("index_head_dim", default=128, minimum=1),
+        indexers=indexers,
+    )

@@ -202,6 +202,24 @@ class Mamba(BaseModel):
         return self.inner + self.conv_channels + scalars * self.heads
 
 
+class SparseAttention(BaseModel):
+    """DeepSeek Sparse Attention (DSA: "DeepSeek-V3.2-Exp: Boosting Long-Context
+    Efficiency with DeepSeek Sparse Attention", DeepSeek-AI 2025; GLM-5): a lightning
+    indexer scores every earlier token for each query (``heads`` x ``head_dim``
+    multiply-adds per key in FP8, ReLU, a weighted sum over its heads) and the attention
+    core attends only to the ``topk`` tokens it ranks highest. The KV cache keeps every
+    token (and the indexer's keys): unlike a sliding window, any of them may be chosen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topk: int = Field(gt=0, le=100_000_000)
+    """Keys each query attends to (DeepSeek-V3.2, GLM-5: 2,048)."""
+    heads: int = Field(gt=0, le=1_000_000)
+    head_dim: int = Field(gt=0, le=1_000_000)
+    indexers: int | None = Field(default=None, ge=0)
+    """Attention layers that run an indexer of their own (the others reuse a neighbouring
+    layer's selection); default all of them."""
+
+
 HYBRID_BLOCKS = {"M": "Mamba-2 or Gated DeltaNet mixer", "*": "attention", "-": "MLP", "E": "MoE"}
 """Block letters of a hybrid layer pattern (Megatron-Core's ``hybrid_override_pattern``)."""
 
@@ -263,6 +281,8 @@ class Model(_Entry):
     """Sliding-window attention: tokens each query sees back (GPT-OSS 128); 0 = none."""
     window_layers: int | None = Field(default=None, ge=0)
     """Attention layers that use the window (GPT-OSS: every other one); default all."""
+    sparse: SparseAttention | None = None
+    """DeepSeek Sparse Attention in every attention layer (DeepSeek-V3.2, GLM-5)."""
     window_kind: Literal["sliding", "chunked"] = "sliding"
     """How the windowed layers see ``window`` tokens: ``sliding``, the last ``window`` ones;
     ``chunked``, those of the query's own block of ``window`` tokens (Llama 4's attention
@@ -328,6 +348,17 @@ class Model(_Entry):
                 f"route_topk_groups={self.route_topk_groups} exceeds route_groups="
                 f"{self.route_groups} (a token draws its experts from some of the groups)"
             )
+        if self.sparse is not None:
+            if self.window:
+                raise ValueError("sparse (DeepSeek Sparse Attention) with a window is not modelled")
+            if (self.sparse.indexers or 0) > self.attn_layers:
+                raise ValueError(
+                    f"sparse.indexers={self.sparse.indexers} exceeds the "
+                    f"{self.attn_layers} attention layers"
+                )
+            if self.sparse.indexers is None:
+                indexed = self.sparse.model_copy(update={"indexers": self.attn_layers})
+                object.__setattr__(self, "sparse", indexed)
         if self.attn_gate and self.mla is not None:
             raise ValueError("attn_gate is a gate on the Q projection: not modelled with mla")
         if self.mtp_layers > self.layers:

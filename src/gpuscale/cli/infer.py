@@ -43,6 +43,20 @@ def _warn_context(m: Model, input_len: int, output_len: int) -> None:
         )
 
 
+def _note_sparse(m: Model) -> None:
+    """One stderr line for a DeepSeek Sparse Attention model: serving prices its attention
+    as dense over the whole context, which bounds the top-k attention and the indexer's
+    scoring from above."""
+    if m.sparse is not None:
+        err.print(
+            f"[yellow]note:[/] {m.key}'s sparse attention (top-{m.sparse.topk:,} keys a query) "
+            "is priced as dense attention over the whole context, an upper bound; its KV "
+            "cache keeps every token and the indexer's FP8 keys",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _sequence_fits(mem: MemoryPlan, m: Model, input_len: int, output_len: int, where: str) -> None:
     """An :class:`InputError` naming input-len when the weights fit but one sequence of
     input-len + output-len tokens does not fit in the KV cache left beside them."""
@@ -151,6 +165,7 @@ def estimate(
         mode = f"concurrency {concurrency}, {max(requests, concurrency)} requests"
     res = simulate(sm, sm.limits(), wl, cal.inf_request_overhead_s)
     _warn_context(m, input_len, output_len)
+    _note_sparse(m)
     pf = sm.breakdown(float(input_len), input_len * (input_len + 1) / 2.0, 1, 0, 0.0)
     dbatch = max(1, min(round(res.mean_batch), mem.max_seqs))
     dec = sm.breakdown(0.0, 0.0, 0, dbatch, dbatch * (input_len + output_len / 2.0))
@@ -289,6 +304,7 @@ def size_cmd(
         engine=get_engine(engine),
     )
     _warn_context(m, input_len, output_len)
+    _note_sparse(m)
     b = res.best
     if json:
         emit_json(

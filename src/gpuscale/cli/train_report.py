@@ -34,7 +34,8 @@ from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
 
 
 def model_line(m: Model) -> str:
-    """Parameters and the structure that shapes the costs: blocks, MTP depths, window."""
+    """Parameters and the structure that shapes the costs: blocks, MTP depths, window,
+    sparse attention."""
     parts = [f"{param_count(m) / 1e9:,.1f} B parameters"]
     if m.is_moe:
         # active per token with the embedding tables counted (model cards differ: GPT-OSS's
@@ -58,6 +59,11 @@ def model_line(m: Model) -> str:
     if m.window_layers:
         kind = "window" if m.window_kind == "sliding" else "attention chunk"
         parts.append(f"{m.window_layers} layers with a {m.window}-token {kind}")
+    if m.sparse is not None:
+        parts.append(
+            f"sparse attention over the top {m.sparse.topk:,} keys, chosen by "
+            f"{m.sparse.indexers} indexers of {m.sparse.heads} x {m.sparse.head_dim}"
+        )
     return "; ".join(parts)
 
 

@@ -10,7 +10,12 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.plan import FloatArrayT, Workload
-from gpuscale.perf.transformer import attn_core_dims, keys_per_query
+from gpuscale.perf.transformer import (
+    attn_core_dims,
+    indexer_core_flops_per_token,
+    indexer_layers,
+    keys_per_query,
+)
 
 FloatArray = FloatArrayT
 
@@ -104,7 +109,35 @@ def attention_core_s(
     # sliding-window layers, the blocks beyond the window
     flops = 2.0 * mbs * s_loc * keys_per_query(m, w.seq_len) * (qk_w + v_w) / tp
     fwd = flops / (peak16 * eff)
-    return fwd, FLASH_BWD_FACTOR * fwd
+    bwd = FLASH_BWD_FACTOR * fwd
+    if m.sparse is not None:
+        idx_f, idx_b = _indexer_s(w, mbs, s_loc, peak16, bw, cal)
+        fwd, bwd = fwd + idx_f, bwd + idx_b
+    return fwd, bwd
+
+
+INDEXER_LOGIT_BYTES = 8.0
+"""HBM bytes per (query, key) pair of a DSA indexer: its fp32 score written by the scoring
+kernel and read back by the top-k selection."""
+
+
+def _indexer_s(
+    w: Workload, mbs: FloatArray, s_loc: FloatArray, peak16: float, bw: float, cal: Calibration
+) -> tuple[FloatArray, FloatArray]:
+    """Forward and backward seconds of the DeepSeek Sparse Attention indexers' scoring, per
+    attention layer (spread over those that run one), one micro-batch, per GPU: each query's
+    heads against every earlier key at the attention kernel's rate, and the fp32 scores
+    written and read for the top-k. The indexer is taken as replicated across tensor-parallel
+    ranks (each scores its whole sequence shard; implementations that split its heads over
+    TP run it cheaper), and it learns from its own loss on a detached
+    input (DeepSeek-V3.2-Exp report sec. 2.1): its backward is the two gradient GEMMs of
+    the scoring, 2 x its forward FLOPs."""
+    m = w.model
+    share = indexer_layers(m) / m.attn_layers
+    pairs = mbs * s_loc * (w.seq_len / 2.0)
+    flops = mbs * s_loc * indexer_core_flops_per_token(m, w.seq_len)
+    fwd = share * (flops / (peak16 * cal.attn_eff) + INDEXER_LOGIT_BYTES * pairs / bw)
+    return fwd, share * 2.0 * flops / (peak16 * cal.attn_eff)
 
 
 def scan_s(

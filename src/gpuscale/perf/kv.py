@@ -171,7 +171,13 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
     (:func:`mamba_state_bytes_per_seq`), and layers with a window keep at most
     :func:`kv_window` tokens (:func:`window_share` of these bytes)."""
     layers = math.ceil(m.attn_layers / pp)
-    return kv_elements_per_token_layer(m, tp) * layers * kv_bytes
+    indexer = 0.0
+    if m.sparse is not None:
+        # DeepSeek Sparse Attention's indexer keys, FP8 with an fp32 scale per 128 (DeepSeek's
+        # inference code), whole on every TP rank, in the layers that run an indexer
+        d = m.sparse.head_dim
+        indexer = (d + 4.0 * math.ceil(d / 128)) * math.ceil((m.sparse.indexers or 0) / pp)
+    return kv_elements_per_token_layer(m, tp) * layers * kv_bytes + indexer
 
 
 def window_share(m: Model, pp: int = 1) -> float:

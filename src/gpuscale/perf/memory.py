@@ -48,6 +48,7 @@ from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
     attn_dims,
     embedding_params,
+    indexer_layers,
     kv_width_per_rank,
     layer_shapes,
     mtp_layer_equivalents,
@@ -131,7 +132,9 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
         + m.moe_layers * (s.shared + s.latent_proj)
         + m.mamba_layers * s.mamba
     ) / m.layers
-    dense_per_layer = split / tp + s.norms + moe_frac * s.router
+    # DSA indexers are whole on every TP rank, as the router
+    indexers = indexer_layers(m) * s.indexer / m.layers
+    dense_per_layer = split / tp + s.norms + moe_frac * s.router + indexers
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
     emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp

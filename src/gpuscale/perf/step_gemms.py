@@ -17,7 +17,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model
 from gpuscale.perf.kernels import gemm_s
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.transformer import attn_dims, kv_width_per_rank, layer_shapes
+from gpuscale.perf.transformer import attn_dims, indexer_layers, kv_width_per_rank, layer_shapes
 
 FloatArray = FloatArrayT
 Elems = tuple[FloatArray, FloatArray]  # the X and dY elements a low precision quantises
@@ -99,6 +99,12 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
         kv_rank = kv_mla / 2.0 / tp
         qkv_n = (sh.attn / h - float(q)) / tp
     attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
+    if m.sparse is not None:
+        # a DSA indexer's projections (queries from MLA's query latent, its key, the head
+        # weights) as one GEMM, whole on every TP rank, in the layers that run one
+        share = indexer_layers(m) / m.attn_layers
+        idx_t, idx_c = gemms((tokens, share * sh.indexer / h, h))
+        attn_t, attn_c = attn_t + idx_t, (attn_c[0] + idx_c[0], attn_c[1] + idx_c[1])
     f_d = float(m.dense_ffn_hidden)
     dense_mlp_t, dense_mlp_c = gemms((tokens, gate * f_d / tp, h), (tokens, h, f_d / tp))
     mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width

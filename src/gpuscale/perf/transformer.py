@@ -52,6 +52,9 @@ class LayerShapes:
     """Mamba-2 mixer weights (hybrid models)."""
     latent_proj: int = 0
     """LatentMoE down- and up-projections of a MoE block."""
+    indexer: int = 0
+    """Weights of one DeepSeek Sparse Attention indexer (its query, key and head-weight
+    projections and key norm), in the layers that run one."""
 
 
 def _mlp(h: int, f: int, gated: bool) -> int:
@@ -106,6 +109,13 @@ def layer_shapes(m: Model) -> LayerShapes:
             mamba += 3 * mx.heads + mx.inner + mx.inner * h
     if m.hybrid:
         norms = h
+    indexer = 0
+    if m.sparse is not None:
+        # DeepseekV32Indexer: wq_b from the query's low-rank latent (the hidden state
+        # without one), wk, a LayerNorm (weight and bias) on the key, weights_proj
+        d, heads = m.sparse.head_dim, m.sparse.heads
+        q_in = m.mla.q_lora_rank if m.mla is not None and m.mla.q_lora_rank else h
+        indexer = q_in * heads * d + h * d + 2 * d + h * heads
     return LayerShapes(
         attn,
         _mlp(h, m.dense_ffn_hidden, m.gated_mlp),
@@ -115,6 +125,7 @@ def layer_shapes(m: Model) -> LayerShapes:
         norms,
         mamba,
         2 * h * m.moe_latent,
+        indexer,
     )
 
 
@@ -134,13 +145,31 @@ def _block_weights(s: LayerShapes, experts: int) -> dict[str, int]:
 
 def _body_weights(m: Model, experts: int) -> int:
     """Block weights of all layers (no norms, no embeddings)."""
-    w = _block_weights(layer_shapes(m), experts)
+    s = layer_shapes(m)
+    w = _block_weights(s, experts)
     return (
         m.attn_layers * w["*"]
         + m.mlp_layers * w["-"]
         + m.moe_layers * w["E"]
         + m.mamba_layers * w["M"]
+        + indexer_layers(m) * s.indexer
     )
+
+
+def indexer_layers(m: Model) -> int:
+    """Layers that run a DeepSeek Sparse Attention indexer (0 without DSA)."""
+    return int(m.sparse.indexers or 0) if m.sparse is not None else 0
+
+
+def indexer_core_flops_per_token(m: Model, seq_len: float, causal: bool = True) -> float:
+    """Forward FLOPs per token of one DSA indexer's scoring, beyond its projections: each
+    of its heads' dot product with every earlier key, and the weighted sum over heads
+    (heads x (head_dim + 1) multiply-adds a key), over all s/2 keys (s without a causal
+    mask): the indexer reads the whole context to choose the top-k."""
+    if m.sparse is None:
+        return 0.0
+    keys = seq_len / 2.0 if causal else float(seq_len)
+    return 2.0 * m.sparse.heads * (m.sparse.head_dim + 1) * keys
 
 
 def _params(m: Model, experts_per_moe_layer: int) -> int:
@@ -161,6 +190,7 @@ def mtp_param_count(m: Model, experts: int | None = None) -> int:
     per_block_norms = s.norms if m.hybrid else s.norms // 2
     w = _block_weights(s, m.num_experts if experts is None else experts)
     blocks = sum(w[b] + per_block_norms for b in m.mtp_blocks)
+    blocks += m.mtp_blocks.count("*") * s.indexer  # a DSA model's MTP attention has its own
     h = m.hidden
     return int(m.mtp_weight_sets or 0) * (2 * h * h + 3 * h + blocks)
 
@@ -182,8 +212,14 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
         return 0.0
     qk, v = attn_core_dims(m)
     w = _block_weights(layer_shapes(m), m.top_k)
-    blocks = sum(w[b] for b in m.mtp_blocks)
-    core = m.mtp_blocks.count("*") * 2.0 * seq_len * (qk + v) * (0.5 if causal else 1.0)
+    s = layer_shapes(m)
+    blocks = sum(w[b] for b in m.mtp_blocks) + m.mtp_blocks.count("*") * s.indexer
+    # an MTP depth's attention sees the whole sequence (or a DSA model's top-k)
+    full = seq_len * (0.5 if causal else 1.0)
+    keys = keys_per_query(m, seq_len, causal) if m.sparse is not None else full
+    core = m.mtp_blocks.count("*") * (
+        2.0 * keys * (qk + v) + indexer_core_flops_per_token(m, seq_len, causal)
+    )
     core += m.mtp_blocks.count("M") * scan_flops_per_token(m)
     h = m.hidden
     return m.mtp_layers * (2.0 * (2 * h * h + blocks) + core + 2.0 * m.vocab * h)
@@ -219,6 +255,11 @@ def keys_per_query(m: Model, seq_len: float, causal: bool = True) -> float:
     ``window``, chunked ones their own chunk): what the attention core's FLOPs scale with
     (s/2 for causal full attention)."""
     full = seq_len / 2.0 if causal else float(seq_len)
+    if m.sparse is not None:
+        # DeepSeek Sparse Attention: a query attends to its top-k earlier tokens, all of them
+        # while it has no more than k
+        k = float(m.sparse.topk)
+        return mean_keys(seq_len, k) if causal else min(k, float(seq_len))
     win = int(m.window_layers or 0)
     if not win:
         return full
@@ -246,6 +287,7 @@ def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> floa
     gemm = _body_weights(m, m.top_k)
     qk, v = attn_core_dims(m)
     core = 2.0 * keys_per_query(m, seq_len, causal) * (qk + v) * m.attn_layers
+    core += indexer_layers(m) * indexer_core_flops_per_token(m, seq_len, causal)
     body = 2.0 * gemm + core + m.mamba_layers * scan_flops_per_token(m) + 2.0 * m.vocab * m.hidden
     return body + mtp_forward_flops_per_token(m, seq_len, causal)
 
@@ -307,6 +349,10 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
         attn_term += q / (2.0 * h)
     if m.mla is not None:
         attn_term = _megatron_mla_term(m, s, causal)
+    if m.sparse is not None:
+        # the DSA indexers' projections and scoring, spread over the attention layers
+        idx = layer_shapes(m).indexer + indexer_core_flops_per_token(m, s, causal) / 2.0
+        attn_term += indexer_layers(m) / m.attn_layers * idx / (2.0 * h * h)
     if m.hybrid:
         return _megatron_hybrid_flops(m, batch, seq_len, attn_term, mult)
     # MTP depths count as more layers of the last layer's kind, each with its own logits
@@ -331,14 +377,15 @@ def _megatron_mla_term(m: Model, s: int, causal: bool) -> float:
     assert x is not None
     qk = x.qk_nope_head_dim + x.qk_rope_head_dim
     q_term = x.q_lora_rank * (h + a * qk + 1) if x.q_lora_rank else h * a * qk
-    half = 0.5 if causal else 1.0
+    # the core over s keys (halved when causal), a DSA model's over its top-k
+    keys = keys_per_query(m, s, causal) if m.sparse is not None else s * (0.5 if causal else 1.0)
     per_token = (
         q_term
         + x.kv_lora_rank * (h + a * (x.qk_nope_head_dim + x.v_head_dim) + 1)
         + h * x.qk_rope_head_dim
         + a * x.v_head_dim * h
-        + s * a * qk * half
-        + s * a * x.v_head_dim * half
+        + keys * a * qk
+        + keys * a * x.v_head_dim
     )
     return per_token / (2.0 * h * h)
 

@@ -1,0 +1,213 @@
+"""DeepSeek Sparse Attention (DSA: DeepSeek-V3.2, GLM-5): its indexer's weights, the
+attention core over the top-k keys, the indexer's scoring over the whole context, its keys
+in the KV cache, and the config.json keys that give them.
+
+Reference count: transformers 5.25 building DeepseekV32ForCausalLM from the config below on
+the meta device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, get_system
+from gpuscale.catalog.hf import load_hf_config
+from gpuscale.catalog.schema import Model, SparseAttention
+from gpuscale.errors import InputError
+from gpuscale.perf.comm.fabric import Fabric
+from gpuscale.perf.kernels import INDEXER_LOGIT_BYTES, attention_core_s
+from gpuscale.perf.kv import kv_bytes_per_token
+from gpuscale.perf.memory import params_per_gpu
+from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.transformer import (
+    active_param_count,
+    forward_flops_per_token,
+    indexer_core_flops_per_token,
+    keys_per_query,
+    layer_shapes,
+    megatron_model_flops,
+    param_count,
+)
+
+# https://huggingface.co/deepseek-ai/DeepSeek-V3.2-Exp/blob/main/config.json, the keys the
+# reader uses (DeepSeek-V3's shape with its indexer)
+DEEPSEEK_V32: dict[str, Any] = {
+    "model_type": "deepseek_v32",
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "index_head_dim": 128,
+    "index_n_heads": 64,
+    "index_topk": 2048,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
+INDEXER = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+"""One indexer's weights: wq_b from the 1,536-wide query latent to 64 heads of 128, wk from
+the hidden state to one 128-wide key, the key's LayerNorm (weight and bias), weights_proj
+from the hidden state to the 64 head weights."""
+
+
+def _read(tmp_path: Path, cfg: dict[str, Any], name: str = "m") -> Model:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return load_hf_config(folder / "config.json")
+
+
+@pytest.fixture
+def v32(tmp_path: Path) -> Model:
+    return _read(tmp_path, DEEPSEEK_V32)
+
+
+def test_deepseek_v32_reads_its_indexer(v32: Model) -> None:
+    assert v32.sparse == SparseAttention(topk=2048, heads=64, head_dim=128, indexers=61)
+    assert layer_shapes(v32).indexer == INDEXER == 13_959_424
+
+
+def test_deepseek_v32_parameters_match_transformers(v32: Model) -> None:
+    assert param_count(v32) == 671_877_929_216
+    assert active_param_count(v32) == 38_403_807_488
+    # DeepSeek-V3's count and one indexer in each of its 61 layers
+    v3 = v32.model_copy(update={"sparse": None})
+    assert param_count(v32) - param_count(v3) == 61 * INDEXER
+
+
+def test_top_k_keys_per_query() -> None:
+    m = get_model("deepseek-v3").model_copy(
+        update={"sparse": SparseAttention(topk=2048, heads=64, head_dim=128, indexers=61)}
+    )
+    # a causal query sees min(i + 1, 2048) keys: s/2 up to 2,048 tokens
+    assert keys_per_query(m, 1024) == 512.0
+    # then 2048 - 2048^2 / (2 s): 1,536 at 4,096, 2,032 at 131,072
+    assert keys_per_query(m, 4096) == 1536.0
+    assert keys_per_query(m, 131072) == 2048 - 2048**2 / (2 * 131072)
+    assert keys_per_query(m, 131072, causal=False) == 2048.0
+
+
+def test_indexer_scoring_reads_the_whole_context(v32: Model) -> None:
+    # 64 heads x (128 + 1) multiply-adds a key, over s/2 causal keys
+    assert indexer_core_flops_per_token(v32, 4096) == 2 * 64 * 129 * 2048
+    dense = v32.model_copy(update={"sparse": None})
+    s = 4096
+    qk, v = 128 * (128 + 64), 128 * 128
+    core_cut = 61 * 2.0 * (s / 2 - 1536) * (qk + v)
+    indexers = 61 * (2.0 * INDEXER + 2 * 64 * 129 * 2048)
+    mtp = 2.0 * INDEXER + 2.0 * (s / 2 - 1536) * -(qk + v) + 2 * 64 * 129 * 2048
+    got = forward_flops_per_token(v32, s) - forward_flops_per_token(dense, s)
+    assert got == pytest.approx(indexers - core_cut + mtp, rel=1e-12)
+    # at 128K tokens the top-k attention saves more than the indexer costs: 2.6x fewer FLOPs
+    long = forward_flops_per_token(dense, 131072) / forward_flops_per_token(v32, 131072)
+    assert 2.5 < long < 2.7
+
+
+def test_megatron_count_takes_the_top_k_and_the_indexers(v32: Model) -> None:
+    dense = v32.model_copy(update={"sparse": None})
+    s = 4096
+    diff = megatron_model_flops(v32, 1, s, causal=True) - megatron_model_flops(
+        dense, 1, s, causal=True
+    )
+    per_layer = 2.0 * (INDEXER + 64 * 129 * 2048) - 2.0 * (2048 - 1536) * 128 * (192 + 128)
+    # 3 x forward per token, 61 layers and the MTP depth (Megatron counts it as a layer)
+    assert diff == pytest.approx(3.0 * s * 62 * per_layer, rel=1e-9)
+
+
+def test_attention_kernel_adds_the_indexer(v32: Model) -> None:
+    cal = default_calibration()
+    gpu, sys = get_gpu("h100-sxm"), get_system("dgx-h100")
+    dense = v32.model_copy(update={"sparse": None})
+
+    def core(m: Model, s: int) -> tuple[float, float]:
+        w = Workload(m, gpu, sys, Fabric.from_system(sys, 8), 8, s, 8, "bf16")
+        one = np.array([1.0])
+        f, b = attention_core_s(w, one, one * s, one, 989e12, 3.35e12, cal)
+        return float(f[0]), float(b[0])
+
+    s = 4096
+    (fd, bd), (fs, bs) = core(dense, s), core(v32, s)
+    rate = 989e12 * cal.attn_eff
+    idx = s * 2 * 64 * 129 * (s / 2) / rate
+    logits = INDEXER_LOGIT_BYTES * s * (s / 2) / 3.35e12
+    assert fs == pytest.approx(fd * 1536 / 2048 + idx + logits, rel=1e-9)
+    assert bs == pytest.approx(bd * 1536 / 2048 + 2 * idx, rel=1e-9)
+
+
+def test_kv_cache_keeps_the_indexer_keys(v32: Model) -> None:
+    dense = v32.model_copy(update={"sparse": None})
+    # one FP8 key of 128 and its fp32 scale a layer, on every TP rank
+    assert kv_bytes_per_token(v32, 1.0, tp=8) - kv_bytes_per_token(dense, 1.0, tp=8) == 61 * 132
+    assert kv_bytes_per_token(dense, 1.0) == 61 * (512 + 64)
+
+
+def test_glm5_layer_lists(tmp_path: Path) -> None:
+    """GLM-5: ``mlp_layer_types`` says which layers are MoE; ``indexer_types`` which run an
+    indexer of their own (``shared`` reuse a neighbour's top-k)."""
+    layers = 8
+    cfg = {
+        **DEEPSEEK_V32,
+        "model_type": "glm_moe_dsa",
+        "num_hidden_layers": layers,
+        "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 5,
+        "indexer_types": ["full", "shared", "shared", "shared"] * 2,
+    }
+    del cfg["first_k_dense_replace"], cfg["index_n_heads"]
+    m = _read(tmp_path, cfg)
+    assert (m.first_dense_layers, m.moe_layers) == (3, 5)
+    # GlmMoeDsaConfig's default indexer heads: 32
+    assert m.sparse == SparseAttention(topk=2048, heads=32, head_dim=128, indexers=2)
+    bad = {**cfg, "indexer_types": ["full"] * 7 + ["local"]}
+    with pytest.raises(InputError, match=r"indexer_types='local'.*full, shared"):
+        _read(tmp_path, bad, "bad")
+    short = {**cfg, "mlp_layer_types": ["dense"] * 3}
+    with pytest.raises(InputError, match=r"mlp_layer_types='3 entries'.*8 entries"):
+        _read(tmp_path, short, "short")
+
+
+def test_sparse_attention_with_a_window_is_refused() -> None:
+    m = get_model("gpt-oss-20b")
+    with pytest.raises(ValueError, match=r"sparse .* with a window"):
+        Model.model_validate(
+            {**m.model_dump(), "sparse": {"topk": 2048, "heads": 64, "head_dim": 128}}
+        )
+
+
+def test_catalog_entry_is_the_config(v32: Model) -> None:
+    names = {"key", "name", "source", "aliases"}
+    assert get_model("DeepSeek-V3.2-Exp").model_dump(exclude=names) == v32.model_dump(exclude=names)
+
+
+def test_indexer_weights_are_whole_on_every_tp_rank() -> None:
+    gpu, sys = get_gpu("h100-sxm"), get_system("dgx-h100")
+    v32 = get_model("deepseek-v3.2")
+    dense = v32.model_copy(update={"sparse": None})
+    plan = Plans.of(tp=8, ep=8, dp=8)
+
+    def per_layer(m: Model) -> float:
+        w = Workload(m, gpu, sys, Fabric.from_system(sys, 64), 64, 4096, 64, "bf16")
+        return float(params_per_gpu(w, plan)[2][0])
+
+    # one indexer a layer, not split by TP (the attention projections are)
+    assert per_layer(v32) - per_layer(dense) == pytest.approx(INDEXER, rel=1e-12)
