@@ -148,6 +148,11 @@ def test_hunyuan_per_layer_lists(tmp_path: Path) -> None:
     assert active_param_count(m) == 12_747_448_320 - qk_norms
 
 
+def test_hunyuan_cross_layer_attention_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"use_cla=True.*cross-layer attention"):
+        _read(tmp_path, {**HUNYUAN_A13B, "use_cla": True})
+
+
 def test_hunyuan_per_layer_values_that_differ_are_refused(tmp_path: Path) -> None:
     cfg = {**HUNYUAN_A13B, "moe_topk": [8] * 31 + [4]}
     with pytest.raises(InputError, match=r"moe_topk.*one value for every layer"):

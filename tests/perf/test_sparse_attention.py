@@ -211,3 +211,35 @@ def test_indexer_weights_are_whole_on_every_tp_rank() -> None:
 
     # one indexer a layer, not split by TP (the attention projections are)
     assert per_layer(v32) - per_layer(dense) == pytest.approx(INDEXER, rel=1e-12)
+
+
+def test_glm5_is_glm_moe_dsa_with_its_config_class_defaults(tmp_path: Path) -> None:
+    """GlmMoeDsaConfig's defaults are GLM-5's shape: a config.json giving them reads as the
+    catalog entry, 744 B parameters and 40 B active without the embedding tables (card)."""
+    cfg = {
+        "model_type": "glm_moe_dsa",
+        "vocab_size": 154880,
+        "hidden_size": 6144,
+        "intermediate_size": 12288,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 78,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "n_shared_experts": 1,
+        "n_routed_experts": 256,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 2048,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 192,
+        "v_head_dim": 256,
+        "num_experts_per_tok": 8,
+        "max_position_embeddings": 202752,
+        "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 75,
+        "num_nextn_predict_layers": 1,
+    }
+    m = _read(tmp_path, cfg)
+    names = {"key", "name", "source", "aliases"}
+    assert get_model("GLM-5").model_dump(exclude=names) == m.model_dump(exclude=names)
+    assert param_count(m) == 743_911_199_232
+    embeddings = 2 * 154880 * 6144
+    assert round((active_param_count(m) - embeddings) / 1e9) == 40

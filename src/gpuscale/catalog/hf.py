@@ -136,6 +136,13 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             "softmax attention layers, or Gated DeltaNet ones with their linear_* sizes "
             "(Qwen3-Next): other linear-attention layers are not modelled",
         )
+    if model_type.startswith("hunyuan") and cfg.get("use_cla") is True:
+        # HunYuan's cross-layer attention: layers share the K and V of a neighbour
+        raise InputError(
+            f"{where(path)}:use_cla",
+            True,
+            "false: cross-layer attention (K and V shared between layers) is not modelled",
+        )
     lightning = cfg.get("attn_type_list")
     if model_type == "minimax_m2" and isinstance(lightning, list) and 0 in lightning:
         # MiniMaxM2DecoderLayer: 1 = softmax attention; MiniMax-01's 0 = lightning attention
