@@ -215,7 +215,9 @@ def test_indexer_weights_are_whole_on_every_tp_rank() -> None:
 
 def test_glm5_is_glm_moe_dsa_with_its_config_class_defaults(tmp_path: Path) -> None:
     """GlmMoeDsaConfig's defaults are GLM-5's shape: a config.json giving them reads as the
-    catalog entry, 744 B parameters and 40 B active without the embedding tables (card)."""
+    catalog entry, with the 743,911,199,232 parameters Megatron-Bridge's verification card
+    counts for zai-org/GLM-5 reloaded in transformers, 40 B active without the embedding
+    tables (GLM-5's card)."""
     cfg = {
         "model_type": "glm_moe_dsa",
         "vocab_size": 154880,
