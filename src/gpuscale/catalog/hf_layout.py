@@ -173,15 +173,8 @@ def _moe_layout(cfg: dict[str, Any], path: Path, ints: Ints, layers: int) -> tup
     interval == 0), Llama 4's ``interleave_moe_layer_step`` (or its ``moe_layers`` list).
     Only the count matters to gpuscale's per-layer averages. GLM-5's ``mlp_layer_types``
     (``dense`` or ``sparse`` per layer) says it directly."""
-    kinds = cfg.get("mlp_layer_types")
+    kinds = _kind_list(cfg, path, "mlp_layer_types", layers, ("dense", "sparse"))
     if kinds is not None:
-        field = f"{where(path)}:mlp_layer_types"
-        if not isinstance(kinds, list) or len(kinds) != layers:
-            got = f"{len(kinds)} entries" if isinstance(kinds, list) else str(kinds)[:60]
-            raise InputError(field, got, f"a list of {layers} entries, dense or sparse")
-        unknown = sorted({str(k) for k in kinds if k not in ("dense", "sparse")})
-        if unknown:
-            raise InputError(field, unknown[0], "each one of dense, sparse")
         return layers - kinds.count("sparse"), 1
     first = ints("first_k_dense_replace")
     if first > layers:
@@ -216,6 +209,23 @@ def _moe_layout(cfg: dict[str, Any], path: Path, ints: Ints, layers: int) -> tup
     if count == (layers - first) // step:
         return first, step
     return layers - count, 1  # any other layout: the same count as leading dense layers
+
+
+def _kind_list(
+    cfg: dict[str, Any], path: Path, key: str, layers: int, allowed: tuple[str, ...]
+) -> list[str] | None:
+    """A list of one kind per layer, each among ``allowed``; None where the key is absent."""
+    kinds = cfg.get(key)
+    if kinds is None:
+        return None
+    field, each = f"{where(path)}:{key}", f"each one of {', '.join(allowed)}"
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        got = f"{len(kinds)} entries" if isinstance(kinds, list) else str(kinds)[:60]
+        raise InputError(field, got, f"a list of {layers} entries, {each}")
+    unknown = sorted({str(k) for k in kinds if k not in allowed})
+    if unknown:
+        raise InputError(field, unknown[0], each)
+    return [str(k) for k in kinds]
 
 
 def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[int]:
@@ -332,16 +342,8 @@ def granite_hybrid_layout(
     (GraniteMoeHybridDecoderLayer); two blocks of the pattern per layer, ``M`` or ``*``,
     then ``E`` or ``-``. Mamba sizes default as GraniteMoeHybridConfig does (state 256,
     chunk 256, expand 2, head dimension d_inner / heads)."""
-    field = f"{where(path)}:layer_types"
-    kinds = cfg.get("layer_types", cfg.get("layers_block_type"))
-    if kinds is None:
-        kinds = ["mamba"] * layers
-    if not isinstance(kinds, list) or len(kinds) != layers:
-        got = f"{len(kinds)} entries" if isinstance(kinds, list) else str(kinds)[:60]
-        raise InputError(field, got, f"a list of {layers} layer kinds, one per layer")
-    unknown = sorted({str(k) for k in kinds if k not in _GRANITE_MIXERS})
-    if unknown:
-        raise InputError(field, unknown[0], f"each one of {', '.join(_GRANITE_MIXERS)}")
+    key = "layer_types" if "layer_types" in cfg else "layers_block_type"
+    kinds = _kind_list(cfg, path, key, layers, tuple(_GRANITE_MIXERS)) or ["mamba"] * layers
     pattern = "".join(_GRANITE_MIXERS[k] + ("E" if moe else "-") for k in kinds)
     inner = ints("mamba_expand", default=2, minimum=1) * ints("hidden_size", minimum=1)
     heads = ints("mamba_n_heads", default=128, minimum=1)
@@ -384,17 +386,8 @@ def sparse_attention(
     selection) per layer; None for a model without DSA."""
     if model_type not in DSA_TYPES and cfg.get("index_topk") is None:
         return None
-    kinds = cfg.get("indexer_types")
-    indexers = layers
-    if kinds is not None:
-        field = f"{where(path)}:indexer_types"
-        if not isinstance(kinds, list) or len(kinds) != layers:
-            got = f"{len(kinds)} entries" if isinstance(kinds, list) else str(kinds)[:60]
-            raise InputError(field, got, f"a list of {layers} entries, full or shared")
-        unknown = sorted({str(k) for k in kinds if k not in ("full", "shared")})
-        if unknown:
-            raise InputError(field, unknown[0], "each one of full, shared")
-        indexers = kinds.count("full")
+    kinds = _kind_list(cfg, path, "indexer_types", layers, ("full", "shared"))
+    indexers = layers if kinds is None else kinds.count("full")
     return SparseAttention(
         topk=ints("index_topk", default=2048, minimum=1),
         heads=ints("index_n_heads", default=DSA_TYPES.get(model_type, 64), minimum=1),
