@@ -31,6 +31,7 @@ from gpuscale.perf.transformer import (
     keys_per_query,
     layer_shapes,
     megatron_model_flops,
+    mtp_param_count,
     param_count,
 )
 
@@ -245,3 +246,20 @@ def test_glm5_is_glm_moe_dsa_with_its_config_class_defaults(tmp_path: Path) -> N
     assert param_count(m) == 743_911_199_232
     embeddings = 2 * 154880 * 6144
     assert round((active_param_count(m) - embeddings) / 1e9) == 40
+
+
+def test_glm52_shares_its_indexers() -> None:
+    """GLM-5.2 (Megatron-Bridge's verification card: 743,377,000,704 parameters in
+    transformers, 753,329,940,480 elements with the MTP layer) is GLM-5 with 21 of 78
+    layers running an indexer of their own."""
+    glm52, glm5 = get_model("GLM-5.2"), get_model("GLM-5")
+    indexer = 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
+    assert layer_shapes(glm52).indexer == indexer == 9_371_904
+    assert param_count(glm5) - param_count(glm52) == 57 * indexer
+    assert param_count(glm52) == 743_377_000_704
+    # with the MTP layer: within 19,456 (its projection's norms and the like) of the card
+    with_mtp = param_count(glm52) + mtp_param_count(glm52)
+    assert abs(with_mtp - 753_329_940_480) < 20_000
+    # the shared layers score nothing: 21 indexers' scoring per token
+    dense_scoring = forward_flops_per_token(glm5, 4096) - forward_flops_per_token(glm52, 4096)
+    assert dense_scoring == pytest.approx(57 * (2 * indexer + 2 * 32 * 129 * 2048), rel=1e-12)
