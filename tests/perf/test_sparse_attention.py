@@ -20,8 +20,9 @@ from gpuscale.catalog.hf import load_hf_config
 from gpuscale.catalog.schema import Model, SparseAttention
 from gpuscale.errors import InputError
 from gpuscale.perf.comm.fabric import Fabric
+from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kernels import INDEXER_LOGIT_BYTES, attention_core_s
-from gpuscale.perf.kv import kv_bytes_per_token
+from gpuscale.perf.kv import kv_bytes_per_token, precision_plan
 from gpuscale.perf.memory import params_per_gpu
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.transformer import (
@@ -263,3 +264,35 @@ def test_glm52_shares_its_indexers() -> None:
     # the shared layers score nothing: 21 indexers' scoring per token
     dense_scoring = forward_flops_per_token(glm5, 4096) - forward_flops_per_token(glm52, 4096)
     assert dense_scoring == pytest.approx(57 * (2 * indexer + 2 * 32 * 129 * 2048), rel=1e-12)
+
+
+def test_serving_caps_the_attention_at_top_k_and_reads_every_indexer_key() -> None:
+    gpu = get_gpu("h200")
+    cal = default_calibration()
+    v32 = get_model("deepseek-v3.2")
+    dense = v32.model_copy(update={"sparse": None})
+    plan = precision_plan(gpu, "fp8")
+    sm = build_step_model(v32, gpu, plan, 8, 1, cal, tokens_per_seq=65536)
+    dm = build_step_model(dense, gpu, plan, 8, 1, cal, tokens_per_seq=65536)
+    # the cache keeps every token: its MLA latent (FP8) and the indexer's FP8 keys
+    assert sm.kv_bytes_per_ctx_token == dm.kv_bytes_per_ctx_token == 61 * (512 + 64)
+    assert sm.index_bytes_per_ctx_token == 61 * 132
+    # the indexer's 64 x (128 + 1) multiply-adds a pair in each of 61 layers, whole on every
+    # TP rank, in FP8 at twice the 16-bit rate
+    half = gpu.peak_flops("bf16") / gpu.peak_flops("fp8")
+    assert sm.index_flops_per_pair == pytest.approx(61 * 2 * 64 * 129 * half)
+    # a decode step of 16 sequences at 64K reads k = 2,048 latents each and all indexer keys
+    ctx = 65536.0
+    expect = (61 * 576 * 16 * 2048 + 61 * 132 * 16 * ctx) / sm.hbm_Bps
+    assert sm.breakdown(0, 0, 0, 16, 16 * ctx).kv_read_s == pytest.approx(expect)
+    assert sm.decode_time_s_vec(np.array([16]), np.array([ctx]))[0] == pytest.approx(
+        sm.decode_time_s(16, ctx)
+    )
+    a, b = sm.decode_coeffs(16, 16 * ctx)
+    assert a + b * 16 * ctx == pytest.approx(sm.decode_time_s(16, ctx))
+    # a 64K prompt: the core's pairs capped at 2,048 a query (queries x k, which bounds the
+    # per-query min(i, k) from above), the indexer's over all the causal pairs
+    pairs = 65536 * 65537 / 2
+    got = sm.breakdown(65536, pairs, 1, 0, 0).attention_s
+    want = sm.attn_flops_per_pair * 2048 * 65536 + sm.index_flops_per_pair * pairs
+    assert got == pytest.approx(want / sm.attn_rate_flops)

@@ -44,14 +44,14 @@ def _warn_context(m: Model, input_len: int, output_len: int) -> None:
 
 
 def _note_sparse(m: Model) -> None:
-    """One stderr line for a DeepSeek Sparse Attention model: serving prices its attention
-    as dense over the whole context, which bounds the top-k attention and the indexer's
-    scoring from above."""
+    """One stderr line for a DeepSeek Sparse Attention model: how its attention is priced,
+    and the assumption (the indexer whole on every TP rank) that makes TP cost more."""
     if m.sparse is not None:
         err.print(
-            f"[yellow]note:[/] {m.key}'s sparse attention (top-{m.sparse.topk:,} keys a query) "
-            "is priced as dense attention over the whole context, an upper bound; its KV "
-            "cache keeps every token and the indexer's FP8 keys",
+            f"[yellow]note:[/] {m.key}'s sparse attention: each query attends to its top "
+            f"{m.sparse.topk:,} keys, chosen by an indexer that scores every earlier key in "
+            "FP8 and reads all its keys, priced whole on every TP rank (as vLLM and SGLang "
+            "run it); the KV cache keeps every token",
             highlight=False,
             soft_wrap=True,
         )

@@ -39,6 +39,7 @@ from gpuscale.perf.engines import EngineConfig
 from gpuscale.perf.inference_step import StepModel
 from gpuscale.perf.kv import (
     PrecisionPlan,
+    indexer_key_bytes_per_token,
     kv_bytes_per_token,
     kv_window,
     mamba_state_bytes_per_seq,
@@ -46,6 +47,7 @@ from gpuscale.perf.kv import (
     param_counts,
     window_share,
 )
+from gpuscale.perf.transformer import indexer_layers
 
 
 def _alpha_beta(
@@ -136,7 +138,20 @@ def build_step_model(
     )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
     attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
-    kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp)
+    # a decode step reads the attention's cache (capped at a DSA model's top-k) and all its
+    # indexer keys
+    idx_tok = indexer_key_bytes_per_token(model, pp)
+    kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp) - idx_tok
+    # DSA's indexer scores every earlier key (heads x (head dim + 1) multiply-adds), whole
+    # on every TP rank
+    idx_pair = 0.0
+    if model.sparse is not None:
+        # in FP8 where the GPU has it (DeepGEMM's fp8_mqa_logits, as vLLM and SGLang run
+        # it), counted here in 16-bit-equivalent FLOPs at the attention rate
+        x = model.sparse
+        fp8 = gpu.peak_flops("fp8") if "fp8" in gpu.peak_tflops else gpu.peak_flops(half)
+        idx_pair = indexer_layers(model) / pp * 2.0 * x.heads * (x.head_dim + 1)
+        idx_pair *= gpu.peak_flops(half) / fp8
     # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
     fabric = Fabric.from_system(sysm)
     layers_stage = math.ceil(model.layers / pp)
@@ -179,6 +194,9 @@ def build_step_model(
         routed_bytes=routed_w,
         attn_flops_per_pair=attn_pair,
         kv_bytes_per_ctx_token=kv_tok,
+        index_bytes_per_ctx_token=idx_tok,
+        index_flops_per_pair=idx_pair,
+        sparse_tokens=model.sparse.topk if model.sparse is not None else 0,
         ar_alpha_s=ar_alpha,
         ar_beta_s_per_token=ar_beta,
         pp_hop_alpha_s=hop_alpha,

@@ -91,6 +91,13 @@ class StepModel:
     window_share: float = 0.0
     """Share of the attention layers with a window (their pairs and KV reads are capped)."""
     window_tokens: int = 0
+    sparse_tokens: int = 0
+    """Keys a query attends to in every attention layer of a DeepSeek Sparse Attention model
+    (its pairs and KV reads are capped; the cache keeps every token); 0 without DSA."""
+    index_flops_per_pair: float = 0.0
+    """DSA indexer scoring FLOPs per (query, key) pair, over all earlier keys, on one GPU."""
+    index_bytes_per_ctx_token: float = 0.0
+    """DSA indexer key bytes per context token a decode step reads on one GPU (all of them)."""
     extras: dict[str, float] = field(default_factory=dict)
 
     def limits(self) -> EngineLimits:
@@ -115,6 +122,13 @@ class StepModel:
             return amount
         return (1.0 - s) * amount + s * cap
 
+    def _attended(self, amount: float, per: float) -> float:
+        """``amount`` (query-key pairs or cached tokens read) that the attention core takes:
+        the windowed layers' share capped at ``per`` x the window, a DSA model's at ``per``
+        x its top-k (``per``: the queries, or the decoding sequences)."""
+        out = self._windowed(amount, per * self.window_tokens)
+        return min(out, per * self.sparse_tokens) if self.sparse_tokens else out
+
     def _stage(
         self,
         prefill_tokens: float,
@@ -136,11 +150,12 @@ class StepModel:
         t_c = flops / self.gemm_rate_flops
         t_m = wbytes / self.hbm_Bps
         gemm = t_c if t_c > t_m else t_m
-        w = self.window_tokens
-        pairs = self._windowed(prefill_pairs / pp, pre * w)
-        attn = self.attn_flops_per_pair * pairs / self.attn_rate_flops
-        read = self._windowed(ctx_tokens / pp, dec * w)
-        kv = self.kv_bytes_per_ctx_token * read / self.hbm_Bps
+        pairs = self._attended(prefill_pairs / pp, pre)
+        index = self.index_flops_per_pair * prefill_pairs / pp  # a DSA indexer's, all pairs
+        attn = (self.attn_flops_per_pair * pairs + index) / self.attn_rate_flops
+        read = self._attended(ctx_tokens / pp, dec)
+        index_read = self.index_bytes_per_ctx_token * ctx_tokens / pp
+        kv = (self.kv_bytes_per_ctx_token * read + index_read) / self.hbm_Bps
         comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
         hop = self.pp_hop_beta_s_per_token * (prefill_tokens + decode_seqs) / pp
         hop = self.pp_hop_alpha_s + hop if pp > 1 else 0.0
@@ -196,7 +211,12 @@ class StepModel:
         if self.window_share > 0.0 and ctx_tokens >= cap:
             a += self.window_share * b * cap
             b *= 1.0 - self.window_share
-        return a, b
+        top = batch * self.sparse_tokens
+        if self.sparse_tokens and ctx_tokens >= top:
+            # past the top-k, a DSA model reads a fixed batch x k of its cache
+            a += b * top
+            b = 0.0
+        return a, b + self.index_bytes_per_ctx_token / self.hbm_Bps
 
     def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
         """A whole prompt (or ``batch`` prompts) in one iteration, no decodes."""
@@ -217,10 +237,14 @@ class StepModel:
             wbytes = wbytes + self.routed_bytes * (1.0 - (1.0 - self.moe_k_over_e) ** b)
         gemm = np.maximum(flops / self.gemm_rate_flops, wbytes / self.hbm_Bps)
         ctx = np.asarray(ctx_len, dtype=np.float64)
+        full = ctx
         if self.window_share > 0.0:
             s = self.window_share
             ctx = (1.0 - s) * ctx + s * np.minimum(ctx, self.window_tokens)
-        kv = self.kv_bytes_per_ctx_token * b * ctx / self.hbm_Bps
+        if self.sparse_tokens:
+            ctx = np.minimum(ctx, self.sparse_tokens)
+        index_read = self.index_bytes_per_ctx_token * b * full
+        kv = (self.kv_bytes_per_ctx_token * b * ctx + index_read) / self.hbm_Bps
         comm = self.ar_alpha_s + self.ar_beta_s_per_token * b
         hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * b) if self.pp > 1 else 0.0
         return np.asarray(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
-from gpuscale.perf.transformer import layer_shapes
+from gpuscale.perf.transformer import indexer_layers, layer_shapes
 from gpuscale.sim.kv_blocks import seq_blocks, window_kept
 
 # bytes per element of a stored tensor; 4-bit formats carry their block scales:
@@ -128,8 +128,9 @@ class ParamCounts:
 def param_counts(m: Model) -> ParamCounts:
     sh = layer_shapes(m)
     emb = float(m.vocab * m.hidden)
+    mixers = sh.attn * m.attn_layers + sh.mamba * m.mamba_layers + sh.indexer * indexer_layers(m)
     return ParamCounts(
-        attention=float(sh.attn * m.attn_layers + sh.mamba * m.mamba_layers),
+        attention=float(mixers),
         dense_mlp=float(sh.mlp_dense * m.mlp_layers),
         shared_experts=float((sh.shared + sh.latent_proj) * m.moe_layers),
         routed_experts=float((sh.expert * m.num_experts + sh.router) * m.moe_layers),
@@ -171,13 +172,18 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
     (:func:`mamba_state_bytes_per_seq`), and layers with a window keep at most
     :func:`kv_window` tokens (:func:`window_share` of these bytes)."""
     layers = math.ceil(m.attn_layers / pp)
-    indexer = 0.0
-    if m.sparse is not None:
-        # DeepSeek Sparse Attention's indexer keys, FP8 with an fp32 scale per 128 (DeepSeek's
-        # inference code), whole on every TP rank, in the layers that run an indexer
-        d = m.sparse.head_dim
-        indexer = (d + 4.0 * math.ceil(d / 128)) * math.ceil((m.sparse.indexers or 0) / pp)
-    return kv_elements_per_token_layer(m, tp) * layers * kv_bytes + indexer
+    attention = kv_elements_per_token_layer(m, tp) * layers * kv_bytes
+    return attention + indexer_key_bytes_per_token(m, pp)
+
+
+def indexer_key_bytes_per_token(m: Model, pp: int = 1) -> float:
+    """A DeepSeek Sparse Attention model's indexer keys per token of context on one GPU:
+    FP8 with an fp32 scale per 128 (DeepSeek's inference code), whole on every TP rank, in
+    the layers that run an indexer (0 without DSA)."""
+    if m.sparse is None:
+        return 0.0
+    d = m.sparse.head_dim
+    return (d + 4.0 * math.ceil(d / 128)) * math.ceil((m.sparse.indexers or 0) / pp)
 
 
 def window_share(m: Model, pp: int = 1) -> float:
