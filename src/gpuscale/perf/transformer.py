@@ -211,8 +211,8 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
     if not m.mtp_layers:
         return 0.0
     qk, v = attn_core_dims(m)
-    w = _block_weights(layer_shapes(m), m.top_k)
     s = layer_shapes(m)
+    w = _block_weights(s, m.top_k)
     blocks = sum(w[b] for b in m.mtp_blocks) + m.mtp_blocks.count("*") * s.indexer
     # an MTP depth's attention sees the whole sequence (or a DSA model's top-k)
     full = seq_len * (0.5 if causal else 1.0)
