@@ -251,3 +251,20 @@ def test_partial_recompute_counts_megatron_layers_of_a_gated_deltanet_model() ->
     # 26.4, so 27 whole layers; Nemotron 3 Nano's 52 blocks are Megatron's 52 layers
     assert block_recompute_layers(get_model("qwen3-next-80b-a3b"), 0.55, 96, 1) == (27, 48.0)
     assert block_recompute_layers(get_model("nemotron3-nano-30b-a3b"), 0.55, 52, 2) == (15, 26.0)
+
+
+def test_deepseek_sparse_attention_flags() -> None:
+    args, notes = _args("GLM-5.2", 256, 4096, 1024, pp=8, dp=32, ep=32, mbs=1)
+    line = " ".join(args)
+    assert (
+        "--experimental-attention-variant dsa --dsa-indexer-n-heads 32 "
+        "--dsa-indexer-head-dim 128 --dsa-indexer-topk 2048"
+    ) in line
+    assert any("--dsa-indexer-loss-coeff" in n for n in notes)
+    assert any(n.startswith("21 of the 78 attention layers run an indexer") for n in notes)
+    # DeepSeek-V3.2 runs an indexer in every layer: no such note
+    _, notes = _args("deepseek-v3.2", 256, 4096, 1024, pp=8, dp=32, ep=32, mbs=1)
+    assert not any("reuse" in n for n in notes)
+    # a model without DSA gets no DSA flag
+    args, _ = _args("deepseek-v3", 256, 4096, 1024, pp=8, dp=32, ep=32, mbs=1)
+    assert "--experimental-attention-variant" not in args

@@ -6,8 +6,9 @@ on the pipeline stages (Megatron's first/last stage layer counts or its account-
 embedding/loss flags where they say it, else Megatron-Core's
 ``--pipeline-model-parallel-layout``; a Mamba hybrid's stages as ``|`` in its
 ``--hybrid-layer-pattern``); batch and sequence; activation recomputation; optimizer and
-gradient sharding; TP communication overlap; precision; multi-token prediction and the MoE
-token dispatcher. The model's shape (``--num-layers``, ``--hidden-size``, ...) comes from
+gradient sharding; TP communication overlap; precision; multi-token prediction, DeepSeek
+Sparse Attention (``--experimental-attention-variant dsa`` and its indexer's sizes) and the
+MoE token dispatcher. The model's shape (``--num-layers``, ``--hidden-size``, ...) comes from
 the model's own Megatron recipe and is not repeated. What a Megatron-LM flag cannot say (a
 DeepSpeed or PyTorch setting the plan was priced with, GPUs left idle) is returned as a
 note.
@@ -302,6 +303,21 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             notes.append(
                 "the MTP depths are priced spread over the stages, as a balanced layout "
                 "places them; Megatron-LM's default puts them on the last stage"
+            )
+    if m.sparse is not None:
+        # DeepSeek Sparse Attention: Megatron-Core's experimental attention variant
+        x = m.sparse
+        args += ["--experimental-attention-variant", "dsa"]
+        args += ["--dsa-indexer-n-heads", str(x.heads), "--dsa-indexer-head-dim", str(x.head_dim)]
+        args += ["--dsa-indexer-topk", str(x.topk)]
+        notes.append(
+            "the DSA indexer is priced as trained on its own loss (--dsa-indexer-loss-coeff "
+            "as the recipe sets it; 0.001 in Megatron-Bridge's GLM-5.2 runs)"
+        )
+        if (x.indexers or 0) < m.attn_layers:
+            notes.append(
+                f"{x.indexers} of the {m.attn_layers} attention layers run an indexer, the "
+                "others reuse a neighbour's selection: the model's recipe says which"
             )
     if w.precision == "fp16" and m.is_moe and int(p.ep[i]) > 1:
         notes.append("Megatron-Core runs expert parallelism in bf16, not fp16")
