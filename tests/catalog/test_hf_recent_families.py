@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gpuscale.catalog import get_model
 from gpuscale.catalog.hf import load_hf_config
 from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
@@ -211,6 +212,10 @@ def test_an_unknown_model_type_must_name_its_activation(tmp_path: Path) -> None:
         ("lfm2", "short-convolution"),
         ("bamba", "attn_layer_indices"),
         ("gemma3n_text", "AltUp"),
+        ("gemma4_text", "per-kind head sizes"),
+        ("deepseek_v4", "compressed attention"),
+        ("step3p5", "attention_other_setting"),
+        ("exaone_moe", "sliding_windows"),
     ],
 )
 def test_unmodelled_architectures_are_refused_by_name(
@@ -262,3 +267,28 @@ def test_shared_width_defaults_to_whole_experts_and_needs_a_count() -> None:
     )
     with pytest.raises(ValueError, match="shared_ffn_hidden=48 needs shared_experts"):
         Model.model_validate({**base, "shared_ffn_hidden": 48})
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner", "says"),
+    [
+        ("kimi_k3", "kimi_linear", "Kimi K3's KDA"),
+        ("minimax_m3_vl", None, "MiniMax M3's block-sparse"),
+        ("gemma4", "gemma4_text", "Gemma 4's"),
+    ],
+)
+def test_a_multimodal_wrapper_is_refused_by_its_own_model_type(
+    tmp_path: Path, outer: str, inner: str | None, says: str
+) -> None:
+    text = {k: v for k, v in GRANITE_H_TINY.items() if k != "model_type"}
+    if inner:
+        text["model_type"] = inner
+    with pytest.raises(InputError, match=rf"model_type='{outer}'.*{says}"):
+        _read(tmp_path, {"model_type": outer, "text_config": text})
+
+
+def test_nemotron_3_nano_4b_is_its_cards_count() -> None:
+    """Megatron-Bridge's verification card: "all 263 tensors and 3,973,556,832 parameters"."""
+    m = get_model("Nemotron 3 Nano 4B")
+    assert (m.mamba_layers, m.attn_layers, m.mlp_layers) == (21, 4, 17)
+    assert param_count(m) == 3_973_556_832

@@ -92,9 +92,32 @@ UNREAD_TYPES = {
     "rwkv": "RWKV's recurrence has no attention to read",
     "gemma3n": "Gemma 3n's per-layer embeddings, AltUp and LAuReL blocks are not modelled",
     "gemma3n_text": "Gemma 3n's per-layer embeddings, AltUp and LAuReL blocks are not modelled",
+    "gemma4": "Gemma 4's dense MLP beside its experts in every layer, per-kind head sizes and "
+    "shared K and V are not modelled",
+    "gemma4_text": "Gemma 4's dense MLP beside its experts in every layer, per-kind head sizes "
+    "and shared K and V are not modelled",
+    "deepseek_v4": "DeepSeek V4's compressed attention, sliding window, hyper-connections and "
+    "grouped low-rank output projection are not modelled",
+    "kimi_k3": "Kimi K3's KDA linear attention, latent MoE and attention-residual banks are "
+    "not modelled",
+    "step3p5": "Step 3.5's sliding and full layers have different head counts "
+    "(attention_other_setting), which is not modelled",
+    "exaone_moe": "K-EXAONE's per-layer sliding_windows are not read",
+    "minimax_m3_vl": "MiniMax M3's block-sparse attention in some of its layers (an indexer "
+    "without head weights) is not modelled",
 }
 """model_types whose layer layout config.json gives in keys gpuscale does not read: refused
 by name rather than read as a transformer of the wrong shape."""
+
+
+def _refuse_unread(path: Path, model_type: object) -> None:
+    """An error naming a model_type whose layers gpuscale does not model (UNREAD_TYPES)."""
+    if isinstance(model_type, str) and model_type in UNREAD_TYPES:
+        raise InputError(
+            f"{where(path)}:model_type",
+            model_type,
+            f"a model_type gpuscale reads: {UNREAD_TYPES[model_type]}",
+        )
 
 
 def load_hf_config(path: Path, field: str = "model") -> Model:
@@ -105,6 +128,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     cfg = read_json(path, field, "a catalog model or a config.json path")
     if not isinstance(cfg, dict):
         raise InputError(field, str(path), "config.json must hold a JSON object")
+    _refuse_unread(path, cfg.get("model_type"))  # a multimodal wrapper's, then its text's
     text = cfg.get("text_config")
     if isinstance(text, dict) and "hidden_size" not in cfg:
         # a multimodal config (Llama 4, Gemma 3): the language model's shape is its
@@ -116,12 +140,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     model_type = cfg.get("model_type", "")
     if not isinstance(model_type, str):
         raise InputError(f"{where(path)}:model_type", str(model_type)[:60], "a name (llama, qwen3)")
-    if model_type in UNREAD_TYPES:
-        raise InputError(
-            f"{where(path)}:model_type",
-            model_type,
-            f"a model_type gpuscale reads: {UNREAD_TYPES[model_type]}",
-        )
+    _refuse_unread(path, model_type)
     kinds = cfg.get("layer_types")
     if kinds is not None and not isinstance(kinds, list):
         raise InputError(
