@@ -273,7 +273,6 @@ def test_shared_width_defaults_to_whole_experts_and_needs_a_count() -> None:
     ("outer", "inner", "says"),
     [
         ("kimi_k3", "kimi_linear", "Kimi K3's KDA"),
-        ("minimax_m3_vl", None, "MiniMax M3's block-sparse"),
         ("gemma4", "gemma4_text", "Gemma 4's"),
     ],
 )

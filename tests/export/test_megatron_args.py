@@ -261,7 +261,7 @@ def test_deepseek_sparse_attention_flags() -> None:
         "--dsa-indexer-head-dim 128 --dsa-indexer-topk 2048"
     ) in line
     assert any("--dsa-indexer-loss-coeff" in n for n in notes)
-    assert any(n.startswith("21 of the 78 attention layers run an indexer") for n in notes)
+    assert any(n.startswith("21 of the 78 sparse-attention layers run an indexer") for n in notes)
     # DeepSeek-V3.2 runs an indexer in every layer: no such note
     _, notes = _args("deepseek-v3.2", 256, 4096, 1024, pp=8, dp=32, ep=32, mbs=1)
     assert not any("reuse" in n for n in notes)

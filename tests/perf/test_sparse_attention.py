@@ -86,7 +86,7 @@ def v32(tmp_path: Path) -> Model:
 
 
 def test_deepseek_v32_reads_its_indexer(v32: Model) -> None:
-    assert v32.sparse == SparseAttention(topk=2048, heads=64, head_dim=128, indexers=61)
+    assert v32.sparse == SparseAttention(topk=2048, heads=64, head_dim=128, layers=61, indexers=61)
     assert layer_shapes(v32).indexer == INDEXER == 13_959_424
 
 
@@ -179,7 +179,7 @@ def test_glm5_layer_lists(tmp_path: Path) -> None:
     m = _read(tmp_path, cfg)
     assert (m.first_dense_layers, m.moe_layers) == (3, 5)
     # GlmMoeDsaConfig's default indexer heads: 32
-    assert m.sparse == SparseAttention(topk=2048, heads=32, head_dim=128, indexers=2)
+    assert m.sparse == SparseAttention(topk=2048, heads=32, head_dim=128, layers=8, indexers=2)
     bad = {**cfg, "indexer_types": ["full"] * 7 + ["local"]}
     with pytest.raises(InputError, match=r"indexer_types='local'.*full, shared"):
         _read(tmp_path, bad, "bad")
@@ -296,3 +296,74 @@ def test_serving_caps_the_attention_at_top_k_and_reads_every_indexer_key() -> No
     got = sm.breakdown(65536, pairs, 1, 0, 0).attention_s
     want = sm.attn_flops_per_pair * 2048 * 65536 + sm.index_flops_per_pair * pairs
     assert got == pytest.approx(want / sm.attn_rate_flops)
+
+
+# https://huggingface.co/MiniMaxAI/MiniMax-M3/blob/main/config.json, its text_config's keys
+# the reader uses; Megatron-Bridge's verification card counts 427,040,140,160 values, of
+# which 426,174,572,928 are the language model's (the rest its vision encoder)
+MINIMAX_M3_TEXT: dict[str, Any] = {
+    "hidden_size": 6144,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 60,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 200064,
+    "max_position_embeddings": 1048576,
+    "hidden_act": "swigluoai",
+    "tie_word_embeddings": False,
+    "dense_intermediate_size": 12288,
+    "shared_intermediate_size": 3072,
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "n_shared_experts": 1,
+    "moe_layer_freq": [0] * 3 + [1] * 57,
+    "num_nextn_predict_layers": 1,
+    "sparse_attention_config": {
+        "use_sparse_attention": True,
+        "sparse_index_dim": 128,
+        "sparse_num_index_heads": 4,
+        "sparse_topk_blocks": 16,
+        "sparse_block_size": 128,
+        "sparse_score_type": "max",
+        "sparse_local_block": 1,
+        "sparse_attention_freq": [0] * 3 + [1] * 57,
+    },
+}
+
+
+def test_minimax_m3_block_sparse_attention(tmp_path: Path) -> None:
+    cfg = {"model_type": "minimax_m3_vl", "text_config": MINIMAX_M3_TEXT}
+    m = _read(tmp_path, cfg)
+    # 16 blocks of 128 keys (its local block among them) in 57 of 60 layers, an indexer of
+    # 4 x 128 that takes the maximum over its heads (no head-weight projection)
+    assert m.sparse == SparseAttention(
+        topk=2048, heads=4, head_dim=128, layers=57, indexers=57, head_weights=False
+    )
+    assert layer_shapes(m).indexer == 6144 * 4 * 128 + 6144 * 128 + 2 * 128 == 3_932_416
+    assert (m.first_dense_layers, m.moe_layers, m.dense_ffn_hidden) == (3, 57, 12288)
+    assert m.gated_mlp and m.shared_ffn_hidden == 3072
+    # the card's language model less what gpuscale leaves out: per-head Q and K norms
+    # (2 x 128 a layer) and the router's expert-score bias (128 a MoE layer)
+    assert param_count(m) == 426_174_572_928 - 60 * 256 - 57 * 128
+    # the first three layers attend to every key: at 4K tokens, (3 x 2048 + 57 x 1536) / 60
+    assert keys_per_query(m, 4096) == (3 * 2048 + 57 * 1536) / 60
+    assert indexer_core_flops_per_token(m, 4096) == 2 * 4 * 128 * 2048
+    bad = {**MINIMAX_M3_TEXT, "moe_layer_freq": [0, 1]}
+    with pytest.raises(InputError, match=r"moe_layer_freq.*a list of 60 zeros and ones"):
+        _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": bad}, "bad")
+
+
+def test_serving_caps_only_the_sparse_layers(tmp_path: Path) -> None:
+    gpu = get_gpu("h200")
+    m3 = _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": MINIMAX_M3_TEXT})
+    sm = build_step_model(m3, gpu, precision_plan(gpu, "fp8"), 8, 1, default_calibration())
+    assert sm.sparse_share == 57 / 60
+    ctx = 65536.0
+    read = (3 / 60) * 16 * ctx + (57 / 60) * 16 * 2048
+    expect = sm.kv_bytes_per_ctx_token * read + sm.index_bytes_per_ctx_token * 16 * ctx
+    assert sm.breakdown(0, 0, 0, 16, 16 * ctx).kv_read_s == pytest.approx(expect / sm.hbm_Bps)
+    a, b = sm.decode_coeffs(16, 16 * ctx)
+    assert a + b * 16 * ctx == pytest.approx(sm.decode_time_s(16, ctx))
+    vec = sm.decode_time_s_vec(np.array([16]), np.array([ctx]))[0]
+    assert vec == pytest.approx(sm.decode_time_s(16, ctx))

@@ -41,6 +41,7 @@ _GATED_MLP: dict[str, bool] = {
             "minimax_m2", "olmo2", "olmo3", "olmoe", "smollm3", "seed_oss", "hunyuan_v1_dense",
             "hunyuan_v1_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5", "glm_moe_dsa",
+            "minimax_m3_vl",
         ),
         True,
     ),
@@ -103,8 +104,6 @@ UNREAD_TYPES = {
     "step3p5": "Step 3.5's sliding and full layers have different head counts "
     "(attention_other_setting), which is not modelled",
     "exaone_moe": "K-EXAONE's per-layer sliding_windows are not read",
-    "minimax_m3_vl": "MiniMax M3's block-sparse attention in some of its layers (an indexer "
-    "without head weights) is not modelled",
 }
 """model_types whose layer layout config.json gives in keys gpuscale does not read: refused
 by name rather than read as a transformer of the wrong shape."""
@@ -213,6 +212,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     # config class defaults to 11008 at any hidden size), so its config must state it
     ffn_dense = ints(
         "intermediate_size_mlp",
+        "dense_intermediate_size",  # MiniMax M3's dense layers (its experts: intermediate_size)
         "intermediate_size",
         "ffn_dim",
         "n_inner",
@@ -272,7 +272,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     shared_ffn = ints(
         "moe_shared_expert_intermediate_size",
         "shared_expert_intermediate_size",
-        *(("shared_intermediate_size",) if granite else ()),
+        "shared_intermediate_size",  # Granite 4.0-H, MiniMax M3
     )
     if model_type == "hunyuan_v1_moe":
         # HunYuanMoEV1Moe: a shared MLP of the dense width (intermediate_size) beside the

@@ -24,6 +24,7 @@ _TIED_DEFAULT: dict[str, bool] = {
             "kimi_k2", "deepseek_v32", "glm4", "glm4_moe", "minimax_m2", "olmo2", "olmo3",
             "olmoe", "seed_oss", "hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "apertus", "glm_moe_dsa",
+            "minimax_m3_vl",
         ),
         False,
     ),
@@ -176,6 +177,9 @@ def _moe_layout(cfg: dict[str, Any], path: Path, ints: Ints, layers: int) -> tup
     kinds = _kind_list(cfg, path, "mlp_layer_types", layers, ("dense", "sparse"))
     if kinds is not None:
         return layers - kinds.count("sparse"), 1
+    flags = _flag_list(cfg, path, "moe_layer_freq", layers)  # MiniMax M3: 1 for a MoE layer
+    if flags is not None:
+        return layers - sum(flags), 1
     first = ints("first_k_dense_replace")
     if first > layers:
         raise InputError(
@@ -226,6 +230,17 @@ def _kind_list(
     if unknown:
         raise InputError(field, unknown[0], each)
     return [str(k) for k in kinds]
+
+
+def _flag_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[int] | None:
+    """A list of 0 or 1 per layer; None where the key is absent or not a list."""
+    flags = cfg.get(key)
+    if not isinstance(flags, list):
+        return None
+    ok = len(flags) == layers and all(type(f) is int and f in (0, 1) for f in flags)
+    if not ok:
+        raise InputError(f"{where(path)}:{key}", flags, f"a list of {layers} zeros and ones")
+    return [int(f) for f in flags]
 
 
 def _layer_list(cfg: dict[str, Any], path: Path, key: str, layers: int) -> list[int]:
@@ -384,6 +399,9 @@ def sparse_attention(
     ``index_head_dim``, and which layers run an indexer of their own where
     ``indexer_types`` lists ``full`` (its own) or ``shared`` (reusing another layer's
     selection) per layer; None for a model without DSA."""
+    nested = cfg.get("sparse_attention_config")
+    if isinstance(nested, dict) and nested.get("use_sparse_attention") is True:
+        return _block_sparse_attention(nested, path, layers)
     if model_type not in DSA_TYPES and cfg.get("index_topk") is None:
         return None
     kinds = _kind_list(cfg, path, "indexer_types", layers, ("full", "shared"))
@@ -393,4 +411,23 @@ def sparse_attention(
         heads=ints("index_n_heads", default=DSA_TYPES.get(model_type, 64), minimum=1),
         head_dim=ints("index_head_dim", default=128, minimum=1),
         indexers=indexers,
+    )
+
+
+def _block_sparse_attention(nested: dict[str, Any], path: Path, layers: int) -> SparseAttention:
+    """MiniMax M3's ``sparse_attention_config``: each query attends to its top
+    ``sparse_topk_blocks`` blocks of ``sparse_block_size`` keys (its local block among
+    them), in the layers ``sparse_attention_freq`` marks 1, each with an indexer of
+    ``sparse_num_index_heads`` x ``sparse_index_dim`` that takes the maximum over its heads
+    (MiniMaxM3VLIndexer: no head-weight projection)."""
+    sub = Ints(nested, path)
+    marked = _flag_list(nested, path, "sparse_attention_freq", layers)
+    sparse = layers if marked is None else sum(marked)
+    return SparseAttention(
+        topk=sub("sparse_topk_blocks", minimum=1) * sub("sparse_block_size", minimum=1),
+        heads=sub("sparse_num_index_heads", minimum=1),
+        head_dim=sub("sparse_index_dim", minimum=1),
+        layers=sparse,
+        indexers=sparse,
+        head_weights=False,
     )

@@ -215,9 +215,15 @@ class SparseAttention(BaseModel):
     """Keys each query attends to (DeepSeek-V3.2, GLM-5: 2,048)."""
     heads: int = Field(gt=0, le=1_000_000)
     head_dim: int = Field(gt=0, le=1_000_000)
+    layers: int | None = Field(default=None, ge=0)
+    """Attention layers that attend to the top-k only (MiniMax M3: 57 of 60, the first three
+    attend to every key); default all of them."""
     indexers: int | None = Field(default=None, ge=0)
-    """Attention layers that run an indexer of their own (the others reuse a neighbouring
-    layer's selection); default all of them."""
+    """Of those, the layers that run an indexer of their own (GLM-5.2: 21 of 78, the others
+    reuse a neighbouring layer's selection); default all of them."""
+    head_weights: bool = True
+    """The indexer sums its heads' scores weighted by a per-token projection (DeepSeek-V3.2,
+    GLM-5); False: it takes their maximum, with no such projection (MiniMax M3)."""
 
 
 HYBRID_BLOCKS = {"M": "Mamba-2 or Gated DeltaNet mixer", "*": "attention", "-": "MLP", "E": "MoE"}
@@ -351,14 +357,20 @@ class Model(_Entry):
         if self.sparse is not None:
             if self.window:
                 raise ValueError("sparse (DeepSeek Sparse Attention) with a window is not modelled")
-            if (self.sparse.indexers or 0) > self.attn_layers:
+            x = self.sparse
+            sparse_layers = self.attn_layers if x.layers is None else x.layers
+            if sparse_layers > self.attn_layers:
                 raise ValueError(
-                    f"sparse.indexers={self.sparse.indexers} exceeds the "
-                    f"{self.attn_layers} attention layers"
+                    f"sparse.layers={x.layers} exceeds the {self.attn_layers} attention layers"
                 )
-            if self.sparse.indexers is None:
-                indexed = self.sparse.model_copy(update={"indexers": self.attn_layers})
-                object.__setattr__(self, "sparse", indexed)
+            if (x.indexers or 0) > sparse_layers:
+                raise ValueError(
+                    f"sparse.indexers={x.indexers} exceeds the {sparse_layers} layers with "
+                    "sparse attention"
+                )
+            indexers = sparse_layers if x.indexers is None else x.indexers
+            full = x.model_copy(update={"layers": sparse_layers, "indexers": indexers})
+            object.__setattr__(self, "sparse", full)
         if self.attn_gate and self.mla is not None:
             raise ValueError("attn_gate is a gate on the Q projection: not modelled with mla")
         if self.mtp_layers > self.layers:

@@ -33,6 +33,7 @@ from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.training_notes import block_recompute_layers, megatron_units
+from gpuscale.perf.transformer import indexer_layers, sparse_layers
 
 
 @dataclass(frozen=True)
@@ -314,9 +315,15 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             "the DSA indexer is priced as trained on its own loss (--dsa-indexer-loss-coeff "
             "as the recipe sets it; 0.001 in Megatron-Bridge's GLM-5.2 runs)"
         )
-        if (x.indexers or 0) < m.attn_layers:
+        n_sparse, n_index = sparse_layers(m), indexer_layers(m)
+        if n_sparse < m.attn_layers:
             notes.append(
-                f"{x.indexers} of the {m.attn_layers} attention layers run an indexer, the "
+                f"{n_sparse} of the {m.attn_layers} attention layers attend to the top-k, the "
+                "others to every key: the model's recipe says which"
+            )
+        if n_index < n_sparse:
+            notes.append(
+                f"{n_index} of the {n_sparse} sparse-attention layers run an indexer, the "
                 "others reuse a neighbour's selection: the model's recipe says which"
             )
     if w.precision == "fp16" and m.is_moe and int(p.ep[i]) > 1:

@@ -47,7 +47,7 @@ from gpuscale.perf.kv import (
     param_counts,
     window_share,
 )
-from gpuscale.perf.transformer import indexer_layers
+from gpuscale.perf.transformer import indexer_layers, sparse_layers
 
 
 def _alpha_beta(
@@ -197,6 +197,7 @@ def build_step_model(
         index_bytes_per_ctx_token=idx_tok,
         index_flops_per_pair=idx_pair,
         sparse_tokens=model.sparse.topk if model.sparse is not None else 0,
+        sparse_share=sparse_layers(model) / model.attn_layers if model.attn_layers else 0.0,
         ar_alpha_s=ar_alpha,
         ar_beta_s_per_token=ar_beta,
         pp_hop_alpha_s=hop_alpha,

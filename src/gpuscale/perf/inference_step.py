@@ -92,8 +92,10 @@ class StepModel:
     """Share of the attention layers with a window (their pairs and KV reads are capped)."""
     window_tokens: int = 0
     sparse_tokens: int = 0
-    """Keys a query attends to in every attention layer of a DeepSeek Sparse Attention model
-    (its pairs and KV reads are capped; the cache keeps every token); 0 without DSA."""
+    """Keys a query attends to in a DeepSeek Sparse Attention model's sparse layers (their
+    pairs and KV reads are capped; the cache keeps every token); 0 without DSA."""
+    sparse_share: float = 0.0
+    """Share of the attention layers with sparse attention (all of DeepSeek-V3.2's)."""
     index_flops_per_pair: float = 0.0
     """DSA indexer scoring FLOPs per (query, key) pair, over all earlier keys, on one GPU."""
     index_bytes_per_ctx_token: float = 0.0
@@ -127,7 +129,10 @@ class StepModel:
         the windowed layers' share capped at ``per`` x the window, a DSA model's at ``per``
         x its top-k (``per``: the queries, or the decoding sequences)."""
         out = self._windowed(amount, per * self.window_tokens)
-        return min(out, per * self.sparse_tokens) if self.sparse_tokens else out
+        cap = per * self.sparse_tokens
+        if not self.sparse_tokens or out <= cap:
+            return out
+        return (1.0 - self.sparse_share) * out + self.sparse_share * cap
 
     def _stage(
         self,
@@ -213,9 +218,9 @@ class StepModel:
             b *= 1.0 - self.window_share
         top = batch * self.sparse_tokens
         if self.sparse_tokens and ctx_tokens >= top:
-            # past the top-k, a DSA model reads a fixed batch x k of its cache
-            a += b * top
-            b = 0.0
+            # past the top-k, a DSA model's sparse layers read a fixed batch x k of the cache
+            a += self.sparse_share * b * top
+            b *= 1.0 - self.sparse_share
         return a, b + self.index_bytes_per_ctx_token / self.hbm_Bps
 
     def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
@@ -242,7 +247,8 @@ class StepModel:
             s = self.window_share
             ctx = (1.0 - s) * ctx + s * np.minimum(ctx, self.window_tokens)
         if self.sparse_tokens:
-            ctx = np.minimum(ctx, self.sparse_tokens)
+            s = self.sparse_share
+            ctx = (1.0 - s) * ctx + s * np.minimum(ctx, self.sparse_tokens)
         index_read = self.index_bytes_per_ctx_token * b * full
         kv = (self.kv_bytes_per_ctx_token * b * ctx + index_read) / self.hbm_Bps
         comm = self.ar_alpha_s + self.ar_beta_s_per_token * b

@@ -115,7 +115,8 @@ def layer_shapes(m: Model) -> LayerShapes:
         # without one), wk, a LayerNorm (weight and bias) on the key, weights_proj
         d, heads = m.sparse.head_dim, m.sparse.heads
         q_in = m.mla.q_lora_rank if m.mla is not None and m.mla.q_lora_rank else h
-        indexer = q_in * heads * d + h * d + 2 * d + h * heads
+        # (MiniMax M3: queries from the hidden state, q and k norms, no head weights)
+        indexer = q_in * heads * d + h * d + 2 * d + (h * heads if m.sparse.head_weights else 0)
     return LayerShapes(
         attn,
         _mlp(h, m.dense_ffn_hidden, m.gated_mlp),
@@ -156,20 +157,32 @@ def _body_weights(m: Model, experts: int) -> int:
     )
 
 
+def sparse_layers(m: Model) -> int:
+    """Attention layers that attend to a DeepSeek Sparse Attention top-k (0 without DSA;
+    a model built without the schema's defaults: all of them)."""
+    if m.sparse is None:
+        return 0
+    return m.attn_layers if m.sparse.layers is None else m.sparse.layers
+
+
 def indexer_layers(m: Model) -> int:
     """Layers that run a DeepSeek Sparse Attention indexer (0 without DSA)."""
-    return int(m.sparse.indexers or 0) if m.sparse is not None else 0
+    if m.sparse is None:
+        return 0
+    return sparse_layers(m) if m.sparse.indexers is None else m.sparse.indexers
 
 
 def indexer_core_flops_per_token(m: Model, seq_len: float, causal: bool = True) -> float:
     """Forward FLOPs per token of one DSA indexer's scoring, beyond its projections: each
     of its heads' dot product with every earlier key, and the weighted sum over heads
-    (heads x (head_dim + 1) multiply-adds a key), over all s/2 keys (s without a causal
-    mask): the indexer reads the whole context to choose the top-k."""
+    (heads x (head_dim + 1) multiply-adds a key; heads x head_dim where it takes their
+    maximum), over all s/2 keys (s without a causal mask): the indexer reads the whole
+    context to choose the top-k."""
     if m.sparse is None:
         return 0.0
     keys = seq_len / 2.0 if causal else float(seq_len)
-    return 2.0 * m.sparse.heads * (m.sparse.head_dim + 1) * keys
+    d = m.sparse.head_dim + (1 if m.sparse.head_weights else 0)
+    return 2.0 * m.sparse.heads * d * keys
 
 
 def _params(m: Model, experts_per_moe_layer: int) -> int:
@@ -257,9 +270,10 @@ def keys_per_query(m: Model, seq_len: float, causal: bool = True) -> float:
     full = seq_len / 2.0 if causal else float(seq_len)
     if m.sparse is not None:
         # DeepSeek Sparse Attention: a query attends to its top-k earlier tokens, all of them
-        # while it has no more than k
-        k = float(m.sparse.topk)
-        return mean_keys(seq_len, k) if causal else min(k, float(seq_len))
+        # while it has no more than k (in the layers with it; the others to every key)
+        k, n = float(m.sparse.topk), sparse_layers(m)
+        top = mean_keys(seq_len, k) if causal else min(k, float(seq_len))
+        return top if n == m.attn_layers else ((m.attn_layers - n) * full + n * top) / m.attn_layers
     win = int(m.window_layers or 0)
     if not win:
         return full
