@@ -23,7 +23,7 @@ from gpuscale.perf.comm.fabric import Fabric
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kernels import INDEXER_LOGIT_BYTES, attention_core_s
 from gpuscale.perf.kv import kv_bytes_per_token, precision_plan
-from gpuscale.perf.memory import params_per_gpu
+from gpuscale.perf.memory import activation_bytes_per_layer, params_per_gpu
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.transformer import (
     active_param_count,
@@ -367,3 +367,19 @@ def test_serving_caps_only_the_sparse_layers(tmp_path: Path) -> None:
     assert a + b * 16 * ctx == pytest.approx(sm.decode_time_s(16, ctx))
     vec = sm.decode_time_s_vec(np.array([16]), np.array([ctx]))[0]
     assert vec == pytest.approx(sm.decode_time_s(16, ctx))
+
+
+def test_activations_keep_the_selection_and_the_indexer_inputs() -> None:
+    gpu, sys = get_gpu("h100-sxm"), get_system("dgx-h100")
+    v32 = get_model("deepseek-v3.2")
+    dense = v32.model_copy(update={"sparse": None})
+
+    def per_layer(m: Model, tp: int) -> float:
+        w = Workload(m, gpu, sys, Fabric.from_system(sys, 64), 64, 4096, 64, "bf16")
+        return float(activation_bytes_per_layer(w, Plans.of(tp=tp, ep=8, dp=64 // tp))[0])
+
+    # per token: 2,048 int32 indices, 64 x 128 16-bit queries, a 128-wide key, 64 fp32
+    # head weights; whole on every TP rank
+    per_token = 4 * 2048 + 2 * 64 * 128 + 2 * 128 + 4 * 64
+    for tp in (1, 8):
+        assert per_layer(v32, tp) - per_layer(dense, tp) == pytest.approx(4096 * per_token)

@@ -53,6 +53,7 @@ from gpuscale.perf.transformer import (
     layer_shapes,
     mtp_layer_equivalents,
     mtp_param_count,
+    sparse_layers,
 )
 
 FloatArray = FloatArrayT
@@ -236,6 +237,18 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         no_scores = np.ones_like(no_scores)
     act = np.where(p.sp, (replicated + split) / t, replicated + split / t)
     act = act + np.where(no_scores, 0.0, scores / t)
+    if m.sparse is not None:
+        # a DSA layer keeps its selection for the sparse attention's backward (the top-k
+        # key indices, int32) and an indexer's queries, key (16-bit) and head weights (fp32)
+        # for its own loss's backward, whole on every TP rank
+        x = m.sparse
+        own = (
+            2.0 * x.heads * x.head_dim
+            + 2.0 * x.head_dim
+            + (4.0 * x.heads if x.head_weights else 0.0)
+        )
+        per_token = (sparse_layers(m) * 4.0 * x.topk + indexer_layers(m) * own) / m.layers
+        act = act + s * b * per_token
     if "ops" in mods:
         act = np.where(sel, _op_sac_bytes(w, p, s, b), act)
     full = np.where(p.sp, 2.0 * s * b * h / t, 2.0 * s * b * h)
