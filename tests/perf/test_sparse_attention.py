@@ -383,3 +383,13 @@ def test_activations_keep_the_selection_and_the_indexer_inputs() -> None:
     per_token = 4 * 2048 + 2 * 64 * 128 + 2 * 128 + 4 * 64
     for tp in (1, 8):
         assert per_layer(v32, tp) - per_layer(dense, tp) == pytest.approx(4096 * per_token)
+
+
+def test_minimax_m3_sparse_config_must_be_an_object(tmp_path: Path) -> None:
+    text = {**MINIMAX_M3_TEXT, "sparse_attention_config": [1]}
+    with pytest.raises(InputError, match=r"sparse_attention_config='\[1\]'.*an object"):
+        _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": text})
+    off = {**MINIMAX_M3_TEXT["sparse_attention_config"], "use_sparse_attention": False}
+    dense = _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": {
+        **MINIMAX_M3_TEXT, "sparse_attention_config": off}}, "dense")  # fmt: skip
+    assert dense.sparse is None

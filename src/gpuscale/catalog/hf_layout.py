@@ -400,7 +400,11 @@ def sparse_attention(
     ``indexer_types`` lists ``full`` (its own) or ``shared`` (reusing another layer's
     selection) per layer; None for a model without DSA."""
     nested = cfg.get("sparse_attention_config")
-    if isinstance(nested, dict) and nested.get("use_sparse_attention") is True:
+    if nested is not None and not isinstance(nested, dict):
+        raise InputError(
+            f"{where(path)}:sparse_attention_config", str(nested)[:60], "an object of sparse_* keys"
+        )
+    if nested is not None and Ints(nested, path).flag("use_sparse_attention", False):
         return _block_sparse_attention(nested, path, layers)
     if model_type not in DSA_TYPES and cfg.get("index_topk") is None:
         return None
