@@ -359,6 +359,9 @@ def test_serving_caps_only_the_sparse_layers(tmp_path: Path) -> None:
     m3 = _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": MINIMAX_M3_TEXT})
     sm = build_step_model(m3, gpu, precision_plan(gpu, "fp8"), 8, 1, default_calibration())
     assert sm.sparse_share == 57 / 60
+    # its indexer takes the maximum over its heads: 4 x 128 multiply-adds a pair, in FP8
+    half = gpu.peak_flops("bf16") / gpu.peak_flops("fp8")
+    assert sm.index_flops_per_pair == pytest.approx(57 * 2 * 4 * 128 * half)
     ctx = 65536.0
     read = (3 / 60) * 16 * ctx + (57 / 60) * 16 * 2048
     expect = sm.kv_bytes_per_ctx_token * read + sm.index_bytes_per_ctx_token * 16 * ctx

@@ -280,15 +280,10 @@ def gated_deltanet_layout(
     linear = isinstance(kinds, list) and "linear_attention" in kinds
     if not (linear or model_type in GDN_TYPES):
         return None
-    field = f"{where(path)}:layer_types"
     if isinstance(kinds, list):
         read = ("linear_attention", "full_attention")
-        if len(kinds) != layers:
-            raise InputError(field, f"{len(kinds)} entries", f"one per layer: {layers}")
-        unknown = sorted({str(k) for k in kinds if k not in read})
-        if unknown:
-            raise InputError(field, unknown[0], f"each one of {', '.join(read)}")
-        is_linear = [k == "linear_attention" for k in kinds]
+        listed = _kind_list(cfg, path, "layer_types", layers, read) or []
+        is_linear = [k == "linear_attention" for k in listed]
     else:
         every = ints("full_attention_interval", default=4, minimum=1)
         is_linear = [(i + 1) % every != 0 for i in range(layers)]

@@ -47,7 +47,7 @@ from gpuscale.perf.kv import (
     param_counts,
     window_share,
 )
-from gpuscale.perf.transformer import indexer_layers, sparse_layers
+from gpuscale.perf.transformer import indexer_layers, indexer_pair_flops, sparse_layers
 
 
 def _alpha_beta(
@@ -142,16 +142,12 @@ def build_step_model(
     # indexer keys
     idx_tok = indexer_key_bytes_per_token(model, pp)
     kv_tok = kv_bytes_per_token(model, precision.kv_bytes, tp, pp) - idx_tok
-    # DSA's indexer scores every earlier key (heads x (head dim + 1) multiply-adds), whole
-    # on every TP rank
-    idx_pair = 0.0
-    if model.sparse is not None:
-        # in FP8 where the GPU has it (DeepGEMM's fp8_mqa_logits, as vLLM and SGLang run
-        # it), counted here in 16-bit-equivalent FLOPs at the attention rate
-        x = model.sparse
-        fp8 = gpu.peak_flops("fp8") if "fp8" in gpu.peak_tflops else gpu.peak_flops(half)
-        idx_pair = indexer_layers(model) / pp * 2.0 * x.heads * (x.head_dim + 1)
-        idx_pair *= gpu.peak_flops(half) / fp8
+    # DSA's indexer scores every earlier key, whole on every TP rank, in FP8 where the GPU
+    # has it (DeepGEMM's fp8_mqa_logits, as vLLM and SGLang run it): counted here in
+    # 16-bit-equivalent FLOPs at the attention rate
+    fp8 = gpu.peak_flops("fp8") if "fp8" in gpu.peak_tflops else gpu.peak_flops(half)
+    idx_pair = indexer_layers(model) / pp * indexer_pair_flops(model)
+    idx_pair *= gpu.peak_flops(half) / fp8
     # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
     fabric = Fabric.from_system(sysm)
     layers_stage = math.ceil(model.layers / pp)

@@ -116,23 +116,20 @@ class StepModel:
         )
 
     # --- the formula -------------------------------------------------------------------
-    def _windowed(self, amount: float, cap: float) -> float:
-        """``amount`` (query-key pairs or cached tokens read) with the windowed layers'
-        share capped at ``cap``."""
-        s = self.window_share
-        if s <= 0.0 or amount <= cap:
-            return amount
-        return (1.0 - s) * amount + s * cap
+    def _caps(self) -> tuple[tuple[float, int], tuple[float, int]]:
+        """(share of the attention layers, keys a query takes there): the windowed layers'
+        window, a DSA model's sparse layers' top-k."""
+        return (self.window_share, self.window_tokens), (self.sparse_share, self.sparse_tokens)
 
     def _attended(self, amount: float, per: float) -> float:
         """``amount`` (query-key pairs or cached tokens read) that the attention core takes:
-        the windowed layers' share capped at ``per`` x the window, a DSA model's at ``per``
-        x its top-k (``per``: the queries, or the decoding sequences)."""
-        out = self._windowed(amount, per * self.window_tokens)
-        cap = per * self.sparse_tokens
-        if not self.sparse_tokens or out <= cap:
-            return out
-        return (1.0 - self.sparse_share) * out + self.sparse_share * cap
+        each capped share of the layers at ``per`` x its keys (``per``: the queries, or the
+        decoding sequences)."""
+        for share, keys in self._caps():
+            cap = per * keys
+            if share > 0.0 and amount > cap:
+                amount = (1.0 - share) * amount + share * cap
+        return amount
 
     def _stage(
         self,
@@ -212,15 +209,12 @@ class StepModel:
         layers read a fixed ``batch x window`` tokens."""
         a = self.step_time_s(0.0, 0.0, 0, batch, 0.0)
         b = self.kv_bytes_per_ctx_token / self.hbm_Bps
-        cap = batch * self.window_tokens
-        if self.window_share > 0.0 and ctx_tokens >= cap:
-            a += self.window_share * b * cap
-            b *= 1.0 - self.window_share
-        top = batch * self.sparse_tokens
-        if self.sparse_tokens and ctx_tokens >= top:
-            # past the top-k, a DSA model's sparse layers read a fixed batch x k of the cache
-            a += self.sparse_share * b * top
-            b *= 1.0 - self.sparse_share
+        for share, keys in self._caps():
+            # past its window (top-k), a capped share of the layers reads batch x keys
+            cap = batch * keys
+            if share > 0.0 and ctx_tokens >= cap:
+                a += share * b * cap
+                b *= 1.0 - share
         return a, b + self.index_bytes_per_ctx_token / self.hbm_Bps
 
     def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
@@ -243,12 +237,9 @@ class StepModel:
         gemm = np.maximum(flops / self.gemm_rate_flops, wbytes / self.hbm_Bps)
         ctx = np.asarray(ctx_len, dtype=np.float64)
         full = ctx
-        if self.window_share > 0.0:
-            s = self.window_share
-            ctx = (1.0 - s) * ctx + s * np.minimum(ctx, self.window_tokens)
-        if self.sparse_tokens:
-            s = self.sparse_share
-            ctx = (1.0 - s) * ctx + s * np.minimum(ctx, self.sparse_tokens)
+        for share, keys in self._caps():
+            if share > 0.0:
+                ctx = (1.0 - share) * ctx + share * np.minimum(ctx, keys)
         index_read = self.index_bytes_per_ctx_token * b * full
         kv = (self.kv_bytes_per_ctx_token * b * ctx + index_read) / self.hbm_Bps
         comm = self.ar_alpha_s + self.ar_beta_s_per_token * b

@@ -183,7 +183,7 @@ def indexer_key_bytes_per_token(m: Model, pp: int = 1) -> float:
     if m.sparse is None:
         return 0.0
     d = m.sparse.head_dim
-    return (d + 4.0 * math.ceil(d / 128)) * math.ceil((m.sparse.indexers or 0) / pp)
+    return (d + 4.0 * math.ceil(d / 128)) * math.ceil(indexer_layers(m) / pp)
 
 
 def window_share(m: Model, pp: int = 1) -> float:

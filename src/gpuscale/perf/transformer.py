@@ -178,11 +178,18 @@ def indexer_core_flops_per_token(m: Model, seq_len: float, causal: bool = True) 
     (heads x (head_dim + 1) multiply-adds a key; heads x head_dim where it takes their
     maximum), over all s/2 keys (s without a causal mask): the indexer reads the whole
     context to choose the top-k."""
+    keys = seq_len / 2.0 if causal else float(seq_len)
+    return indexer_pair_flops(m) * keys
+
+
+def indexer_pair_flops(m: Model) -> float:
+    """FLOPs of one DSA indexer for one (query, key) pair: heads x (head_dim + 1)
+    multiply-adds, heads x head_dim where it takes the maximum over its heads (0 without
+    DSA)."""
     if m.sparse is None:
         return 0.0
-    keys = seq_len / 2.0 if causal else float(seq_len)
     d = m.sparse.head_dim + (1 if m.sparse.head_weights else 0)
-    return 2.0 * m.sparse.heads * d * keys
+    return 2.0 * m.sparse.heads * d
 
 
 def _params(m: Model, experts_per_moe_layer: int) -> int:
