@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from gpuscale.catalog import get_model
+from gpuscale.catalog import Model, get_model
+from gpuscale.catalog.hf import load_hf_config
 from gpuscale.cli import main
 
 
@@ -24,3 +29,11 @@ def embedding_matrices(key: str) -> int:
     head: what a published "non-embedding" count leaves out."""
     m = get_model(key)
     return m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+
+
+def read_config(tmp_path: Path, cfg: dict[str, Any], name: str = "m") -> Model:
+    """A config.json written to ``tmp_path/name`` and read as gpuscale reads it."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return load_hf_config(folder / "config.json")

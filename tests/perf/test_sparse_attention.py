@@ -7,16 +7,15 @@ the meta device."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cli_runner import read_config
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, get_system
-from gpuscale.catalog.hf import load_hf_config
 from gpuscale.catalog.schema import Model, SparseAttention
 from gpuscale.errors import InputError
 from gpuscale.perf.comm.fabric import Fabric
@@ -73,16 +72,9 @@ the hidden state to one 128-wide key, the key's LayerNorm (weight and bias), wei
 from the hidden state to the 64 head weights."""
 
 
-def _read(tmp_path: Path, cfg: dict[str, Any], name: str = "m") -> Model:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(cfg))
-    return load_hf_config(folder / "config.json")
-
-
 @pytest.fixture
 def v32(tmp_path: Path) -> Model:
-    return _read(tmp_path, DEEPSEEK_V32)
+    return read_config(tmp_path, DEEPSEEK_V32)
 
 
 def test_deepseek_v32_reads_its_indexer(v32: Model) -> None:
@@ -176,16 +168,16 @@ def test_glm5_layer_lists(tmp_path: Path) -> None:
         "indexer_types": ["full", "shared", "shared", "shared"] * 2,
     }
     del cfg["first_k_dense_replace"], cfg["index_n_heads"]
-    m = _read(tmp_path, cfg)
+    m = read_config(tmp_path, cfg)
     assert (m.first_dense_layers, m.moe_layers) == (3, 5)
     # GlmMoeDsaConfig's default indexer heads: 32
     assert m.sparse == SparseAttention(topk=2048, heads=32, head_dim=128, layers=8, indexers=2)
     bad = {**cfg, "indexer_types": ["full"] * 7 + ["local"]}
     with pytest.raises(InputError, match=r"indexer_types='local'.*full, shared"):
-        _read(tmp_path, bad, "bad")
+        read_config(tmp_path, bad, "bad")
     short = {**cfg, "mlp_layer_types": ["dense"] * 3}
     with pytest.raises(InputError, match=r"mlp_layer_types='3 entries'.*8 entries"):
-        _read(tmp_path, short, "short")
+        read_config(tmp_path, short, "short")
 
 
 def test_sparse_attention_with_a_window_is_refused() -> None:
@@ -241,7 +233,7 @@ def test_glm5_is_glm_moe_dsa_with_its_config_class_defaults(tmp_path: Path) -> N
         "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 75,
         "num_nextn_predict_layers": 1,
     }
-    m = _read(tmp_path, cfg)
+    m = read_config(tmp_path, cfg)
     names = {"key", "name", "source", "aliases"}
     assert get_model("GLM-5").model_dump(exclude=names) == m.model_dump(exclude=names)
     assert param_count(m) == 743_911_199_232
@@ -334,7 +326,7 @@ MINIMAX_M3_TEXT: dict[str, Any] = {
 
 def test_minimax_m3_block_sparse_attention(tmp_path: Path) -> None:
     cfg = {"model_type": "minimax_m3_vl", "text_config": MINIMAX_M3_TEXT}
-    m = _read(tmp_path, cfg)
+    m = read_config(tmp_path, cfg)
     # 16 blocks of 128 keys (its local block among them) in 57 of 60 layers, an indexer of
     # 4 x 128 that takes the maximum over its heads (no head-weight projection)
     assert m.sparse == SparseAttention(
@@ -351,12 +343,12 @@ def test_minimax_m3_block_sparse_attention(tmp_path: Path) -> None:
     assert indexer_core_flops_per_token(m, 4096) == 2 * 4 * 128 * 2048
     bad = {**MINIMAX_M3_TEXT, "moe_layer_freq": [0, 1]}
     with pytest.raises(InputError, match=r"moe_layer_freq.*a list of 60 zeros and ones"):
-        _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": bad}, "bad")
+        read_config(tmp_path, {"model_type": "minimax_m3_vl", "text_config": bad}, "bad")
 
 
 def test_serving_caps_only_the_sparse_layers(tmp_path: Path) -> None:
     gpu = get_gpu("h200")
-    m3 = _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": MINIMAX_M3_TEXT})
+    m3 = read_config(tmp_path, {"model_type": "minimax_m3_vl", "text_config": MINIMAX_M3_TEXT})
     sm = build_step_model(m3, gpu, precision_plan(gpu, "fp8"), 8, 1, default_calibration())
     assert sm.sparse_share == 57 / 60
     # its indexer takes the maximum over its heads: 4 x 128 multiply-adds a pair, in FP8
@@ -391,8 +383,8 @@ def test_activations_keep_the_selection_and_the_indexer_inputs() -> None:
 def test_minimax_m3_sparse_config_must_be_an_object(tmp_path: Path) -> None:
     text = {**MINIMAX_M3_TEXT, "sparse_attention_config": [1]}
     with pytest.raises(InputError, match=r"sparse_attention_config='\[1\]'.*an object"):
-        _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": text})
+        read_config(tmp_path, {"model_type": "minimax_m3_vl", "text_config": text})
     off = {**MINIMAX_M3_TEXT["sparse_attention_config"], "use_sparse_attention": False}
-    dense = _read(tmp_path, {"model_type": "minimax_m3_vl", "text_config": {
+    dense = read_config(tmp_path, {"model_type": "minimax_m3_vl", "text_config": {
         **MINIMAX_M3_TEXT, "sparse_attention_config": off}}, "dense")  # fmt: skip
     assert dense.sparse is None

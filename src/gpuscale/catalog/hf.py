@@ -14,6 +14,7 @@ from gpuscale.catalog.hf_layout import (
     _moe_layout,
     _sliding_window,
     _tied,
+    compressed_attention,
     gated_deltanet_layout,
     granite_hybrid_layout,
     sparse_attention,
@@ -41,7 +42,7 @@ _GATED_MLP: dict[str, bool] = {
             "minimax_m2", "olmo2", "olmo3", "olmoe", "smollm3", "seed_oss", "hunyuan_v1_dense",
             "hunyuan_v1_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5", "glm_moe_dsa",
-            "minimax_m3_vl",
+            "minimax_m3_vl", "deepseek_v4",
         ),
         True,
     ),
@@ -97,8 +98,6 @@ UNREAD_TYPES = {
     "shared K and V are not modelled",
     "gemma4_text": "Gemma 4's dense MLP beside its experts in every layer, per-kind head sizes "
     "and shared K and V are not modelled",
-    "deepseek_v4": "DeepSeek V4's compressed attention, sliding window, hyper-connections and "
-    "grouped low-rank output projection are not modelled",
     "kimi_k3": "Kimi K3's KDA linear attention, latent MoE and attention-residual banks are "
     "not modelled",
     "step3p5": "Step 3.5's sliding and full layers have different head counts "
@@ -285,7 +284,14 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         shared = max(round(shared_ffn / ffn_moe), 1)
     else:
         shared_ffn = 0  # the schema's default: shared x the routed width
-    window, window_layers = _sliding_window(cfg, model_type, ints)
+    mtp_layers = ints("num_nextn_predict_layers", "mtp_num_hidden_layers")
+    compressed, streams = None, 1
+    if model_type == "deepseek_v4":
+        # DeepSeek-V4: its window, compressors and indexer belong to its own attention
+        compressed, v4_sparse, streams = compressed_attention(cfg, path, ints, layers, mtp_layers)
+        window, window_layers = 0, None
+    else:
+        window, window_layers = _sliding_window(cfg, model_type, ints)
     window_kind = "sliding"
     chunk = ints("attention_chunk_size")
     if chunk and not window:
@@ -360,8 +366,14 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "window": window,
         "window_layers": window_layers,
         "window_kind": window_kind,
-        "sparse": sparse_attention(cfg, path, ints, model_type, layers),
-        "mtp_layers": ints("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+        "sparse": (
+            v4_sparse
+            if compressed is not None
+            else sparse_attention(cfg, path, ints, model_type, layers)
+        ),
+        "compressed": compressed,
+        "residual_streams": streams,
+        "mtp_layers": mtp_layers,
         "dropout": ints.trains_with_dropout(),
     }
     try:

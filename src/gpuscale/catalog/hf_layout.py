@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuscale.catalog.hf_values import Ints, where
-from gpuscale.catalog.schema import Mamba, SparseAttention
+from gpuscale.catalog.schema import CompressedAttention, Mamba, SparseAttention
 from gpuscale.errors import InputError
 
 _TIED_DEFAULT: dict[str, bool] = {
@@ -24,7 +24,7 @@ _TIED_DEFAULT: dict[str, bool] = {
             "kimi_k2", "deepseek_v32", "glm4", "glm4_moe", "minimax_m2", "olmo2", "olmo3",
             "olmoe", "seed_oss", "hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "apertus", "glm_moe_dsa",
-            "minimax_m3_vl",
+            "minimax_m3_vl", "deepseek_v4",
         ),
         False,
     ),
@@ -430,3 +430,60 @@ def _block_sparse_attention(nested: dict[str, Any], path: Path, layers: int) -> 
         indexers=sparse,
         head_weights=False,
     )
+
+
+V4_KINDS = ("sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention")
+"""DeepSeek-V4's ``layer_types``: the window alone, CSA, HCA."""
+
+
+def compressed_attention(
+    cfg: dict[str, Any], path: Path, ints: Ints, layers: int, mtp: int
+) -> tuple[CompressedAttention, SparseAttention | None, int]:
+    """DeepSeek-V4's attention (DeepseekV4Config): its ratio per layer from
+    ``compress_ratios`` (0, 4, 128 per layer, then the MTP depths'), or from ``layer_types``
+    with ``compress_rates`` (default CSA 4, HCA 128), or the config class's default
+    schedule (two HCA layers, then CSA and HCA alternating); the CSA layers' indexer
+    (``index_topk``, ``index_n_heads``, ``index_head_dim``); and ``hc_mult``, the residual
+    streams of its hyper-connections."""
+    rates = cfg.get("compress_rates")
+    if rates is not None and not (
+        isinstance(rates, dict) and all(type(v) is int and v > 0 for v in rates.values())
+    ):
+        raise InputError(
+            f"{where(path)}:compress_rates", str(rates)[:60], "an object of positive integers"
+        )
+    rates = rates or {}
+    csa = int(rates.get(V4_KINDS[1], ints("compress_rate_csa", default=4, minimum=1)))
+    hca = int(rates.get(V4_KINDS[2], ints("compress_rate_hca", default=128, minimum=1)))
+    listed = cfg.get("compress_ratios")
+    kinds = _kind_list(cfg, path, "layer_types", layers, V4_KINDS)
+    if listed is not None:
+        ok = isinstance(listed, list) and all(type(r) is int and r >= 0 for r in listed)
+        if not ok or len(listed) < layers:
+            got = f"{len(listed)} entries" if isinstance(listed, list) else str(listed)[:60]
+            raise InputError(
+                f"{where(path)}:compress_ratios",
+                got,
+                f"a list of {layers} ratios (0 or more), one per layer, then one per MTP depth",
+            )
+        ratios = list(listed[: layers + mtp])
+    elif kinds is not None:
+        ratios = [{V4_KINDS[0]: 0, V4_KINDS[1]: csa, V4_KINDS[2]: hca}[k] for k in kinds]
+    else:  # DeepseekV4Config's default schedule
+        ratios = [hca] * min(layers, 2) + [csa if i % 2 else hca for i in range(layers - 2)]
+    sparse = None
+    if csa in ratios[:layers]:
+        sparse = SparseAttention(
+            topk=ints("index_topk", default=512, minimum=1),
+            heads=ints("index_n_heads", default=64, minimum=1),
+            head_dim=ints("index_head_dim", default=128, minimum=1),
+        )
+    attn = CompressedAttention(
+        q_lora_rank=ints("q_lora_rank", default=1024, minimum=1),
+        o_groups=ints("o_groups", default=8, minimum=1),
+        o_lora_rank=ints("o_lora_rank", default=1024, minimum=1),
+        window=ints("sliding_window", default=128, minimum=1),
+        ratios=ratios,
+        csa_ratio=csa,
+    )
+    return attn, sparse, ints("hc_mult", default=4, minimum=1)

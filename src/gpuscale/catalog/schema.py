@@ -226,6 +226,31 @@ class SparseAttention(BaseModel):
     GLM-5); False: it takes their maximum, with no such projection (MiniMax M3)."""
 
 
+class CompressedAttention(BaseModel):
+    """DeepSeek-V4's hybrid attention (transformers ``DeepseekV4Attention``; Megatron-Core's
+    ``dsv4_hybrid`` variant): every query head attends over one shared key/value head of
+    the model's ``head_dim`` (K = V, multi-query), its queries come through a low-rank
+    latent (``q_lora_rank``) and its output through a grouped low-rank projection
+    (``o_groups`` groups of ``o_lora_rank``). A query sees the last ``window`` tokens in
+    every layer and, in a compressed layer, entries that each sum ``ratio`` tokens'
+    projected keys under a learned softmax gate: compressed sparse attention (CSA, the
+    ratio ``csa_ratio``) attends to the ``Model.sparse.topk`` entries its lightning indexer
+    ranks highest, heavily compressed attention (HCA, any other ratio) to all of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    q_lora_rank: int = Field(gt=0, le=10_000_000)
+    o_groups: int = Field(gt=0, le=1_000_000)
+    o_lora_rank: int = Field(gt=0, le=10_000_000)
+    window: int = Field(gt=0, le=100_000_000)
+    """Sliding window in every layer, the query included (DeepSeek-V4: 128)."""
+    ratios: list[int]
+    """Compression ratio of each layer, then of each multi-token-prediction depth (Megatron's
+    ``csa_compress_ratios``; DeepSeek-V4-Flash: 0, 0, then 4 and 128 alternating); 0 = the
+    window only. Without the MTP depths' entries, a depth takes the last layer's."""
+    csa_ratio: int = Field(default=4, gt=0)
+    """The ratio whose layers pick their entries with the indexer (CSA)."""
+
+
 HYBRID_BLOCKS = {"M": "Mamba-2 or Gated DeltaNet mixer", "*": "attention", "-": "MLP", "E": "MoE"}
 """Block letters of a hybrid layer pattern (Megatron-Core's ``hybrid_override_pattern``)."""
 
@@ -288,7 +313,15 @@ class Model(_Entry):
     window_layers: int | None = Field(default=None, ge=0)
     """Attention layers that use the window (GPT-OSS: every other one); default all."""
     sparse: SparseAttention | None = None
-    """DeepSeek Sparse Attention in every attention layer (DeepSeek-V3.2, GLM-5)."""
+    """DeepSeek Sparse Attention in every attention layer (DeepSeek-V3.2, GLM-5); with
+    :attr:`compressed`, the indexer of its CSA layers, over compressed entries."""
+    compressed: CompressedAttention | None = None
+    """DeepSeek-V4's compressed hybrid attention (then ``kv_heads`` is 1 and ``head_dim``
+    the shared key/value head's width)."""
+    residual_streams: int = Field(default=1, ge=1, le=64)
+    """Residual streams of manifold-constrained hyper-connections (mHC, DeepSeek-V4's
+    ``hc_mult`` 4): each block reads a learned mix of the streams and writes back to all
+    of them; 1 = the plain residual."""
     window_kind: Literal["sliding", "chunked"] = "sliding"
     """How the windowed layers see ``window`` tokens: ``sliding``, the last ``window`` ones;
     ``chunked``, those of the query's own block of ``window`` tokens (Llama 4's attention
@@ -354,11 +387,21 @@ class Model(_Entry):
                 f"route_topk_groups={self.route_topk_groups} exceeds route_groups="
                 f"{self.route_groups} (a token draws its experts from some of the groups)"
             )
+        if self.compressed is not None:
+            self._check_compressed()
         if self.sparse is not None:
             if self.window:
                 raise ValueError("sparse (DeepSeek Sparse Attention) with a window is not modelled")
             x = self.sparse
-            sparse_layers = self.attn_layers if x.layers is None else x.layers
+            default = self.attn_layers
+            if self.compressed is not None:  # DeepSeek-V4: the indexer of the CSA layers
+                default = self.compressed.ratios[: self.layers].count(self.compressed.csa_ratio)
+                if x.layers not in (None, default) or x.indexers not in (None, default):
+                    raise ValueError(
+                        f"sparse.layers and sparse.indexers must be the {default} layers "
+                        f"whose compressed.ratios is csa_ratio={self.compressed.csa_ratio}"
+                    )
+            sparse_layers = default if x.layers is None else x.layers
             if sparse_layers > self.attn_layers:
                 raise ValueError(
                     f"sparse.layers={x.layers} exceeds the {self.attn_layers} attention layers"
@@ -400,6 +443,28 @@ class Model(_Entry):
             if len(self.pattern) != self.layers:
                 raise ValueError(f"pattern has {len(self.pattern)} blocks but layers={self.layers}")
         return self
+
+    def _check_compressed(self) -> None:
+        """DeepSeek-V4's attention: one shared K = V head, a ratio per layer (and MTP depth),
+        the indexer's sizes where a layer runs CSA."""
+        x = self.compressed
+        assert x is not None
+        if self.kv_heads != 1 or self.mla is not None or self.window or self.pattern:
+            raise ValueError(
+                "compressed (DeepSeek-V4) attention has kv_heads=1 (one shared K = V head), "
+                "no mla, its own window (compressed.window, not window) and no hybrid pattern"
+            )
+        n = len(x.ratios)
+        if n not in (self.layers, self.layers + self.mtp_layers) or min(x.ratios) < 0:
+            raise ValueError(
+                f"compressed.ratios has {n} entries: give one ratio (0 or more) per layer "
+                f"({self.layers}), optionally followed by one per MTP depth ({self.mtp_layers})"
+            )
+        if x.csa_ratio in x.ratios and self.sparse is None:
+            raise ValueError(
+                f"compressed.ratios has CSA layers (csa_ratio={x.csa_ratio}): give their "
+                "indexer's sizes as sparse (topk, heads, head_dim)"
+            )
 
     @property
     def hybrid(self) -> bool:

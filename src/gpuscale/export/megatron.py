@@ -7,9 +7,11 @@ embedding/loss flags where they say it, else Megatron-Core's
 ``--pipeline-model-parallel-layout``; a Mamba hybrid's stages as ``|`` in its
 ``--hybrid-layer-pattern``); batch and sequence; activation recomputation; optimizer and
 gradient sharding; TP communication overlap; precision; multi-token prediction, DeepSeek
-Sparse Attention (``--experimental-attention-variant dsa`` and its indexer's sizes) and the
-MoE token dispatcher. The model's shape (``--num-layers``, ``--hidden-size``, ...) comes from
-the model's own Megatron recipe and is not repeated. What a Megatron-LM flag cannot say (a
+Sparse Attention (``--experimental-attention-variant dsa`` and its indexer's sizes), the
+MoE token dispatcher, and DeepSeek-V4's compressed attention (``dsv4_hybrid``: its ratios,
+window, grouped output projection and hyper-connections). The model's shape
+(``--num-layers``, ``--hidden-size``, ...) comes from the model's own Megatron recipe and
+is not repeated. What a Megatron-LM flag cannot say (a
 DeepSpeed or PyTorch setting the plan was priced with, GPUs left idle) is returned as a
 note.
 
@@ -29,11 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuscale.catalog import Model
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.training_notes import block_recompute_layers, megatron_units
-from gpuscale.perf.transformer import indexer_layers, sparse_layers
+from gpuscale.perf.transformer import indexer_layers, layer_ratios, sparse_layers
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,26 @@ def _precision(e: TrainingEstimate) -> list[str]:
     return out
 
 
+def _compressed_attention(m: Model) -> list[str]:
+    """DeepSeek-V4's attention as Megatron-Core's ``dsv4_hybrid`` variant: MLA's low-rank
+    query flags for its query latent, the shared K = V head as the value head (the last
+    64 dimensions rotary, as DeepSeek-V4's), the grouped output projection, the window and
+    each layer's and MTP depth's compression ratio, and the hyper-connections' streams."""
+    c = m.compressed
+    assert c is not None
+    main, mtp = layer_ratios(m)
+    ratios = "[" + ",".join(str(r) for r in main + mtp) + "]"
+    args = ["--multi-latent-attention", "--q-lora-rank", str(c.q_lora_rank)]
+    args += ["--v-head-dim", str(m.head_dim), "--o-groups", str(c.o_groups)]
+    args += ["--o-lora-rank", str(c.o_lora_rank)]
+    args += ["--experimental-attention-variant", "dsv4_hybrid"]
+    args += ["--csa-window-size", str(c.window), "--csa-compress-ratios", ratios]
+    if m.residual_streams > 1:
+        args += ["--enable-hyper-connections"]
+        args += ["--num-residual-streams", str(m.residual_streams)]
+    return args
+
+
 def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     """Megatron-LM arguments that run plan ``i`` of ``e`` as it was priced."""
     w, p = e.workload, e.plans
@@ -305,18 +328,27 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
                 "the MTP depths are priced spread over the stages, as a balanced layout "
                 "places them; Megatron-LM's default puts them on the last stage"
             )
+    if m.compressed is not None:
+        args += _compressed_attention(m)
     if m.sparse is not None:
-        # DeepSeek Sparse Attention: Megatron-Core's experimental attention variant
+        # DeepSeek Sparse Attention: Megatron-Core's experimental attention variant (with
+        # DeepSeek-V4's, the indexer of its CSA layers)
         x = m.sparse
-        args += ["--experimental-attention-variant", "dsa"]
+        if m.compressed is None:
+            args += ["--experimental-attention-variant", "dsa"]
         args += ["--dsa-indexer-n-heads", str(x.heads), "--dsa-indexer-head-dim", str(x.head_dim)]
         args += ["--dsa-indexer-topk", str(x.topk)]
+        example = (
+            "0.01 with --dsa-indexer-use-sparse-loss in Megatron-LM's DeepSeek-V4 examples"
+            if m.compressed is not None
+            else "0.001 in Megatron-Bridge's GLM-5.2 runs"
+        )
         notes.append(
             "the DSA indexer is priced as trained on its own loss (--dsa-indexer-loss-coeff "
-            "as the recipe sets it; 0.001 in Megatron-Bridge's GLM-5.2 runs)"
+            f"as the recipe sets it; {example})"
         )
         n_sparse, n_index = sparse_layers(m), indexer_layers(m)
-        if n_sparse < m.attn_layers:
+        if n_sparse < m.attn_layers and m.compressed is None:
             notes.append(
                 f"{n_sparse} of the {m.attn_layers} attention layers attend to the top-k, the "
                 "others to every key: the model's recipe says which"

@@ -84,6 +84,15 @@ def build_step_model(
 ) -> StepModel:
     """The step model and memory plan of one replica of ``tp x pp`` GPUs."""
     eng = engine or EngineConfig()
+    if model.compressed is not None:
+        # its cache holds a window of tokens and compressed entries, read through the
+        # indexer's top-k: not the per-token K and V the serving model prices
+        raise InputError(
+            "model",
+            model.key,
+            "a model gpuscale serves: DeepSeek-V4's compressed attention (its windowed and "
+            "compressed KV cache) is modelled for training only",
+        )
     if tp < 1 or pp < 1:
         raise InputError("tp" if tp < 1 else "pp", tp if tp < 1 else pp, "a positive integer")
     if model.heads % tp != 0:

@@ -12,6 +12,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.perf.plan import FloatArrayT, Workload
 from gpuscale.perf.transformer import (
     attn_core_dims,
+    indexed_keys,
     indexer_core_flops_per_token,
     indexer_layers,
     keys_per_query,
@@ -126,15 +127,15 @@ def _indexer_s(
 ) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of the DeepSeek Sparse Attention indexers' scoring, per
     attention layer (spread over those that run one), one micro-batch, per GPU: each query's
-    heads against every earlier key at the attention kernel's rate, and the fp32 scores
-    written and read for the top-k. The indexer is taken as replicated across tensor-parallel
-    ranks (each scores its whole sequence shard; implementations that split its heads over
-    TP run it cheaper), and it learns from its own loss on a detached
-    input (DeepSeek-V3.2-Exp report sec. 2.1): its backward is the two gradient GEMMs of
-    the scoring, 2 x its forward FLOPs."""
+    heads against every earlier key (DeepSeek-V4: compressed entry) at the attention
+    kernel's rate, and the fp32 scores written and read for the top-k. The indexer is taken
+    as replicated across tensor-parallel ranks (each scores its whole sequence shard;
+    implementations that split its heads over TP run it cheaper), and it learns from its
+    own loss on a detached input (DeepSeek-V3.2-Exp report sec. 2.1): its backward is the
+    two gradient GEMMs of the scoring, 2 x its forward FLOPs."""
     m = w.model
     share = indexer_layers(m) / m.attn_layers
-    pairs = mbs * s_loc * (w.seq_len / 2.0)
+    pairs = mbs * s_loc * indexed_keys(m, w.seq_len)
     flops = mbs * s_loc * indexer_core_flops_per_token(m, w.seq_len)
     fwd = share * (flops / (peak16 * cal.attn_eff) + INDEXER_LOGIT_BYTES * pairs / bw)
     return fwd, share * 2.0 * flops / (peak16 * cal.attn_eff)

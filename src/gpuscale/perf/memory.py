@@ -47,9 +47,11 @@ from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
     attn_dims,
+    compressor_weights,
     embedding_params,
     indexer_layers,
     kv_width_per_rank,
+    layer_ratios,
     layer_shapes,
     mtp_layer_equivalents,
     mtp_param_count,
@@ -237,6 +239,18 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         no_scores = np.ones_like(no_scores)
     act = np.where(p.sp, (replicated + split) / t, replicated + split / t)
     act = act + np.where(no_scores, 0.0, scores / t)
+    if m.compressed is not None:
+        # DeepSeek-V4 also keeps its query latent, o_a's output (the grouped projection's
+        # g x r_o) and its compressors' kv and gate outputs, 16-bit; the two
+        # hyper-connections keep their n-stream inputs (n - 1 more hidden widths each)
+        c = m.compressed
+        main = layer_ratios(m)[0]
+        comp = sum(compressor_weights(m, r) for r in main) / len(main) / h
+        kept = 2.0 * (c.q_lora_rank + comp) + 2.0 * c.o_groups * c.o_lora_rank / t
+        act = act + s * b * kept
+    if m.residual_streams > 1:
+        streams = 2.0 * 2.0 * (m.residual_streams - 1) * h
+        act = act + np.where(p.sp, s * b * streams / t, s * b * streams)
     if m.sparse is not None:
         # a DSA layer keeps its selection for the sparse attention's backward (the top-k
         # key indices, int32) and an indexer's queries, key (16-bit) and head weights (fp32)

@@ -190,7 +190,10 @@ class Workload:
             )
         m = self.model
         layers_of = {
-            "mla_up_proj": ("MLA attention", m.mla is not None),
+            "mla_up_proj": (
+                "MLA or DeepSeek-V4 attention",
+                m.mla is not None or m.compressed is not None,
+            ),
             "mlp": ("dense MLP layers", m.mlp_layers > 0),
             "moe": ("MoE layers", m.is_moe),
             "moe_act": ("MoE layers", m.is_moe),

@@ -20,7 +20,8 @@ are its blocks, each costed by its kind):
               backward = 2.5 x forward (Dao 2023), causal masking halves the work.
               Unfused (Megatron's original path): batched GEMMs over the full s x s
               scores + softmax/dropout bytes.
-  memory-bound  norms, residuals, dropout, activation functions: bytes / (HBM x hbm_eff);
+  memory-bound  norms, residuals (DeepSeek-V4's hyper-connections: n streams), dropout,
+              activation functions: bytes / (HBM x hbm_eff);
               replicated over TP ranks unless sequence parallelism splits them; eager
               PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move.
   quantise    FP8/NVFP4 quantise every GEMM input (X forward, dY backward) at HBM speed,
@@ -49,6 +50,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from gpuscale.calibrate import Calibration
+from gpuscale.catalog import Model
 from gpuscale.perf.data_parallel import data_parallel_s, grad_accum_mb_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
@@ -82,6 +84,18 @@ EAGER_ROPE_BYTES = 16.0
 EAGER_GLU_BYTES = 4.0
 """The same per FFN element of a gated activation, silu(a) * b as two kernels: silu
 (2 + 2), multiply (4 + 2) = 10 bytes against a fused kernel's 6."""
+
+
+def hyper_connection_bytes(m: Model) -> float:
+    """HBM bytes per token and layer, forward, that hyper-connections (mHC, n streams, two
+    a layer) move beyond a plain residual add's 3 h elements: each reads the streams three
+    times (the weights' projection, the collapse, the mix), writes them once, writes the
+    collapsed block input and reads the block's output, (4 n + 2) h elements, 16-bit
+    (0 for the plain residual)."""
+    n = m.residual_streams
+    if n == 1:
+        return 0.0
+    return 2.0 * (4.0 * n + 2.0 - 3.0) * m.hidden * 2.0
 
 
 @dataclass(frozen=True)
@@ -180,6 +194,7 @@ def step_breakdown(
     h_bytes = sub * cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
     if w.elementwise == "eager":  # two norms per layer (one per hybrid block), op by op
         h_bytes = h_bytes + sub * 2.0 * EAGER_NORM_BYTES * h * tokens
+    h_bytes = h_bytes + hyper_connection_bytes(m) * tokens
     h_bytes = np.where(p.sp, h_bytes / tp, h_bytes)
     f_bytes = gate_rw * f_act * tokens * 2.0 / tp
     if w.elementwise == "eager":
@@ -242,6 +257,9 @@ def step_breakdown(
             *(((tokens, qk_w, float(x_mla.q_lora_rank)),) if x_mla.q_lora_rank else ()),
             (tokens, kv_w, float(x_mla.kv_lora_rank)),
         )
+    elif m.compressed is not None and "mla_up_proj" in mods:
+        # DeepSeek-V4's query up-projection from its latent (its K = V head has none)
+        up_t, _ = gemms((tokens, q / tp, float(m.compressed.q_lora_rank)))
     else:
         up_t = np.zeros_like(tokens)
     # the norms that are modules of their own (an MoE layer's pre-norm, MLA's input norm;

@@ -1,6 +1,7 @@
 """Forward GEMMs of one layer of each block kind, one micro-batch, on one GPU.
 
-The block kinds are attention (QKV or MLA projections, output projection), dense MLP, MoE
+The block kinds are attention (QKV, MLA's or DeepSeek-V4's projections, output
+projection), dense MLP, MoE
 (routed experts as a grouped GEMM over the local experts, shared experts, LatentMoE's
 projections, the 16-bit router) and Mamba-2 (in_proj, out_proj); tensor parallelism shrinks
 their per-GPU widths. Each comes with the elements of its inputs that a low precision
@@ -17,7 +18,14 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model
 from gpuscale.perf.kernels import gemm_s
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.transformer import attn_dims, indexer_layers, kv_width_per_rank, layer_shapes
+from gpuscale.perf.transformer import (
+    attn_dims,
+    compressor_weights,
+    indexer_layers,
+    kv_width_per_rank,
+    layer_ratios,
+    layer_shapes,
+)
 
 FloatArray = FloatArrayT
 Elems = tuple[FloatArray, FloatArray]  # the X and dY elements a low precision quantises
@@ -86,11 +94,26 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
     # attention projections: QKV (or MLA's), then the output projection; the per-GPU
     # widths shrink with TP. kv_rank: the K (and the V) width a TP rank holds, as the QKV
     # GEMM writes it and the context-parallel ring passes it
-    if m.mla is None:
+    if m.compressed is not None:
+        # DeepSeek-V4: from the hidden state the query latent, the K = V head and the
+        # compressors' kv and gate projections (one KV head: whole on every TP rank), the
+        # queries from the latent, the grouped o_a (its g groups split over TP) and o_b
+        c, d = m.compressed, float(m.head_dim)
+        kv_rank = np.full_like(tp, d)
+        main = layer_ratios(m)[0]
+        comp = sum(compressor_weights(m, r) for r in main) / len(main) / h
+        attn_t, attn_c = gemms(
+            (tokens, c.q_lora_rank + d + comp, h),
+            (tokens, q / tp, float(c.q_lora_rank)),
+            (tokens, float(c.o_lora_rank), q / c.o_groups, c.o_groups / tp),
+            (tokens, h, c.o_groups * c.o_lora_rank / tp),
+        )
+    elif m.mla is None:
         # GQA under more TP ranks than key/value heads: each rank keeps one whole head
         kv_rank = kv_width_per_rank(m, tp)
         # gated attention: the Q projection also yields the output gate (q wide)
         qkv_n = (2.0 if m.attn_gate else 1.0) * q / tp + 2.0 * kv_rank
+        attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
     else:
         # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
         # up-projected per-head K and V (Megatron-Core hands Transformer Engine full heads)
@@ -98,7 +121,7 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
         kv_mla = m.heads * (x_kv.qk_nope_head_dim + x_kv.qk_rope_head_dim + x_kv.v_head_dim)
         kv_rank = kv_mla / 2.0 / tp
         qkv_n = (sh.attn / h - float(q)) / tp
-    attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
+        attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
     if m.sparse is not None:
         # a DSA indexer's projections (queries from MLA's query latent, its key, the head
         # weights) as one GEMM, whole on every TP rank, in the layers that run one

@@ -54,7 +54,11 @@ class LayerShapes:
     """LatentMoE down- and up-projections of a MoE block."""
     indexer: int = 0
     """Weights of one DeepSeek Sparse Attention indexer (its query, key and head-weight
-    projections and key norm), in the layers that run one."""
+    projections and key norm; DeepSeek-V4's also its own key compressor), in the layers
+    that run one."""
+    hc: int = 0
+    """Hyper-connection projections of a layer (mHC: two, each from the flattened streams
+    to the collapse, expand and mixing weights)."""
 
 
 def _mlp(h: int, f: int, gated: bool) -> int:
@@ -88,6 +92,13 @@ def layer_shapes(m: Model) -> LayerShapes:
             + a * x.v_head_dim * h
         )
         norms = 2 * h + x.kv_lora_rank + x.q_lora_rank
+    elif m.compressed is not None:
+        # DeepseekV4Attention: q_a, q_b, the shared K = V projection, the grouped o_a (each
+        # of g groups maps a*d/g to r_o) and o_b; q-latent and KV norms, one sink per head
+        c, a, d = m.compressed, m.heads, m.head_dim
+        attn = h * c.q_lora_rank + c.q_lora_rank * a * d + h * d
+        attn += a * d * c.o_lora_rank + c.o_groups * c.o_lora_rank * h
+        norms = 2 * h + c.q_lora_rank + d + a
     else:
         q, k = attn_dims(m)
         attn = h * q + 2 * h * k + q * h + (h * q if m.attn_gate else 0)
@@ -109,8 +120,22 @@ def layer_shapes(m: Model) -> LayerShapes:
             mamba += 3 * mx.heads + mx.inner + mx.inner * h
     if m.hybrid:
         norms = h
+    n = m.residual_streams
+    hc = 0
+    if n > 1:
+        # DeepseekV4HyperConnection, two a layer: fn maps the n streams (n h) to n collapse,
+        # n expand and n x n mixing weights; its bias and three scales are norm-like
+        hc = 2 * (2 + n) * n * n * h
+        norms += 2 * ((2 + n) * n + 3)
     indexer = 0
-    if m.sparse is not None:
+    if m.sparse is not None and m.compressed is not None:
+        # DeepseekV4Indexer: its own compressor of keys (kv and gate projections to 2 x its
+        # head dim, position bias over the ratio's tokens, key norm), queries from the query
+        # latent, per-head weights
+        ix, cmp = m.sparse, m.compressed
+        indexer = cmp.q_lora_rank * ix.heads * ix.head_dim + 4 * h * ix.head_dim
+        indexer += 2 * cmp.csa_ratio * ix.head_dim + ix.head_dim + h * ix.heads
+    elif m.sparse is not None:
         # DeepseekV32Indexer: wq_b from the query's low-rank latent (the hidden state
         # without one), wk, a LayerNorm (weight and bias) on the key, weights_proj
         d, heads = m.sparse.head_dim, m.sparse.heads
@@ -127,6 +152,7 @@ def layer_shapes(m: Model) -> LayerShapes:
         mamba,
         2 * h * m.moe_latent,
         indexer,
+        hc,
     )
 
 
@@ -134,7 +160,41 @@ def embedding_params(m: Model) -> int:
     emb = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
     if m.position == "learned":
         emb += m.max_seq * m.hidden
+    n = m.residual_streams
+    if n > 1:  # DeepseekV4HyperHead: the streams' final collapse (projection, bias, scale)
+        emb += n * n * m.hidden + n + 1
     return emb + m.hidden  # final norm
+
+
+def layer_ratios(m: Model) -> tuple[list[int], list[int]]:
+    """DeepSeek-V4's compression ratio of each layer and of each MTP depth (a depth
+    without its own entry takes the last layer's, as Megatron-Core builds MTP from the last
+    layer's spec); empty lists for other models."""
+    if m.compressed is None:
+        return [], []
+    r = m.compressed.ratios
+    mtp = r[m.layers :] if len(r) > m.layers else [r[m.layers - 1]] * m.mtp_layers
+    return r[: m.layers], mtp
+
+
+def compressor_weights(m: Model, ratio: int) -> int:
+    """Weights of one DeepSeek-V4 layer's compressor of ``ratio`` (0: none): kv and gate
+    projections to the head width (two series, 2 x, where CSA's windows overlap), the
+    position bias over the ratio's tokens and the entries' norm."""
+    if m.compressed is None or ratio == 0:
+        return 0
+    d = m.head_dim
+    width = 2 * d if ratio == m.compressed.csa_ratio else d
+    return 2 * m.hidden * width + ratio * width + d
+
+
+def _compressed_weights(m: Model, ratios: list[int]) -> int:
+    """Compressor and indexer weights of layers with these ratios (DeepSeek-V4)."""
+    if m.compressed is None:
+        return 0
+    indexer = layer_shapes(m).indexer
+    csa = m.compressed.csa_ratio
+    return sum(compressor_weights(m, r) + (indexer if r == csa else 0) for r in ratios)
 
 
 def _block_weights(s: LayerShapes, experts: int) -> dict[str, int]:
@@ -148,12 +208,17 @@ def _body_weights(m: Model, experts: int) -> int:
     """Block weights of all layers (no norms, no embeddings)."""
     s = layer_shapes(m)
     w = _block_weights(s, experts)
+    if m.compressed is not None:  # each layer's compressor, the CSA layers' indexers
+        extra = _compressed_weights(m, layer_ratios(m)[0])
+    else:
+        extra = indexer_layers(m) * s.indexer
     return (
         m.attn_layers * w["*"]
         + m.mlp_layers * w["-"]
         + m.moe_layers * w["E"]
         + m.mamba_layers * w["M"]
-        + indexer_layers(m) * s.indexer
+        + m.layers * s.hc
+        + extra
     )
 
 
@@ -176,10 +241,9 @@ def indexer_core_flops_per_token(m: Model, seq_len: float, causal: bool = True) 
     """Forward FLOPs per token of one DSA indexer's scoring, beyond its projections: each
     of its heads' dot product with every earlier key, and the weighted sum over heads
     (heads x (head_dim + 1) multiply-adds a key; heads x head_dim where it takes their
-    maximum), over all s/2 keys (s without a causal mask): the indexer reads the whole
-    context to choose the top-k."""
-    keys = seq_len / 2.0 if causal else float(seq_len)
-    return indexer_pair_flops(m) * keys
+    maximum), over all s/2 keys (s without a causal mask; DeepSeek-V4's compressed entries,
+    s / (2 x ratio)): the indexer reads the whole context to choose the top-k."""
+    return indexer_pair_flops(m) * indexed_keys(m, seq_len, causal)
 
 
 def indexer_pair_flops(m: Model) -> float:
@@ -209,10 +273,20 @@ def mtp_param_count(m: Model, experts: int | None = None) -> int:
     s = layer_shapes(m)
     per_block_norms = s.norms if m.hybrid else s.norms // 2
     w = _block_weights(s, m.num_experts if experts is None else experts)
-    blocks = sum(w[b] + per_block_norms for b in m.mtp_blocks)
-    blocks += m.mtp_blocks.count("*") * s.indexer  # a DSA model's MTP attention has its own
+    blocks = sum(w[b] + per_block_norms for b in m.mtp_blocks) + _mtp_attn_extra(m)
     h = m.hidden
     return int(m.mtp_weight_sets or 0) * (2 * h * h + 3 * h + blocks)
+
+
+def _mtp_attn_extra(m: Model) -> int:
+    """Weights an MTP depth's attention adds beyond its projections (averaged over the
+    depths): a DSA model's indexer, DeepSeek-V4's compressor of the depth's ratio (and
+    indexer if CSA) and hyper-connections."""
+    s = layer_shapes(m)
+    if m.compressed is None:
+        return m.mtp_blocks.count("*") * s.indexer
+    mtp = layer_ratios(m)[1]
+    return _compressed_weights(m, mtp) // max(len(mtp), 1) + s.hc
 
 
 def mtp_layer_equivalents(m: Model, seq_len: int) -> float:
@@ -233,13 +307,17 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
     qk, v = attn_core_dims(m)
     s = layer_shapes(m)
     w = _block_weights(s, m.top_k)
-    blocks = sum(w[b] for b in m.mtp_blocks) + m.mtp_blocks.count("*") * s.indexer
-    # an MTP depth's attention sees the whole sequence (or a DSA model's top-k)
+    blocks = sum(w[b] for b in m.mtp_blocks) + _mtp_attn_extra(m)
+    # an MTP depth's attention sees the whole sequence (or a DSA model's top-k; a
+    # DeepSeek-V4 depth what its ratio gives, with an indexer if CSA)
     full = seq_len * (0.5 if causal else 1.0)
     keys = keys_per_query(m, seq_len, causal) if m.sparse is not None else full
-    core = m.mtp_blocks.count("*") * (
-        2.0 * keys * (qk + v) + indexer_core_flops_per_token(m, seq_len, causal)
-    )
+    indexer = indexer_core_flops_per_token(m, seq_len, causal)
+    if m.compressed is not None:
+        mtp = layer_ratios(m)[1]
+        keys = sum(ratio_keys(m, r, seq_len, causal) for r in mtp) / max(len(mtp), 1)
+        indexer *= mtp.count(m.compressed.csa_ratio) / max(len(mtp), 1)
+    core = m.mtp_blocks.count("*") * (2.0 * keys * (qk + v) + indexer)
     core += m.mtp_blocks.count("M") * scan_flops_per_token(m)
     h = m.hidden
     return m.mtp_layers * (2.0 * (2 * h * h + blocks) + core + 2.0 * m.vocab * h)
@@ -270,11 +348,37 @@ def chunk_keys(seq_len: float, chunk: float, causal: bool = True) -> float:
     return both / 2.0 if causal else both
 
 
+def ratio_keys(m: Model, ratio: int, seq_len: float, causal: bool = True) -> float:
+    """Keys per query of a DeepSeek-V4 layer of compression ``ratio``, averaged over the
+    sequence: its window's, plus (CSA) the indexer's top-k of the s / ratio entries, a
+    query seeing those of the windows it has passed, or (HCA) all of them."""
+    assert m.compressed is not None
+    c, s = m.compressed, float(seq_len)
+    win = mean_keys(s, c.window) if causal else min(float(c.window), s)
+    if ratio == 0:
+        return win
+    entries = s / ratio
+    if ratio == c.csa_ratio and m.sparse is not None:
+        k = float(m.sparse.topk)
+        return win + (mean_keys(entries, k) if causal else min(k, entries))
+    return win + (entries / 2.0 if causal else entries)
+
+
+def indexed_keys(m: Model, seq_len: float, causal: bool = True) -> float:
+    """Keys a DSA indexer scores per query, averaged over the sequence: every earlier
+    token (s/2), or DeepSeek-V4's compressed entries (s / (2 x ratio))."""
+    keys = seq_len / 2.0 if causal else float(seq_len)
+    return keys / m.compressed.csa_ratio if m.compressed is not None else keys
+
+
 def keys_per_query(m: Model, seq_len: float, causal: bool = True) -> float:
     """Keys per query averaged over the attention layers (sliding-window ones see at most
     ``window``, chunked ones their own chunk): what the attention core's FLOPs scale with
     (s/2 for causal full attention)."""
     full = seq_len / 2.0 if causal else float(seq_len)
+    if m.compressed is not None:
+        main = layer_ratios(m)[0]
+        return sum(ratio_keys(m, r, seq_len, causal) for r in main) / len(main)
     if m.sparse is not None:
         # DeepSeek Sparse Attention: a query attends to its top-k earlier tokens, all of them
         # while it has no more than k (in the layers with it; the others to every key)
@@ -370,7 +474,9 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
         attn_term += q / (2.0 * h)
     if m.mla is not None:
         attn_term = _megatron_mla_term(m, s, causal)
-    if m.sparse is not None:
+    if m.compressed is not None:
+        attn_term = _megatron_v4_term(m, s)
+    elif m.sparse is not None:
         # the DSA indexers' projections and scoring, spread over the attention layers
         idx = layer_shapes(m).indexer + indexer_core_flops_per_token(m, s, causal) / 2.0
         attn_term += indexer_layers(m) / m.attn_layers * idx / (2.0 * h * h)
@@ -409,6 +515,37 @@ def _megatron_mla_term(m: Model, s: int, causal: bool) -> float:
         + keys * a * x.v_head_dim
     )
     return per_token / (2.0 * h * h)
+
+
+def _megatron_v4_term(m: Model, s: int) -> float:
+    """Megatron-Bridge's ``dsv4_hybrid`` attention term (DeepSeek-V4), per layer in units of
+    4 h^2 per token, averaged over the layers and MTP depths (``csa_compress_ratios``): the
+    projections (query latent and its norm, the K = V head and its norm, the grouped output
+    projection), the core over the window (whole, no ramp) plus the compressed entries
+    (HCA: half of s // ratio; CSA: the top-k, k' = min(k, s // ratio) averaging
+    k' (1 - ratio k' / 2 s)), the compressors' kv and gate projections and the CSA
+    indexer's (its compressor, queries, head weights and scoring of s // ratio entries);
+    not the hyper-connections. Causal only, as the calculator."""
+    c, h, a, d = m.compressed, m.hidden, m.heads, m.head_dim
+    assert c is not None
+    proj = c.q_lora_rank * (h + a * d + 1) + h * d + d
+    proj += a * d * c.o_lora_rank + c.o_groups * c.o_lora_rank * h
+    main, mtp = layer_ratios(m)
+    ratios = main + mtp
+    total = 0.0
+    for r in ratios:
+        keys = float(c.window)
+        if r == c.csa_ratio and m.sparse is not None:
+            x = m.sparse
+            k = min(x.topk, s // r)
+            keys += k * (1.0 - k * r / (2.0 * s))
+            total += h * 2 * d * 2 + h * 2 * x.head_dim * 2 + c.q_lora_rank * x.heads * x.head_dim
+            total += h * x.heads + x.heads * x.head_dim * (s // r)
+        elif r:
+            keys += (s // r) / 2.0
+            total += h * d * 2
+        total += a * keys * d * 2 + proj
+    return total / len(ratios) / (2.0 * h * h)
 
 
 def _megatron_hybrid_flops(m: Model, batch: int, s: int, attn_term: float, mult: float) -> float:
