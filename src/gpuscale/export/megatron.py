@@ -11,9 +11,8 @@ Sparse Attention (``--experimental-attention-variant dsa`` and its indexer's siz
 MoE token dispatcher, and DeepSeek-V4's compressed attention (``dsv4_hybrid``: its ratios,
 window, grouped output projection and hyper-connections). The model's shape
 (``--num-layers``, ``--hidden-size``, ...) comes from the model's own Megatron recipe and
-is not repeated. What a Megatron-LM flag cannot say (a
-DeepSpeed or PyTorch setting the plan was priced with, GPUs left idle) is returned as a
-note.
+is not repeated. What a Megatron-LM flag cannot say (a DeepSpeed or PyTorch setting the
+plan was priced with, GPUs left idle) is returned as a note.
 
 Flag names follow Megatron-LM's ``megatron/training/arguments.py`` of 2026:
 Megatron-FSDP is ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``

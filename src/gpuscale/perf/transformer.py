@@ -16,6 +16,12 @@ f = MLP inner size, gated MLP = 3 matrices else 2):
   beta), conv (d + 2GN)*K without bias, A and dt bias 2*heads, gated norm of one head's
   width P, out_proj d*h (Megatron-LM's ``_compute_gdn_attention_params``);
 - LatentMoE: routed experts on the latent width l, plus 2*h*l down/up projections;
+- DeepSeek-V4 (transformers' DeepseekV4ForCausalLM), a heads over one shared K = V head of
+  d: h*r_q + r_q*a*d + h*d + a*d*r_o + g*r_o*h (g output groups of rank r_o); a compressed
+  layer of ratio r adds kv and gate projections 2*h*w, a position bias r*w and a norm d
+  (w = 2d for CSA, d for HCA), a CSA layer its indexer r_q*a_I*d_I + 4*h*d_I + 2*r*d_I
+  + d_I + h*a_I; hyper-connections over n streams 2*(2 + n)*n*n*h a layer (and a final
+  collapse n*n*h); DeepSeek-V4-Flash gives 284,332,230,231 (transformers' count);
 - hybrid blocks carry one norm each (h), attention + MLP layers two.
 GPT-3 175B gives 174.6 B (Brown et al. 2020) and Llama 3 70B 70.6 B (Meta) with these.
 FLOPs: 2 per multiply-accumulate; a training step is 3x the forward (forward + 2x backward).
