@@ -218,3 +218,14 @@ def test_serving_is_refused_by_name() -> None:
         gpu = get_gpu("h200")
         build_step_model(m, gpu, precision_plan(gpu, "bf16"), 8, 1, CAL)
     assert exc.value.field == "model" and "training only" in exc.value.valid
+
+
+def test_the_estimate_says_how_it_attends() -> None:
+    from gpuscale.cli.train_report import model_line
+
+    line = model_line(get_model("deepseek-v4-flash"))
+    assert (
+        "attention to a 128-token window in every layer, in 21 the top 512 entries of 4 "
+        "tokens an indexer of 64 x 128 picks (CSA) and in 20 every entry of 128 tokens (HCA); "
+        "4 residual streams (hyper-connections)"
+    ) in line

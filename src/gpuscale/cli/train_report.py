@@ -59,12 +59,35 @@ def model_line(m: Model) -> str:
     if m.window_layers:
         kind = "window" if m.window_kind == "sliding" else "attention chunk"
         parts.append(f"{m.window_layers} layers with a {m.window}-token {kind}")
-    if m.sparse is not None:
+    if m.compressed is not None:
+        parts.append(_compressed_line(m))
+    elif m.sparse is not None:
         parts.append(
             f"sparse attention over the top {m.sparse.topk:,} keys, chosen by "
             f"{m.sparse.indexers} indexers of {m.sparse.heads} x {m.sparse.head_dim}"
         )
+    if m.residual_streams > 1:
+        parts.append(f"{m.residual_streams} residual streams (hyper-connections)")
     return "; ".join(parts)
+
+
+def _compressed_line(m: Model) -> str:
+    """DeepSeek-V4's attention in words: the window, then the layers of each ratio."""
+    c = m.compressed
+    assert c is not None
+    main = c.ratios[: m.layers]
+    kinds = []
+    for r in sorted(set(main) - {0}):
+        n = main.count(r)
+        if r == c.csa_ratio and m.sparse is not None:
+            x = m.sparse
+            kinds.append(
+                f"in {n} the top {x.topk:,} entries of {r} tokens an indexer of {x.heads} x "
+                f"{x.head_dim} picks (CSA)"
+            )
+        else:
+            kinds.append(f"in {n} every entry of {r} tokens (HCA)")
+    return f"attention to a {c.window}-token window in every layer, " + " and ".join(kinds)
 
 
 def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
