@@ -1,6 +1,7 @@
 """DeepSeek-V4's compressed hybrid attention and hyper-connections: its weights, keys per
 query, indexer scoring, Megatron-Bridge's FLOP count, the training step's extra traffic
-and memory, its Megatron-LM flags, the config.json keys that give it, and what is refused.
+and memory, its Megatron-LM flags, the config.json keys that give it, and its serving cache
+and step.
 
 Reference counts: transformers 5.25 building DeepseekV4ForCausalLM from DeepSeek-V4-Flash's
 config.json on the meta device (284,332,230,231 parameters, the MTP depth left out), and
@@ -23,7 +24,7 @@ from gpuscale.errors import InputError
 from gpuscale.export.megatron import megatron_args
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.inference import build_step_model
-from gpuscale.perf.kv import precision_plan
+from gpuscale.perf.kv import kv_bytes_per_token, precision_plan, window_cache_bytes_per_seq
 from gpuscale.perf.memory import activation_bytes_per_layer
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.step import hyper_connection_bytes
@@ -212,12 +213,28 @@ def test_bad_shapes_are_one_line_errors(tmp_path: Path) -> None:
     assert exc.value.field.endswith("config.json:compress_rates")
 
 
-def test_serving_is_refused_by_name() -> None:
+def test_serving_cache_and_step() -> None:
     m = get_model("deepseek-v4-flash")
-    with pytest.raises(InputError) as exc:
-        gpu = get_gpu("h200")
-        build_step_model(m, gpu, precision_plan(gpu, "bf16"), 8, 1, CAL)
-    assert exc.value.field == "model" and "training only" in exc.value.valid
+    # FP8 entries of 512 per 4 tokens in 21 CSA layers and per 128 in 20 HCA layers, and the
+    # CSA indexer's FP8 key of 128 with an fp32 scale per entry
+    assert kv_bytes_per_token(m, 1.0) == (21 / 4 + 20 / 128) * 512 + 21 * 132 / 4
+    # the windows: 128 entries of 512 in each of the 43 layers, a fixed amount a sequence
+    assert window_cache_bytes_per_seq(m, 1.0) == 128 * 512 * 43
+    assert window_cache_bytes_per_seq(get_model("deepseek-v3"), 1.0) == 0.0
+    gpu = get_gpu("b200")
+    sm = build_step_model(m, gpu, precision_plan(gpu, "fp8"), 8, 1, CAL)
+    # a query's pairs with the entries: 4 x 64 heads x 512 FLOPs an entry, split over TP8;
+    # the CSA layers' share read at most the top-512 entries, 2,048 tokens' worth
+    per_token = 21 / 4 + 20 / 128
+    assert sm.attn_flops_per_pair == pytest.approx(4 * 64 * 512 * per_token / 8)
+    assert (sm.sparse_tokens, sm.sparse_share) == (2048, pytest.approx((21 / 4) / per_token))
+    # the indexer scores every entry in FP8, counted in 16-bit-equivalent FLOPs (B200's FP8
+    # rate is twice its BF16 one)
+    assert sm.index_flops_per_pair == pytest.approx(21 * 2 * 64 * 129 / 4 / 2)
+    # each sequence's windows hold blocks back from the pool
+    mem = sm.memory
+    seqs = int(mem.kv_pool_bytes // (mem.blocks_per_seq * mem.kv_bytes_per_token * 32 + 2818048))
+    assert mem.kv_limited_seqs == seqs
 
 
 def test_the_estimate_says_how_it_attends() -> None:

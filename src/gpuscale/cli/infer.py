@@ -46,7 +46,18 @@ def _warn_context(m: Model, input_len: int, output_len: int) -> None:
 def _note_sparse(m: Model) -> None:
     """One stderr line for a DeepSeek Sparse Attention model: how its attention is priced,
     and the assumption (the indexer whole on every TP rank) that makes TP cost more."""
-    if m.sparse is not None:
+    if m.compressed is not None and m.sparse is not None:
+        c = m.compressed
+        err.print(
+            f"[yellow]note:[/] {m.key}'s attention: every layer keeps its last {c.window} "
+            f"tokens; its compressed layers keep one entry per {c.csa_ratio} tokens (CSA, "
+            f"reading the top {m.sparse.topk:,} an indexer picks after scoring all of them in "
+            "FP8) or per more (HCA, reading all); the cache, the indexer and the windows "
+            "are priced whole on every TP rank (one shared K = V head)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif m.sparse is not None:
         err.print(
             f"[yellow]note:[/] {m.key}'s sparse attention: each query attends to its top "
             f"{m.sparse.topk:,} keys, chosen by an indexer that scores every earlier key in "

@@ -15,7 +15,9 @@ replica its time is
 2 x active parameters, attention 4 x attention layers x heads x head_dim x q x kv / 2
 causal — Vidur mfu_calculator.py; 2 all-reduces per layer (one per block of a hybrid model)
 — GenZ tests/test_decode_time.py; a hybrid's Mamba blocks read and write each sequence's
-state once per step). Layers with a sliding window of ``w`` tokens (chunked ones: chunks of
+state once per step; a DeepSeek-V4 model each sequence's window in every layer, its
+compressed entries as the KV cache, its CSA layers' top-k of them as a DSA model's).
+Layers with a sliding window of ``w`` tokens (chunked ones: chunks of
 ``w``) read at most ``w`` cached tokens a sequence and score at most ``w`` keys a query;
 the step model bounds both in aggregate, min(context, sequences x w) and
 min(pairs, prompt tokens x w), exact once every sequence is past the window. MoE layers
@@ -45,9 +47,15 @@ from gpuscale.perf.kv import (
     mamba_state_bytes_per_seq,
     memory_plan,
     param_counts,
+    window_cache_bytes_per_seq,
     window_share,
 )
-from gpuscale.perf.transformer import indexer_layers, indexer_pair_flops, sparse_layers
+from gpuscale.perf.transformer import (
+    indexer_layers,
+    indexer_pair_flops,
+    layer_ratios,
+    sparse_layers,
+)
 
 
 def _alpha_beta(
@@ -84,15 +92,6 @@ def build_step_model(
 ) -> StepModel:
     """The step model and memory plan of one replica of ``tp x pp`` GPUs."""
     eng = engine or EngineConfig()
-    if model.compressed is not None:
-        # its cache holds a window of tokens and compressed entries, read through the
-        # indexer's top-k: not the per-token K and V the serving model prices
-        raise InputError(
-            "model",
-            model.key,
-            "a model gpuscale serves: DeepSeek-V4's compressed attention (its windowed and "
-            "compressed KV cache) is modelled for training only",
-        )
     if tp < 1 or pp < 1:
         raise InputError("tp" if tp < 1 else "pp", tp if tp < 1 else pp, "a positive integer")
     if model.heads % tp != 0:
@@ -147,6 +146,20 @@ def build_step_model(
     )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
     attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
+    sparse_tokens = model.sparse.topk if model.sparse is not None else 0
+    sparse_share = sparse_layers(model) / model.attn_layers if model.attn_layers else 0.0
+    window_flops = 0.0
+    if model.compressed is not None:
+        # DeepSeek-V4: a query's pairs with the compressed entries, 1 / ratio of a context
+        # token each, the CSA layers' capped at the top-k entries (k x ratio tokens); its
+        # window's 128 keys in every layer are a fixed cost a token
+        c, main = model.compressed, layer_ratios(model)[0]
+        per_tok = [1.0 / r for r in main if r]
+        csa = main.count(c.csa_ratio) / c.csa_ratio
+        attn_pair *= sum(per_tok) / model.attn_layers
+        sparse_tokens *= c.csa_ratio
+        sparse_share = csa / sum(per_tok)
+        window_flops = 2.0 * model.heads * (qk_dim + v_dim) * c.window * model.layers / gp
     # a decode step reads the attention's cache (capped at a DSA model's top-k) and all its
     # indexer keys
     idx_tok = indexer_key_bytes_per_token(model, pp)
@@ -156,6 +169,8 @@ def build_step_model(
     # 16-bit-equivalent FLOPs at the attention rate
     fp8 = gpu.peak_flops("fp8") if "fp8" in gpu.peak_tflops else gpu.peak_flops(half)
     idx_pair = indexer_layers(model) / pp * indexer_pair_flops(model)
+    if model.compressed is not None:
+        idx_pair /= model.compressed.csa_ratio  # it scores entries, one per ratio tokens
     idx_pair *= gpu.peak_flops(half) / fp8
     # TP all-reduces: two per layer of tokens x hidden activations in 16-bit
     fabric = Fabric.from_system(sysm)
@@ -193,7 +208,7 @@ def build_step_model(
         gemm_rate_flops=gemm_rate,
         attn_rate_flops=attn_rate,
         hbm_Bps=hbm_bps,
-        flops_per_token=2.0 * body_active / gp,
+        flops_per_token=2.0 * body_active / gp + window_flops,
         head_flops_per_sample=2.0 * pc.lm_head / tp,
         fixed_weight_bytes=fixed_w,
         routed_bytes=routed_w,
@@ -201,8 +216,8 @@ def build_step_model(
         kv_bytes_per_ctx_token=kv_tok,
         index_bytes_per_ctx_token=idx_tok,
         index_flops_per_pair=idx_pair,
-        sparse_tokens=model.sparse.topk if model.sparse is not None else 0,
-        sparse_share=sparse_layers(model) / model.attn_layers if model.attn_layers else 0.0,
+        sparse_tokens=sparse_tokens,
+        sparse_share=sparse_share,
         ar_alpha_s=ar_alpha,
         ar_beta_s_per_token=ar_beta,
         pp_hop_alpha_s=hop_alpha,
@@ -210,7 +225,9 @@ def build_step_model(
         overhead_s=cal.decode_step_overhead_s,
         # per sequence and step, every stage reads and writes its Mamba state
         seq_overhead_s=cal.inf_seq_overhead_s
-        + pp * 2.0 * mamba_state_bytes_per_seq(model, 2.0, tp, pp) / hbm_bps,
+        + pp * 2.0 * mamba_state_bytes_per_seq(model, 2.0, tp, pp) / hbm_bps
+        # DeepSeek-V4: every layer reads its window's entries
+        + pp * window_cache_bytes_per_seq(model, precision.kv_bytes, pp) / hbm_bps,
         moe_k_over_e=(model.top_k / model.num_experts) if model.is_moe else 0.0,
         num_experts=model.num_experts,
         window_share=window_share(model, pp),

@@ -7,6 +7,9 @@ Formulas (each with its source):
   replicated when TP exceeds them (llm-analysis ``max(kv_heads/TP, 1)``).
 - MLA (DeepSeek-V2/V3) caches one latent of kv_lora_rank + qk_rope_head_dim per token and
   layer, shared by all heads, so every TP rank holds the whole latent.
+- DeepSeek-V4 caches one shared K = V entry of head_dim per ``ratio`` tokens in each
+  compressed layer (and the CSA indexer's FP8 key per entry), plus the last ``window``
+  tokens' entries in every layer: a fixed amount a sequence, as a hybrid's recurrent state.
 - Weights per GPU = parameters x bytes / (TP x PP) (NVIDIA/TensorRT-LLM
   docs/source/reference/memory.md).
 - KV pool = engine memory fraction x memory - weights - activation workspace; paged KV
@@ -23,7 +26,12 @@ from dataclasses import dataclass
 
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
-from gpuscale.perf.transformer import indexer_layers, layer_shapes
+from gpuscale.perf.transformer import (
+    indexer_layers,
+    layer_ratios,
+    layer_shapes,
+    mixer_extra_weights,
+)
 from gpuscale.sim.kv_blocks import seq_blocks, window_kept
 
 # bytes per element of a stored tensor; 4-bit formats carry their block scales:
@@ -128,7 +136,7 @@ class ParamCounts:
 def param_counts(m: Model) -> ParamCounts:
     sh = layer_shapes(m)
     emb = float(m.vocab * m.hidden)
-    mixers = sh.attn * m.attn_layers + sh.mamba * m.mamba_layers + sh.indexer * indexer_layers(m)
+    mixers = sh.attn * m.attn_layers + sh.mamba * m.mamba_layers + mixer_extra_weights(m)
     return ParamCounts(
         attention=float(mixers),
         dense_mlp=float(sh.mlp_dense * m.mlp_layers),
@@ -172,8 +180,22 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
     (:func:`mamba_state_bytes_per_seq`), and layers with a window keep at most
     :func:`kv_window` tokens (:func:`window_share` of these bytes)."""
     layers = math.ceil(m.attn_layers / pp)
+    if m.compressed is not None:
+        # DeepSeek-V4: one K = V entry of head_dim a compressed layer keeps per ratio tokens
+        # (its window's tokens are a fixed amount a sequence, window_cache_bytes_per_seq)
+        per_token = sum(1.0 / r for r in layer_ratios(m)[0] if r) * m.head_dim
+        return per_token * layers / m.attn_layers * kv_bytes + indexer_key_bytes_per_token(m, pp)
     attention = kv_elements_per_token_layer(m, tp) * layers * kv_bytes
     return attention + indexer_key_bytes_per_token(m, pp)
+
+
+def window_cache_bytes_per_seq(m: Model, kv_bytes: float = 2.0, pp: int = 1) -> float:
+    """DeepSeek-V4's window: the last ``window`` tokens' K = V entries every layer keeps, a
+    fixed amount a sequence on each GPU of a stage (the one head whole on every TP rank);
+    0 for other models."""
+    if m.compressed is None:
+        return 0.0
+    return m.compressed.window * m.head_dim * kv_bytes * math.ceil(m.layers / pp)
 
 
 def indexer_key_bytes_per_token(m: Model, pp: int = 1) -> float:
@@ -183,7 +205,8 @@ def indexer_key_bytes_per_token(m: Model, pp: int = 1) -> float:
     if m.sparse is None:
         return 0.0
     d = m.sparse.head_dim
-    return (d + 4.0 * math.ceil(d / 128)) * math.ceil(indexer_layers(m) / pp)
+    per = 1.0 / m.compressed.csa_ratio if m.compressed is not None else 1.0  # V4: per entry
+    return (d + 4.0 * math.ceil(d / 128)) * math.ceil(indexer_layers(m) / pp) * per
 
 
 def window_share(m: Model, pp: int = 1) -> float:
@@ -309,13 +332,15 @@ def memory_plan(
     prompt = tokens_per_seq if prompt_tokens is None else prompt_tokens
     kept = window_kept(win, prompt, max_num_tokens)
     blocks_per_seq = seq_blocks(tokens_per_seq, block_tokens, share, kept)
-    state = mamba_state_bytes_per_seq(m, 2.0, tp, pp)
+    state = mamba_state_bytes_per_seq(m, 2.0, tp, pp) + window_cache_bytes_per_seq(
+        m, prec.kv_bytes, pp
+    )
     block_b = per_tok * block_tokens
     n_blocks = int(pool // block_b) if pool > 0 and block_b > 0 else 0
     kv_seqs = n_blocks // blocks_per_seq
     if state > 0:
-        # each sequence also holds its Mamba state beside its KV blocks: fewer sequences,
-        # and only their blocks are there to hand out
+        # each sequence also holds its Mamba state (DeepSeek-V4: its window's entries)
+        # beside its KV blocks: fewer sequences, and only their blocks are there to hand out
         kv_seqs = int(max(pool, 0.0) // (blocks_per_seq * block_b + state))
         n_blocks = kv_seqs * blocks_per_seq
     return MemoryPlan(

@@ -210,21 +210,27 @@ def _block_weights(s: LayerShapes, experts: int) -> dict[str, int]:
     return {"*": s.attn, "-": s.mlp_dense, "E": moe, "M": s.mamba}
 
 
+def mixer_extra_weights(m: Model) -> int:
+    """Weights of all layers beside their blocks' projections: DSA indexers, DeepSeek-V4's
+    compressors and CSA indexers, hyper-connections (0 for other models)."""
+    s = layer_shapes(m)
+    if m.compressed is not None:
+        extra = _compressed_weights(m, layer_ratios(m)[0])
+    else:
+        extra = indexer_layers(m) * s.indexer
+    return extra + m.layers * s.hc
+
+
 def _body_weights(m: Model, experts: int) -> int:
     """Block weights of all layers (no norms, no embeddings)."""
     s = layer_shapes(m)
     w = _block_weights(s, experts)
-    if m.compressed is not None:  # each layer's compressor, the CSA layers' indexers
-        extra = _compressed_weights(m, layer_ratios(m)[0])
-    else:
-        extra = indexer_layers(m) * s.indexer
     return (
         m.attn_layers * w["*"]
         + m.mlp_layers * w["-"]
         + m.moe_layers * w["E"]
         + m.mamba_layers * w["M"]
-        + m.layers * s.hc
-        + extra
+        + mixer_extra_weights(m)
     )
 
 
