@@ -47,11 +47,10 @@ from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
     attn_dims,
-    compressor_weights,
+    compressor_width,
     embedding_params,
     indexer_layers,
     kv_width_per_rank,
-    layer_ratios,
     layer_shapes,
     mtp_layer_equivalents,
     mtp_param_count,
@@ -244,9 +243,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         # g x r_o) and its compressors' kv and gate outputs, 16-bit; the two
         # hyper-connections keep their n-stream inputs (n - 1 more hidden widths each)
         c = m.compressed
-        main = layer_ratios(m)[0]
-        comp = sum(compressor_weights(m, r) for r in main) / len(main) / h
-        kept = 2.0 * (c.q_lora_rank + comp) + 2.0 * c.o_groups * c.o_lora_rank / t
+        kept = 2.0 * (c.q_lora_rank + compressor_width(m)) + 2.0 * c.o_groups * c.o_lora_rank / t
         act = act + s * b * kept
     if m.residual_streams > 1:
         streams = 2.0 * 2.0 * (m.residual_streams - 1) * h

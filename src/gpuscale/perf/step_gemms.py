@@ -1,11 +1,11 @@
 """Forward GEMMs of one layer of each block kind, one micro-batch, on one GPU.
 
 The block kinds are attention (QKV, MLA's or DeepSeek-V4's projections, output
-projection), dense MLP, MoE
-(routed experts as a grouped GEMM over the local experts, shared experts, LatentMoE's
-projections, the 16-bit router) and Mamba-2 (in_proj, out_proj); tensor parallelism shrinks
-their per-GPU widths. Each comes with the elements of its inputs that a low precision
-quantises. :mod:`gpuscale.perf.step` weighs them by the model's blocks and composes the step.
+projection), dense MLP, MoE (routed experts as a grouped GEMM over the local experts,
+shared experts, LatentMoE's projections, the 16-bit router) and Mamba-2 (in_proj,
+out_proj); tensor parallelism shrinks their per-GPU widths. Each comes with the elements
+of its inputs that a low precision quantises. :mod:`gpuscale.perf.step` weighs them by the
+model's blocks and composes the step.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from gpuscale.perf.kernels import gemm_s
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import (
     attn_dims,
-    compressor_weights,
+    compressor_width,
     indexer_layers,
     kv_width_per_rank,
-    layer_ratios,
     layer_shapes,
 )
 
@@ -100,10 +99,8 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
         # queries from the latent, the grouped o_a (its g groups split over TP) and o_b
         c, d = m.compressed, float(m.head_dim)
         kv_rank = np.full_like(tp, d)
-        main = layer_ratios(m)[0]
-        comp = sum(compressor_weights(m, r) for r in main) / len(main) / h
         attn_t, attn_c = gemms(
-            (tokens, c.q_lora_rank + d + comp, h),
+            (tokens, c.q_lora_rank + d + compressor_width(m), h),
             (tokens, q / tp, float(c.q_lora_rank)),
             (tokens, float(c.o_lora_rank), q / c.o_groups, c.o_groups / tp),
             (tokens, h, c.o_groups * c.o_lora_rank / tp),

@@ -194,6 +194,15 @@ def compressor_weights(m: Model, ratio: int) -> int:
     return 2 * m.hidden * width + ratio * width + d
 
 
+def compressor_width(m: Model) -> float:
+    """Outputs of a DeepSeek-V4 layer's compressor projections per token (kv and gate),
+    averaged over the layers: their weights / hidden (0 for other models)."""
+    main = layer_ratios(m)[0]
+    if not main:
+        return 0.0
+    return sum(compressor_weights(m, r) for r in main) / len(main) / m.hidden
+
+
 def _compressed_weights(m: Model, ratios: list[int]) -> int:
     """Compressor and indexer weights of layers with these ratios (DeepSeek-V4)."""
     if m.compressed is None:
