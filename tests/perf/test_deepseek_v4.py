@@ -119,6 +119,10 @@ def test_layer_types_and_default_schedule_give_the_ratios(tmp_path: Path) -> Non
     typed["layer_types"] = [kinds[r] for r in RATIOS[:43]]
     m = read_config(tmp_path, typed, "typed")
     assert m.compressed is not None and m.compressed.ratios == RATIOS[:43]
+    # its MTP depth, without an entry, attends to its window only, as the full list has it
+    assert layer_ratios(m) == (RATIOS[:43], [0])
+    flash = get_model("deepseek-v4-flash")
+    assert megatron_model_flops(m, 1, 4096, True) == megatron_model_flops(flash, 1, 4096, True)
     # without either, DeepseekV4Config's schedule: two HCA layers, then CSA and HCA
     bare = {k: v for k, v in FLASH.items() if k != "compress_ratios"}
     m = read_config(tmp_path, bare, "bare")
@@ -180,6 +184,19 @@ def test_hyper_connections_traffic_and_memory() -> None:
     assert extra == pytest.approx(np.array([4096 * 2 * 2 * 3 * 4096.0]))
 
 
+def test_every_weight_is_held_and_streams_are_kept_and_sent() -> None:
+    from gpuscale.perf.memory import params_per_gpu
+
+    m = get_model("deepseek-v4-flash")
+    w = _workload(m, gpus=1)
+    dense, expert, _ = params_per_gpu(w, Plans.of(tp=1, pp=1, dp=1, ep=1, mbs=1))
+    # one GPU holds every weight: compressors, indexers and hyper-connections included
+    assert dense[0] + expert[0] == param_count(m) + mtp_param_count(m)
+    # full recomputation keeps each layer's input: the 4 residual streams, 16-bit
+    full = activation_bytes_per_layer(w, Plans.of(tp=1, pp=1, dp=1, mbs=1, recompute=2))
+    assert full[0] == 2 * 4096 * 4096 * 4
+
+
 def test_megatron_flags() -> None:
     m = get_model("deepseek-v4-flash")
     e = estimate(_workload(m), Plans.of(tp=1, pp=1, dp=128, ep=64, mbs=1), CAL)
@@ -218,8 +235,11 @@ def test_serving_cache_and_step() -> None:
     # FP8 entries of 512 per 4 tokens in 21 CSA layers and per 128 in 20 HCA layers, and the
     # CSA indexer's FP8 key of 128 with an fp32 scale per entry
     assert kv_bytes_per_token(m, 1.0) == (21 / 4 + 20 / 128) * 512 + 21 * 132 / 4
-    # the windows: 128 entries of 512 in each of the 43 layers, a fixed amount a sequence
-    assert window_cache_bytes_per_seq(m, 1.0) == 128 * 512 * 43
+    # a fixed amount a sequence: the windows, 128 entries of 512 in each of the 43 layers,
+    # and the compressors' fp32 kv and score rows of the window in progress: CSA 2 x 8 x
+    # 1024 (its overlapping series) and its indexer's 2 x 8 x 256, HCA 2 x 128 x 512
+    state = 21 * (2 * 8 * 1024 * 4 + 2 * 8 * 256 * 4) + 20 * 2 * 128 * 512 * 4
+    assert window_cache_bytes_per_seq(m, 1.0) == 128 * 512 * 43 + state
     assert window_cache_bytes_per_seq(get_model("deepseek-v3"), 1.0) == 0.0
     gpu = get_gpu("b200")
     sm = build_step_model(m, gpu, precision_plan(gpu, "fp8"), 8, 1, CAL)
@@ -233,7 +253,8 @@ def test_serving_cache_and_step() -> None:
     assert sm.index_flops_per_pair == pytest.approx(21 * 2 * 64 * 129 / 4 / 2)
     # each sequence's windows hold blocks back from the pool
     mem = sm.memory
-    seqs = int(mem.kv_pool_bytes // (mem.blocks_per_seq * mem.kv_bytes_per_token * 32 + 2818048))
+    fixed = window_cache_bytes_per_seq(m, 1.0)
+    seqs = int(mem.kv_pool_bytes // (mem.blocks_per_seq * mem.kv_bytes_per_token * 32 + fixed))
     assert mem.kv_limited_seqs == seqs
 
 

@@ -246,7 +246,8 @@ class CompressedAttention(BaseModel):
     ratios: list[int]
     """Compression ratio of each layer, then of each multi-token-prediction depth (Megatron's
     ``csa_compress_ratios``; DeepSeek-V4-Flash: 0, 0, then 4 and 128 alternating); 0 = the
-    window only. Without the MTP depths' entries, a depth takes the last layer's."""
+    window only. Without the MTP depths' entries, a depth's is 0 (Megatron-Core pads them
+    so when it derives the ratios from a layer pattern)."""
     csa_ratio: int = Field(default=4, gt=0)
     """The ratio whose layers pick their entries with the indexer (CSA)."""
 

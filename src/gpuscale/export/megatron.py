@@ -329,6 +329,11 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             )
     if m.compressed is not None:
         args += _compressed_attention(m)
+        if int(p.tp[i]) > 1:
+            notes.append(
+                "DeepSeek-V4 at TP > 1 is priced with its query heads and output groups "
+                "split over TP; Megatron-Bridge's DeepSeek-V4 recipes run TP1"
+            )
     if m.sparse is not None:
         # DeepSeek Sparse Attention: Megatron-Core's experimental attention variant (with
         # DeepSeek-V4's, the indexer of its CSA layers)

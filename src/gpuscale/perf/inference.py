@@ -186,7 +186,7 @@ def build_step_model(
         # it; a stage (its TP group) never splits over domains, so a domain holds
         # dom // tp whole stages and every that-many-th boundary crosses (all of them when
         # one stage fills a domain or more)
-        hop = model.hidden * 2.0
+        hop = model.hidden * 2.0 * model.residual_streams  # DeepSeek-V4: n streams
         a_in, b_in = _alpha_beta("send_recv", 2, hop, fabric, cal, 2)
         a_out, b_out = _alpha_beta("send_recv", 2, hop, fabric, cal, 1)
         dom = fabric.scaleup_domain_gpus

@@ -190,12 +190,24 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
 
 
 def window_cache_bytes_per_seq(m: Model, kv_bytes: float = 2.0, pp: int = 1) -> float:
-    """DeepSeek-V4's window: the last ``window`` tokens' K = V entries every layer keeps, a
-    fixed amount a sequence on each GPU of a stage (the one head whole on every TP rank);
-    0 for other models."""
+    """DeepSeek-V4's fixed state a sequence holds on each GPU of a stage, whatever its
+    length (one head: whole on every TP rank; 0 for other models): every layer's last
+    ``window`` tokens' K = V entries, and each compressor's window in progress, the fp32 kv
+    and score rows of the tokens not yet compressed, as DeepSeek's inference code keeps
+    them (2 x (c r) x (c d) x 4 bytes, c = 2 where CSA's windows overlap; a CSA layer's
+    indexer keeps its own at its head dimension)."""
     if m.compressed is None:
         return 0.0
-    return m.compressed.window * m.head_dim * kv_bytes * math.ceil(m.layers / pp)
+    c = m.compressed
+    state = 0.0
+    for r in layer_ratios(m)[0]:
+        if not r:
+            continue
+        over = 2 if r == c.csa_ratio else 1
+        widths = [m.head_dim] + ([m.sparse.head_dim] if over == 2 and m.sparse else [])
+        state += sum(2.0 * (over * r) * (over * d) * 4.0 for d in widths)
+    per_layer = c.window * m.head_dim * kv_bytes + state / m.layers
+    return per_layer * math.ceil(m.layers / pp)
 
 
 def indexer_key_bytes_per_token(m: Model, pp: int = 1) -> float:

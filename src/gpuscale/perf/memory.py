@@ -52,6 +52,7 @@ from gpuscale.perf.transformer import (
     indexer_layers,
     kv_width_per_rank,
     layer_shapes,
+    mixer_extra_weights,
     mtp_layer_equivalents,
     mtp_param_count,
     sparse_layers,
@@ -134,8 +135,9 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
         + m.moe_layers * (s.shared + s.latent_proj)
         + m.mamba_layers * s.mamba
     ) / m.layers
-    # DSA indexers are whole on every TP rank, as the router
-    indexers = indexer_layers(m) * s.indexer / m.layers
+    # DSA indexers (DeepSeek-V4's compressors and hyper-connections too) are whole on every
+    # TP rank, as the router
+    indexers = mixer_extra_weights(m) / m.layers
     dense_per_layer = split / tp + s.norms + moe_frac * s.router + indexers
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb = embedding_params(m)
@@ -262,7 +264,9 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
         act = act + s * b * per_token
     if "ops" in mods:
         act = np.where(sel, _op_sac_bytes(w, p, s, b), act)
-    full = np.where(p.sp, 2.0 * s * b * h / t, 2.0 * s * b * h)
+    # full recomputation keeps each layer's input: the n residual streams of hyper-connections
+    kept_input = 2.0 * s * b * h * m.residual_streams
+    full = np.where(p.sp, kept_input / t, kept_input)
     return np.where(p.recompute >= 2, full, act)
 
 

@@ -153,7 +153,9 @@ def ep_comm_s(c: StageMicroBatch, compute_mb: FloatArray) -> FloatArray:
 def pp_comm_s(c: StageMicroBatch) -> FloatArray:
     """Exposed pipeline point-to-point sends of one micro-batch."""
     f, p, cal, tp = c.w.fabric, c.p, c.cal, c.tp
-    p2p_bytes = np.where(p.sp, c.act_bytes / tp, c.act_bytes)
+    # the residual stream a stage hands on: hyper-connections' n streams (DeepSeek-V4)
+    sent = c.act_bytes * c.w.model.residual_streams
+    p2p_bytes = np.where(p.sp, sent / tp, sent)
     pp_cross = (tp * c.cp * p.dp) < f.scaleup_domain_gpus
     # a pipeline needs two GPUs at least: on one GPU no plan sends anything
     if f.total_gpus >= 2:

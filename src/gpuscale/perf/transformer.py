@@ -174,12 +174,13 @@ def embedding_params(m: Model) -> int:
 
 def layer_ratios(m: Model) -> tuple[list[int], list[int]]:
     """DeepSeek-V4's compression ratio of each layer and of each MTP depth (a depth
-    without its own entry takes the last layer's, as Megatron-Core builds MTP from the last
-    layer's spec); empty lists for other models."""
+    without its own entry attends to its window only, ratio 0, as Megatron-Core pads the
+    MTP depths when it derives the ratios from a layer pattern); empty lists for other
+    models."""
     if m.compressed is None:
         return [], []
     r = m.compressed.ratios
-    mtp = r[m.layers :] if len(r) > m.layers else [r[m.layers - 1]] * m.mtp_layers
+    mtp = r[m.layers :] if len(r) > m.layers else [0] * m.mtp_layers
     return r[: m.layers], mtp
 
 
