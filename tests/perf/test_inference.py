@@ -179,3 +179,27 @@ def test_pipeline_hops_between_nodes_cost_the_network_latency() -> None:
     hop5 = build_step_model(m5, gpu, prec, 5, 3, cal, tokens_per_seq=2048).pp_hop_alpha_s
     one5 = build_step_model(m5, gpu, prec, 5, 2, cal, tokens_per_seq=2048).pp_hop_alpha_s
     assert hop5 == pytest.approx(one5, rel=1e-9) and hop5 > alpha(4, 2)
+
+
+def test_decode_attention_takes_the_longer_of_its_reads_and_its_flops() -> None:
+    import dataclasses
+
+    cal = Calibration()
+    m, gpu = get_model("deepseek-v3"), get_gpu("h200")
+    sm = build_step_model(m, gpu, precision_plan(gpu, "fp8"), 8, 1, cal, tokens_per_seq=8192)
+    # MLA decodes absorbed: 128 heads score the 512 latent + 64 rope dimensions and sum the
+    # 512 latent, 61 layers, heads split over TP8
+    assert sm.decode_attn_flops_per_pair == 2.0 * 128 * (2 * 512 + 64) * 61 / 8
+    # at TP8 on H200 its FP8 latent reads take longer: nothing beyond them
+    base = sm.breakdown(0, 0, 0, 64, 64 * 4000.0)
+    assert base.attention_s == 0.0
+    # with HBM ten times faster the FLOPs take longer: their excess is attention time
+    fast = dataclasses.replace(sm, hbm_Bps=sm.hbm_Bps * 10)
+    b = fast.breakdown(0, 0, 0, 64, 64 * 4000.0)
+    flops_s = sm.decode_attn_flops_per_pair * 64 * 4000.0 / sm.attn_rate_flops
+    assert b.attention_s + b.kv_read_s == pytest.approx(flops_s, rel=1e-12)
+    # the closed form and the vectorised decode agree with it
+    a, slope = fast.decode_coeffs(64, 64 * 4000.0)
+    assert a + slope * 64 * 4000.0 == pytest.approx(fast.decode_time_s(64, 4000.0), rel=1e-9)
+    vec = fast.decode_time_s_vec(np.array([64]), np.array([4000.0]))
+    assert vec[0] == pytest.approx(fast.decode_time_s(64, 4000.0), rel=1e-9)

@@ -6,12 +6,14 @@ replica its time is
 
     t = max(linear FLOPs / (peak x matmul_eff x gemm_eff), weights / (HBM x hbm_eff)) GEMMs
       + prefill attention FLOPs / (peak16 x attn_eff)                                  FMHA
-      + KV bytes read / (HBM x hbm_eff)                                                decode attn
+      + max(KV bytes read / (HBM x hbm_eff), decode FLOPs / (peak16 x attn_eff))       decode attn
       + 2 x layers x all_reduce(T x hidden x 2 B)                                       TP comm
       + step overhead + per-sequence overhead x sequences                             host
       + sequences x 2 x Mamba state bytes / HBM                     hybrid models' state
 
-(roofline per operator class, llm-analysis ``max(compute, memory)``; FLOPs per token =
+(roofline per operator class, llm-analysis ``max(compute, memory)``: decode attention is
+read-bound for GQA, and can be compute-bound where many heads share one cached latent or
+head, MLA's, priced absorbed as decode kernels run it, and DeepSeek-V4's; FLOPs per token =
 2 x active parameters, attention 4 x attention layers x heads x head_dim x q x kv / 2
 causal — Vidur mfu_calculator.py; 2 all-reduces per layer (one per block of a hybrid model)
 — GenZ tests/test_decode_time.py; a hybrid's Mamba blocks read and write each sequence's
@@ -146,6 +148,13 @@ def build_step_model(
     )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
     attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
+    # decode kernels run MLA absorbed: each head scores the latent and the rope key and sums
+    # the latent (FlashMLA; vLLM's, SGLang's and TensorRT-LLM's MLA decode)
+    decode_pair = attn_pair
+    if model.mla is not None:
+        x = model.mla
+        absorbed = 2 * x.kv_lora_rank + x.qk_rope_head_dim
+        decode_pair = 2.0 * model.heads * absorbed * model.attn_layers / gp
     sparse_tokens = model.sparse.topk if model.sparse is not None else 0
     sparse_share = sparse_layers(model) / model.attn_layers if model.attn_layers else 0.0
     window_flops = 0.0
@@ -157,6 +166,7 @@ def build_step_model(
         per_tok = [1.0 / r for r in main if r]
         csa = main.count(c.csa_ratio) / c.csa_ratio
         attn_pair *= sum(per_tok) / model.attn_layers
+        decode_pair = attn_pair
         sparse_tokens *= c.csa_ratio
         sparse_share = csa / sum(per_tok)
         window_flops = 2.0 * model.heads * (qk_dim + v_dim) * c.window * model.layers / gp
@@ -216,6 +226,7 @@ def build_step_model(
         kv_bytes_per_ctx_token=kv_tok,
         index_bytes_per_ctx_token=idx_tok,
         index_flops_per_pair=idx_pair,
+        decode_attn_flops_per_pair=decode_pair,
         sparse_tokens=sparse_tokens,
         sparse_share=sparse_share,
         ar_alpha_s=ar_alpha,

@@ -7,6 +7,7 @@ path), :class:`StepBreakdown` splits those seconds by part. The coefficients com
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -100,7 +101,23 @@ class StepModel:
     """DSA indexer scoring FLOPs per (query, key) pair, over all earlier keys, on one GPU."""
     index_bytes_per_ctx_token: float = 0.0
     """DSA indexer key bytes per context token a decode step reads on one GPU (all of them)."""
+    decode_attn_flops_per_pair: float = 0.0
+    """Attention FLOPs per (query, cached token) pair of a decode step on one GPU: the
+    prefill's, but MLA's absorbed form (scores and sums in its latent), as decode kernels
+    run it. A decode step's attention takes the longer of its cache reads and these FLOPs."""
     extras: dict[str, float] = field(default_factory=dict)
+
+    @cached_property
+    def _compute_excess_s(self) -> tuple[float, float]:
+        """Seconds a decode step's attention spends beyond its reads, per cached token read
+        and per indexer key scored: the FLOPs at the attention rate past the bytes at HBM
+        speed, 0 where the reads take longer (GQA: always; MLA's heads share one latent
+        and DeepSeek-V4's one K = V head, so theirs can be compute-bound)."""
+        attn = self.decode_attn_flops_per_pair / self.attn_rate_flops
+        attn -= self.kv_bytes_per_ctx_token / self.hbm_Bps
+        index = self.index_flops_per_pair / self.attn_rate_flops
+        index -= self.index_bytes_per_ctx_token / self.hbm_Bps
+        return max(attn, 0.0), max(index, 0.0)
 
     def limits(self) -> EngineLimits:
         """The simulator's view of this replica: batch, token budget and KV blocks."""
@@ -158,6 +175,10 @@ class StepModel:
         read = self._attended(ctx_tokens / pp, dec)
         index_read = self.index_bytes_per_ctx_token * ctx_tokens / pp
         kv = (self.kv_bytes_per_ctx_token * read + index_read) / self.hbm_Bps
+        # a compute-bound decode attention (MLA, DeepSeek-V4) adds its excess over the reads
+        per_read, per_key = self._compute_excess_s
+        if per_read or per_key:
+            attn += per_read * read + per_key * ctx_tokens / pp
         comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
         hop = self.pp_hop_beta_s_per_token * (prefill_tokens + decode_seqs) / pp
         hop = self.pp_hop_alpha_s + hop if pp > 1 else 0.0
@@ -208,14 +229,15 @@ class StepModel:
         line through ``ctx_tokens``: once the mean context is past the window, windowed
         layers read a fixed ``batch x window`` tokens."""
         a = self.step_time_s(0.0, 0.0, 0, batch, 0.0)
-        b = self.kv_bytes_per_ctx_token / self.hbm_Bps
+        per_read, per_key = self._compute_excess_s
+        b = self.kv_bytes_per_ctx_token / self.hbm_Bps + per_read
         for share, keys in self._caps():
             # past its window (top-k), a capped share of the layers reads batch x keys
             cap = batch * keys
             if share > 0.0 and ctx_tokens >= cap:
                 a += share * b * cap
                 b *= 1.0 - share
-        return a, b + self.index_bytes_per_ctx_token / self.hbm_Bps
+        return a, b + self.index_bytes_per_ctx_token / self.hbm_Bps + per_key
 
     def prefill_time_s(self, input_len: int, batch: int = 1) -> float:
         """A whole prompt (or ``batch`` prompts) in one iteration, no decodes."""
@@ -242,6 +264,9 @@ class StepModel:
                 ctx = (1.0 - share) * ctx + share * np.minimum(ctx, keys)
         index_read = self.index_bytes_per_ctx_token * b * full
         kv = (self.kv_bytes_per_ctx_token * b * ctx + index_read) / self.hbm_Bps
+        per_read, per_key = self._compute_excess_s
+        if per_read or per_key:  # a compute-bound decode attention's excess over its reads
+            kv = kv + (per_read * ctx + per_key * full) * b
         comm = self.ar_alpha_s + self.ar_beta_s_per_token * b
         hop = (self.pp_hop_alpha_s + self.pp_hop_beta_s_per_token * b) if self.pp > 1 else 0.0
         return np.asarray(
