@@ -708,3 +708,20 @@ def test_the_pipeline_split_from_the_file_and_the_flag(
         "slowest_runs_output_layer": True,
     }
     assert bal["step_time_s"] < even["step_time_s"]
+
+
+@pytest.mark.parametrize("path", sorted((EXAMPLE.parent).glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_bundled_workload_names_catalog_parts_and_has_a_plan_that_fits(
+    path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuscale.catalog import get_gpu, get_model
+
+    job = load_training_job(path)
+    assert job.model and job.gpu and job.gpus
+    assert get_model(job.model).key and get_gpu(job.gpu).key
+    code, out, err = run_cli(
+        ["train", "search", "--workload", str(path), "--top", "1", "--json"], capsys
+    )
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]
+    assert best["fits"] and best["gpus"] == job.gpus
