@@ -220,6 +220,10 @@ def test_bad_shapes_are_one_line_errors(tmp_path: Path) -> None:
         assert m.compressed is not None
         short = {**m.compressed.model_dump(), "ratios": [0] * 40}
         Model.model_validate({**m.model_dump(), "compressed": short})
+    with pytest.raises(ValueError, match=r"o_groups=7 must divide heads x head_dim = 32768"):
+        assert m.compressed is not None
+        odd = {**m.compressed.model_dump(), "o_groups": 7}
+        Model.model_validate({**m.model_dump(), "compressed": odd})
     with pytest.raises(ValueError, match="give their indexer's sizes as sparse"):
         Model.model_validate({**m.model_dump(), "sparse": None})
     with pytest.raises(InputError) as exc:

@@ -455,6 +455,11 @@ class Model(_Entry):
                 "compressed (DeepSeek-V4) attention has kv_heads=1 (one shared K = V head), "
                 "no mla, its own window (compressed.window, not window) and no hybrid pattern"
             )
+        if (self.heads * self.head_dim) % x.o_groups:
+            raise ValueError(
+                f"compressed.o_groups={x.o_groups} must divide heads x head_dim = "
+                f"{self.heads * self.head_dim} (the output projection's groups split the heads)"
+            )
         n = len(x.ratios)
         if n not in (self.layers, self.layers + self.mtp_layers) or min(x.ratios) < 0:
             raise ValueError(
