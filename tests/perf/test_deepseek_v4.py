@@ -23,6 +23,7 @@ from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
 from gpuscale.export.megatron import megatron_args
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.flop_conventions import megatron_model_flops
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import kv_bytes_per_token, precision_plan, window_cache_bytes_per_seq
 from gpuscale.perf.memory import activation_bytes_per_layer
@@ -35,7 +36,6 @@ from gpuscale.perf.transformer import (
     keys_per_query,
     layer_ratios,
     layer_shapes,
-    megatron_model_flops,
     model_flops_per_token,
     mtp_param_count,
     param_count,

@@ -18,13 +18,13 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.catalog.hf import load_hf_config
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.flop_conventions import megatron_model_flops
 from gpuscale.perf.kernels import scan_s
 from gpuscale.perf.kv import mamba_state_bytes_per_seq
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.transformer import (
     active_param_count,
     layer_shapes,
-    megatron_model_flops,
     mtp_param_count,
     param_count,
     scan_flops_per_token,

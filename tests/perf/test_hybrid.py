@@ -19,6 +19,7 @@ from gpuscale.catalog.hf import load_hf_config
 from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.flop_conventions import megatron_model_flops
 from gpuscale.perf.kv import kv_bytes_per_token, mamba_state_bytes_per_seq
 from gpuscale.perf.memory import activation_bytes_per_layer, memory_breakdown
 from gpuscale.perf.plan import Plans, Workload
@@ -27,7 +28,6 @@ from gpuscale.perf.transformer import (
     active_param_count,
     forward_flops_per_token,
     layer_shapes,
-    megatron_model_flops,
     mtp_param_count,
     param_count,
     scan_flops_per_token,

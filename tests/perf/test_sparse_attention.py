@@ -19,6 +19,7 @@ from gpuscale.catalog import get_gpu, get_model, get_system
 from gpuscale.catalog.schema import Model, SparseAttention
 from gpuscale.errors import InputError
 from gpuscale.perf.comm.fabric import Fabric
+from gpuscale.perf.flop_conventions import megatron_model_flops
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kernels import INDEXER_LOGIT_BYTES, attention_core_s
 from gpuscale.perf.kv import kv_bytes_per_token, precision_plan
@@ -30,7 +31,6 @@ from gpuscale.perf.transformer import (
     indexer_core_flops_per_token,
     keys_per_query,
     layer_shapes,
-    megatron_model_flops,
     mtp_param_count,
     param_count,
 )

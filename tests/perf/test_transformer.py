@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpuscale.catalog import Model, get_model
+from gpuscale.perf.flop_conventions import megatron_model_flops, megatron_sc21_flops
 from gpuscale.perf.transformer import (
     active_param_count,
     forward_flops_per_token,
-    megatron_model_flops,
-    megatron_sc21_flops,
     model_flops_per_token,
     param_count,
 )

@@ -16,11 +16,10 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
+from gpuscale.perf.flop_conventions import megatron_model_flops, megatron_sc21_flops
 from gpuscale.perf.plan import Plans
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import (
-    megatron_model_flops,
-    megatron_sc21_flops,
     model_flops_per_token,
 )
 from gpuscale.search.plans import search_plans
