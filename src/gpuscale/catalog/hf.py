@@ -20,7 +20,8 @@ from gpuscale.catalog.hf_layout import (
     sparse_attention,
 )
 from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
-from gpuscale.catalog.schema import MLA, Mamba, Model
+from gpuscale.catalog.model_parts import MLA, Mamba
+from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
 from gpuscale.spec.files import read_json
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuscale.catalog.hf_values import Ints, where
-from gpuscale.catalog.schema import CompressedAttention, Mamba, SparseAttention
+from gpuscale.catalog.model_parts import CompressedAttention, Mamba, SparseAttention
 from gpuscale.errors import InputError
 
 _TIED_DEFAULT: dict[str, bool] = {
