@@ -69,11 +69,16 @@ GDN_KEYS = {
 """config.json keys of a Gated DeltaNet's sizes (Qwen3-Next, Qwen3.5)."""
 
 
-def _sizes_error(exc: ValidationError, path: Path, keys: dict[str, str]) -> InputError:
-    """A mixer size the schema refuses, named by the file's key, on one line."""
-    err = exc.errors()[0]
-    field = str(err["loc"][0]) if err["loc"] else ""
-    return InputError(f"{where(path)}:{keys.get(field, field)}", err.get("input"), err["msg"])
+def _mixer(path: Path, keys: dict[str, str], **sizes: Any) -> Mamba:
+    """A hybrid's mixer sizes as the schema takes them; a size it refuses is a one-line
+    error naming the file's key (``keys``: schema field -> config.json key)."""
+    try:
+        return Mamba(**sizes)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        where_key = f"{where(path)}:{keys.get(field, field)}"
+        raise InputError(where_key, err.get("input"), err["msg"]) from exc
 
 
 def _hybrid(cfg: dict[str, Any], path: Path, ints: Ints) -> tuple[str, Mamba | None]:
@@ -94,17 +99,16 @@ def _hybrid(cfg: dict[str, Any], path: Path, ints: Ints) -> tuple[str, Mamba | N
     for key in ("mamba_num_heads", "mamba_head_dim"):
         if cfg.get(key) is None:
             raise InputError(f"{where(path)}:{key}", None, "required for Mamba blocks (an integer)")
-    try:
-        mamba = Mamba(
-            heads=ints("mamba_num_heads", minimum=1),
-            head_dim=ints("mamba_head_dim", minimum=1),
-            state=ints("ssm_state_size", "state_size", default=128, minimum=1),
-            groups=ints("n_groups", default=1, minimum=1),
-            conv_kernel=ints("conv_kernel", default=4, minimum=1),
-            chunk=ints("chunk_size", default=128, minimum=1),
-        )
-    except ValidationError as exc:
-        raise _sizes_error(exc, path, MAMBA_KEYS) from exc
+    mamba = _mixer(
+        path,
+        MAMBA_KEYS,
+        heads=ints("mamba_num_heads", minimum=1),
+        head_dim=ints("mamba_head_dim", minimum=1),
+        state=ints("ssm_state_size", "state_size", default=128, minimum=1),
+        groups=ints("n_groups", default=1, minimum=1),
+        conv_kernel=ints("conv_kernel", default=4, minimum=1),
+        chunk=ints("chunk_size", default=128, minimum=1),
+    )
     return pattern, mamba
 
 
@@ -308,18 +312,17 @@ def gated_deltanet_layout(
         ("M" if lin else "*") + ("E" if moe and (i + 1) % step == 0 and i not in dense else "-")
         for i, lin in enumerate(is_linear)
     )
-    try:
-        mixer = Mamba(
-            rule="gated_delta",
-            heads=ints("linear_num_value_heads", minimum=1),
-            head_dim=ints("linear_value_head_dim", minimum=1),
-            state=ints("linear_key_head_dim", minimum=1),
-            groups=ints("linear_num_key_heads", minimum=1),
-            conv_kernel=ints("linear_conv_kernel_dim", default=4, minimum=1),
-            chunk=64,
-        )
-    except ValidationError as exc:
-        raise _sizes_error(exc, path, GDN_KEYS) from exc
+    mixer = _mixer(
+        path,
+        GDN_KEYS,
+        rule="gated_delta",
+        heads=ints("linear_num_value_heads", minimum=1),
+        head_dim=ints("linear_value_head_dim", minimum=1),
+        state=ints("linear_key_head_dim", minimum=1),
+        groups=ints("linear_num_key_heads", minimum=1),
+        conv_kernel=ints("linear_conv_kernel_dim", default=4, minimum=1),
+        chunk=64,
+    )
     if mixer.heads % mixer.groups:
         raise InputError(
             f"{where(path)}:linear_num_key_heads",
@@ -367,17 +370,16 @@ def granite_hybrid_layout(
             head_dim,
             f"mamba_expand x hidden_size / mamba_n_heads = {inner} / {heads} (the mixer's width)",
         )
-    try:
-        mixer = Mamba(
-            heads=heads,
-            head_dim=head_dim,
-            state=ints("mamba_d_state", default=256, minimum=1),
-            groups=ints("mamba_n_groups", default=1, minimum=1),
-            conv_kernel=ints("mamba_d_conv", default=4, minimum=1),
-            chunk=ints("mamba_chunk_size", default=256, minimum=1),
-        )
-    except ValidationError as exc:
-        raise _sizes_error(exc, path, GRANITE_HYBRID_KEYS) from exc
+    mixer = _mixer(
+        path,
+        GRANITE_HYBRID_KEYS,
+        heads=heads,
+        head_dim=head_dim,
+        state=ints("mamba_d_state", default=256, minimum=1),
+        groups=ints("mamba_n_groups", default=1, minimum=1),
+        conv_kernel=ints("mamba_d_conv", default=4, minimum=1),
+        chunk=ints("mamba_chunk_size", default=256, minimum=1),
+    )
     return pattern, mixer
 
 
