@@ -44,28 +44,28 @@ def _warn_context(m: Model, input_len: int, output_len: int) -> None:
 
 
 def _note_sparse(m: Model) -> None:
-    """One stderr line for a DeepSeek Sparse Attention model: how its attention is priced,
-    and the assumption (the indexer whole on every TP rank) that makes TP cost more."""
-    if m.compressed is not None and m.sparse is not None:
+    """One stderr line for a DeepSeek Sparse Attention model (DeepSeek-V4's compressed
+    attention too): how its attention is priced, and the assumption (the indexer whole on
+    every TP rank) that makes TP cost more."""
+    if m.sparse is None:
+        return
+    if m.compressed is not None:
         c = m.compressed
-        err.print(
-            f"[yellow]note:[/] {m.key}'s attention: every layer keeps its last {c.window} "
-            f"tokens; its compressed layers keep one entry per {c.csa_ratio} tokens (CSA, "
-            f"reading the top {m.sparse.topk:,} an indexer picks after scoring all of them in "
-            "FP8) or per more (HCA, reading all); the cache, the indexer and the windows "
-            "are priced whole on every TP rank (one shared K = V head)",
-            highlight=False,
-            soft_wrap=True,
+        what = (
+            f"{m.key}'s attention: every layer keeps its last {c.window} tokens; its "
+            f"compressed layers keep one entry per {c.csa_ratio} tokens (CSA, reading the top "
+            f"{m.sparse.topk:,} an indexer picks after scoring all of them in FP8) or per "
+            "more (HCA, reading all); the cache, the indexer and the windows are priced "
+            "whole on every TP rank (one shared K = V head)"
         )
-    elif m.sparse is not None:
-        err.print(
-            f"[yellow]note:[/] {m.key}'s sparse attention: each query attends to its top "
-            f"{m.sparse.topk:,} keys, chosen by an indexer that scores every earlier key in "
-            "FP8 and reads all its keys, priced whole on every TP rank (as vLLM and SGLang "
-            "run it); the KV cache keeps every token",
-            highlight=False,
-            soft_wrap=True,
+    else:
+        what = (
+            f"{m.key}'s sparse attention: each query attends to its top {m.sparse.topk:,} "
+            "keys, chosen by an indexer that scores every earlier key in FP8 and reads all "
+            "its keys, priced whole on every TP rank (as vLLM and SGLang run it); the KV "
+            "cache keeps every token"
         )
+    err.print(f"[yellow]note:[/] {what}", highlight=False, soft_wrap=True)
 
 
 def _sequence_fits(mem: MemoryPlan, m: Model, input_len: int, output_len: int, where: str) -> None:

@@ -53,6 +53,7 @@ from gpuscale.perf.kv import (
     window_share,
 )
 from gpuscale.perf.transformer import (
+    entries_per_token,
     indexer_layers,
     indexer_pair_flops,
     layer_ratios,
@@ -162,13 +163,12 @@ def build_step_model(
         # DeepSeek-V4: a query's pairs with the compressed entries, 1 / ratio of a context
         # token each, the CSA layers' capped at the top-k entries (k x ratio tokens); its
         # window's 128 keys in every layer are a fixed cost a token
-        c, main = model.compressed, layer_ratios(model)[0]
-        per_tok = [1.0 / r for r in main if r]
-        csa = main.count(c.csa_ratio) / c.csa_ratio
-        attn_pair *= sum(per_tok) / model.attn_layers
+        c, entries = model.compressed, entries_per_token(model)
+        csa = layer_ratios(model)[0].count(c.csa_ratio) / c.csa_ratio
+        attn_pair *= entries / model.attn_layers
         decode_pair = attn_pair
         sparse_tokens *= c.csa_ratio
-        sparse_share = csa / sum(per_tok)
+        sparse_share = csa / entries
         window_flops = 2.0 * model.heads * (qk_dim + v_dim) * c.window * model.layers / gp
     # a decode step reads the attention's cache (capped at a DSA model's top-k) and all its
     # indexer keys

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
 from gpuscale.perf.transformer import (
+    entries_per_token,
     indexer_layers,
     layer_ratios,
     layer_shapes,
@@ -183,7 +184,7 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
     if m.compressed is not None:
         # DeepSeek-V4: one K = V entry of head_dim a compressed layer keeps per ratio tokens
         # (its window's tokens are a fixed amount a sequence, window_cache_bytes_per_seq)
-        per_token = sum(1.0 / r for r in layer_ratios(m)[0] if r) * m.head_dim
+        per_token = entries_per_token(m) * m.head_dim
         return per_token * layers / m.attn_layers * kv_bytes + indexer_key_bytes_per_token(m, pp)
     attention = kv_elements_per_token_layer(m, tp) * layers * kv_bytes
     return attention + indexer_key_bytes_per_token(m, pp)

@@ -184,6 +184,12 @@ def layer_ratios(m: Model) -> tuple[list[int], list[int]]:
     return r[: m.layers], mtp
 
 
+def entries_per_token(m: Model) -> float:
+    """DeepSeek-V4's compressed entries one context token adds, summed over its layers
+    (1 / ratio in each compressed layer; 0 for other models)."""
+    return sum(1.0 / r for r in layer_ratios(m)[0] if r)
+
+
 def compressor_weights(m: Model, ratio: int) -> int:
     """Weights of one DeepSeek-V4 layer's compressor of ``ratio`` (0: none): kv and gate
     projections to the head width (two series, 2 x, where CSA's windows overlap), the
