@@ -266,11 +266,16 @@ def _precision(e: TrainingEstimate) -> list[str]:
     return out
 
 
-def _compressed_attention(m: Model) -> list[str]:
+def _compressed_attention(m: Model, tp: int, notes: list[str]) -> list[str]:
     """DeepSeek-V4's attention as Megatron-Core's ``dsv4_hybrid`` variant: MLA's low-rank
     query flags for its query latent, the shared K = V head as the value head (the last
     64 dimensions rotary, as DeepSeek-V4's), the grouped output projection, the window and
     each layer's and MTP depth's compression ratio, and the hyper-connections' streams."""
+    if tp > 1:
+        notes.append(
+            "DeepSeek-V4 at TP > 1 is priced with its query heads and output groups "
+            "split over TP; Megatron-Bridge's DeepSeek-V4 recipes run TP1"
+        )
     c = m.compressed
     assert c is not None
     main, mtp = layer_ratios(m)
@@ -283,6 +288,38 @@ def _compressed_attention(m: Model) -> list[str]:
     if m.residual_streams > 1:
         args += ["--enable-hyper-connections"]
         args += ["--num-residual-streams", str(m.residual_streams)]
+    return args
+
+
+def _sparse_attention(m: Model, notes: list[str]) -> list[str]:
+    """DeepSeek Sparse Attention as Megatron-Core's experimental attention variant, its
+    indexer's sizes (with DeepSeek-V4's, the indexer of its CSA layers), and notes for the
+    indexer's loss and the layers the recipe must say."""
+    x = m.sparse
+    assert x is not None
+    args = [] if m.compressed is not None else ["--experimental-attention-variant", "dsa"]
+    args += ["--dsa-indexer-n-heads", str(x.heads), "--dsa-indexer-head-dim", str(x.head_dim)]
+    args += ["--dsa-indexer-topk", str(x.topk)]
+    example = (
+        "0.01 with --dsa-indexer-use-sparse-loss in Megatron-LM's DeepSeek-V4 examples"
+        if m.compressed is not None
+        else "0.001 in Megatron-Bridge's GLM-5.2 runs"
+    )
+    notes.append(
+        "the DSA indexer is priced as trained on its own loss (--dsa-indexer-loss-coeff "
+        f"as the recipe sets it; {example})"
+    )
+    n_sparse, n_index = sparse_layers(m), indexer_layers(m)
+    if n_sparse < m.attn_layers and m.compressed is None:
+        notes.append(
+            f"{n_sparse} of the {m.attn_layers} attention layers attend to the top-k, the "
+            "others to every key: the model's recipe says which"
+        )
+    if n_index < n_sparse:
+        notes.append(
+            f"{n_index} of the {n_sparse} sparse-attention layers run an indexer, the "
+            "others reuse a neighbour's selection: the model's recipe says which"
+        )
     return args
 
 
@@ -328,40 +365,9 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
                 "places them; Megatron-LM's default puts them on the last stage"
             )
     if m.compressed is not None:
-        args += _compressed_attention(m)
-        if int(p.tp[i]) > 1:
-            notes.append(
-                "DeepSeek-V4 at TP > 1 is priced with its query heads and output groups "
-                "split over TP; Megatron-Bridge's DeepSeek-V4 recipes run TP1"
-            )
+        args += _compressed_attention(m, int(p.tp[i]), notes)
     if m.sparse is not None:
-        # DeepSeek Sparse Attention: Megatron-Core's experimental attention variant (with
-        # DeepSeek-V4's, the indexer of its CSA layers)
-        x = m.sparse
-        if m.compressed is None:
-            args += ["--experimental-attention-variant", "dsa"]
-        args += ["--dsa-indexer-n-heads", str(x.heads), "--dsa-indexer-head-dim", str(x.head_dim)]
-        args += ["--dsa-indexer-topk", str(x.topk)]
-        example = (
-            "0.01 with --dsa-indexer-use-sparse-loss in Megatron-LM's DeepSeek-V4 examples"
-            if m.compressed is not None
-            else "0.001 in Megatron-Bridge's GLM-5.2 runs"
-        )
-        notes.append(
-            "the DSA indexer is priced as trained on its own loss (--dsa-indexer-loss-coeff "
-            f"as the recipe sets it; {example})"
-        )
-        n_sparse, n_index = sparse_layers(m), indexer_layers(m)
-        if n_sparse < m.attn_layers and m.compressed is None:
-            notes.append(
-                f"{n_sparse} of the {m.attn_layers} attention layers attend to the top-k, the "
-                "others to every key: the model's recipe says which"
-            )
-        if n_index < n_sparse:
-            notes.append(
-                f"{n_index} of the {n_sparse} sparse-attention layers run an indexer, the "
-                "others reuse a neighbour's selection: the model's recipe says which"
-            )
+        args += _sparse_attention(m, notes)
     if w.precision == "fp16" and m.is_moe and int(p.ep[i]) > 1:
         notes.append("Megatron-Core runs expert parallelism in bf16, not fp16")
     used = int(p.gpus_used()[i])
