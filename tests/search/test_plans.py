@@ -366,6 +366,9 @@ def test_partial_recompute_names_layers_per_virtual_chunk() -> None:
         # Megatron overlaps TP collectives only under sequence parallelism
         (8192, {"tp": 8, "dp": 8, "tp_overlap": True}, "tp communication overlap needs"),
         (8192, {"tp": 8, "dp": 8, "tp_overlap": True, "sp": True}, None),
+        # userbuffers / symmetric memory reach the GPUs of one scale-up domain (8 on HGX)
+        (8192, {"tp": 16, "dp": 4, "tp_overlap": True, "sp": True}, "at most 8"),
+        (8192, {"tp": 16, "dp": 4, "sp": True}, None),
     ],
 )
 def test_context_parallel_chunks_and_tp_overlap_rules(

@@ -103,6 +103,14 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             ~p.tp_overlap | p.sp,
             "tp communication overlap needs tp > 1 with sequence parallelism",
         ),
+        # the overlap's engines move the GEMM's operands GPU to GPU through shared memory
+        # handles (Transformer Engine's userbuffers, PyTorch's symmetric memory for AsyncTP):
+        # a TP group that spans nodes over the NICs runs its collectives in turn
+        (
+            ~p.tp_overlap | (p.tp <= w.fabric.scaleup_domain_gpus),
+            "tp communication overlap needs the TP group inside one scale-up domain: tp at "
+            f"most {w.fabric.scaleup_domain_gpus}",
+        ),
         # Megatron: "--fp8-param-gather only supported with distributed optimizer, torch
         # fsdp2, megatron fsdp"; without sharding nothing is gathered
         (

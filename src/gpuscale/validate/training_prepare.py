@@ -363,9 +363,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         fixed["sharding"] = SHARDING.index("zero1")
         notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
     recipes = re.search(r"megatron-bridge|nemo", row["source"].lower())
-    if recipes and int(fixed.get("tp", 1)) > 1 and fixed.get("sp") is not False:
+    tp_stated = int(fixed.get("tp", 1))
+    if recipes and 1 < tp_stated <= w.fabric.scaleup_domain_gpus and fixed.get("sp") is not False:
         # the performance recipes overlap TP communication with the GEMMs whenever TP > 1
-        # (tp_comm_overlap: Transformer Engine's userbuffers, under sequence parallelism)
+        # (tp_comm_overlap: Transformer Engine's userbuffers, under sequence parallelism,
+        # within a scale-up domain)
         fixed["tp_overlap"] = True
         notes.append("TP communication overlapped with GEMMs (the recipes' tp_comm_overlap)")
     free = [k for k in ("tp", "pp", "dp", "mbs", "recompute", "sharding") if k not in fixed]
