@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.validate.training import prepare
+from gpuscale.validate.training import UnsupportedRowError, prepare
 from gpuscale.validate.training_cells import COLUMNS
 from gpuscale.validate.training_model import model_for
 from gpuscale.validate.training_rows import (
@@ -228,6 +228,8 @@ def _row(**cells: str) -> dict[str, str]:
         ("Megatron-Bridge performance summary", "1", None),
         ("Megatron-Bridge performance summary", "", None),  # TP searched: no overlap forced
         ("some paper", "4", None),
+        # userbuffers stay inside the 8-GPU NVLink domain: TP16 runs its collectives in turn
+        ("Megatron-Bridge performance summary", "16", None),
     ],
 )
 def test_megatron_recipes_overlap_tp_communication(
@@ -1031,3 +1033,9 @@ def test_a_nanotron_pipeline_row_is_priced_balanced() -> None:
     assert prepared.workload.pp_split == "balanced"
     assert any("nanotron balances its stages" in n for n in prepared.notes)
     assert prepare(_row(source="Megatron-LM", pp="4"), "test").workload.pp_split == "even"
+
+
+@pytest.mark.parametrize("size", ["0", "-0", "-70"])
+def test_a_size_not_above_zero_skips_the_row(size: str) -> None:
+    with pytest.raises(UnsupportedRowError, match=f"params_b='{size}': a model's size must be"):
+        prepare(_row(params_b=size), "test")

@@ -190,6 +190,17 @@ def _as_stated(body: dict[str, Any], params_b: float | None, notes: list[str]) -
     return model
 
 
+def _stated_size(row: dict[str, str], where: str) -> float | None:
+    """The row's ``params_b`` (billions), None when empty; not above zero skips the row."""
+    params_b = num(row, "params_b", where)
+    if params_b is not None and params_b <= 0:
+        raise UnsupportedRowError(
+            f"params_b={row['params_b'].strip()!r}: a model's size must be a positive number "
+            "of billions of parameters"
+        )
+    return params_b
+
+
 def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
     notes: list[str] = []
     shape = {
@@ -255,7 +266,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             body["num_experts"], body["top_k"] = experts, top_k
             notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
         try:
-            return _as_stated(body, num(row, "params_b", where), notes), notes
+            return _as_stated(body, _stated_size(row, where), notes), notes
         except ValidationError as exc:
             why = _why(exc)
             raise UnsupportedRowError(f"the row's shape is not a model: {why}") from None
@@ -296,7 +307,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             notes.append(f"{base.key} with the row's {', '.join(changed)} (catalog's otherwise)")
     else:
         model = base
-    params_b = num(row, "params_b", where)
+    params_b = _stated_size(row, where)
     if params_b is not None:
         check_size(model, params_b, f"{params_b:g}", f"{row['model']!r} ({model.key})")
     return model, notes
