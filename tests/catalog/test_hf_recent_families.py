@@ -208,7 +208,6 @@ def test_an_unknown_model_type_must_name_its_activation(tmp_path: Path) -> None:
         ("gemma3n_text", "AltUp"),
         ("gemma4_text", "per-kind head sizes"),
         ("step3p5", "attention_other_setting"),
-        ("exaone_moe", "sliding_windows"),
     ],
 )
 def test_unmodelled_architectures_are_refused_by_name(

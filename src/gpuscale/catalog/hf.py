@@ -12,7 +12,6 @@ from gpuscale.catalog.hf_layout import (
     GDN_TYPES,
     _hybrid,
     _moe_layout,
-    _sliding_window,
     _tied,
     compressed_attention,
     gated_deltanet_layout,
@@ -20,6 +19,7 @@ from gpuscale.catalog.hf_layout import (
     sparse_attention,
 )
 from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
+from gpuscale.catalog.hf_window import sliding_window
 from gpuscale.catalog.model_parts import MLA, Mamba
 from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
@@ -32,8 +32,9 @@ _GATED_MLP: dict[str, bool] = {
     # DeepseekV3MLP, GemmaMLP/Gemma2MLP/Gemma3MLP (GeGLU: gelu_pytorch_tanh(gate) x up),
     # Llama4TextMLP, Qwen3NextMLP, the MLPs of GLM-4/4.5, OLMo 2/3, SmolLM3, Seed-OSS, Hunyuan,
     # EXAONE 4, dots.llm1, Ministral and Granite; Phi3MLP and Glm4MLP fuse gate and up
-    # (gate_up_proj); the experts of Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS, Llama 4, MiniMax-M2
-    # and Granite hold gate and up as well; Kimi K2 is DeepSeek-V3's architecture
+    # (gate_up_proj); the experts of Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS, Llama 4, MiniMax-M2,
+    # Granite and EXAONE-MoE (K-EXAONE) hold gate and up as well; Kimi K2 is DeepSeek-V3's
+    # architecture
     **dict.fromkeys(
         (
             "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
@@ -43,7 +44,7 @@ _GATED_MLP: dict[str, bool] = {
             "minimax_m2", "olmo2", "olmo3", "olmoe", "smollm3", "seed_oss", "hunyuan_v1_dense",
             "hunyuan_v1_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5", "glm_moe_dsa",
-            "minimax_m3_vl", "deepseek_v4",
+            "minimax_m3_vl", "deepseek_v4", "exaone_moe",
         ),
         True,
     ),
@@ -74,6 +75,19 @@ ERNIE_MOE_DEFAULTS: dict[str, int] = {
     "moe_layer_start_index": 1,
 }
 """Ernie4_5_MoeConfig's defaults for the MoE keys a file may leave out (transformers)."""
+EXAONE_MOE_DEFAULTS: dict[str, int] = {
+    "intermediate_size": 16384,
+    "moe_intermediate_size": 1024,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "num_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "n_group": 1,
+    "topk_group": 1,
+}
+"""ExaoneMoeConfig's defaults for the MoE keys a file may leave out (transformers; its
+window's, 4096, in :func:`~gpuscale.catalog.hf_window.sliding_window`); a key the file
+gives as null stays null."""
 UNREAD_TYPES = {
     "jamba": "Jamba's interleaved attention, Mamba and MoE periods are not read; the "
     "Nemotron-H hybrids (hybrid_override_pattern) are",
@@ -103,7 +117,6 @@ UNREAD_TYPES = {
     "not modelled",
     "step3p5": "Step 3.5's sliding and full layers have different head counts "
     "(attention_other_setting), which is not modelled",
-    "exaone_moe": "K-EXAONE's per-layer sliding_windows are not read",
 }
 """model_types whose layer layout config.json gives in keys gpuscale does not read: refused
 by name rather than read as a transformer of the wrong shape."""
@@ -171,6 +184,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         )
     if model_type == "ernie4_5_moe":
         cfg = {**ERNIE_MOE_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+    if model_type == "exaone_moe":
+        cfg = {**EXAONE_MOE_DEFAULTS, **cfg}
     ints = Ints(cfg, path)
     required = (
         ("num_hidden_layers", "n_layer", "num_layers"),
@@ -267,6 +282,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     shared = ints("n_shared_experts", "moe_num_shared_experts", "num_shared_expert", per_layer=True)
     if model_type == "llama4_text" and experts > 1:
         shared = 1  # every Llama 4 MoE layer adds one shared expert of the experts' width
+    if model_type == "exaone_moe":
+        # ExaoneMoeSparseMoEBlock: one shared MLP of num_shared_experts x the experts' width
+        shared = ints("num_shared_experts")
     # Nemotron 3 / Megatron spelling, Qwen2-MoE's (Qwen1.5-MoE: one shared expert of 5632),
     # Granite 4.0-H's shared MLP beside its experts
     shared_ffn = ints(
@@ -292,7 +310,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         compressed, v4_sparse, streams = compressed_attention(cfg, path, ints, layers, mtp_layers)
         window, window_layers = 0, None
     else:
-        window, window_layers = _sliding_window(cfg, model_type, ints)
+        window, window_layers = sliding_window(cfg, model_type, ints)
     window_kind = "sliding"
     chunk = ints("attention_chunk_size")
     if chunk and not window:
@@ -375,6 +393,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "compressed": compressed,
         "residual_streams": streams,
         "mtp_layers": mtp_layers,
+        # K-EXAONE's MTP layer has a dense MLP of intermediate_size (vLLM's ExaoneMoeMTP,
+        # the checkpoint's mtp.layers.0.mlp), not a MoE
+        "mtp_pattern": "*-" if model_type == "exaone_moe" and mtp_layers else "",
         "dropout": ints.trains_with_dropout(),
     }
     try:

@@ -1,6 +1,7 @@
-"""Reading a config.json's layer layout: which layers are Mamba, attention or MoE, which
-use a sliding window, and whether the embeddings are tied, each as the model's
-transformers code reads the keys (used by :func:`gpuscale.catalog.hf.load_hf_config`)."""
+"""Reading a config.json's layer layout: which layers are Mamba, attention or MoE, and
+whether the embeddings are tied, each as the model's transformers code reads the keys
+(used by :func:`gpuscale.catalog.hf.load_hf_config`; the sliding windows are read in
+:mod:`gpuscale.catalog.hf_window`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ _TIED_DEFAULT: dict[str, bool] = {
             "kimi_k2", "deepseek_v32", "glm4", "glm4_moe", "minimax_m2", "olmo2", "olmo3",
             "olmoe", "seed_oss", "hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "apertus", "glm_moe_dsa",
-            "minimax_m3_vl", "deepseek_v4",
+            "minimax_m3_vl", "deepseek_v4", "exaone_moe",
         ),
         False,
     ),
@@ -110,46 +111,6 @@ def _hybrid(cfg: dict[str, Any], path: Path, ints: Ints) -> tuple[str, Mamba | N
         chunk=ints("chunk_size", default=128, minimum=1),
     )
     return pattern, mamba
-
-
-def _sliding_window(cfg: dict[str, Any], model_type: str, ints: Ints) -> tuple[int, int | None]:
-    """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed, else
-    Gemma 2's alternation and Gemma 3's ``sliding_window_pattern``; with
-    ``use_sliding_window: true`` the layers from ``max_window_layers`` on (Qwen2/3); every
-    layer for Mistral unless turned off. Qwen's ``sliding_window`` alone is off."""
-    window = ints("sliding_window")
-    if not window:
-        return 0, None
-    kinds = cfg.get("layer_types")
-    layers = ints("num_hidden_layers", "n_layer", "num_layers")
-    if isinstance(kinds, list):
-        read = ("full_attention", "sliding_attention")
-        field = f"{where(ints.path)}:layer_types"
-        if len(kinds) != layers:
-            raise InputError(field, f"{len(kinds)} entries", f"one per layer: {layers}")
-        unknown = sorted({str(k) for k in kinds if k not in read})
-        if unknown:
-            # transformers knows more kinds (chunked_attention, hybrid_sliding, conv...):
-            # gpuscale prices only these two beside a sliding window
-            raise InputError(
-                field, ", ".join(unknown), f"layers gpuscale models: {', '.join(read)}"
-            )
-        return window, kinds.count("sliding_attention")
-    if model_type == "gemma2":
-        # Gemma2Config without layer_types: layer i slides when (i + 1) % 2, every other one
-        return window, (layers + 1) // 2
-    if model_type in ("gemma3", "gemma3_text"):
-        # Gemma3TextConfig: every sliding_window_pattern-th layer is global, the rest slide
-        every = ints("sliding_window_pattern", default=6, minimum=1)
-        return window, layers - layers // every
-    use = ints.flag("use_sliding_window", model_type == "mistral")
-    if use and model_type != "mistral":
-        # Qwen2/3: layers from max_window_layers on use the window
-        first = ints("max_window_layers")
-        return window, max(layers - first, 0) if first else None
-    if model_type == "mistral" and use:
-        return window, None
-    return 0, None
 
 
 def _tied(cfg: dict[str, Any], model_type: str, path: Path, ints: Ints) -> bool:
