@@ -207,7 +207,6 @@ def test_an_unknown_model_type_must_name_its_activation(tmp_path: Path) -> None:
         ("bamba", "attn_layer_indices"),
         ("gemma3n_text", "AltUp"),
         ("gemma4_text", "per-kind head sizes"),
-        ("step3p5", "attention_other_setting"),
     ],
 )
 def test_unmodelled_architectures_are_refused_by_name(

@@ -18,8 +18,9 @@ from gpuscale.catalog.hf_layout import (
     granite_hybrid_layout,
     sparse_attention,
 )
+from gpuscale.catalog.hf_step import mtp_blocks, step3p5_config
 from gpuscale.catalog.hf_values import FIELD_KEYS, Ints, first_of, snapshot_name, where
-from gpuscale.catalog.hf_window import sliding_window
+from gpuscale.catalog.hf_window import mtp_slides, sliding_window, window_attention
 from gpuscale.catalog.model_parts import MLA, Mamba
 from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
@@ -33,8 +34,8 @@ _GATED_MLP: dict[str, bool] = {
     # Llama4TextMLP, Qwen3NextMLP, the MLPs of GLM-4/4.5, OLMo 2/3, SmolLM3, Seed-OSS, Hunyuan,
     # EXAONE 4, dots.llm1, Ministral and Granite; Phi3MLP and Glm4MLP fuse gate and up
     # (gate_up_proj); the experts of Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS, Llama 4, MiniMax-M2,
-    # Granite and EXAONE-MoE (K-EXAONE) hold gate and up as well; Kimi K2 is DeepSeek-V3's
-    # architecture
+    # Granite, EXAONE-MoE (K-EXAONE) and Step 3.5 (Step3p7MLP, Step3p7Experts) hold gate and
+    # up as well; Kimi K2 is DeepSeek-V3's architecture
     **dict.fromkeys(
         (
             "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
@@ -44,7 +45,7 @@ _GATED_MLP: dict[str, bool] = {
             "minimax_m2", "olmo2", "olmo3", "olmoe", "smollm3", "seed_oss", "hunyuan_v1_dense",
             "hunyuan_v1_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5", "glm_moe_dsa",
-            "minimax_m3_vl", "deepseek_v4", "exaone_moe",
+            "minimax_m3_vl", "deepseek_v4", "exaone_moe", "step3p5",
         ),
         True,
     ),
@@ -115,8 +116,6 @@ UNREAD_TYPES = {
     "and shared K and V are not modelled",
     "kimi_k3": "Kimi K3's KDA linear attention, latent MoE and attention-residual banks are "
     "not modelled",
-    "step3p5": "Step 3.5's sliding and full layers have different head counts "
-    "(attention_other_setting), which is not modelled",
 }
 """model_types whose layer layout config.json gives in keys gpuscale does not read: refused
 by name rather than read as a transformer of the wrong shape."""
@@ -186,6 +185,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         cfg = {**ERNIE_MOE_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     if model_type == "exaone_moe":
         cfg = {**EXAONE_MOE_DEFAULTS, **cfg}
+    if model_type == "step3p5":
+        cfg = step3p5_config(cfg, path)
     ints = Ints(cfg, path)
     required = (
         ("num_hidden_layers", "n_layer", "num_layers"),
@@ -291,6 +292,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "moe_shared_expert_intermediate_size",
         "shared_expert_intermediate_size",
         "shared_intermediate_size",  # Granite 4.0-H, MiniMax M3
+        "share_expert_dim",  # Step 3.5: one shared expert of this width
     )
     if model_type == "hunyuan_v1_moe":
         # HunYuanMoEV1Moe: a shared MLP of the dense width (intermediate_size) beside the
@@ -311,6 +313,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         window, window_layers = 0, None
     else:
         window, window_layers = sliding_window(cfg, model_type, ints)
+    windowed = layers if window and window_layers is None else int(window_layers or 0)
+    window_attn = window_attention(cfg, ints, windowed)
     window_kind = "sliding"
     chunk = ints("attention_chunk_size")
     if chunk and not window:
@@ -335,7 +339,10 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     mq = 1 if model_type == "falcon" and cfg.get("multi_query") is True else heads
     if model_type == "falcon" and cfg.get("new_decoder_architecture") is True:
         mq = heads  # num_kv_heads names the groups; without it, one per head
-    kv_heads = ints("num_key_value_heads", "num_kv_heads", "n_head_kv", default=mq, minimum=1)
+    kv_heads = ints(
+        "num_key_value_heads", "num_kv_heads", "n_head_kv", "num_attention_groups",
+        default=mq, minimum=1,
+    )  # fmt: skip
     first_dense, moe_step = (0, 1)  # a hybrid pattern says which blocks are MoE
     if experts > 1 and gdn is None:
         first_dense, moe_step = _moe_layout(cfg, path, ints, layers)
@@ -345,8 +352,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
     if granite and cfg.get("position_embedding_type") != "rope":
         position = "none"  # GraniteMoeHybridModel: RoPE only with position_embedding_type rope
     top_k = ints(
-        "num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk", default=1, minimum=1,
-        per_layer=True,
+        "num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk", "moe_top_k", default=1,
+        minimum=1, per_layer=True,
     )  # fmt: skip
     if granite and experts == 1:
         top_k = 1  # a Granite 4.0-H without experts keeps the family's num_experts_per_tok
@@ -385,6 +392,11 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "window": window,
         "window_layers": window_layers,
         "window_kind": window_kind,
+        "window_attn": window_attn,
+        # Step 3.5's head-wise output gate (g_proj), on unless the file turns it off (as
+        # vLLM reads it; transformers' Step3p7Attention builds one whatever the file says)
+        "head_gate": model_type == "step3p5" and ints.flag("use_head_wise_attn_gate", True),
+        "mtp_window": bool(window) and mtp_slides(cfg, ints),
         "sparse": (
             v4_sparse
             if compressed is not None
@@ -393,9 +405,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         "compressed": compressed,
         "residual_streams": streams,
         "mtp_layers": mtp_layers,
-        # K-EXAONE's MTP layer has a dense MLP of intermediate_size (vLLM's ExaoneMoeMTP,
-        # the checkpoint's mtp.layers.0.mlp), not a MoE
-        "mtp_pattern": "*-" if model_type == "exaone_moe" and mtp_layers else "",
+        "mtp_pattern": mtp_blocks(cfg, path, model_type, mtp_layers),
         "dropout": ints.trains_with_dropout(),
     }
     try:

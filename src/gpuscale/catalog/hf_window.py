@@ -1,12 +1,14 @@
 """Reading a config.json's sliding windows: which attention layers see only the last
-``sliding_window`` tokens, as the model's code reads the keys (used by
-:func:`gpuscale.catalog.hf.load_hf_config`)."""
+``sliding_window`` tokens, as the model's code reads the keys, and where the windowed
+layers (and MTP layers) have a shape of their own (Step 3.5); used by
+:func:`gpuscale.catalog.hf.load_hf_config`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpuscale.catalog.hf_values import Ints, where
+from gpuscale.catalog.model_parts import WindowAttention
 from gpuscale.errors import InputError
 
 WINDOW_KINDS = ("full_attention", "sliding_attention")
@@ -105,9 +107,9 @@ def _per_layer_windows(cfg: dict[str, Any], ints: Ints, layers: int) -> tuple[in
 
 
 def _mtp_full_attention(cfg: dict[str, Any], ints: Ints) -> None:
-    """K-EXAONE's ``mtp_layer_types``: gpuscale's MTP depth attends to the whole sequence
-    (``full_attention``, K-EXAONE 236B-A23B's); a windowed one is refused rather than
-    priced as full attention."""
+    """K-EXAONE's ``mtp_layer_types``: its MTP depth read as attending to the whole sequence
+    (``full_attention``, K-EXAONE 236B-A23B's); a windowed one, with a window of its own in
+    ``mtp_sliding_windows``, is refused rather than priced as full attention."""
     kinds = cfg.get("mtp_layer_types")
     if kinds is None:
         return
@@ -115,5 +117,79 @@ def _mtp_full_attention(cfg: dict[str, Any], ints: Ints) -> None:
         raise InputError(
             f"{where(ints.path)}:mtp_layer_types",
             str(kinds)[:60],
-            "full_attention for every MTP layer: a windowed MTP layer is not modelled",
+            "full_attention for every MTP layer: K-EXAONE's windowed MTP layers "
+            "(mtp_sliding_windows) are not read",
         )
+
+
+def mtp_slides(cfg: dict[str, Any], ints: Ints) -> bool:
+    """Whether Step 3.5's MTP layers are sliding-window ones (``mtp_layer_types`` all
+    ``sliding_attention``; all ``full_attention``, or no list: no). One kind for every MTP
+    layer: gpuscale prices the depths alike."""
+    kinds = cfg.get("mtp_layer_types")
+    if kinds is None:
+        return False
+    if not isinstance(kinds, list) or len({*kinds}) != 1 or kinds[0] not in WINDOW_KINDS:
+        raise InputError(
+            f"{where(ints.path)}:mtp_layer_types",
+            str(kinds)[:60],
+            "one kind for every MTP layer: full_attention or sliding_attention",
+        )
+    return bool(kinds[0] == "sliding_attention")
+
+
+_OTHER_KEYS = {
+    "heads": ("num_attention_heads",),
+    "kv_heads": ("num_attention_groups", "num_key_value_heads"),
+    "head_dim": ("head_dim", "true_head_dim"),
+}
+"""``attention_other_setting``'s keys of each WindowAttention size, first the one read."""
+
+
+def window_attention(cfg: dict[str, Any], ints: Ints, windowed: int) -> WindowAttention | None:
+    """Step 3.5's ``attention_other_setting``: the sliding layers' query heads
+    (``num_attention_heads``), KV heads (``num_attention_groups``) and ``head_dim``, as
+    vLLM's Step3p5DecoderLayer, Megatron-Bridge's Step35Bridge and llama.cpp's converter read
+    them (transformers reads the heads alone); a size it leaves out is the model's. None
+    without the setting, or without sliding layers for it to shape; sliding layers whose
+    config gives no ``sliding_window`` (full attention with the other shape) are refused."""
+    other = cfg.get("attention_other_setting")
+    field = f"{where(ints.path)}:attention_other_setting"
+    if other is None:
+        return None
+    if not isinstance(other, dict):
+        raise InputError(field, str(other)[:60], "an object: num_attention_heads, head_dim...")
+    kind = other.get("attention_type", "sliding_attention")
+    if kind != "sliding_attention":
+        raise InputError(
+            f"{field}.attention_type", kind, "sliding_attention (the windowed layers' shape)"
+        )
+    sizes: dict[str, int] = {}
+    found: dict[str, str] = {}
+    for size, keys in _OTHER_KEYS.items():
+        key = next((k for k in keys if other.get(k) is not None), keys[0])
+        val = other.get(key)
+        if val is None:
+            continue
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise InputError(f"{field}.{key}", val, "an integer of at least 1")
+        sizes[size], found[size] = val, key
+    kinds = cfg.get("layer_types")
+    if not windowed:
+        if isinstance(kinds, list) and "sliding_attention" in kinds:
+            raise InputError(
+                f"{where(ints.path)}:sliding_window",
+                None,
+                "a window for the sliding_attention layers attention_other_setting shapes "
+                "(full-attention layers of another shape are not modelled)",
+            )
+        return None
+    heads = sizes.get("heads", ints("num_attention_heads"))
+    kv = sizes.get("kv_heads", 0)
+    if kv and heads % kv:
+        raise InputError(
+            f"{field}.{found['kv_heads']}",
+            kv,
+            f"a divisor of the sliding layers' {heads} query heads (grouped-query attention)",
+        )
+    return WindowAttention(**sizes)

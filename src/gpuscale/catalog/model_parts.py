@@ -1,7 +1,8 @@
 """Pydantic schemas of a model's parts beside its transformer shape: multi-head latent
-attention, linear-recurrent mixers (Mamba-2, Gated DeltaNet), DeepSeek Sparse Attention's
-indexer and DeepSeek-V4's compressed attention, and the block letters of a hybrid layer
-pattern. :class:`gpuscale.catalog.schema.Model` holds them."""
+attention, the windowed layers' own attention shape, linear-recurrent mixers (Mamba-2,
+Gated DeltaNet), DeepSeek Sparse Attention's indexer and DeepSeek-V4's compressed
+attention, and the block letters of a hybrid layer pattern.
+:class:`gpuscale.catalog.schema.Model` holds them."""
 
 from __future__ import annotations
 
@@ -19,6 +20,18 @@ class MLA(BaseModel):
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+
+
+class WindowAttention(BaseModel):
+    """The attention shape of a model's windowed (sliding or chunked) layers where it is not
+    its full-attention layers' (Step 3.5's ``attention_other_setting``: 96 query heads in
+    its sliding layers, 64 in its full ones, each kind over 8 KV heads of 128). A size left
+    at 0 is the model's own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    heads: int = Field(default=0, ge=0, le=1_000_000)
+    kv_heads: int = Field(default=0, ge=0, le=1_000_000)
+    head_dim: int = Field(default=0, ge=0, le=1_000_000)
 
 
 class Mamba(BaseModel):

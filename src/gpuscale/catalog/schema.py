@@ -16,6 +16,7 @@ from gpuscale.catalog.model_parts import (
     CompressedAttention,
     Mamba,
     SparseAttention,
+    WindowAttention,
 )
 from gpuscale.units import GB, GiB, MiB
 
@@ -29,6 +30,7 @@ __all__ = [
     "Model",
     "SparseAttention",
     "System",
+    "WindowAttention",
 ]
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -221,6 +223,13 @@ class Model(_Entry):
     """Sliding-window attention: tokens each query sees back (GPT-OSS 128); 0 = none."""
     window_layers: int | None = Field(default=None, ge=0)
     """Attention layers that use the window (GPT-OSS: every other one); default all."""
+    window_attn: WindowAttention | None = None
+    """The windowed layers' own query heads, KV heads and head dimension where they are not
+    the model's (Step 3.5: 96 query heads in its sliding layers, 64 in its full ones); None:
+    every attention layer has the model's."""
+    head_gate: bool = False
+    """A sigmoid gate per head on the attention output (Step 3.5's ``g_proj``: h x heads
+    weights, one gate a head and token); :attr:`attn_gate` gates each channel."""
     sparse: SparseAttention | None = None
     """DeepSeek Sparse Attention in every attention layer (DeepSeek-V3.2, GLM-5); with
     :attr:`compressed`, the indexer of its CSA layers, over compressed entries."""
@@ -245,6 +254,10 @@ class Model(_Entry):
     mtp_pattern: str = ""
     """Blocks of one MTP depth in a hybrid model (e.g. "*E"); default: attention followed
     by the model's MoE (or MLP)."""
+    mtp_window: bool = False
+    """An MTP depth's attention is a windowed layer (the model's window and
+    :attr:`window_attn`'s shape; Step 3.5's MTP layers slide); default: it attends to the
+    whole sequence with the model's shape."""
 
     @model_validator(mode="after")
     def _defaults(self) -> Model:
@@ -286,6 +299,8 @@ class Model(_Entry):
         if (self.window_layers or 0) > self.attn_layers:
             n = self.attn_layers
             raise ValueError(f"window_layers={self.window_layers} exceeds the {n} attention layers")
+        if self.window_attn is not None or self.mtp_window:
+            self._check_window_attn()
         if self.num_experts > 1 and self.num_experts % self.route_groups:
             raise ValueError(
                 f"route_groups={self.route_groups} does not divide num_experts="
@@ -325,6 +340,8 @@ class Model(_Entry):
             object.__setattr__(self, "sparse", full)
         if self.attn_gate and self.mla is not None:
             raise ValueError("attn_gate is a gate on the Q projection: not modelled with mla")
+        if self.head_gate and (self.mla is not None or self.compressed is not None):
+            raise ValueError("head_gate is a GQA layer's gate: not modelled with mla or compressed")
         if self.mtp_layers > self.layers:
             raise ValueError(
                 f"mtp_layers={self.mtp_layers} exceeds the model's {self.layers} "
@@ -353,6 +370,29 @@ class Model(_Entry):
                 raise ValueError(f"pattern has {len(self.pattern)} blocks but layers={self.layers}")
         return self
 
+    def _check_window_attn(self) -> None:
+        """The windowed layers' own shape (its sizes left at 0 the model's; dropped where it
+        is the model's) and a windowed MTP depth: GQA layers with a window, no hybrid."""
+        other = self.mla is not None or self.compressed is not None or bool(self.pattern)
+        if not self.window_layers or other:
+            raise ValueError(
+                "window_attn and mtp_window need windowed layers (window, window_layers > 0) "
+                "of GQA attention: not modelled with mla, compressed attention or a pattern"
+            )
+        x = self.window_attn
+        if x is None:
+            return
+        heads, kv = x.heads or self.heads, x.kv_heads or self.kv_heads
+        d = x.head_dim or self.head_dim
+        if heads % kv:
+            raise ValueError(
+                f"window_attn.kv_heads={kv} must divide window_attn.heads={heads} (grouped-query "
+                "attention shares each KV head among a whole number of query heads)"
+            )
+        same = (heads, kv, d) == (self.heads, self.kv_heads, self.head_dim)
+        full = WindowAttention(heads=heads, kv_heads=kv, head_dim=d)
+        object.__setattr__(self, "window_attn", None if same else full)
+
     def _check_compressed(self) -> None:
         """DeepSeek-V4's attention: one shared K = V head, a ratio per layer (and MTP depth),
         the indexer's sizes where a layer runs CSA."""
@@ -379,6 +419,14 @@ class Model(_Entry):
                 f"compressed.ratios has CSA layers (csa_ratio={x.csa_ratio}): give their "
                 "indexer's sizes as sparse (topk, heads, head_dim)"
             )
+
+    @property
+    def head_counts(self) -> tuple[tuple[int, int], ...]:
+        """(query heads, KV heads) of the attention layers: the model's, then its windowed
+        layers' where they have a shape of their own (:attr:`window_attn`)."""
+        x = self.window_attn
+        own = ((self.heads, self.kv_heads),)
+        return own if x is None else (*own, (x.heads, x.kv_heads))
 
     @property
     def hybrid(self) -> bool:

@@ -59,6 +59,12 @@ def model_line(m: Model) -> str:
     if m.window_layers:
         kind = "window" if m.window_kind == "sliding" else "attention chunk"
         parts.append(f"{m.window_layers} layers with a {m.window}-token {kind}")
+        x = m.window_attn
+        if x is not None:  # Step 3.5: the windowed layers' own heads
+            parts[-1] += (
+                f" and {x.heads} query heads (the others {m.heads}), {x.kv_heads} KV heads of "
+                f"{x.head_dim}"
+            )
     if m.compressed is not None:
         parts.append(_compressed_line(m))
     elif m.sparse is not None:

@@ -12,7 +12,8 @@ MoE token dispatcher, and DeepSeek-V4's compressed attention (``dsv4_hybrid``: i
 window, grouped output projection and hyper-connections). The model's shape
 (``--num-layers``, ``--hidden-size``, ...) comes from the model's own Megatron recipe and
 is not repeated. What a Megatron-LM flag cannot say (a DeepSpeed or PyTorch setting the
-plan was priced with, GPUs left idle) is returned as a note.
+plan was priced with, GPUs left idle, windowed layers with heads of their own) is returned
+as a note.
 
 Flag names follow Megatron-LM's ``megatron/training/arguments.py`` of 2026:
 Megatron-FSDP is ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
@@ -364,6 +365,14 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
                 "the MTP depths are priced spread over the stages, as a balanced layout "
                 "places them; Megatron-LM's default puts them on the last stage"
             )
+    if m.window_attn is not None:
+        x = m.window_attn
+        notes.append(
+            f"the {m.window_layers} windowed layers have {x.heads} query heads and {x.kv_heads} "
+            f"KV heads of {x.head_dim} (the others {m.heads}, {m.kv_heads} of {m.head_dim}): "
+            "Megatron-LM has no flag for heads per layer (its heterogeneous layer config sets "
+            "only num_query_groups); Megatron-Bridge's Step-3.5 provider builds such layers"
+        )
     if m.compressed is not None:
         args += _compressed_attention(m, int(p.tp[i]), notes)
     if m.sparse is not None:

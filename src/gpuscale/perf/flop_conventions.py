@@ -2,11 +2,13 @@
 frameworks report TFLOP/s and MFU against: Narayanan et al. SC'21 eq. (3), and Megatron-LM's
 ``num_floating_point_operations`` as Megatron-Bridge's calculator extends it (MLA, DeepSeek
 Sparse Attention, DeepSeek-V4's compressed attention, hybrid Mamba and Gated DeltaNet
-blocks, MTP depths)."""
+blocks, MTP depths), each attention layer with its own heads where the windowed layers
+have a shape of their own (Step 3.5)."""
 
 from __future__ import annotations
 
 from gpuscale.catalog import Model
+from gpuscale.perf.attn_kinds import attn_kinds, mtp_view
 from gpuscale.perf.transformer import (
     attn_dims,
     indexer_core_flops_per_token,
@@ -27,17 +29,15 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     """Megatron-LM ``num_floating_point_operations`` (2024), causal variant halves s/h.
 
     12 B s l h^2 [(1 + g/a + s/h) q/h + (f/h) k mult + V/(2 l h)], per layer type for MoE,
-    with shared experts added to the routed ones.
+    with shared experts added to the routed ones; windowed layers with a shape of their own
+    (Step 3.5) with their q and g/a, averaged over the attention layers, a windowed MTP
+    depth with the windowed layers' term.
     """
     h, s = m.hidden, seq_len
-    q, _ = attn_dims(m)
-    g_over_a = m.kv_heads / m.heads
     mult = 1.5 if m.gated_mlp else 1.0
-    # the s/h core term, per Megatron-Bridge's calculator, sees only the window in
-    # sliding-window layers (GPT-OSS: reproduces its 26.06 figures)
-    attn_term = (1.0 + g_over_a + keys_per_query(m, s, causal) / h) * q / h
-    if m.attn_gate:  # the gate's h x q GEMM (Megatron-LM adds it to the QKV projection)
-        attn_term += q / (2.0 * h)
+    attn_term = _gqa_term(m, s, causal)
+    if m.window_attn is not None:
+        attn_term = sum(n * _gqa_term(v, s, causal) for n, v in attn_kinds(m)) / m.attn_layers
     if m.mla is not None:
         attn_term = _megatron_mla_term(m, s, causal)
     if m.compressed is not None:
@@ -55,11 +55,29 @@ def megatron_model_flops(m: Model, batch: int, seq_len: int, causal: bool) -> fl
     per_layer += dense_layers * (attn_term + (m.dense_ffn_hidden / h) * mult)
     experts = (m.ffn_hidden * m.top_k + m.shared_ffn_hidden) / m.ffn_hidden  # in expert widths
     per_layer += (m.moe_layers + mtp_moe) * (attn_term + (m.ffn_hidden / h) * experts * mult)
+    if m.mtp_layers and (m.window_attn is not None or m.mtp_window):
+        # the MTP depths' attention as its own kind (Step 3.5's slides), not the average
+        per_layer += m.mtp_layers * (_gqa_term(mtp_view(m), s, causal) - attn_term)
     logits = (1 + m.mtp_layers) * m.vocab / (2.0 * h)
     # each MTP depth's 2h -> h projection and three norms
     mtp = m.mtp_layers * (2.0 * h * h + 3.0 * h) / (2.0 * h * h)
     total = 12.0 * batch * s * h * h * (per_layer + logits + mtp)
     return total
+
+
+def _gqa_term(m: Model, s: int, causal: bool) -> float:
+    """Megatron-LM's attention term of one GQA layer of ``m``'s shape, in units of 4 h^2 per
+    token: (1 + g/a + keys/h) q/h, with a gate's GEMM (h x q, or h x heads head-wise)."""
+    h = m.hidden
+    q, _ = attn_dims(m)
+    # the s/h core term, per Megatron-Bridge's calculator, sees only the window in
+    # sliding-window layers (GPT-OSS: reproduces its 26.06 figures)
+    term = (1.0 + m.kv_heads / m.heads + keys_per_query(m, s, causal) / h) * q / h
+    if m.attn_gate:  # the gate's h x q GEMM (Megatron-LM adds it to the QKV projection)
+        term += q / (2.0 * h)
+    if m.head_gate:  # a head-wise gate's h x heads GEMM
+        term += m.heads / (2.0 * h)
+    return term
 
 
 def _megatron_mla_term(m: Model, s: int, causal: bool) -> float:

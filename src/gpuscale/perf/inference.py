@@ -38,6 +38,7 @@ import math
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, Model, System, system_for_gpu
 from gpuscale.errors import InputError
+from gpuscale.perf.attn_kinds import attn_kinds, heads_said
 from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.engines import EngineConfig
 from gpuscale.perf.inference_step import StepModel
@@ -97,8 +98,9 @@ def build_step_model(
     eng = engine or EngineConfig()
     if tp < 1 or pp < 1:
         raise InputError("tp" if tp < 1 else "pp", tp if tp < 1 else pp, "a positive integer")
-    if model.heads % tp != 0:
-        raise InputError("tp", tp, f"a divisor of {model.name}'s {model.heads} attention heads")
+    if any(heads % tp for heads, _ in model.head_counts):
+        said = heads_said(model)
+        raise InputError("tp", tp, f"a divisor of {model.name}'s {said} attention heads")
     if pp > model.layers:
         raise InputError("pp", pp, f"at most {model.layers} (the layers of {model.name})")
     sysm = system or system_for_gpu(gpu)
@@ -149,6 +151,15 @@ def build_step_model(
     )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
     attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
+    window_pairs = None
+    if model.window_attn is not None:
+        # Step 3.5: each kind of attention layer with its own heads; the windowed layers'
+        # share of a pair's FLOPs (their pairs are capped at the window)
+        def pair(v: Model) -> float:
+            return 2.0 * v.heads * 2 * v.head_dim
+
+        attn_pair = sum(n * pair(v) for n, v in attn_kinds(model)) / gp
+        window_pairs = window_share(model, pp, tp, pair)
     # decode kernels run MLA absorbed: each head scores the latent and the rope key and sums
     # the latent (FlashMLA; vLLM's, SGLang's and TensorRT-LLM's MLA decode)
     decode_pair = attn_pair
@@ -241,6 +252,7 @@ def build_step_model(
         + pp * window_cache_bytes_per_seq(model, precision.kv_bytes, pp) / hbm_bps,
         moe_k_over_e=(model.top_k / model.num_experts) if model.is_moe else 0.0,
         num_experts=model.num_experts,
-        window_share=window_share(model, pp),
+        window_share=window_share(model, pp, tp),
+        window_pair_share=window_pairs,
         window_tokens=kv_window(model),
     )

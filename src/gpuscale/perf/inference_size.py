@@ -192,7 +192,7 @@ def size(
         prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" else precision
         pplan = precision_plan(gpu, prec)
         for tp in tps:
-            if model.heads % tp:
+            if any(heads % tp for heads, _ in model.head_counts):
                 continue
             sm = build_step_model(model, gpu, pplan, tp, 1, cal, eng, isl + osl, isl)
             label = f"{gpu.key} {prec} TP{tp}"

@@ -91,6 +91,10 @@ class StepModel:
     num_experts: int = 1
     window_share: float = 0.0
     """Share of the attention layers with a window (their pairs and KV reads are capped)."""
+    window_pair_share: float | None = None
+    """The windowed layers' share of the attention FLOPs of a pair where it is not their
+    share of the KV bytes (Step 3.5's windowed layers have more query heads); None: the
+    same."""
     window_tokens: int = 0
     sparse_tokens: int = 0
     """Keys a query attends to in a DeepSeek Sparse Attention model's sparse layers (their
@@ -133,16 +137,20 @@ class StepModel:
         )
 
     # --- the formula -------------------------------------------------------------------
-    def _caps(self) -> tuple[tuple[float, int], tuple[float, int]]:
+    def _caps(self, pairs: bool = False) -> tuple[tuple[float, int], tuple[float, int]]:
         """(share of the attention layers, keys a query takes there): the windowed layers'
-        window, a DSA model's sparse layers' top-k."""
-        return (self.window_share, self.window_tokens), (self.sparse_share, self.sparse_tokens)
+        window, a DSA model's sparse layers' top-k; ``pairs``: the windowed layers' share of
+        the pairs' FLOPs."""
+        window = self.window_share
+        if pairs and self.window_pair_share is not None:
+            window = self.window_pair_share
+        return (window, self.window_tokens), (self.sparse_share, self.sparse_tokens)
 
-    def _attended(self, amount: float, per: float) -> float:
-        """``amount`` (query-key pairs or cached tokens read) that the attention core takes:
-        each capped share of the layers at ``per`` x its keys (``per``: the queries, or the
-        decoding sequences)."""
-        for share, keys in self._caps():
+    def _attended(self, amount: float, per: float, pairs: bool = False) -> float:
+        """``amount`` (query-key pairs, ``pairs``, or cached tokens read) that the attention
+        core takes: each capped share of the layers at ``per`` x its keys (``per``: the
+        queries, or the decoding sequences)."""
+        for share, keys in self._caps(pairs):
             cap = per * keys
             if share > 0.0 and amount > cap:
                 amount = (1.0 - share) * amount + share * cap
@@ -169,7 +177,7 @@ class StepModel:
         t_c = flops / self.gemm_rate_flops
         t_m = wbytes / self.hbm_Bps
         gemm = t_c if t_c > t_m else t_m
-        pairs = self._attended(prefill_pairs / pp, pre)
+        pairs = self._attended(prefill_pairs / pp, pre, pairs=True)
         index = self.index_flops_per_pair * prefill_pairs / pp  # a DSA indexer's, all pairs
         attn = (self.attn_flops_per_pair * pairs + index) / self.attn_rate_flops
         read = self._attended(ctx_tokens / pp, dec)

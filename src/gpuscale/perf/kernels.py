@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscale.calibrate import Calibration
+from gpuscale.catalog import Model
+from gpuscale.perf.attn_kinds import attn_kinds
 from gpuscale.perf.plan import FloatArrayT, Workload
 from gpuscale.perf.transformer import (
     attn_core_dims,
@@ -82,8 +84,33 @@ def attention_core_s(
     cal: Calibration,
 ) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of the attention core (softmax(QK^T) V), one layer,
-    one micro-batch, per GPU, for the workload's attention kernel."""
+    one micro-batch, per GPU, for the workload's attention kernel: the average of the
+    attention layers' kinds (Step 3.5's full and windowed layers, each with its heads)."""
     m = w.model
+    if m.window_attn is not None:
+        fwd = bwd = np.zeros_like(mbs)
+        for n, v in attn_kinds(m):
+            f, b = _core_s(w, v, mbs, s_loc, tp, peak16, bw, cal)
+            fwd, bwd = fwd + n / m.attn_layers * f, bwd + n / m.attn_layers * b
+        return fwd, bwd
+    fwd, bwd = _core_s(w, m, mbs, s_loc, tp, peak16, bw, cal)
+    if m.sparse is not None:
+        idx_f, idx_b = _indexer_s(w, mbs, s_loc, peak16, bw, cal)
+        fwd, bwd = fwd + idx_f, bwd + idx_b
+    return fwd, bwd
+
+
+def _core_s(
+    w: Workload,
+    m: Model,
+    mbs: FloatArray,
+    s_loc: FloatArray,
+    tp: FloatArray,
+    peak16: float,
+    bw: float,
+    cal: Calibration,
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`attention_core_s` of one attention layer of ``m``'s shape (no indexer)."""
     qk_w, v_w = attn_core_dims(m)
     if w.attention == "unfused":
         heads = mbs * m.heads / tp  # (sequence, head) pairs per GPU, one batched GEMM each
@@ -110,11 +137,7 @@ def attention_core_s(
     # sliding-window layers, the blocks beyond the window
     flops = 2.0 * mbs * s_loc * keys_per_query(m, w.seq_len) * (qk_w + v_w) / tp
     fwd = flops / (peak16 * eff)
-    bwd = FLASH_BWD_FACTOR * fwd
-    if m.sparse is not None:
-        idx_f, idx_b = _indexer_s(w, mbs, s_loc, peak16, bw, cal)
-        fwd, bwd = fwd + idx_f, bwd + idx_b
-    return fwd, bwd
+    return fwd, FLASH_BWD_FACTOR * fwd
 
 
 INDEXER_LOGIT_BYTES = 8.0

@@ -2,7 +2,8 @@
 
 Formulas (each with its source):
 - KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element
-  (microsoft/vidur vidur/scheduler/utils/memory_planner.py; cli99/llm-analysis analysis.py).
+  (microsoft/vidur vidur/scheduler/utils/memory_planner.py; cli99/llm-analysis analysis.py),
+  windowed layers with a shape of their own (Step 3.5) at theirs.
   With tensor parallelism a GPU holds ceil(kv_heads / TP) heads, at least one: KV heads are
   replicated when TP exceeds them (llm-analysis ``max(kv_heads/TP, 1)``).
 - MLA (DeepSeek-V2/V3) caches one latent of kv_lora_rank + qk_rope_head_dim per token and
@@ -22,11 +23,14 @@ Formulas (each with its source):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuscale.catalog import GPU, Model
 from gpuscale.errors import InputError
+from gpuscale.perf.attn_kinds import full_view, window_view
 from gpuscale.perf.transformer import (
+    attn_weights,
     entries_per_token,
     indexer_layers,
     layer_ratios,
@@ -137,7 +141,7 @@ class ParamCounts:
 def param_counts(m: Model) -> ParamCounts:
     sh = layer_shapes(m)
     emb = float(m.vocab * m.hidden)
-    mixers = sh.attn * m.attn_layers + sh.mamba * m.mamba_layers + mixer_extra_weights(m)
+    mixers = attn_weights(m) + sh.mamba * m.mamba_layers + mixer_extra_weights(m)
     return ParamCounts(
         attention=float(mixers),
         dense_mlp=float(sh.mlp_dense * m.mlp_layers),
@@ -186,6 +190,12 @@ def kv_bytes_per_token(m: Model, kv_bytes: float = 2.0, tp: int = 1, pp: int = 1
         # (its window's tokens are a fixed amount a sequence, window_cache_bytes_per_seq)
         per_token = entries_per_token(m) * m.head_dim
         return per_token * layers / m.attn_layers * kv_bytes + indexer_key_bytes_per_token(m, pp)
+    if m.window_attn is not None:
+        # Step 3.5: the stage's full and windowed layers, each kind at its own width
+        full, win = _stage_layers(m, pp)
+        per = full * kv_elements_per_token_layer(full_view(m), tp)
+        per += win * kv_elements_per_token_layer(window_view(m), tp)
+        return per * kv_bytes
     attention = kv_elements_per_token_layer(m, tp) * layers * kv_bytes
     return attention + indexer_key_bytes_per_token(m, pp)
 
@@ -222,16 +232,30 @@ def indexer_key_bytes_per_token(m: Model, pp: int = 1) -> float:
     return (d + 4.0 * math.ceil(d / 128)) * math.ceil(indexer_layers(m) / pp) * per
 
 
-def window_share(m: Model, pp: int = 1) -> float:
+def _stage_layers(m: Model, pp: int) -> tuple[int, int]:
+    """(full, windowed) attention layers of the pipeline stage with the most full ones."""
+    stage = math.ceil(m.attn_layers / pp)
+    full = min(math.ceil((m.attn_layers - (m.window_layers or 0)) / pp), stage)
+    return full, stage - full
+
+
+def window_share(
+    m: Model, pp: int = 1, tp: int = 1, per_layer: Callable[[Model], float] | None = None
+) -> float:
     """Share of one pipeline stage's attention layers (and KV bytes) with a bounded window:
     GPT-OSS's sliding layers (half), Llama 4's chunked ones (3 of 4), Mistral 7B v0.1's
     (all). Over PP stages, the stage with the most full layers: GPT-OSS on PP4 holds 5 full
-    and 4 sliding layers of its 9."""
+    and 4 sliding layers of its 9. Where the windowed layers have a shape of their own
+    (Step 3.5), the share of a per-layer amount they hold: ``per_layer`` of each kind's
+    view, default the KV elements a token keeps on a TP rank."""
     if not m.window or not m.attn_layers:
         return 0.0
-    stage = math.ceil(m.attn_layers / pp)
-    full = min(math.ceil((m.attn_layers - (m.window_layers or 0)) / pp), stage)
-    return 1.0 - full / stage
+    full, win = _stage_layers(m, pp)
+    if m.window_attn is None:
+        return 1.0 - full / (full + win)
+    f = per_layer or (lambda v: kv_elements_per_token_layer(v, tp))
+    held = win * f(window_view(m))
+    return held / (full * f(full_view(m)) + held)
 
 
 def kv_window(m: Model) -> int:
@@ -341,7 +365,7 @@ def memory_plan(
         usable = mem_fraction * total
         pool = usable - w - ws
     per_tok = kv_bytes_per_token(m, prec.kv_bytes, tp, pp)
-    share, win = window_share(m, pp), kv_window(m)
+    share, win = window_share(m, pp, tp), kv_window(m)
     prompt = tokens_per_seq if prompt_tokens is None else prompt_tokens
     kept = window_kept(win, prompt, max_num_tokens)
     blocks_per_seq = seq_blocks(tokens_per_seq, block_tokens, share, kept)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
+from gpuscale.perf.attn_kinds import kind_mean, kind_mean_array
 from gpuscale.perf.plan import (
     FloatArrayT,
     Plans,
@@ -47,6 +48,7 @@ from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
     attn_dims,
+    attn_weights,
     compressor_width,
     embedding_params,
     indexer_layers,
@@ -130,7 +132,7 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     layers_stage = pipeline_stages(w, p).fullest
     moe_frac = m.moe_layers / m.layers
     split = (
-        m.attn_layers * s.attn
+        attn_weights(m)
         + m.mlp_layers * s.mlp_dense
         + m.moe_layers * (s.shared + s.latent_proj)
         + m.mamba_layers * s.mamba
@@ -158,12 +160,14 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     b = p.mbs.astype(np.float64)
     h = float(m.hidden)
     t = p.tp.astype(np.float64)
-    q, kv = attn_dims(m)
+    # Q and K/V widths and heads averaged over the attention layers' kinds (Step 3.5)
+    q, kv = kind_mean(m, lambda v: attn_dims(v)[0]), kind_mean(m, lambda v: attn_dims(v)[1])
+    heads = kind_mean(m, lambda v: v.heads)
     if m.mla is not None:
         q = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
         kv = m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) // 2
     # GQA under more TP ranks than key/value heads: each rank keeps a whole K and V head
-    kv_split = kv_width_per_rank(m, t) * t if m.mla is None else kv
+    kv_split = kind_mean_array(m, lambda v: kv_width_per_rank(v, t) * t) if m.mla is None else kv
     mlp_mult = 6.0 if m.gated_mlp else 4.0
     a_frac = m.attn_layers / m.layers
     mlp_frac = m.mlp_layers / m.layers
@@ -193,6 +197,8 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
             + mamba_frac * mamba
         )
     )
+    if m.head_gate:  # a head-wise gate's gates and the ungated output, 2 (q + heads) bytes
+        split = split + s * b * a_frac * 2.0 * (q + heads)
     # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte; NVFP4 is costed the
     # same, its 0.56-byte copies plus column-wise ones for the weight gradient): the QKV and
     # fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's (2 s b f); a
@@ -234,7 +240,7 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     split = np.where(sel, np.maximum(split - saved_split, 0.0), split)
     # unfused attention keeps the softmax output (2 bytes per score) and, with dropout, its
     # mask (1) and output (2): Korthikanti et al.'s 5as^2b, or 2as^2b without dropout
-    scores = a_frac * (5.0 if m.dropout else 2.0) * m.heads * s * s * b
+    scores = a_frac * (5.0 if m.dropout else 2.0) * heads * s * s * b
     no_scores = (p.recompute >= 2) | (sel & ("core_attn" in mods))
     if w.flash_attention:
         no_scores = np.ones_like(no_scores)
@@ -282,13 +288,13 @@ def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatA
     policy keep more than no checkpointing does (which keeps no block output)."""
     m = w.model
     h, t = float(m.hidden), p.tp.astype(np.float64)
-    q, _ = attn_dims(m)
+    q = kind_mean(m, lambda v: attn_dims(v)[0])
     kept, _ = op_sac_gemms(m, t)
     # a rank's share of each kept output (the row-parallel ones whole-width partial sums)
     widths = sum((n_cols for _name, n_cols, _k in kept), np.zeros_like(t))
     block_outputs = np.where(p.sp, 2.0 * h / t, 0.0)  # reduce-scatter outputs (saved)
     layer_input = np.where(p.sp, h / t, h)
-    lse = 2.0 * m.heads / t  # fp32: 4 bytes = 2 x 2
+    lse = 2.0 * kind_mean(m, lambda v: v.heads) / t  # fp32: 4 bytes = 2 x 2
     out: FloatArray = 2.0 * s * b * (layer_input + widths + q / t + block_outputs + lse)
     return out
 

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from gpuscale.catalog import Model
 from gpuscale.errors import InputError
+from gpuscale.perf.attn_kinds import kind_mean, kind_mean_array
 from gpuscale.perf.transformer import attn_dims, kv_width_per_rank
 
 FloatArrayT = NDArray[np.float64]
@@ -124,8 +125,9 @@ def op_sac_gemms(m: Model, tp: FloatArrayT) -> tuple[list[Gemm], list[Gemm]]:
     full-width partial sums before their reduction.
     """
     h, f = float(m.hidden), float(m.dense_ffn_hidden)
-    q, _ = attn_dims(m)
-    kv = kv_width_per_rank(m, tp)
+    # widths averaged over the attention layers' kinds (Step 3.5's windowed layers' own)
+    q = kind_mean(m, lambda v: attn_dims(v)[0])
+    kv = kind_mean_array(m, lambda v: kv_width_per_rank(v, tp))
     full = h + np.zeros_like(tp)
     mlp: list[Gemm] = [("w1", f / tp, full)]
     if m.gated_mlp:

@@ -51,6 +51,7 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model
+from gpuscale.perf.attn_kinds import kind_mean
 from gpuscale.perf.data_parallel import data_parallel_s, grad_accum_mb_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
@@ -139,7 +140,10 @@ def step_breakdown(
     s_loc = w.seq_len / cp
     tokens = p.mbs * s_loc  # tokens per GPU per micro-batch
     h = float(m.hidden)
-    q, kv = attn_dims(m)
+    # Q and K/V widths, averaged over the attention layers' kinds (Step 3.5's windowed ones
+    # have more query heads); a head-wise gate's heads the same way
+    q, kv = kind_mean(m, lambda v: attn_dims(v)[0]), kind_mean(m, lambda v: attn_dims(v)[1])
+    gate_heads = kind_mean(m, lambda v: v.heads) if m.head_gate else 0.0
     # share of each block type per layer: attention + MLP (or MoE) layers have a_frac = 1
     # and mlp_frac + moe_frac = 1; a hybrid's blocks are one of attention, Mamba, MLP, MoE
     a_frac = m.attn_layers / m.layers
@@ -219,8 +223,11 @@ def step_breakdown(
     # beta are a few values a token)
     d_in, _, conv_c = mamba_widths(m)
     mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
-    # gated attention: the sigmoid gate times the attention output (read both, write)
+    # gated attention: the sigmoid gate times the attention output (read both, write); a
+    # head-wise gate reads one value a head
     gate_bytes = a_frac * 3.0 * (q if m.attn_gate else 0.0) * 2.0 * tokens / tp
+    if m.head_gate:
+        gate_bytes = gate_bytes + a_frac * (2.0 * q + gate_heads) * 2.0 * tokens / tp
     mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes + gate_bytes) / bw
 
     # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------

@@ -1,11 +1,12 @@
 """Forward GEMMs of one layer of each block kind, one micro-batch, on one GPU.
 
 The block kinds are attention (QKV, MLA's or DeepSeek-V4's projections, output
-projection), dense MLP, MoE (routed experts as a grouped GEMM over the local experts,
-shared experts, LatentMoE's projections, the 16-bit router) and Mamba-2 (in_proj,
-out_proj); tensor parallelism shrinks their per-GPU widths. Each comes with the elements
-of its inputs that a low precision quantises. :mod:`gpuscale.perf.step` weighs them by the
-model's blocks and composes the step.
+projection; windowed layers with a shape of their own weighted by their share), dense
+MLP, MoE (routed experts as a grouped GEMM over the local experts, shared experts,
+LatentMoE's projections, the 16-bit router) and Mamba-2 (in_proj, out_proj); tensor
+parallelism shrinks their per-GPU widths. Each comes with the elements of its inputs that
+a low precision quantises. :mod:`gpuscale.perf.step` weighs them by the model's blocks and
+composes the step.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import Model
+from gpuscale.perf.attn_kinds import attn_kinds
 from gpuscale.perf.kernels import gemm_s
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import (
@@ -81,6 +83,21 @@ def mamba_widths(m: Model) -> tuple[float, float, float]:
     return float(x.inner), float(x.in_proj_width), float(x.conv_channels)
 
 
+def _gqa(m: Model, gemms: Gemms, tp: FloatArray) -> tuple[FloatArray, Elems, FloatArray]:
+    """A GQA layer's QKV and output projections and the K (and V) width a TP rank holds:
+    under more TP ranks than key/value heads each rank keeps one whole head; gated
+    attention's Q projection also yields the output gate (q wide), a head-wise gate one
+    value a head (Megatron-Bridge folds Step 3.5's into the QKV projection)."""
+    q, _ = attn_dims(m)
+    h = float(m.hidden)
+    kv_rank = kv_width_per_rank(m, tp)
+    qkv_n = (2.0 if m.attn_gate else 1.0) * q / tp + 2.0 * kv_rank
+    if m.head_gate:
+        qkv_n = qkv_n + m.heads / tp
+    t, c = gemms((gemms.tokens, qkv_n, h), (gemms.tokens, h, q / tp))
+    return t, c, kv_rank
+
+
 def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float) -> LayerGemms:
     """The forward GEMMs of one layer of each block kind; ``mm16`` is the 16-bit GEMM rate
     (the router's)."""
@@ -106,11 +123,15 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
             (tokens, h, c.o_groups * c.o_lora_rank / tp),
         )
     elif m.mla is None:
-        # GQA under more TP ranks than key/value heads: each rank keeps one whole head
-        kv_rank = kv_width_per_rank(m, tp)
-        # gated attention: the Q projection also yields the output gate (q wide)
-        qkv_n = (2.0 if m.attn_gate else 1.0) * q / tp + 2.0 * kv_rank
-        attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
+        # each kind of attention layer (Step 3.5's full and windowed ones), by its share
+        kinds = [(n / max(m.attn_layers, 1), _gqa(v, gemms, tp)) for n, v in attn_kinds(m)]
+        attn_t, attn_c, kv_rank = kinds[0][1]
+        if len(kinds) > 1:
+            zero = np.zeros_like(tokens)
+            attn_t = sum((f * t for f, (t, _, _) in kinds), zero)
+            x_el = sum((f * c[0] for f, (_, c, _) in kinds), zero)
+            attn_c = (x_el, sum((f * c[1] for f, (_, c, _) in kinds), zero))
+            kv_rank = sum((f * k for f, (_, _, k) in kinds), np.zeros_like(tp))
     else:
         # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
         # up-projected per-head K and V (Megatron-Core hands Transformer Engine full heads)

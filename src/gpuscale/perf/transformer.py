@@ -8,7 +8,9 @@ f = MLP inner size, gated MLP = 3 matrices else 2):
 - MLP weights: (3 if gated else 2)*h*f; MoE: experts x that + shared experts + router h*E;
 - norms: 2*h per layer, h final; embeddings V*h (+ V*h output unless tied) (+ s*h learned
   positions).
-- gated attention (Qwen3-Next): h*q more, the gate's half of the Q projection;
+- gated attention (Qwen3-Next): h*q more, the gate's half of the Q projection; a head-wise
+  gate (Step 3.5) h*heads; windowed layers with a shape of their own (Step 3.5's 96 query
+  heads to its full layers' 64) count theirs (perf/attn_kinds.py);
 - Mamba-2 mixer (hybrid models), d = heads x head_dim, G groups, N state, K conv kernel:
   in_proj h*(2d + 2GN + heads) (z, x, B, C, dt), depthwise conv (d + 2GN)*(K + 1),
   A, D, dt bias 3*heads, gated norm d, out_proj d*h; Gated DeltaNet (d = value heads x
@@ -35,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscale.catalog import Model
+from gpuscale.perf.attn_kinds import attn_kinds, mtp_view
 
 FloatArray = NDArray[np.float64]
 
@@ -108,6 +111,7 @@ def layer_shapes(m: Model) -> LayerShapes:
     else:
         q, k = attn_dims(m)
         attn = h * q + 2 * h * k + q * h + (h * q if m.attn_gate else 0)
+        attn += h * m.heads if m.head_gate else 0
         norms = 2 * h
     if m.is_moe:
         expert = _mlp(m.moe_width, m.ffn_hidden, m.gated_mlp)
@@ -237,12 +241,17 @@ def mixer_extra_weights(m: Model) -> int:
     return extra + m.layers * s.hc
 
 
+def attn_weights(m: Model) -> int:
+    """Projection weights of all attention layers, each kind with its own shape."""
+    return sum(n * layer_shapes(v).attn for n, v in attn_kinds(m))
+
+
 def _body_weights(m: Model, experts: int) -> int:
     """Block weights of all layers (no norms, no embeddings)."""
     s = layer_shapes(m)
     w = _block_weights(s, experts)
     return (
-        m.attn_layers * w["*"]
+        attn_weights(m)
         + m.mlp_layers * w["-"]
         + m.moe_layers * w["E"]
         + m.mamba_layers * w["M"]
@@ -297,8 +306,8 @@ def param_count(m: Model) -> int:
 def mtp_param_count(m: Model, experts: int | None = None) -> int:
     """Weights of the MTP layers: per set, the 2h -> h projection, its three norms (two
     inputs, one output) and the depth's blocks with their norms (two for an attention +
-    MLP layer)."""
-    s = layer_shapes(m)
+    MLP layer), its attention a windowed layer's where the depths slide."""
+    s = layer_shapes(mtp_view(m))
     per_block_norms = s.norms if m.hybrid else s.norms // 2
     w = _block_weights(s, m.num_experts if experts is None else experts)
     blocks = sum(w[b] + per_block_norms for b in m.mtp_blocks) + _mtp_attn_extra(m)
@@ -332,14 +341,17 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
     """Forward FLOPs per token of the MTP depths: projection, blocks, output head."""
     if not m.mtp_layers:
         return 0.0
-    qk, v = attn_core_dims(m)
-    s = layer_shapes(m)
+    view = mtp_view(m)
+    qk, v = attn_core_dims(view)
+    s = layer_shapes(view)
     w = _block_weights(s, m.top_k)
     blocks = sum(w[b] for b in m.mtp_blocks) + _mtp_attn_extra(m)
     # an MTP depth's attention sees the whole sequence (or a DSA model's top-k; a
-    # DeepSeek-V4 depth what its ratio gives, with an indexer if CSA)
+    # DeepSeek-V4 depth what its ratio gives, with an indexer if CSA; a sliding one its window)
     full = seq_len * (0.5 if causal else 1.0)
     keys = keys_per_query(m, seq_len, causal) if m.sparse is not None else full
+    if m.mtp_window:
+        keys = keys_per_query(view, seq_len, causal)
     indexer = indexer_core_flops_per_token(m, seq_len, causal)
     if m.compressed is not None:
         mtp = layer_ratios(m)[1]
@@ -438,11 +450,19 @@ def forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> floa
     """Model forward FLOPs per token: GEMMs (active experts), attention core, logits, and
     the multi-token-prediction depths the model trains with."""
     gemm = _body_weights(m, m.top_k)
-    qk, v = attn_core_dims(m)
-    core = 2.0 * keys_per_query(m, seq_len, causal) * (qk + v) * m.attn_layers
+    core = attn_core_flops_per_token(m, seq_len, causal)
     core += indexer_layers(m) * indexer_core_flops_per_token(m, seq_len, causal)
     body = 2.0 * gemm + core + m.mamba_layers * scan_flops_per_token(m) + 2.0 * m.vocab * m.hidden
     return body + mtp_forward_flops_per_token(m, seq_len, causal)
+
+
+def attn_core_flops_per_token(m: Model, seq_len: float, causal: bool = True) -> float:
+    """Forward FLOPs per token of all attention layers' cores (scores and weighted sums),
+    each kind with its heads and keys."""
+    return sum(
+        2.0 * keys_per_query(v, seq_len, causal) * sum(attn_core_dims(v)) * n
+        for n, v in attn_kinds(m)
+    )
 
 
 def scan_flops_per_token(m: Model) -> float:

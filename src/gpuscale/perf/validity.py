@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from gpuscale.errors import InputError
+from gpuscale.perf.attn_kinds import heads_said, kv_heads_said
 from gpuscale.perf.plan import (
     PP_SPLITS,
     SHARDING,
@@ -44,17 +45,21 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         if m.mamba.rule == "gated_delta":
             mamba_ok &= m.mamba.groups % (p.tp * p.cp) == 0
             mixer_rule = "Gated DeltaNet value and key heads not divisible by tp x cp"
+    # every kind of attention layer splits its heads over TP (Step 3.5's windowed layers
+    # have heads of their own); GQA's KV heads split, or each is replicated
+    heads_ok = m.heads % p.tp == 0
+    kv_ok = (m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0) | (m.mla is not None)
+    for heads, kv in m.head_counts[1:]:
+        heads_ok = heads_ok & (heads % p.tp == 0)
+        kv_ok = kv_ok & ((kv % p.tp == 0) | (p.tp % kv == 0))
     rules: list[tuple[BoolArray, str]] = [
         (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
         (
             w.global_batch % np.maximum(p.dp * p.mbs, 1) == 0,
             "global batch not divisible by dp x micro-batch",
         ),
-        (m.heads % p.tp == 0, f"heads ({m.heads}) not divisible by tp"),
-        (
-            (m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0) | (m.mla is not None),
-            f"kv heads ({m.kv_heads}) and tp do not divide one another",
-        ),
+        (heads_ok, f"heads ({heads_said(m)}) not divisible by tp"),
+        (kv_ok, f"kv heads ({kv_heads_said(m)}) and tp do not divide one another"),
         (m.ffn_hidden % p.tp == 0, f"ffn hidden ({m.ffn_hidden}) not divisible by tp"),
         # causal context parallelism balances its load by splitting the sequence into 2 x cp
         # chunks, each rank taking one from either end (Megatron-Core, Transformer Engine)
@@ -190,8 +195,8 @@ def check_plan(w: Workload, p: Plans) -> None:
             tp * pp * cp,
             f"must divide the {w.num_gpus} GPUs (tp={tp}, pp={pp}, cp={cp})",
         )
-    if m.heads % tp:
-        raise InputError("tp", tp, f"must divide the {m.heads} attention heads of {m.key}")
+    if any(heads % tp for heads, _ in m.head_counts):
+        raise InputError("tp", tp, f"must divide the {heads_said(m)} attention heads of {m.key}")
     if cp > 1 and w.seq_len % (2 * cp):
         # causal context parallelism splits the sequence into 2 x cp load-balanced chunks
         room = w.num_gpus // (tp * pp)  # the GPUs each tensor x pipeline group may span

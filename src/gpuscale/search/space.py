@@ -39,6 +39,7 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
     m = w.model
     n = w.num_gpus
     dom = max(w.fabric.domain_gpus, 1)
+    kinds = m.head_counts[1:]
 
     def opts(name: str, default: list[int]) -> list[int]:
         return [int(fx[name])] if name in fx and fx[name] is not None else default
@@ -53,6 +54,8 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
             and t <= n
             and m.ffn_hidden % t == 0
             and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)
+            # Step 3.5's windowed layers: their own heads split too
+            and all(heads % t == 0 and (kv % t == 0 or t % kv == 0) for heads, kv in kinds)
         ],
     )
     cps = opts(

@@ -91,7 +91,7 @@ def megatron_split(w: Workload, fixed: dict[str, Any]) -> tuple[int, int] | None
     tp = max(
         t
         for t in range(1, min(mp, domain) + 1)
-        if mp % t == 0 and w.model.heads % t == 0 and domain % t == 0
+        if mp % t == 0 and domain % t == 0 and all(a % t == 0 for a, _ in w.model.head_counts)
     )
     return tp, mp // tp
 
