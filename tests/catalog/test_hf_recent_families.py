@@ -206,7 +206,6 @@ def test_an_unknown_model_type_must_name_its_activation(tmp_path: Path) -> None:
         ("lfm2", "short-convolution"),
         ("bamba", "attn_layer_indices"),
         ("gemma3n_text", "AltUp"),
-        ("gemma4_text", "per-kind head sizes"),
     ],
 )
 def test_unmodelled_architectures_are_refused_by_name(
@@ -264,7 +263,7 @@ def test_shared_width_defaults_to_whole_experts_and_needs_a_count() -> None:
     ("outer", "inner", "says"),
     [
         ("kimi_k3", "kimi_linear", "Kimi K3's KDA"),
-        ("gemma4", "gemma4_text", "Gemma 4's"),
+        ("gemma3n", "gemma3n_text", "Gemma 3n's"),
     ],
 )
 def test_a_multimodal_wrapper_is_refused_by_its_own_model_type(

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuscale.catalog.hf_gemma4 import GEMMA4_TYPES, gemma4_config
 from gpuscale.catalog.hf_layout import (
     GDN_TYPES,
     _hybrid,
@@ -45,7 +46,7 @@ _GATED_MLP: dict[str, bool] = {
             "minimax_m2", "olmo2", "olmo3", "olmoe", "smollm3", "seed_oss", "hunyuan_v1_dense",
             "hunyuan_v1_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "exaone4", "dots1",
             "ministral", "granite", "granitemoe", "granitemoehybrid", "ernie4_5", "glm_moe_dsa",
-            "minimax_m3_vl", "deepseek_v4", "exaone_moe", "step3p5",
+            "minimax_m3_vl", "deepseek_v4", "exaone_moe", "step3p5", "gemma4", "gemma4_text",
         ),
         True,
     ),
@@ -110,10 +111,8 @@ UNREAD_TYPES = {
     "rwkv": "RWKV's recurrence has no attention to read",
     "gemma3n": "Gemma 3n's per-layer embeddings, AltUp and LAuReL blocks are not modelled",
     "gemma3n_text": "Gemma 3n's per-layer embeddings, AltUp and LAuReL blocks are not modelled",
-    "gemma4": "Gemma 4's dense MLP beside its experts in every layer, per-kind head sizes and "
-    "shared K and V are not modelled",
-    "gemma4_text": "Gemma 4's dense MLP beside its experts in every layer, per-kind head sizes "
-    "and shared K and V are not modelled",
+    "gemma4_unified": "Gemma 4 12B's unified multimodal layout (gemma4_unified) is not read; "
+    "the Gemma 4 31B and 26B-A4B text models (gemma4, gemma4_text) are",
     "kimi_k3": "Kimi K3's KDA linear attention, latent MoE and attention-residual banks are "
     "not modelled",
 }
@@ -187,6 +186,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         cfg = {**EXAONE_MOE_DEFAULTS, **cfg}
     if model_type == "step3p5":
         cfg = step3p5_config(cfg, path)
+    if model_type in GEMMA4_TYPES:
+        # the text model only: Gemma 4's vision and audio towers are not priced
+        cfg = gemma4_config(cfg, path)
     ints = Ints(cfg, path)
     required = (
         ("num_hidden_layers", "n_layer", "num_layers"),
@@ -396,6 +398,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         # Step 3.5's head-wise output gate (g_proj), on unless the file turns it off (as
         # vLLM reads it; transformers' Step3p7Attention builds one whatever the file says)
         "head_gate": model_type == "step3p5" and ints.flag("use_head_wise_attn_gate", True),
+        # Gemma 4's full-attention layers: no v_proj, V from K's projection
+        "k_eq_v": model_type in GEMMA4_TYPES and ints.flag("attention_k_eq_v", False),
         "mtp_window": bool(window) and mtp_slides(cfg, ints),
         "sparse": (
             v4_sparse

@@ -33,12 +33,13 @@ _TIED_DEFAULT: dict[str, bool] = {
     # (Qwen3VLConfig, Qwen3VLMoeConfig) defaults to False
     **dict.fromkeys(("qwen3_vl_text", "qwen3_vl_moe_text"), False),
     # True: Ernie4_5Config, Ernie4_5_MoeConfig, SmolLM3Config, GemmaConfig, Gemma2Config,
-    # Gemma3TextConfig, GPTBigCodeConfig and MptConfig set it; GPT2Config, OPTConfig,
-    # BloomConfig, FalconConfig and Gemma3Config leave it to PretrainedConfig, whose default
-    # is True (transformers 4.x PretrainedConfig)
+    # Gemma3TextConfig, Gemma4TextConfig, GPTBigCodeConfig and MptConfig set it; GPT2Config,
+    # OPTConfig, BloomConfig, FalconConfig and Gemma3Config leave it to PretrainedConfig,
+    # whose default is True (transformers 4.x PretrainedConfig)
     **dict.fromkeys(
         (
-            "ernie4_5_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom",
+            "ernie4_5_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text",
+            "gpt2", "opt", "bloom",
             "falcon", "mpt", "gpt_bigcode", "ernie4_5", "smollm3",
         ),
         True,

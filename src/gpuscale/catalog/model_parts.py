@@ -25,13 +25,16 @@ class MLA(BaseModel):
 class WindowAttention(BaseModel):
     """The attention shape of a model's windowed (sliding or chunked) layers where it is not
     its full-attention layers' (Step 3.5's ``attention_other_setting``: 96 query heads in
-    its sliding layers, 64 in its full ones, each kind over 8 KV heads of 128). A size left
-    at 0 is the model's own."""
+    its sliding layers, 64 in its full ones, each kind over 8 KV heads of 128; Gemma 4's
+    sliding layers: 16 KV heads of 256 to its full layers' 4 of 512). A size left at 0 is
+    the model's own; ``k_eq_v`` is the windowed layers' own (not the model's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     heads: int = Field(default=0, ge=0, le=1_000_000)
     kv_heads: int = Field(default=0, ge=0, le=1_000_000)
     head_dim: int = Field(default=0, ge=0, le=1_000_000)
+    k_eq_v: bool = False
+    """K and V from one projection in the windowed layers (see ``Model.k_eq_v``)."""
 
 
 class Mamba(BaseModel):

@@ -227,6 +227,12 @@ class Model(_Entry):
     """The windowed layers' own query heads, KV heads and head dimension where they are not
     the model's (Step 3.5: 96 query heads in its sliding layers, 64 in its full ones); None:
     every attention layer has the model's."""
+    k_eq_v: bool = False
+    """K and V from one projection in the attention layers of the model's own shape (Gemma
+    4's ``attention_k_eq_v``: its full-attention layers have no ``v_proj``, V is K before
+    their norms): h x k weights fewer and one K/V GEMM output; K and V are still cached and
+    kept apart (each normed on its own). The windowed layers' own shape says its own
+    (:attr:`WindowAttention.k_eq_v`)."""
     head_gate: bool = False
     """A sigmoid gate per head on the attention output (Step 3.5's ``g_proj``: h x heads
     weights, one gate a head and token); :attr:`attn_gate` gates each channel."""
@@ -342,6 +348,8 @@ class Model(_Entry):
             raise ValueError("attn_gate is a gate on the Q projection: not modelled with mla")
         if self.head_gate and (self.mla is not None or self.compressed is not None):
             raise ValueError("head_gate is a GQA layer's gate: not modelled with mla or compressed")
+        if self.k_eq_v and (self.mla is not None or self.compressed is not None):
+            raise ValueError("k_eq_v is a GQA layer's K/V projection: not with mla or compressed")
         if self.mtp_layers > self.layers:
             raise ValueError(
                 f"mtp_layers={self.mtp_layers} exceeds the model's {self.layers} "
@@ -389,8 +397,8 @@ class Model(_Entry):
                 f"window_attn.kv_heads={kv} must divide window_attn.heads={heads} (grouped-query "
                 "attention shares each KV head among a whole number of query heads)"
             )
-        same = (heads, kv, d) == (self.heads, self.kv_heads, self.head_dim)
-        full = WindowAttention(heads=heads, kv_heads=kv, head_dim=d)
+        same = (heads, kv, d, x.k_eq_v) == (self.heads, self.kv_heads, self.head_dim, self.k_eq_v)
+        full = WindowAttention(heads=heads, kv_heads=kv, head_dim=d, k_eq_v=x.k_eq_v)
         object.__setattr__(self, "window_attn", None if same else full)
 
     def _check_compressed(self) -> None:

@@ -60,11 +60,18 @@ def model_line(m: Model) -> str:
         kind = "window" if m.window_kind == "sliding" else "attention chunk"
         parts.append(f"{m.window_layers} layers with a {m.window}-token {kind}")
         x = m.window_attn
-        if x is not None:  # Step 3.5: the windowed layers' own heads
+        if x is not None and x.heads != m.heads:  # Step 3.5: the windowed layers' own heads
             parts[-1] += (
                 f" and {x.heads} query heads (the others {m.heads}), {x.kv_heads} KV heads of "
                 f"{x.head_dim}"
             )
+        elif x is not None:  # Gemma 4: their own KV heads and head size
+            parts[-1] += (
+                f", {x.kv_heads} KV heads of {x.head_dim} (the others {m.kv_heads} of {m.head_dim})"
+            )
+    if m.k_eq_v:
+        where = "the full-attention layers" if m.window_attn is not None else "every layer"
+        parts.append(f"K = V (one projection) in {where}")
     if m.compressed is not None:
         parts.append(_compressed_line(m))
     elif m.sparse is not None:

@@ -373,6 +373,11 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             "Megatron-LM has no flag for heads per layer (its heterogeneous layer config sets "
             "only num_query_groups); Megatron-Bridge's Step-3.5 provider builds such layers"
         )
+    if m.k_eq_v or (m.window_attn is not None and m.window_attn.k_eq_v):
+        notes.append(
+            "K and V come from one projection in some attention layers (Gemma 4's full "
+            "layers): Megatron-LM has no flag for it and builds a V projection there"
+        )
     if m.compressed is not None:
         args += _compressed_attention(m, int(p.tp[i]), notes)
     if m.sparse is not None:

@@ -20,11 +20,16 @@ FloatArray = NDArray[np.float64]
 
 def window_view(m: Model) -> Model:
     """The model as its windowed layers see it: every attention layer windowed, with the
-    windowed layers' heads, KV heads and head dimension."""
+    windowed layers' heads, KV heads, head dimension and K = V projection or not."""
     x = m.window_attn
     update: dict[str, object] = {"window_layers": m.attn_layers, "window_attn": None}
     if x is not None:
-        update |= {"heads": x.heads, "kv_heads": x.kv_heads, "head_dim": x.head_dim}
+        update |= {
+            "heads": x.heads,
+            "kv_heads": x.kv_heads,
+            "head_dim": x.head_dim,
+            "k_eq_v": x.k_eq_v,
+        }
     return m.model_copy(update=update)
 
 
@@ -72,11 +77,16 @@ def kind_mean_array(m: Model, f: Callable[[Model], FloatArray]) -> FloatArray:
 
 def heads_said(m: Model) -> str:
     """The query head counts as messages give them: "64", or "64 and 96 (windowed layers)"."""
-    heads = [str(h) for h, _ in m.head_counts]
-    return heads[0] if len(heads) == 1 else f"{heads[0]} and {heads[1]} (windowed layers)"
+    return _said([h for h, _ in m.head_counts])
 
 
 def kv_heads_said(m: Model) -> str:
     """The KV head counts as messages give them (see :func:`heads_said`)."""
-    kv = [str(k) for _, k in m.head_counts]
-    return kv[0] if len(kv) == 1 else f"{kv[0]} and {kv[1]} (windowed layers)"
+    return _said([k for _, k in m.head_counts])
+
+
+def _said(counts: list[int]) -> str:
+    """One count where the kinds share it, else the full layers' and the windowed ones'."""
+    if len(set(counts)) == 1:
+        return str(counts[0])
+    return f"{counts[0]} and {counts[1]} (windowed layers)"

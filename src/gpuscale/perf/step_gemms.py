@@ -24,6 +24,7 @@ from gpuscale.perf.transformer import (
     attn_dims,
     compressor_width,
     indexer_layers,
+    kv_projections,
     kv_width_per_rank,
     layer_shapes,
 )
@@ -91,7 +92,7 @@ def _gqa(m: Model, gemms: Gemms, tp: FloatArray) -> tuple[FloatArray, Elems, Flo
     q, _ = attn_dims(m)
     h = float(m.hidden)
     kv_rank = kv_width_per_rank(m, tp)
-    qkv_n = (2.0 if m.attn_gate else 1.0) * q / tp + 2.0 * kv_rank
+    qkv_n = (2.0 if m.attn_gate else 1.0) * q / tp + float(kv_projections(m)) * kv_rank
     if m.head_gate:
         qkv_n = qkv_n + m.heads / tp
     t, c = gemms((gemms.tokens, qkv_n, h), (gemms.tokens, h, q / tp))

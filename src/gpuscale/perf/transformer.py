@@ -2,7 +2,8 @@
 
 Formulas (per layer, h = hidden, q = heads x head_dim, k = kv_heads x head_dim,
 f = MLP inner size, gated MLP = 3 matrices else 2):
-- attention weights: h*q (Q) + 2*h*k (K, V) + q*h (output);
+- attention weights: h*q (Q) + 2*h*k (K, V) + q*h (output); h*k for K and V where one
+  projection gives both (Gemma 4's full layers, ``k_eq_v``);
   MLA (DeepSeek-V2/V3): h*r_q + r_q*a*(d_nope + d_rope) + h*(r_kv + d_rope)
   + r_kv*a*(d_nope + d_v) + a*d_v*h;
 - MLP weights: (3 if gated else 2)*h*f; MoE: experts x that + shared experts + router h*E;
@@ -37,6 +38,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpuscale.catalog import Model
+from gpuscale.perf.attn_keys import chunk_keys as chunk_keys
+from gpuscale.perf.attn_keys import indexed_keys as indexed_keys
+from gpuscale.perf.attn_keys import mean_keys as mean_keys
+from gpuscale.perf.attn_keys import ratio_keys as ratio_keys
 from gpuscale.perf.attn_kinds import attn_kinds, mtp_view
 
 FloatArray = NDArray[np.float64]
@@ -79,6 +84,11 @@ def attn_dims(m: Model) -> tuple[int, int]:
     return m.heads * m.head_dim, m.kv_heads * m.head_dim
 
 
+def kv_projections(m: Model) -> int:
+    """K and V projections of a GQA layer: 2, or 1 where K = V (Gemma 4's full layers)."""
+    return 1 if m.k_eq_v else 2
+
+
 def kv_width_per_rank(m: Model, tp: FloatArray) -> FloatArray:
     """The K (and the V) width one tensor-parallel rank holds: the KV heads split over TP,
     and under more ranks than KV heads one whole head each (GQA)."""
@@ -110,7 +120,7 @@ def layer_shapes(m: Model) -> LayerShapes:
         norms = 2 * h + c.q_lora_rank + d + a
     else:
         q, k = attn_dims(m)
-        attn = h * q + 2 * h * k + q * h + (h * q if m.attn_gate else 0)
+        attn = h * q + kv_projections(m) * h * k + q * h + (h * q if m.attn_gate else 0)
         attn += h * m.heads if m.head_gate else 0
         norms = 2 * h
     if m.is_moe:
@@ -366,49 +376,6 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
 def active_param_count(m: Model) -> int:
     """Parameters touched per token (top-k routed experts)."""
     return _params(m, m.top_k)
-
-
-def mean_keys(seq_len: float, window: float) -> float:
-    """Keys a causal query attends to, averaged over a sequence of ``seq_len``: s/2 without
-    a window; with one of w < s tokens, w - w^2/(2 s) (the first w queries see fewer)."""
-    s = float(seq_len)
-    if window <= 0 or window >= s:
-        return s / 2.0
-    return window - window * window / (2.0 * s)
-
-
-def chunk_keys(seq_len: float, chunk: float, causal: bool = True) -> float:
-    """Keys a query attends to in chunked attention (each query sees its own block of
-    ``chunk`` tokens only), averaged over the sequence: n full chunks and a remainder r,
-    (n c^2 + r^2) / (2 s) when causal, twice that when not."""
-    s, c = float(seq_len), float(chunk)
-    n = s // c
-    r = s - n * c
-    both = (n * c * c + r * r) / s
-    return both / 2.0 if causal else both
-
-
-def ratio_keys(m: Model, ratio: int, seq_len: float, causal: bool = True) -> float:
-    """Keys per query of a DeepSeek-V4 layer of compression ``ratio``, averaged over the
-    sequence: its window's, plus (CSA) the indexer's top-k of the s / ratio entries, a
-    query seeing those of the windows it has passed, or (HCA) all of them."""
-    assert m.compressed is not None
-    c, s = m.compressed, float(seq_len)
-    win = mean_keys(s, c.window) if causal else min(float(c.window), s)
-    if ratio == 0:
-        return win
-    entries = s / ratio
-    if ratio == c.csa_ratio and m.sparse is not None:
-        k = float(m.sparse.topk)
-        return win + (mean_keys(entries, k) if causal else min(k, entries))
-    return win + (entries / 2.0 if causal else entries)
-
-
-def indexed_keys(m: Model, seq_len: float, causal: bool = True) -> float:
-    """Keys a DSA indexer scores per query, averaged over the sequence: every earlier
-    token (s/2), or DeepSeek-V4's compressed entries (s / (2 x ratio))."""
-    keys = seq_len / 2.0 if causal else float(seq_len)
-    return keys / m.compressed.csa_ratio if m.compressed is not None else keys
 
 
 def keys_per_query(m: Model, seq_len: float, causal: bool = True) -> float:
