@@ -9,6 +9,7 @@ kind, itself: its numbers are the formulas' as they were."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,6 +17,7 @@ from numpy.typing import NDArray
 from gpuscale.catalog import Model
 
 FloatArray = NDArray[np.float64]
+T = TypeVar("T", float, FloatArray)
 
 
 def window_view(m: Model) -> Model:
@@ -56,16 +58,9 @@ def mtp_view(m: Model) -> Model:
     return m if m.window_attn is None else full_view(m)
 
 
-def kind_mean(m: Model, f: Callable[[Model], float]) -> float:
-    """``f`` averaged over the attention layers, each kind weighted by its layers (``f(m)``
-    itself where they share one shape)."""
-    if m.window_attn is None:
-        return f(m)
-    return sum(n / m.attn_layers * f(v) for n, v in attn_kinds(m))
-
-
-def kind_mean_array(m: Model, f: Callable[[Model], FloatArray]) -> FloatArray:
-    """:func:`kind_mean` of a per-plan array."""
+def kind_mean(m: Model, f: Callable[[Model], T]) -> T:
+    """``f`` (a number, or an array per plan) averaged over the attention layers, each kind
+    weighted by its layers (``f(m)`` itself where they share one shape)."""
     if m.window_attn is None:
         return f(m)
     kinds = attn_kinds(m)

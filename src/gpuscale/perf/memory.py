@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.attn_kinds import kind_mean, kind_mean_array
+from gpuscale.perf.attn_kinds import kind_mean
 from gpuscale.perf.plan import (
     FloatArrayT,
     Plans,
@@ -47,13 +47,13 @@ from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
-    attn_dims,
     attn_weights,
     compressor_width,
     embedding_params,
     indexer_layers,
     kv_width_per_rank,
     layer_shapes,
+    mean_attn_dims,
     mixer_extra_weights,
     mtp_layer_equivalents,
     mtp_param_count,
@@ -161,13 +161,13 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     h = float(m.hidden)
     t = p.tp.astype(np.float64)
     # Q and K/V widths and heads averaged over the attention layers' kinds (Step 3.5)
-    q, kv = kind_mean(m, lambda v: attn_dims(v)[0]), kind_mean(m, lambda v: attn_dims(v)[1])
+    q, kv = mean_attn_dims(m)
     heads = kind_mean(m, lambda v: v.heads)
     if m.mla is not None:
         q = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
         kv = m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) // 2
     # GQA under more TP ranks than key/value heads: each rank keeps a whole K and V head
-    kv_split = kind_mean_array(m, lambda v: kv_width_per_rank(v, t) * t) if m.mla is None else kv
+    kv_split = kind_mean(m, lambda v: kv_width_per_rank(v, t) * t) if m.mla is None else kv
     mlp_mult = 6.0 if m.gated_mlp else 4.0
     a_frac = m.attn_layers / m.layers
     mlp_frac = m.mlp_layers / m.layers
@@ -288,7 +288,7 @@ def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatA
     policy keep more than no checkpointing does (which keeps no block output)."""
     m = w.model
     h, t = float(m.hidden), p.tp.astype(np.float64)
-    q = kind_mean(m, lambda v: attn_dims(v)[0])
+    q, _ = mean_attn_dims(m)
     kept, _ = op_sac_gemms(m, t)
     # a rank's share of each kept output (the row-parallel ones whole-width partial sums)
     widths = sum((n_cols for _name, n_cols, _k in kept), np.zeros_like(t))

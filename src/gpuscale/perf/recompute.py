@@ -16,8 +16,8 @@ from numpy.typing import NDArray
 
 from gpuscale.catalog import Model
 from gpuscale.errors import InputError
-from gpuscale.perf.attn_kinds import kind_mean, kind_mean_array
-from gpuscale.perf.transformer import attn_dims, kv_width_per_rank
+from gpuscale.perf.attn_kinds import kind_mean
+from gpuscale.perf.transformer import kv_width_per_rank, mean_attn_dims
 
 FloatArrayT = NDArray[np.float64]
 
@@ -126,8 +126,8 @@ def op_sac_gemms(m: Model, tp: FloatArrayT) -> tuple[list[Gemm], list[Gemm]]:
     """
     h, f = float(m.hidden), float(m.dense_ffn_hidden)
     # widths averaged over the attention layers' kinds (Step 3.5's windowed layers' own)
-    q = kind_mean(m, lambda v: attn_dims(v)[0])
-    kv = kind_mean_array(m, lambda v: kv_width_per_rank(v, tp))
+    q, _ = mean_attn_dims(m)
+    kv = kind_mean(m, lambda v: kv_width_per_rank(v, tp))
     full = h + np.zeros_like(tp)
     mlp: list[Gemm] = [("w1", f / tp, full)]
     if m.gated_mlp:

@@ -67,7 +67,7 @@ from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.step_comm import StageMicroBatch, cp_comm_s, ep_comm_s, pp_comm_s, tp_comm_s
 from gpuscale.perf.step_gemms import Gemms, layer_gemms, mamba_widths
-from gpuscale.perf.transformer import attn_dims, mtp_layer_equivalents
+from gpuscale.perf.transformer import mean_attn_dims, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
 
@@ -142,7 +142,7 @@ def step_breakdown(
     h = float(m.hidden)
     # Q and K/V widths, averaged over the attention layers' kinds (Step 3.5's windowed ones
     # have more query heads); a head-wise gate's heads the same way
-    q, kv = kind_mean(m, lambda v: attn_dims(v)[0]), kind_mean(m, lambda v: attn_dims(v)[1])
+    q, kv = mean_attn_dims(m)
     gate_heads = kind_mean(m, lambda v: v.heads) if m.head_gate else 0.0
     # share of each block type per layer: attention + MLP (or MoE) layers have a_frac = 1
     # and mlp_frac + moe_frac = 1; a hybrid's blocks are one of attention, Mamba, MLP, MoE

@@ -42,7 +42,7 @@ from gpuscale.perf.attn_keys import chunk_keys as chunk_keys
 from gpuscale.perf.attn_keys import indexed_keys as indexed_keys
 from gpuscale.perf.attn_keys import mean_keys as mean_keys
 from gpuscale.perf.attn_keys import ratio_keys as ratio_keys
-from gpuscale.perf.attn_kinds import attn_kinds, mtp_view
+from gpuscale.perf.attn_kinds import attn_kinds, kind_mean, mtp_view
 
 FloatArray = NDArray[np.float64]
 
@@ -82,6 +82,14 @@ def _mlp(h: int, f: int, gated: bool) -> int:
 def attn_dims(m: Model) -> tuple[int, int]:
     """(q, k): query and key/value projection widths."""
     return m.heads * m.head_dim, m.kv_heads * m.head_dim
+
+
+def mean_attn_dims(m: Model) -> tuple[float, float]:
+    """:func:`attn_dims` averaged over the attention layers' kinds (Step 3.5's and Gemma 4's
+    windowed layers with their own heads)."""
+    return kind_mean(m, lambda v: float(attn_dims(v)[0])), kind_mean(
+        m, lambda v: float(attn_dims(v)[1])
+    )
 
 
 def kv_projections(m: Model) -> int:
