@@ -8,6 +8,7 @@ import typer
 from rich.progress import Progress
 from rich.text import Text
 
+from gpuscale.calibrate.accuracy import band_for
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
 from gpuscale.cli.train_flags import chosen_sharding, fixed_knobs, given_at, workload_flags
 from gpuscale.cli.train_options import (
@@ -175,12 +176,15 @@ def estimate_cmd(
     tt = r.train_tokens
     summary = e.summary(0, tt, r.storage, r.failures)
     summary["megatron"] = megatron_json(e, 0)
+    band = band_for(w.model, w.gpu, cal)
+    summary["expected_error"] = band.to_dict() if band else None
     if not summary["fits"]:
         summary["best_fitting_plan"] = best_fitting(w, cal)
     if json:
         emit_json(summary)
         return
-    print_estimate(e, 0, f"{w.model.name} on {gpus} x {w.gpu.name}", tt, r.storage, r.failures)
+    title = f"{w.model.name} on {gpus} x {w.gpu.name}"
+    print_estimate(e, 0, title, tt, r.storage, r.failures, band)
     if not summary["fits"]:
         out.print(Text(f"hint: {fit_hint(summary['best_fitting_plan'])}"))
 
@@ -265,11 +269,13 @@ def search_cmd(
                     prog.update(task, completed=done, total=total)
 
                 res = search_plans(w, cal, fx, progress=tick)
+    band = band_for(w.model, w.gpu, cal)
     if html is not None:
         from gpuscale.report.search import write_search_report
 
-        write_search_report(html, res, top, search_goodput(res, top, r.storage, r.failures))
-    report_search(res, top, json, tt, r.storage, r.failures)
+        good = search_goodput(res, top, r.storage, r.failures)
+        write_search_report(html, res, top, good, band)
+    report_search(res, top, json, tt, r.storage, r.failures, band)
     if html is not None and not json:
         out.print(Text(f"wrote {html}"))
 
@@ -344,12 +350,15 @@ def scaling_cmd(
             gpus,
             f"a count where some plan fits; at {gpus:,} GPUs, {last.plan.removeprefix('none: ')}",
         )
+    band = band_for(w.model, w.gpu, cal)
     if html is not None:
-        write_scaling_report(html, w, curves)
+        write_scaling_report(html, w, curves, band)
     if json:
         emit_json({m: [p.to_dict() for p in pts] for m, pts in curves.items()})
         return
     for m, pts in curves.items():
         print_scaling(m, w, pts)
+    if band is not None:
+        out.print(Text(f"note: expected error of each point: {band.line()}"))
     if html is not None:
         out.print(Text(f"wrote {html}"))

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscale.calibrate import Calibration
+from gpuscale.calibrate.accuracy import ErrorBand
 from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
@@ -221,6 +222,7 @@ def print_estimate(
     train_tokens: float | None,
     storage: StoragePolicy | None = None,
     failures: FailurePolicy | None = None,
+    band: ErrorBand | None = None,
 ) -> None:
     s = e.summary(i, train_tokens, storage, failures)
     t = Table(title=title, show_header=False)
@@ -267,6 +269,8 @@ def print_estimate(
         bf16 = s["model_tflops_per_gpu"] * 1e12 / w.gpu.peak_flops("bf16")
         mfu += f"; {100 * bf16:.1f}% of the bf16 dense peak"
     t.add_row("MFU", mfu)
+    if band is not None:
+        t.add_row("expected error", band.line())
     mlm = megatron_args(e, i)
     t.add_row("Megatron-LM", mlm.line())
     if storage is not None:
@@ -327,6 +331,7 @@ def report_search(
     tt: float | None,
     storage: StoragePolicy | None = None,
     failures: FailurePolicy | None = None,
+    band: ErrorBand | None = None,
 ) -> None:
     e = res.estimate
     idx = res.top(top)
@@ -338,6 +343,7 @@ def report_search(
                 "valid": res.valid,
                 "fitting": len(res.order),
                 "why_best": why,
+                "expected_error": band.to_dict() if band else None,
                 "plans": [
                     {
                         "rank": r,
@@ -371,7 +377,7 @@ def report_search(
     for r, i in zip(ranks, idx, strict=True):
         t.add_row(*search_cells(res, i, r, good.get(i)))
     out.print(t)
-    print_estimate(e, idx[0], "best plan", tt, storage, failures)
+    print_estimate(e, idx[0], "best plan", tt, storage, failures, band)
     out.print(why)
 
 

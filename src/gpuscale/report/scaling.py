@@ -12,6 +12,7 @@ from markupsafe import Markup
 from plotly import colors
 from plotly.subplots import make_subplots
 
+from gpuscale.calibrate.accuracy import ErrorBand
 from gpuscale.perf.plan import Workload
 from gpuscale.report.cells import scaling_cells, scaling_header, scaling_summary
 from gpuscale.report.page import check_target, template, write_page
@@ -29,7 +30,8 @@ step's terms times the GPUs the plan runs on, over the tokens of a step, plus th
 leaves idle{% if run %}, plus the time every GPU spends saving checkpoints, reading data
 beyond the step and losing work to failures (goodput is the share of wall time in
 steps){% endif %}. Their sum is the inverse of tokens/s per GPU, so the bars show where a
-loss of efficiency comes from.</p>
+loss of efficiency comes from.{% if band %} Expected error of each point's prediction:
+{{ band }}.{% endif %}</p>
 {{ figure }}
 {% for mode, rows in tables.items() %}
 <h2>{{ mode }} scaling: the best plan at each count</h2>
@@ -126,8 +128,14 @@ BATCH_RULE = {
 }
 
 
-def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[ScalingPoint]]) -> None:
-    """Write the HTML page for ``curves`` to ``path`` (whole, or not at all)."""
+def write_scaling_report(
+    path: Path,
+    w: Workload,
+    curves: dict[str, list[ScalingPoint]],
+    band: ErrorBand | None = None,
+) -> None:
+    """Write the HTML page for ``curves`` to ``path`` (whole, or not at all); ``band``: the
+    expected error of each point's prediction (:mod:`gpuscale.calibrate.accuracy`)."""
     check_target(path)  # before the page is built
     run = any(p.goodput is not None for pts in curves.values() for p in pts)
     fig = scaling_figure(curves)
@@ -143,5 +151,6 @@ def write_scaling_report(path: Path, w: Workload, curves: dict[str, list[Scaling
         header=scaling_header(run),
         tables={m: _rows(pts, run) for m, pts in curves.items()},
         summaries={m: scaling_summary(pts) for m, pts in curves.items()},
+        band=band.line() if band else "",
     )
     write_page(path, html)

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 from plotly import colors
 
+from gpuscale.calibrate.accuracy import ErrorBand
 from gpuscale.export.megatron import megatron_args
 from gpuscale.report.cells import search_cells, search_header
 from gpuscale.report.page import check_target, template, write_page
@@ -44,7 +45,8 @@ each other).</p>
 {% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
 <p>{{ why }}</p>
-<h2>The best plan in Megatron-LM</h2>
+{% if band %}<p class="note">Expected error of these predictions: {{ band }}.</p>
+{% endif %}<h2>The best plan in Megatron-LM</h2>
 <p class="note">Its arguments to <code>{{ megatron_script }}</code> (the model's shape flags
 come from its recipe):</p>
 <pre>{{ megatron }}</pre>
@@ -116,10 +118,15 @@ def search_figure(res: SearchResult) -> go.Figure:
 
 
 def write_search_report(
-    path: Path, res: SearchResult, top: int, good: dict[int, float] | None = None
+    path: Path,
+    res: SearchResult,
+    top: int,
+    good: dict[int, float] | None = None,
+    band: ErrorBand | None = None,
 ) -> None:
     """Write the HTML page of a plan search to ``path`` (whole, or not at all); ``good``:
-    the top plans' goodput, when failures are priced."""
+    the top plans' goodput, when failures are priced; ``band``: the expected error of
+    such predictions (:mod:`gpuscale.calibrate.accuracy`)."""
     check_target(path)  # before the page is built
     e = res.estimate
     w = e.workload
@@ -148,5 +155,6 @@ def write_search_report(
         megatron=mlm.line(),
         megatron_script=mlm.script,
         megatron_notes=list(mlm.notes),
+        band=band.line() if band else "",
     )
     write_page(path, html)

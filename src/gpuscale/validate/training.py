@@ -140,6 +140,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                     "config": config_key(pr, plan, pred),
                     "job": job_key(pr, row),
                     "model_kind": model_kind(pr.workload.model),
+                    "gpu_arch": pr.workload.gpu.arch,
                 },
             )
         )
