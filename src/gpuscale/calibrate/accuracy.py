@@ -1,5 +1,5 @@
-"""How far gpuscale's training estimates land from published measurements: the error band
-``train estimate`` and ``train search`` print beside a prediction.
+"""How far gpuscale's training throughput predictions land from published measurements: the
+error band ``train estimate``, ``train search`` and ``train scaling`` print beside them.
 
     python -m gpuscale.calibrate.accuracy --write
 
@@ -7,11 +7,12 @@ scores the shipped calibration on the file its constants were fitted on (in-samp
 the held-out files (``benchmarks/heldout/training_*.csv``: published runs the fit never
 saw), by kind of model (dense, MoE, hybrid Mamba, hybrid Gated DeltaNet) and GPU
 architecture, and stores the figures in ``training_accuracy.json`` beside
-``calibration.json``. A prediction is shown with the held-out figures of its kind and
-architecture (or of its kind alone where fewer than :data:`MIN_ROWS` runs share both):
-the median |error| and the |error| nine in ten runs stay within, with the mean signed
-error where it shows a lean. The figures belong to the calibration they were measured
-with; under another (``--calibration FILE``) no band is shown.
+``calibration.json``. A prediction is shown with the held-out figures of its kind on its
+GPU architecture: the median |error| of throughput (tokens/s per GPU, or the TFLOP/s a
+source gives), the |error| nine runs in ten stay within, and the median signed error where
+it shows a lean. Where fewer than :data:`MIN_ROWS` runs share both, the kind's runs on all
+architectures are shown and the line says so. The figures belong to the training constants
+they were measured with: under others (``--calibration FILE``) the band is reported unknown.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import argparse
 import hashlib
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
 from gpuscale.catalog.schema import GPU, Model
+from gpuscale.errors import InputError
 
 ACCURACY_FILE = Path(__file__).with_name("training_accuracy.json")
 REPO = Path(__file__).resolve().parents[3]
@@ -40,8 +43,11 @@ MIN_ROWS = 10
 
 LEAN_PCT = 5.0
 """A group's median signed error at least this large is said with the band: its
-predictions lean fast (or slow). The median, not the mean: one job's plan sweep with
-errors of several hundred % would otherwise speak for a whole architecture."""
+predictions lean high (or low). The median, not the mean: one job's plan sweep with errors
+of several hundred % would otherwise speak for a whole architecture."""
+
+SERVING_PREFIXES = ("inf_", "decode_")
+"""Calibration constants of the serving model, which no training prediction reads."""
 
 ARCH_NAMES = {
     "volta": "Volta",
@@ -55,16 +61,23 @@ ARCH_NAMES = {
 }
 
 
+def _arch(arch: str) -> str:
+    return ARCH_NAMES.get(arch, arch)
+
+
 def calibration_digest(cal: Calibration) -> str:
-    """A short fingerprint of every constant of ``cal``: the band is shown only under the
-    calibration it was measured with."""
-    text = json.dumps(asdict(cal), sort_keys=True)
+    """A short fingerprint of the training constants of ``cal`` (the serving ones left
+    out): the band is shown only under the constants it was measured with."""
+    training = {
+        f.name: getattr(cal, f.name) for f in fields(cal) if not f.name.startswith(SERVING_PREFIXES)
+    }
+    text = json.dumps(training, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def error_stats(errors: list[float]) -> dict[str, float | int]:
     """Runs, MAPE, median and 90th-percentile |error|, mean and median signed error, in %
-    (positive: predicted faster than measured)."""
+    (positive: predicted throughput above the measured)."""
     e = np.asarray(errors, dtype=np.float64)
     a = np.abs(e)
     return {
@@ -77,33 +90,49 @@ def error_stats(errors: list[float]) -> dict[str, float | int]:
     }
 
 
-Sample = tuple[str, str, float]
-"""One scored run: kind of model, GPU architecture, signed error in %."""
+@dataclass(frozen=True)
+class Sample:
+    """One scored run: kind of model, GPU architecture, the job it measures (runs of one
+    job differ only in their plan or software release) and its signed error in %."""
+
+    kind: str
+    arch: str
+    job: str
+    error_pct: float
 
 
 def score(files: list[Path], cal: Calibration) -> list[Sample]:
-    """Every scored run of ``files`` with its model kind, GPU architecture and error."""
+    """Every scored run of ``files`` with its model kind, GPU architecture, job and error."""
     from gpuscale.validate.training import validate_training
 
     out: list[Sample] = []
     for f in files:
         for r in validate_training(f, cal).scored:
             if r.error_pct is not None:
-                out.append((str(r.detail["model_kind"]), str(r.detail["gpu_arch"]), r.error_pct))
+                d = r.detail
+                out.append(
+                    Sample(str(d["model_kind"]), str(d["gpu_arch"]), str(d["job"]), r.error_pct)
+                )
     return out
 
 
 def group_stats(samples: list[Sample]) -> list[dict[str, Any]]:
-    """Figures per kind and architecture, per kind (``arch`` null), and over all runs
-    (both null), in a stable order."""
-    groups: dict[tuple[str | None, str | None], list[float]] = defaultdict(list)
-    for kind, arch, err in samples:
-        for key in ((kind, arch), (kind, None), (None, None)):
-            groups[key].append(err)
-    return [
-        {"kind": k, "arch": a, **error_stats(groups[(k, a)])}
-        for k, a in sorted(groups, key=lambda ka: (ka[0] or "", ka[1] or ""))
-    ]
+    """Figures per kind and architecture, per kind (``arch`` null) and over all runs (both
+    null), ordered by kind then architecture, each with its distinct jobs and, for the
+    pooled groups, the architectures its runs are on."""
+    groups: dict[tuple[str | None, str | None], list[Sample]] = defaultdict(list)
+    for s in samples:
+        for key in ((s.kind, s.arch), (s.kind, None), (None, None)):
+            groups[key].append(s)
+    out = []
+    for k, a in sorted(groups, key=lambda ka: (ka[0] or "", ka[1] or "")):
+        members = groups[(k, a)]
+        g: dict[str, Any] = {"kind": k, "arch": a, **error_stats([s.error_pct for s in members])}
+        g["jobs"] = len({s.job for s in members})
+        if a is None:
+            g["archs"] = sorted({s.arch for s in members})
+        out.append(g)
+    return out
 
 
 def measure(fitted: list[Path], heldout: list[Path], cal: Calibration) -> dict[str, Any]:
@@ -119,69 +148,133 @@ def measure(fitted: list[Path], heldout: list[Path], cal: Calibration) -> dict[s
 
 @dataclass(frozen=True)
 class ErrorBand:
-    """The held-out error of the published runs most like a prediction."""
+    """The held-out error of the published runs most like a prediction. ``arch`` is the
+    prediction's GPU architecture; ``pooled`` lists the architectures of the runs when too
+    few were on it (None when they all were)."""
 
     kind: str
-    arch: str | None
+    arch: str
     rows: int
+    jobs: int
     median_abs_pct: float
     p90_abs_pct: float
     median_signed_pct: float
+    pooled: tuple[str, ...] | None = None
 
     def line(self) -> str:
-        where = f" on {ARCH_NAMES.get(self.arch, self.arch)} GPUs" if self.arch else ""
+        """In words; a positive lean means predictions put throughput above the measured."""
+        if self.pooled is None:
+            where = f"on {_arch(self.arch)} GPUs"
+        else:
+            where = (
+                f"on {', '.join(_arch(a) for a in self.pooled)} GPUs: too few on "
+                f"{_arch(self.arch)}, where the error may differ"
+            )
         text = (
-            f"typically within {self.median_abs_pct:.0f} %, 9 in 10 within "
-            f"{self.p90_abs_pct:.0f} % ({self.rows} published runs of {self.kind} models"
-            f"{where}, none used in the fit"
+            f"throughput typically within {self.median_abs_pct:.1f} % of measured, 9 in 10 "
+            f"runs within {self.p90_abs_pct:.0f} % ({self.rows} published runs of "
+            f"{self.jobs} jobs, {self.kind} models {where}; none used in the fit"
         )
         if abs(self.median_signed_pct) >= LEAN_PCT:
-            lean = "fast" if self.median_signed_pct > 0 else "slow"
-            text += f"; the median prediction was {abs(self.median_signed_pct):.0f} % {lean}"
+            side = "above" if self.median_signed_pct > 0 else "below"
+            lean = abs(self.median_signed_pct)
+            text += f"; the median prediction {lean:.0f} % {side} the measured"
         return text + ")"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "based_on": "held-out published runs (gpuscale.calibrate.accuracy)"}
+        return {
+            "available": True,
+            **asdict(self),
+            "pooled": list(self.pooled) if self.pooled is not None else None,
+            "metric": "throughput (tokens/s per GPU; step time is its inverse)",
+            "based_on": "held-out published runs (python -m gpuscale.calibrate.accuracy)",
+        }
+
+
+@dataclass(frozen=True)
+class NoBand:
+    """Why a prediction has no error band."""
+
+    reason: str
+
+    def line(self) -> str:
+        return f"unknown: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"available": False, "reason": self.reason}
+
+
+Shipped = tuple[str, MappingProxyType[tuple[str, str | None], dict[str, Any]]]
+
+
+def _read(path: Path) -> Shipped | None:
+    """The digest and the held-out groups of an accuracy file; None when it is absent or
+    not of the shape :func:`measure` writes."""
+    try:
+        data = json.loads(path.read_text())
+        digest, groups = data["calibration"], data["heldout"]
+        table = {}
+        for g in groups:
+            for n in ("rows", "jobs"):
+                if not isinstance(g[n], int):
+                    return None
+            for n in ("median_abs_pct", "p90_abs_pct", "median_signed_pct"):
+                float(g[n])
+            table[(str(g["kind"]), g["arch"])] = dict(g)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(digest, str):
+        return None
+    return digest, MappingProxyType(table)
 
 
 @lru_cache(maxsize=1)
-def _shipped() -> dict[str, Any] | None:
-    if not ACCURACY_FILE.is_file():
-        return None
-    data: dict[str, Any] = json.loads(ACCURACY_FILE.read_text())
-    return data
+def _shipped() -> Shipped | None:
+    return _read(ACCURACY_FILE)
 
 
-def band_for(model: Model, gpu: GPU, cal: Calibration) -> ErrorBand | None:
-    """The band for a prediction of ``model`` on ``gpu`` under ``cal``; None when the
-    figures were measured under other constants or too few runs are like it."""
+def band_for(model: Model, gpu: GPU, cal: Calibration) -> ErrorBand | NoBand:
+    """The band for a throughput prediction of ``model`` on ``gpu`` under ``cal``, or why
+    there is none (other constants, too few runs like it, no figures shipped)."""
     from gpuscale.validate.training_rows import model_kind
 
-    data = _shipped()
-    if data is None or data.get("calibration") != calibration_digest(cal):
-        return None
+    shipped = _shipped()
+    if shipped is None:
+        return NoBand(f"no readable figures in {ACCURACY_FILE.name}")
+    digest, table = shipped
+    if digest != calibration_digest(cal):
+        return NoBand("measured for the shipped calibration, not for these constants")
     kind = model_kind(model)
-    by_key = {(g["kind"], g["arch"]): g for g in data["heldout"]}
-    for key in ((kind, gpu.arch), (kind, None)):
-        g = by_key.get(key)
-        if g is not None and g["rows"] >= MIN_ROWS:
-            return ErrorBand(
-                kind,
-                key[1],
-                g["rows"],
-                g["median_abs_pct"],
-                g["p90_abs_pct"],
-                g["median_signed_pct"],
-            )
-    return None
-
-
-def _csv_files(folder: Path) -> list[Path]:
-    return sorted(folder.glob("training_*.csv"))
+    own = table.get((kind, gpu.arch))
+    pooled = table.get((kind, None))
+    if own is not None and own["rows"] >= MIN_ROWS:
+        g, archs = own, None
+    elif pooled is not None and pooled["rows"] >= MIN_ROWS:
+        g, archs = pooled, tuple(str(a) for a in pooled.get("archs", ()))
+    else:
+        runs = pooled["rows"] if pooled is not None else 0
+        return NoBand(
+            f"{runs} published run{'' if runs == 1 else 's'} of {kind} models outside the "
+            f"fit, {MIN_ROWS} needed"
+        )
+    return ErrorBand(
+        kind,
+        gpu.arch,
+        int(g["rows"]),
+        int(g["jobs"]),
+        float(g["median_abs_pct"]),
+        float(g["p90_abs_pct"]),
+        float(g["median_signed_pct"]),
+        archs,
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m gpuscale.calibrate.accuracy",
+        description="Held-out error of the shipped training calibration, by kind of model "
+        "and GPU architecture.",
+    )
     ap.add_argument("--runs", type=Path, default=DEFAULT_FITTED, help="the fitted file")
     ap.add_argument(
         "--heldout",
@@ -193,22 +286,33 @@ def main() -> None:
     args = ap.parse_args()
     if not args.runs.is_file():
         ap.error(f"--runs {args.runs}: no such file; give the validation file the fit used")
-    heldout = _csv_files(args.heldout) if args.heldout.is_dir() else []
+    heldout = sorted(args.heldout.glob("training_*.csv")) if args.heldout.is_dir() else []
     if not heldout:
         ap.error(f"--heldout {args.heldout}: no training_*.csv files there")
-    data = measure([args.runs], heldout, default_calibration())
-    text = json.dumps(data, indent=1) + "\n"
+    if args.write and (args.runs != DEFAULT_FITTED or args.heldout != DEFAULT_HELDOUT):
+        ap.error(
+            "--write stores the figures shipped with gpuscale: run it with the default "
+            "--runs (the file the constants were fitted on) and --heldout"
+        )
+    try:
+        data = measure([args.runs], heldout, default_calibration())
+    except InputError as exc:
+        ap.error(str(exc))
     if args.write:
-        ACCURACY_FILE.write_text(text)
+        tmp = ACCURACY_FILE.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(ACCURACY_FILE)  # whole or not at all
+        _shipped.cache_clear()
         print(f"wrote {ACCURACY_FILE}")
     for part in ("fitted", "heldout"):
         print(part)
         for g in data[part]:
             name = f"{g['kind'] or 'all'}{', ' + g['arch'] if g['arch'] else ''}"
             print(
-                f"  {name:32s} {g['rows']:4d} runs  MAPE {g['mape_pct']:5.1f}  median "
-                f"{g['median_abs_pct']:5.1f}  p90 {g['p90_abs_pct']:5.1f}  "
-                f"mean {g['bias_pct']:+5.1f}  median {g['median_signed_pct']:+5.1f}"
+                f"  {name:32s} {g['rows']:4d} runs {g['jobs']:4d} jobs  MAPE "
+                f"{g['mape_pct']:5.1f}  median {g['median_abs_pct']:5.1f}  p90 "
+                f"{g['p90_abs_pct']:5.1f}  mean {g['bias_pct']:+5.1f}  median "
+                f"{g['median_signed_pct']:+5.1f}"
             )
 
 

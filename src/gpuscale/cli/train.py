@@ -177,7 +177,7 @@ def estimate_cmd(
     summary = e.summary(0, tt, r.storage, r.failures)
     summary["megatron"] = megatron_json(e, 0)
     band = band_for(w.model, w.gpu, cal)
-    summary["expected_error"] = band.to_dict() if band else None
+    summary["expected_error"] = band.to_dict()
     if not summary["fits"]:
         summary["best_fitting_plan"] = best_fitting(w, cal)
     if json:
@@ -354,11 +354,14 @@ def scaling_cmd(
     if html is not None:
         write_scaling_report(html, w, curves, band)
     if json:
-        emit_json({m: [p.to_dict() for p in pts] for m, pts in curves.items()})
+        # each point's predicted throughput carries the same expected error
+        err = band.to_dict()
+        emit_json(
+            {m: [{**p.to_dict(), "expected_error": err} for p in pts] for m, pts in curves.items()}
+        )
         return
     for m, pts in curves.items():
         print_scaling(m, w, pts)
-    if band is not None:
-        out.print(Text(f"note: expected error of each point: {band.line()}"))
+    out.print(Text(f"note: expected error of each point: {band.line()}"))
     if html is not None:
         out.print(Text(f"wrote {html}"))

@@ -12,7 +12,7 @@ from markupsafe import Markup
 from plotly import colors
 from plotly.subplots import make_subplots
 
-from gpuscale.calibrate.accuracy import ErrorBand
+from gpuscale.calibrate.accuracy import ErrorBand, NoBand
 from gpuscale.perf.plan import Workload
 from gpuscale.report.cells import scaling_cells, scaling_header, scaling_summary
 from gpuscale.report.page import check_target, template, write_page
@@ -30,7 +30,8 @@ step's terms times the GPUs the plan runs on, over the tokens of a step, plus th
 leaves idle{% if run %}, plus the time every GPU spends saving checkpoints, reading data
 beyond the step and losing work to failures (goodput is the share of wall time in
 steps){% endif %}. Their sum is the inverse of tokens/s per GPU, so the bars show where a
-loss of efficiency comes from.{% if band %} Expected error of each point's prediction:
+loss of efficiency comes from.{% if band %} Expected error of each point's predicted
+throughput:
 {{ band }}.{% endif %}</p>
 {{ figure }}
 {% for mode, rows in tables.items() %}
@@ -132,7 +133,7 @@ def write_scaling_report(
     path: Path,
     w: Workload,
     curves: dict[str, list[ScalingPoint]],
-    band: ErrorBand | None = None,
+    band: ErrorBand | NoBand | None = None,
 ) -> None:
     """Write the HTML page for ``curves`` to ``path`` (whole, or not at all); ``band``: the
     expected error of each point's prediction (:mod:`gpuscale.calibrate.accuracy`)."""
@@ -151,6 +152,6 @@ def write_scaling_report(
         header=scaling_header(run),
         tables={m: _rows(pts, run) for m, pts in curves.items()},
         summaries={m: scaling_summary(pts) for m, pts in curves.items()},
-        band=band.line() if band else "",
+        band=band.line() if band is not None else "",
     )
     write_page(path, html)

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 from plotly import colors
 
-from gpuscale.calibrate.accuracy import ErrorBand
+from gpuscale.calibrate.accuracy import ErrorBand, NoBand
 from gpuscale.export.megatron import megatron_args
 from gpuscale.report.cells import search_cells, search_header
 from gpuscale.report.page import check_target, template, write_page
@@ -45,7 +45,8 @@ each other).</p>
 {% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
 <p>{{ why }}</p>
-{% if band %}<p class="note">Expected error of these predictions: {{ band }}.</p>
+{% if band %}<p class="note">Expected error of each plan's predicted throughput (not of
+the gaps between plans): {{ band }}.</p>
 {% endif %}<h2>The best plan in Megatron-LM</h2>
 <p class="note">Its arguments to <code>{{ megatron_script }}</code> (the model's shape flags
 come from its recipe):</p>
@@ -122,7 +123,7 @@ def write_search_report(
     res: SearchResult,
     top: int,
     good: dict[int, float] | None = None,
-    band: ErrorBand | None = None,
+    band: ErrorBand | NoBand | None = None,
 ) -> None:
     """Write the HTML page of a plan search to ``path`` (whole, or not at all); ``good``:
     the top plans' goodput, when failures are priced; ``band``: the expected error of
@@ -155,6 +156,6 @@ def write_search_report(
         megatron=mlm.line(),
         megatron_script=mlm.script,
         megatron_notes=list(mlm.notes),
-        band=band.line() if band else "",
+        band=band.line() if band is not None else "",
     )
     write_page(path, html)
