@@ -204,6 +204,9 @@ class NoBand:
         return {"available": False, "reason": self.reason}
 
 
+Band = ErrorBand | NoBand
+"""What a prediction is shown: its error band, or why it has none."""
+
 Shipped = tuple[str, MappingProxyType[tuple[str, str | None], dict[str, Any]]]
 
 
@@ -233,7 +236,7 @@ def _shipped() -> Shipped | None:
     return _read(ACCURACY_FILE)
 
 
-def band_for(model: Model, gpu: GPU, cal: Calibration) -> ErrorBand | NoBand:
+def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
     """The band for a throughput prediction of ``model`` on ``gpu`` under ``cal``, or why
     there is none (other constants, too few runs like it, no figures shipped)."""
     from gpuscale.validate.training_rows import model_kind

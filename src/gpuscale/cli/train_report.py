@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscale.calibrate import Calibration
-from gpuscale.calibrate.accuracy import ErrorBand, NoBand
+from gpuscale.calibrate.accuracy import Band
 from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
@@ -222,7 +222,7 @@ def print_estimate(
     train_tokens: float | None,
     storage: StoragePolicy | None = None,
     failures: FailurePolicy | None = None,
-    band: ErrorBand | NoBand | None = None,
+    band: Band | None = None,
 ) -> None:
     s = e.summary(i, train_tokens, storage, failures)
     t = Table(title=title, show_header=False)
@@ -331,7 +331,7 @@ def report_search(
     tt: float | None,
     storage: StoragePolicy | None = None,
     failures: FailurePolicy | None = None,
-    band: ErrorBand | NoBand | None = None,
+    band: Band | None = None,
 ) -> None:
     e = res.estimate
     idx = res.top(top)

@@ -12,7 +12,7 @@ from markupsafe import Markup
 from plotly import colors
 from plotly.subplots import make_subplots
 
-from gpuscale.calibrate.accuracy import ErrorBand, NoBand
+from gpuscale.calibrate.accuracy import Band
 from gpuscale.perf.plan import Workload
 from gpuscale.report.cells import scaling_cells, scaling_header, scaling_summary
 from gpuscale.report.page import check_target, template, write_page
@@ -133,7 +133,7 @@ def write_scaling_report(
     path: Path,
     w: Workload,
     curves: dict[str, list[ScalingPoint]],
-    band: ErrorBand | NoBand | None = None,
+    band: Band | None = None,
 ) -> None:
     """Write the HTML page for ``curves`` to ``path`` (whole, or not at all); ``band``: the
     expected error of each point's prediction (:mod:`gpuscale.calibrate.accuracy`)."""

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 from plotly import colors
 
-from gpuscale.calibrate.accuracy import ErrorBand, NoBand
+from gpuscale.calibrate.accuracy import Band
 from gpuscale.export.megatron import megatron_args
 from gpuscale.report.cells import search_cells, search_header
 from gpuscale.report.page import check_target, template, write_page
@@ -123,7 +123,7 @@ def write_search_report(
     res: SearchResult,
     top: int,
     good: dict[int, float] | None = None,
-    band: ErrorBand | NoBand | None = None,
+    band: Band | None = None,
 ) -> None:
     """Write the HTML page of a plan search to ``path`` (whole, or not at all); ``good``:
     the top plans' goodput, when failures are priced; ``band``: the expected error of
