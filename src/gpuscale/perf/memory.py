@@ -45,7 +45,7 @@ from gpuscale.perf.plan import (
 )
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stages import pipeline_stages
+from gpuscale.perf.stages import StageMix, first_stage_mix, pipeline_stages
 from gpuscale.perf.transformer import (
     attn_weights,
     compressor_width,
@@ -124,18 +124,21 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     stage also holds the input embedding, the last the output layer (or, tied, a copy of
     the embedding): the same parameter count. A pipeline layout balances MTP layers placed
     on the last stage; they are spread over the stages here as in the step model. The
-    stages' activations differ: :func:`memory_breakdown` prices the fuller one.
+    stage's layers are of the kinds stage 0 holds (:func:`first_stage_mix`: DeepSeek-V3's
+    dense layers, a hybrid's first blocks). The stages' activations differ:
+    :func:`memory_breakdown` prices the fuller one.
     """
     m = w.model
     s = layer_shapes(m)
     tp = p.tp.astype(np.float64)
     layers_stage = pipeline_stages(w, p).fullest
-    moe_frac = m.moe_layers / m.layers
+    mix = first_stage_mix(w, p)  # the first stage's layers' kinds
+    moe_frac = m.moe_layers / m.layers * mix.moe
     split = (
-        attn_weights(m)
-        + m.mlp_layers * s.mlp_dense
-        + m.moe_layers * (s.shared + s.latent_proj)
-        + m.mamba_layers * s.mamba
+        attn_weights(m) * mix.attn
+        + m.mlp_layers * s.mlp_dense * mix.mlp
+        + m.moe_layers * (s.shared + s.latent_proj) * mix.moe
+        + m.mamba_layers * s.mamba * mix.mamba
     ) / m.layers
     # DSA indexers (DeepSeek-V4's compressors and hyper-connections too) are whole on every
     # TP rank, as the router
@@ -153,8 +156,12 @@ def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, Float
     return dense, expert, dense_per_layer + expert_per_layer
 
 
-def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = None) -> FloatArray:
-    """Activation bytes one layer stores for one micro-batch on one GPU (16-bit)."""
+def activation_bytes_per_layer(
+    w: Workload, p: Plans, seq_len: float | None = None, mix: StageMix | None = None
+) -> FloatArray:
+    """Activation bytes one layer stores for one micro-batch on one GPU (16-bit): the
+    model's average layer, or the average of a stage whose layers' kinds ``mix`` gives."""
+    mix = StageMix() if mix is None else mix
     m = w.model
     s = (w.seq_len if seq_len is None else seq_len) / p.cp
     b = p.mbs.astype(np.float64)
@@ -169,10 +176,10 @@ def activation_bytes_per_layer(w: Workload, p: Plans, seq_len: float | None = No
     # GQA under more TP ranks than key/value heads: each rank keeps a whole K and V head
     kv_split = kind_mean(m, lambda v: kv_width_per_rank(v, t) * t) if m.mla is None else kv
     mlp_mult = 6.0 if m.gated_mlp else 4.0
-    a_frac = m.attn_layers / m.layers
-    mlp_frac = m.mlp_layers / m.layers
-    moe_frac = m.moe_layers / m.layers
-    mamba_frac = m.mamba_layers / m.layers
+    a_frac = m.attn_layers / m.layers * mix.attn
+    mlp_frac = m.mlp_layers / m.layers * mix.mlp
+    moe_frac = m.moe_layers / m.layers * mix.moe
+    mamba_frac = m.mamba_layers / m.layers * mix.mamba
     sub = m.sublayers_per_layer / 2.0
     f_dense = float(m.dense_ffn_hidden)
     f_moe = float(m.top_k * m.ffn_hidden + m.shared_ffn_hidden)
@@ -337,9 +344,10 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     held_first = (stages.fullest + mtp_stage) * first_mbs
     held_last = (stages.last + mtp_stage) * last_mbs
     cols_p = _cols(p)
-    per_layer_act = activation_bytes_per_layer(w, p)
-    none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}))
-    full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}))
+    mix = first_stage_mix(w, p)
+    per_layer_act = activation_bytes_per_layer(w, p, mix=mix)
+    none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}), mix=mix)
+    full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}), mix=mix)
     # the last stage's output layer and loss at its peak, one per MTP depth too
     s_loc = w.seq_len / p.cp
     logits = (1 + m.mtp_layers) * LOSS_BYTES[w.loss_kind] * s_loc * p.mbs * m.vocab / p.tp

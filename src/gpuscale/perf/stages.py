@@ -134,3 +134,70 @@ def _placed(fullest: FloatArrayT, last: FloatArrayT, r: FloatArrayT) -> Stages:
         slowest=np.where(head_on, last, fullest),
         head=head_on.astype(np.float64),
     )
+
+
+@dataclass(frozen=True)
+class StageMix:
+    """How the first pipeline stage's layers differ in kind from the model's average: per
+    kind (attention, dense MLP, MoE, Mamba or Gated DeltaNet mixer), the kind's share of
+    the stage's layers over its share of all layers, one array element per plan (exactly
+    1.0 for a model whose layers are all alike, or without a pipeline). DeepSeek-V3 under
+    PP16 keeps its three dense layers, each twice an MoE layer's parameters under EP64, on
+    the first stage: 3 of its 4 layers, against 3 of 61 on average."""
+
+    attn: FloatArrayT | float = 1.0
+    mlp: FloatArrayT | float = 1.0
+    moe: FloatArrayT | float = 1.0
+    mamba: FloatArrayT | float = 1.0
+
+
+KINDS = {"attn": "*", "mlp": "-", "moe": "E", "mamba": "M"}
+"""StageMix's kinds as hybrid-pattern letters."""
+
+
+def layer_kinds(w: Workload) -> str:
+    """One letter per layer (:data:`KINDS`): a hybrid's pattern, else each layer's MLP kind
+    (every such layer also has attention): MoE from the first dense layers on, every
+    ``moe_layer_step``-th (Llama 4 Maverick's odd layers, as Hugging Face's
+    ``(i + 1) % interleave_moe_layer_step == 0``)."""
+    m = w.model
+    if m.pattern:
+        return m.pattern
+    if not m.is_moe:
+        return "-" * m.layers
+    k, step = m.first_dense_layers, m.moe_layer_step
+    return "".join("E" if i >= k and (i - k) % step == step - 1 else "-" for i in range(m.layers))
+
+
+def first_stage_mix(w: Workload, p: Plans) -> StageMix:
+    """The kinds of the layers on pipeline stage 0, as its place in the split puts them
+    (:func:`pipeline_stages`): ``even``, chunks of ceil(L / (pp vpp)) layers, stage 0 holding
+    chunks 0, pp, 2 pp, ...; ``account``, the same over L + 2 places with the embedding in
+    place 0; ``balanced`` (no interleaving), its first ``fullest`` layers."""
+    kinds = layer_kinds(w)
+    if len(set(kinds)) == 1 or not (p.pp > 1).any():
+        return StageMix()
+    n = len(kinds)
+    fullest = pipeline_stages(w, p).fullest
+    keys = np.stack([p.pp, p.vpp, p.split, fullest.astype(np.int64)], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    share = {name: np.ones(len(uniq)) for name in KINDS}
+    for u, (pp, vpp, split, full) in enumerate(uniq.tolist()):
+        if pp == 1:
+            continue
+        if split == PP_SPLITS.index("balanced"):
+            held = kinds[:full]
+        else:
+            shift = 1 if split == PP_SPLITS.index("account") else 0
+            c = -(-(n + 2 * shift) // (pp * vpp))
+            places = [v * pp * c + j for v in range(vpp) for j in range(c)]
+            held = "".join(kinds[q - shift] for q in places if 0 <= q - shift < n)
+        if not held:
+            continue
+        for name, letter in KINDS.items():
+            whole = kinds.count(letter) if letter != "*" or w.model.pattern else n
+            if whole:
+                mine = held.count(letter) if letter != "*" or w.model.pattern else len(held)
+                share[name][u] = (mine / len(held)) / (whole / n)
+    picked = {name: v[inverse.ravel()] for name, v in share.items()}
+    return StageMix(**picked)
