@@ -6,6 +6,8 @@ Each command group lives in its own module and registers on :data:`app`. User er
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import sys
 from typing import Any
@@ -90,10 +92,20 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         _common.err.print("aborted")
         sys.exit(130)
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRORS:
+            raise
+        # the output could not be written (a full disk, a closed pipe): say so on one
+        # line, and keep Python's exit-time flush of the same output quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _common.err.print(f"error: the output could not be written: {exc.strerror}")
+        sys.exit(1)
     if isinstance(rc, int) and rc != 0:
         sys.exit(rc)  # a command that exits non-zero (typer.Exit) keeps its status
 
 
+_OUTPUT_ERRORS = (errno.ENOSPC, errno.EPIPE, errno.EFBIG, errno.EIO, errno.EDQUOT)
+"""Errors of writing the output, not of the command's input."""
 _GROUPED = re.compile(r"[+-]?[\d.]*\d_[\d_.]*([eE][+-]?\d+)?")
 """A number with ``_`` between digits, which Click's int() and float() read as Python does
 (8_0 is 80)."""
@@ -113,12 +125,25 @@ def _is_number(param: Any) -> bool:
 def _refuse_grouped_digits(args: list[str]) -> None:
     """A number option given as ``--gpus 8_0`` is a typo more often than digit grouping:
     refused, naming the option, rather than read as 80. Text options (a path, a name) may
-    hold any ``_``."""
+    hold any ``_``. An option given an empty value is refused too."""
     cmd: Any = typer.main.get_command(app)
     words = [a for a in args if not a.startswith("-")]
+    # the groups whose options read an empty value as their default (bench and export
+    # check their own, with messages of their own)
+    modelling = bool(words) and words[0] in ("train", "validate", "infer")
     while hasattr(cmd, "commands") and words and words[0] in cmd.commands:
         cmd = cmd.commands[words.pop(0)]
-    numeric = {opt for p in getattr(cmd, "params", ()) if _is_number(p) for opt in p.opts}
+    params = getattr(cmd, "params", ())
+    numeric = {opt for p in params if _is_number(p) for opt in p.opts}
+    # options that take a value (not on/off flags): an empty one is refused, not read as
+    # the option's default or as the current directory
+    valued = {
+        opt
+        for p in params
+        if not getattr(p, "is_flag", False) and not getattr(p, "count", False)
+        for opt in getattr(p, "opts", ())
+        if opt.startswith("-")
+    }
     for i, arg in enumerate(args):
         flag, eq, value = arg.partition("=")
         if not eq:
@@ -126,6 +151,8 @@ def _refuse_grouped_digits(args: list[str]) -> None:
             flag, value = ("" if "=" in before else before), arg
         if flag in numeric and _GROUPED.fullmatch(value):
             raise InputError(flag.lstrip("-"), value, "digits only, without _ between them")
+        if modelling and flag in valued and not value.strip() and (eq or i):
+            raise InputError(flag.lstrip("-"), value, f"empty: give a value (see {flag} in --help)")
 
 
 def _error(message: str) -> None:

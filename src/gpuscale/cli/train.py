@@ -348,7 +348,8 @@ def scaling_cmd(
         raise InputError(
             r.where("gpus"),
             gpus,
-            f"a count where some plan fits; at {gpus:,} GPUs, {last.plan.removeprefix('none: ')}",
+            f"a count where some plan fits; at {gpus:,} GPU{'' if gpus == 1 else 's'}, "
+            + last.plan.removeprefix("none: "),
         )
     band = band_for(w.model, w.gpu, cal)
     if html is not None:

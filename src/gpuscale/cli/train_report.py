@@ -33,6 +33,9 @@ from gpuscale.search.plans import SearchResult, search_plans
 from gpuscale.search.scaling import ScalingPoint
 from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
 
+FIXED_NOTE_SHARE = 0.05
+"""Share of the step above which the estimate says what its fixed overhead is."""
+
 
 def model_line(m: Model) -> str:
     """Parameters and the structure that shapes the costs: blocks, MTP depths, window,
@@ -226,6 +229,8 @@ def print_estimate(
 ) -> None:
     s = e.summary(i, train_tokens, storage, failures)
     t = Table(title=title, show_header=False)
+    t.add_column()
+    t.add_column(overflow="fold")  # a pipeline layout is one long word: wrap it, do not cut
     t.add_row("model", model_line(e.workload.model))
     label = e.plans.label(i).replace(
         "rc:selective", f"rc:selective({','.join(s['recompute_modules'])})"
@@ -254,11 +259,16 @@ def print_estimate(
     for k, v in s["step_time_breakdown_s"].items():
         if v > 0:
             t.add_row(
-                f"  {k.removesuffix('_s').replace('_', ' ')}",
+                f"  {'fixed overhead' if k == 'overhead_s' else k[:-2].replace('_', ' ')}",
                 f"{fmt_time(v)}  ({100 * v / s['step_time_s']:.1f}%)",
             )
     t.add_row("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}")
-    t.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
+    t.add_row(
+        "model TFLOP/s per GPU",
+        f"{s['model_tflops_per_gpu']:.1f}  ({s['model_flops_per_token'] / 1e9:,.1f} GFLOP a "
+        "token: 3 x the forward's GEMMs, output layer included, and causal attention; no "
+        "recomputation, Megatron-LM's count)",
+    )
     w = e.workload
     mfu = f"{100 * s['mfu']:.1f}% of {w.precision} dense peak"
     if w.precision in ("bf16", "fp16"):
@@ -296,10 +306,26 @@ def print_estimate(
                 else ""
             )
             + f"{s['gpu_hours']:,.0f} GPU-hours of the "
-            f"{s['gpus_used']:,} GPUs it uses, for {fmt_count(train_tokens)} tokens)",
+            f"{s['gpus_used']:,} GPUs it uses"
+            + (
+                f", {s['gpu_hours_allocated']:,.0f} of all {s['gpus']:,}"
+                if s["gpus_used"] < s["gpus"]
+                else ""
+            )
+            + f", for {fmt_count(train_tokens)} tokens)",
         )
     out.print(t)
     notes = list(s.get("notes", []))
+    fixed = s["step_time_breakdown_s"]["overhead_s"] / s["step_time_s"]
+    if fixed >= FIXED_NOTE_SHARE:
+        notes.append(
+            f"fixed overhead ({100 * fixed:.0f} % of the step) is time the GPUs spend beyond "
+            "their kernels' work, its constants fitted on published runs: each layer's small "
+            "kernels at their minimum time and launch, an MoE layer's router, token counts "
+            "sent to the host and permutation, and the framework's loop per micro-batch and "
+            "per step; --cuda-graphs prices a step replayed whole as CUDA graphs, without "
+            "the host's part"
+        )
     notes += [f"Megatron-LM flags: {n}" for n in mlm.notes]
     if train_tokens is not None and s["time_to_train_s"] is not None and failures is None:
         # what the time to train leaves out, and the flags that price it
@@ -346,7 +372,8 @@ def report_search(
                 "expected_error": band.to_dict() if band is not None else None,
                 "plans": [
                     {
-                        "rank": r,
+                        "rank": int(r.lstrip("=")),
+                        "tied": r.startswith("="),  # same step time and memory as another
                         "step_vs_best_pct": 100.0 * res.vs_best(i),
                         **e.summary(i, tt, storage, failures),
                         "megatron": megatron_json(e, i),
@@ -358,7 +385,8 @@ def report_search(
         return
     ranks = res.ranks(top)
     t = Table(
-        title=f"{len(res.order):,} of {res.evaluated:,} plans fit; top {len(idx)}",
+        title=f"{len(res.order):,} of {res.valid:,} valid plans fit ({res.evaluated:,} tried); "
+        f"top {len(idx)}",
         caption=(
             "vs #1: step time against the first plan's"
             + (
@@ -420,6 +448,13 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
         "the terms whose GPU-time per token moved most, as a share of the previous "
         "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank."
+        + (
+            f" weak: the global batch grows with the GPUs, {pts[-1].global_batch:,} sequences "
+            f"at {pts[-1].gpus:,} GPUs ({pts[-1].global_batch / pts[-1].gpus:g} a GPU at every "
+            "point)."
+            if mode == "weak" and pts and pts[-1].global_batch is not None
+            else ""
+        )
         + (
             " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "
             "data loading and failures; tok/s/GPU net, MFU net and eff. count that time (a "

@@ -119,6 +119,9 @@ class StepBreakdown:
     grad_accum_s: FloatArray
     """Gradient accumulation in a pass of its own (``Workload.grad_accumulation``)."""
     overhead_s: FloatArray
+    """Fixed costs: each layer's small kernels at their minimum time and launch, per pass;
+    an MoE layer's host work (router, token counts, permutation); the framework's loop per
+    micro-batch and per step (the host's parts gone under whole-step CUDA graphs)."""
 
     @property
     def step_s(self) -> FloatArray:

@@ -143,6 +143,9 @@ class TrainingEstimate(PlanNotes):
             "step_time_s": float(self.step_s[i]),
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
             "model_tflops_per_gpu": float(self.model_tflops_per_gpu[i]),
+            # the count behind model TFLOP/s and MFU: 3 x the forward's FLOPs a token (its
+            # GEMMs, the output layer's included, and causal attention), no recomputation
+            "model_flops_per_token": model_flops_per_token(w.model, w.seq_len, causal=True),
             "mfu": float(self.mfu[i]),
             # the peak MFU is taken of: the dense peak of the run's precision
             "mfu_peak_tflops": w.gpu.peak_flops(w.precision) / 1e12,
@@ -222,6 +225,8 @@ class TrainingEstimate(PlanNotes):
             out["train_tokens"] = train_tokens
             out["time_to_train_s"] = float(secs) if ok else None
             out["gpu_hours"] = float(secs * used / 3600.0) if ok else None
+            # what a cluster of all the GPUs bills: idle ones too
+            out["gpu_hours_allocated"] = float(secs * w.num_gpus / 3600.0) if ok else None
         return out
 
 

@@ -168,16 +168,16 @@ class PlanNotes:
         other = "--pp-split account or balanced" if account else "--pp-split balanced"
         if m.layers % chunks:
             why = (
-                "split evenly once the embedding and the loss take a layer's place each "
-                "(--pp-split account), but"
+                " (they would split evenly with --pp-split account, the embedding and the "
+                "loss taking a layer's place each)"
                 if account
-                else "uneven:"
+                else ""
             )
             return [
-                f"{m.layers} layers over {chunks} pipeline chunks are {why} the step is "
-                f"priced on the fullest stage ({fullest:.0f} layers"
+                f"{m.layers} layers over {chunks} pipeline chunks are uneven under the even "
+                f"split{why}: the step is priced on the fullest stage ({fullest:.0f} layers"
                 f"{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''}) with "
-                "the output layer"
+                "the output layer, an upper bound"
             ]
         if r >= 0.5 and w.pp_split == "even":  # (a search with another kept this one)
             return [

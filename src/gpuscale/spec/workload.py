@@ -91,6 +91,10 @@ class TrainingJob(BaseModel):
     restart_time: str | None = None
 
 
+PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "recompute", "zero", "dist_opt", "sp")
+"""A plan's flags, which a workload file does not hold (the estimate and search take them)."""
+
+
 def load_training_job(path: Path) -> TrainingJob:
     """Read and validate a job file; every problem is an :class:`InputError` naming the key."""
     data = read_yaml(path, "workload", "a workload YAML file")
@@ -98,6 +102,13 @@ def load_training_job(path: Path) -> TrainingJob:
         raise InputError("workload", str(path), "a YAML mapping of key: value")
     # a misspelled key first: `seqlen:` is that typo, not "seq_len missing"
     for key, value in data.items():
+        if key in PLAN_KEYS:
+            raise InputError(
+                f"{path.name}:{key}",
+                value,
+                f"none here: a plan's degrees are not workload keys; give --"
+                f"{key.replace('_', '-')} to train estimate, or let train search choose them",
+            )
         if key not in TrainingJob.model_fields:
             raise unknown_key(f"{path.name}:{key}", value, str(key), TrainingJob.model_fields)
     # counts and quantities YAML reads as numbers are parsed as the flags' text is

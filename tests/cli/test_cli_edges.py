@@ -1,0 +1,105 @@
+"""Edges of the command line: an option given an empty value, a plan's degrees in a
+workload file, an output that cannot be written, and what the estimate reports beside its
+figures (the FLOPs count behind MFU, GPU-hours of idle GPUs, ranks in the search's JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import run_cli
+
+from gpuscale.catalog import get_model
+from gpuscale.perf.transformer import model_flops_per_token
+
+ENTRY = "from gpuscale.cli import main; main()"
+SMALL = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8"]
+
+
+def _one_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code, _, err = run_cli(args, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--precision", ""],
+        ["--precision="],
+        ["--zero", ""],
+        ["--attention", " "],
+        ["--system", ""],
+        ["--html", ""],
+    ],
+)
+def test_an_empty_option_value_is_refused_not_defaulted(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _one_error(["train", "search", *SMALL, *args], capsys)
+    flag = args[0].split("=")[0]
+    assert f"{flag.lstrip('-')}=" in line and "is invalid: empty" in line and flag in line
+
+
+def test_plan_degrees_in_a_workload_file_point_to_the_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama3-8b\ngpu: h100-sxm\ngpus: 8\ntp: 2\n")
+    line = _one_error(["train", "estimate", "--workload", str(job)], capsys)
+    assert "job.yaml:tp=2 is invalid" in line and "--tp" in line and "mtp" not in line
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line() -> None:
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(
+            [sys.executable, "-c", ENTRY, "train", "estimate", *SMALL, "--json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+            check=False,
+        )
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "error: the output could not be written: No space left on device"
+    ]
+
+
+def test_estimate_reports_its_flop_count_and_idle_gpu_hours(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # TP8 PP4 DP16 on 1,024 GPUs uses 512: both GPU-hour figures, in the ratio 1 : 2
+    args = ["--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len"]
+    args += ["8192", "--global-batch", "1024", "--tp", "8", "--pp", "4", "--dp", "16"]
+    code, out, err = run_cli(["train", "estimate", *args, "--tokens", "15T", "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["gpus_used"] == 512 and d["gpus"] == 1024
+    assert d["gpu_hours_allocated"] == pytest.approx(2.0 * d["gpu_hours"], rel=1e-12)
+    # Megatron-LM's causal count for Llama 3 70B at 8K, 3 x the forward a token: per layer
+    # Q and O 2 x 2 h^2, K and V 2 x 2 h (8 x 128), the SwiGLU MLP 2 x 3 h f, the causal
+    # attention core 2 x 2 (s / 2) h; then the output layer 2 V h
+    h, f, s, v = 8192, 28672, 8192, 128256
+    layer = 2 * 2 * h * h + 2 * 2 * h * 1024 + 2 * 3 * h * f + 2 * 2 * (s // 2) * h
+    flops = 3 * (80 * layer + 2 * v * h)  # 449.2 GFLOP
+    assert model_flops_per_token(get_model("llama3-70b"), s) == pytest.approx(flops, rel=1e-12)
+    assert d["model_flops_per_token"] == pytest.approx(flops, rel=1e-12)
+    rate = d["tokens_per_s_per_gpu"] * flops / 1e12
+    assert d["model_tflops_per_gpu"] == pytest.approx(rate, rel=1e-9)
+
+
+def test_search_json_ranks_are_integers(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["train", "search", *SMALL, "--top", "4", "--json"], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert [type(p["rank"]) for p in plans] == [int] * len(plans)
+    assert plans[0]["rank"] == 1 and plans[0]["tied"] in (False, True)
