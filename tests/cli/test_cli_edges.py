@@ -103,3 +103,21 @@ def test_search_json_ranks_are_integers(capsys: pytest.CaptureFixture[str]) -> N
     plans = json.loads(out)["plans"]
     assert [type(p["rank"]) for p in plans] == [int] * len(plans)
     assert plans[0]["rank"] == 1 and plans[0]["tied"] in (False, True)
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        # a dispatcher of experts on a model without any
+        (["--ep-dispatch", "all_to_all"], ("ep-dispatch='all_to_all'", "no experts")),
+        # ZeRO-3's gathers under a sharding that gathers nothing
+        (["--zero", "zero1", "--zero3-gathers", "per-param"], ("zero3-gathers=", "zero1")),
+        # kernels Volta does not run
+        (["--gpu", "v100-sxm2-32gb", "--attention", "fused"], ("attention='fused'", "Ampere")),
+    ],
+)
+def test_a_flag_that_does_not_apply_is_refused(
+    args: list[str], needles: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _one_error(["train", "estimate", *SMALL, *args], capsys)
+    assert all(n in line for n in needles), line

@@ -146,6 +146,12 @@ def estimate_cmd(
     with r.naming_file_values():
         if sp and tp == 1:
             raise InputError("sp", "--sp", "--tp > 1 (sequence parallelism splits over TP)")
+        if w.zero3_gathers != "coalesced" and sharding != "zero3":
+            raise InputError(
+                "zero3-gathers",
+                w.zero3_gathers,
+                f"with --zero zero3 or fsdp only: {sharding} gathers no parameters",
+            )
         fx = fixed_knobs(
             r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, tp > 1 and sp is not False
         )

@@ -14,7 +14,7 @@ from gpuscale.catalog.schema import GPU
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import MAX_TIME_S, FailurePolicy
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import Workload
+from gpuscale.perf.plan import EP_DISPATCH, Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
 from gpuscale.perf.storage import StoragePolicy, parse_interval
 from gpuscale.spec import load_training_job
@@ -139,6 +139,14 @@ def build_workload(
                 f"{home.arch} GPUs as a {_mount(home)} ({home.key})",
             )
     m = get_model(model)
+    if ep_dispatch != "hierarchical" and ep_dispatch in EP_DISPATCH and not m.is_moe:
+        raise InputError("ep-dispatch", ep_dispatch, f"for MoE models; {m.key} has no experts")
+    if attention in ("fused", "flash2") and g.arch == "volta":
+        raise InputError(
+            "attention",
+            attention,
+            f"unfused on {g.key}: the fused and FlashAttention-2 kernels need Ampere or later",
+        )
     if mtp is not None:
         if not 0 <= mtp <= m.layers:
             raise InputError("mtp", mtp, f"a number of MTP depths, 0 to {m.layers} (its layers)")
