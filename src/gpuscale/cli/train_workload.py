@@ -14,7 +14,8 @@ from gpuscale.catalog.schema import GPU
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import MAX_TIME_S, FailurePolicy
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import EP_DISPATCH, Workload
+from gpuscale.perf.comm.moe import EP_DISPATCH
+from gpuscale.perf.plan import Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
 from gpuscale.perf.storage import StoragePolicy, parse_interval
 from gpuscale.spec import load_training_job
