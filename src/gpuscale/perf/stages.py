@@ -178,11 +178,19 @@ def first_stage_mix(w: Workload, p: Plans) -> StageMix:
     if len(set(kinds)) == 1 or not (p.pp > 1).any():
         return StageMix()
     n = len(kinds)
-    fullest = pipeline_stages(w, p).fullest
-    keys = np.stack([p.pp, p.vpp, p.split, fullest.astype(np.int64)], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    fullest = pipeline_stages(w, p).fullest.astype(np.int64)
+    # one integer per placement (pp, vpp, split, fullest stage): few distinct ones
+    cols = (p.pp.astype(np.int64), p.vpp.astype(np.int64), p.split.astype(np.int64), fullest)
+    bases = [int(c.max()) + 1 for c in cols]
+    key = np.zeros(len(p), dtype=np.int64)
+    for c, base in zip(cols, bases, strict=True):
+        key = key * base + c
+    uniq, inverse = np.unique(key, return_inverse=True)
     share = {name: np.ones(len(uniq)) for name in KINDS}
-    for u, (pp, vpp, split, full) in enumerate(uniq.tolist()):
+    for u, k in enumerate(uniq.tolist()):
+        full, k = k % bases[3], k // bases[3]
+        split, k = k % bases[2], k // bases[2]
+        pp, vpp = k // bases[1], k % bases[1]
         if pp == 1:
             continue
         if split == PP_SPLITS.index("balanced"):
