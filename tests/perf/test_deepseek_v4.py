@@ -185,7 +185,7 @@ def test_hyper_connections_traffic_and_memory() -> None:
 
 
 def test_every_weight_is_held_and_streams_are_kept_and_sent() -> None:
-    from gpuscale.perf.memory import params_per_gpu
+    from gpuscale.perf.stage_params import params_per_gpu
 
     m = get_model("deepseek-v4-flash")
     w = _workload(m, gpus=1)

@@ -17,9 +17,10 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.distinct import collective_s
 from gpuscale.perf.data_parallel import data_parallel_s
-from gpuscale.perf.memory import memory_breakdown, params_per_gpu
+from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import SHARDING, Plans, Workload
 from gpuscale.perf.sharding import ShardGroups
+from gpuscale.perf.stage_params import params_per_gpu
 from gpuscale.perf.step import step_breakdown
 from gpuscale.perf.validity import check_plan, validity
 

@@ -23,8 +23,9 @@ from gpuscale.perf.flop_conventions import megatron_model_flops
 from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kernels import INDEXER_LOGIT_BYTES, attention_core_s
 from gpuscale.perf.kv import kv_bytes_per_token, precision_plan
-from gpuscale.perf.memory import activation_bytes_per_layer, params_per_gpu
+from gpuscale.perf.memory import activation_bytes_per_layer
 from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.stage_params import params_per_gpu
 from gpuscale.perf.transformer import (
     active_param_count,
     forward_flops_per_token,

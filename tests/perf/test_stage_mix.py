@@ -1,5 +1,5 @@
-"""The kinds of layers the first pipeline stage holds (perf/stages.py ``first_stage_mix``)
-and the parameters it so holds, hand-computed.
+"""The kinds of layers each pipeline stage holds (perf/stage_kinds.py) and the parameters
+and memory of the fullest, hand-computed.
 
 DeepSeek-V3 (no MTP depth): 61 layers, the first 3 dense (SwiGLU MLP of 18,432), the other
 58 MoE (256 routed experts and 1 shared, each a SwiGLU MLP of 2,048); hidden 7,168; MLA
@@ -29,7 +29,8 @@ from gpuscale.catalog.schema import Model
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import PP_SPLITS, SHARDING, Plans, Workload
-from gpuscale.perf.stages import StageMix, first_stage_mix, layer_kinds
+from gpuscale.perf.stage_kinds import AVERAGE, layer_kinds, stage_candidates
+from gpuscale.perf.stage_params import candidate_params, heaviest_stage_params
 
 MLA = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168 + 2048
 DENSE_MLP = 3 * 7168 * 18432
@@ -60,28 +61,66 @@ def test_layer_kinds() -> None:
     assert layer_kinds(maverick) == "-E" * 24
 
 
-def test_first_stage_mix_of_deepseek_v3() -> None:
+def test_stage_mixes_of_deepseek_v3() -> None:
     w = deepseek()
-    p = Plans.of(pp=16, dp=128, ep=128)
-    mix = first_stage_mix(w, p)
+    c0, c_last, *middle = stage_candidates(w, Plans.of(pp=16, dp=128, ep=128))
     # stage 0: 3 dense of its 4 layers against 3 of 61; 1 MoE of 4 against 58 of 61
-    assert first(mix.mlp) == pytest.approx((3 / 4) / (3 / 61), rel=1e-12)
-    assert first(mix.moe) == pytest.approx((1 / 4) / (58 / 61), rel=1e-12)
-    assert first(mix.attn) == 1.0
-    # account split: 63 places over 16 stages, 4 a stage; stage 0 the embedding and layers
-    # 0-2, all dense
-    acc = first_stage_mix(w, Plans.of(pp=16, dp=128, ep=128, split=PP_SPLITS.index("account")))
-    assert first(acc.moe) == 0.0
-    # no pipeline, or a model whose layers are alike: the model's average
-    assert first_stage_mix(w, Plans.of(dp=2048, ep=128)) == StageMix()
+    assert first(c0.rank) == 0 and first(c_last.rank) == 15
+    assert first(c0.mix.mlp) == pytest.approx((3 / 4) / (3 / 61), rel=1e-12)
+    assert first(c0.mix.moe) == pytest.approx((1 / 4) / (58 / 61), rel=1e-12)
+    assert first(c0.mix.attn) == 1.0
+    # stages 1-15 hold MoE layers only: the earliest, with the most in flight, is priced
+    assert [first(c.rank) for c in middle] == [1]
+    assert first(middle[0].mix.moe) == pytest.approx(61 / 58, rel=1e-12)
+    assert first(middle[0].mix.mlp) == 0.0
+    # account split over 9 stages: 63 places, 7 a stage; stage 0 the embedding and layers
+    # 0-5, 3 dense and 3 MoE
+    acc = stage_candidates(w, Plans.of(pp=9, dp=227, ep=1, split=PP_SPLITS.index("account")))
+    assert first(acc[0].mix.mlp) == pytest.approx((3 / 6) / (3 / 61), rel=1e-12)
+    assert first(acc[0].mix.moe) == pytest.approx((3 / 6) / (58 / 61), rel=1e-12)
+    # no pipeline: the model's average
+    assert all(c.mix.moe == 1.0 for c in stage_candidates(w, Plans.of(dp=2048, ep=128)))
+
+
+def test_llama4_maverick_alternates_its_stages() -> None:
+    # 48 layers, dense and MoE in turn; PP16, 3 a stage: stage 0 "-E-", stage 1 "E-E"
+    w = replace(deepseek(), model=get_model("llama4-maverick"))
+    c0, _, *middle = stage_candidates(w, Plans.of(pp=16, dp=128, ep=8))
+    assert first(c0.mix.moe) == pytest.approx((1 / 3) / (24 / 48), rel=1e-12)
+    assert [first(c.rank) for c in middle] == [1]
+    assert first(middle[0].mix.moe) == pytest.approx((2 / 3) / (24 / 48), rel=1e-12)
+
+
+def test_a_model_of_one_kind_of_layer_keeps_the_average() -> None:
+    w = replace(deepseek(), model=get_model("llama3-70b"))
+    cands = stage_candidates(w, Plans.of(pp=8, dp=256))
+    assert [c.mix for c in cands] == [AVERAGE, AVERAGE]
+    assert [first(c.rank) for c in cands] == [0, 7]
 
 
 def test_first_stage_weights_hold_the_dense_layers() -> None:
     w = deepseek()
     p = Plans.of(pp=16, dp=128, ep=128, sharding=SHARDING.index("zero1"))
-    mem = memory_breakdown(w, p, default_calibration())
+    dense, expert, _ = candidate_params(w, p, stage_candidates(w, p)[0])
     dense_layer = MLA + DENSE_MLP + NORMS
     moe_layer = MLA + NORMS + ROUTER + EXPERT + 2 * EXPERT  # shared + 256 / 128 routed
     # the final norm (7,168) is counted half on each end stage, with the embeddings
     params = 3 * dense_layer + moe_layer + EMBEDDING + 7168 // 2  # 2,996 M
-    assert float(mem.weights[0]) == pytest.approx(2.0 * params, rel=1e-9)
+    assert first(dense + expert) == pytest.approx(params, rel=1e-12)
+
+
+def test_memory_is_that_of_the_fullest_stage() -> None:
+    # 8 micro-batches (1,024 / 128), so stages 0 and 1 both hold all 8 in flight: stage 1's
+    # four MoE layers keep more activations than stage 0's three dense and one MoE, and its
+    # weights are what the model reports: 4 x (MLA + norms + router + shared and 256 / 64
+    # routed experts), 16-bit, no embedding
+    w = deepseek(gpus=2048)
+    p = Plans.of(pp=16, dp=128, ep=64, sharding=SHARDING.index("zero1"))
+    mem = memory_breakdown(w, p, default_calibration())
+    stage1 = 4 * (MLA + NORMS + ROUTER + EXPERT + 4 * EXPERT)
+    assert first(mem.weights) == pytest.approx(2.0 * stage1, rel=1e-12)
+    dense, expert, _ = candidate_params(w, p, stage_candidates(w, p)[0])
+    assert first(dense + expert) > 1.5 * stage1  # stage 0 holds more parameters, fewer bytes
+    # data-parallel gradients: the stage with the most parameters
+    d, e = heaviest_stage_params(w, p)
+    assert first(d + e) == pytest.approx(first(dense + expert), rel=1e-12)

@@ -22,8 +22,8 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.model import collective_time_s
 from gpuscale.perf.kernels import attention_core_s
-from gpuscale.perf.memory import params_per_gpu
 from gpuscale.perf.plan import SHARDING, Plans, Workload
+from gpuscale.perf.stage_params import params_per_gpu
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import model_flops_per_token, param_count
@@ -698,7 +698,8 @@ def test_zero2_under_a_pipeline_costs_what_the_distributed_optimizer_costs() -> 
     dist, z2 = (Plans.of(tp=8, pp=2, dp=4, mbs=1, recompute=2, sharding=k) for k in (1, 3))
     a, b = step_breakdown(w, dist, cal), step_breakdown(w, z2, cal)
     assert float(b.dp_comm_s[0]) == pytest.approx(float(a.dp_comm_s[0]), rel=1e-12)
-    from gpuscale.perf.memory import memory_breakdown, params_per_gpu
+    from gpuscale.perf.memory import memory_breakdown
+    from gpuscale.perf.stage_params import params_per_gpu
 
     ma, mz = memory_breakdown(w, dist, cal), memory_breakdown(w, z2, cal)
     for part in ("weights", "gradients", "optimizer"):

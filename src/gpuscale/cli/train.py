@@ -150,7 +150,9 @@ def estimate_cmd(
             raise InputError(
                 "zero3-gathers",
                 w.zero3_gathers,
-                f"with --zero zero3 or fsdp only: {sharding} gathers no parameters",
+                f"with --zero zero3 or fsdp only: the plan's sharding, {sharding}"
+                f"{' (the default)' if zero is None and not dist_opt else ''}, gathers no "
+                "parameters",
             )
         fx = fixed_knobs(
             r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, tp > 1 and sp is not False

@@ -442,19 +442,27 @@ def fit_hint(best: dict[str, Any] | None) -> str:
     )
 
 
+def _weak_caption(pts: list[ScalingPoint]) -> str:
+    """What weak scaling holds: the sequences a GPU, the same at every point or, where the
+    batch rounds to whole sequences, their range."""
+    per = [p.global_batch / p.gpus for p in pts if p.global_batch is not None]
+    if not per:
+        return ""
+    same = max(per) - min(per) < 1e-9
+    held = f"{per[-1]:.3g} a GPU at every point" if same else f"{min(per):.3g}-{max(per):.3g} a GPU"
+    return (
+        f" weak: the global batch grows with the GPUs, {pts[-1].global_batch or 0:,} "
+        f"sequences at {pts[-1].gpus:,} GPUs ({held})."
+    )
+
+
 def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
     t = Table(
         title=f"{mode} scaling of {w.model.name} on {w.gpu.name}",
         caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
         "the terms whose GPU-time per token moved most, as a share of the previous "
         "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank."
-        + (
-            f" weak: the global batch grows with the GPUs, {pts[-1].global_batch:,} sequences "
-            f"at {pts[-1].gpus:,} GPUs ({pts[-1].global_batch / pts[-1].gpus:g} a GPU at every "
-            "point)."
-            if mode == "weak" and pts and pts[-1].global_batch is not None
-            else ""
-        )
+        + (_weak_caption(pts) if mode == "weak" else "")
         + (
             " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "
             "data loading and failures; tok/s/GPU net, MFU net and eff. count that time (a "

@@ -23,7 +23,6 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm.distinct import collective_s
-from gpuscale.perf.memory import params_per_gpu
 from gpuscale.perf.plan import (
     FloatArrayT,
     Plans,
@@ -32,6 +31,7 @@ from gpuscale.perf.plan import (
     separate_accumulation,
 )
 from gpuscale.perf.sharding import ShardGroups
+from gpuscale.perf.stage_params import heaviest_stage_params
 
 FloatArray = FloatArrayT
 
@@ -75,7 +75,7 @@ def data_parallel_s(
     tp = p.tp.astype(np.float64)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
     # --- data-parallel gradient / parameter communication ------------------------------
-    dense, expert, _ = params_per_gpu(w, p)
+    dense, expert = heaviest_stage_params(w, p)
     d = (p.dp * p.cp).astype(np.float64)
     d_exp = np.maximum(d * tp / p.ep, 1.0)
     dp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, d)
@@ -185,7 +185,7 @@ def grad_accum_mb_s(w: Workload, p: Plans, cal: Calibration) -> FloatArray:
     pays = separate_accumulation(w, p)
     if not pays.any():  # no plan pays it: skip the parameter count
         return np.zeros(len(p))
-    dense, expert, _ = params_per_gpu(w, p)
+    dense, expert = heaviest_stage_params(w, p)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
     out: FloatArray = np.where(pays, (dense + expert) * ACCUM_BYTES_PER_GRAD / bw, 0.0)
     return out

@@ -37,6 +37,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.perf.attn_kinds import kind_mean
 from gpuscale.perf.plan import (
     FloatArrayT,
+    IntArray,
     Plans,
     Workload,
     memory_sharding,
@@ -45,18 +46,15 @@ from gpuscale.perf.plan import (
 )
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stages import StageMix, first_stage_mix, pipeline_stages
+from gpuscale.perf.stage_kinds import AVERAGE, StageMix, stage_candidates
+from gpuscale.perf.stage_params import candidate_params
+from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
-    attn_weights,
     compressor_width,
-    embedding_params,
     indexer_layers,
     kv_width_per_rank,
-    layer_shapes,
     mean_attn_dims,
-    mixer_extra_weights,
     mtp_layer_equivalents,
-    mtp_param_count,
     sparse_layers,
 )
 
@@ -117,51 +115,12 @@ class MemoryBreakdown:
         return self.capacity - self.total
 
 
-def params_per_gpu(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(dense, expert, per_layer_dense) parameters held by one GPU of the first stage.
-
-    Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first
-    stage also holds the input embedding, the last the output layer (or, tied, a copy of
-    the embedding): the same parameter count. A pipeline layout balances MTP layers placed
-    on the last stage; they are spread over the stages here as in the step model. The
-    stage's layers are of the kinds stage 0 holds (:func:`first_stage_mix`: DeepSeek-V3's
-    dense layers, a hybrid's first blocks). The stages' activations differ:
-    :func:`memory_breakdown` prices the fuller one.
-    """
-    m = w.model
-    s = layer_shapes(m)
-    tp = p.tp.astype(np.float64)
-    layers_stage = pipeline_stages(w, p).fullest
-    mix = first_stage_mix(w, p)  # the first stage's layers' kinds
-    moe_frac = m.moe_layers / m.layers * mix.moe
-    split = (
-        attn_weights(m) * mix.attn
-        + m.mlp_layers * s.mlp_dense * mix.mlp
-        + m.moe_layers * (s.shared + s.latent_proj) * mix.moe
-        + m.mamba_layers * s.mamba * mix.mamba
-    ) / m.layers
-    # DSA indexers (DeepSeek-V4's compressors and hyper-connections too) are whole on every
-    # TP rank, as the router
-    indexers = mixer_extra_weights(m) / m.layers
-    dense_per_layer = split / tp + s.norms + moe_frac * s.router + indexers
-    expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
-    emb = embedding_params(m)
-    emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
-    # MTP layers: on the one stage, or spread over the stages (1 / pp each) as the step
-    # model has them
-    mtp_dense = mtp_param_count(m, experts=0)
-    mtp_expert = mtp_param_count(m) - mtp_dense
-    dense = layers_stage * dense_per_layer + emb_stage + mtp_dense / (tp * p.pp)
-    expert = layers_stage * expert_per_layer + mtp_expert / (p.ep * p.pp)
-    return dense, expert, dense_per_layer + expert_per_layer
-
-
 def activation_bytes_per_layer(
     w: Workload, p: Plans, seq_len: float | None = None, mix: StageMix | None = None
 ) -> FloatArray:
     """Activation bytes one layer stores for one micro-batch on one GPU (16-bit): the
     model's average layer, or the average of a stage whose layers' kinds ``mix`` gives."""
-    mix = StageMix() if mix is None else mix
+    mix = AVERAGE if mix is None else mix
     m = w.model
     s = (w.seq_len if seq_len is None else seq_len) / p.cp
     b = p.mbs.astype(np.float64)
@@ -307,14 +266,108 @@ def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatA
 
 
 def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown:
+    """Memory per GPU of the stage that holds the most: of the first and the last stage
+    and, where the layers differ in kind, the stages between them that may be fuller
+    (:func:`~gpuscale.perf.stage_kinds.stage_candidates`)."""
     m = w.model
-    dense, expert, per_layer = params_per_gpu(w, p)
     # the ranks the sharded states spread over (all DP x CP ranks, or a hybrid shard group)
     groups = ShardGroups.of(w, p)
-    d, d_exp = groups.dense, groups.expert
     # ZeRO-2 and FSDP under a pipeline hold whole weights and fp32 gradients, as the
     # distributed optimizer does (plan.memory_sharding)
     shard = memory_sharding(p)
+    cands = stage_candidates(w, p)
+    states = [_states(w, p, cal, groups, shard, *candidate_params(w, p, c)) for c in cands]
+    # activations in flight: the first and the last pipeline stage (the same one without
+    # PP), Megatron's warm-up for one between them
+    first_mbs, last_mbs = in_flight(w, p)
+    # MTP depths spread over the stages, as in params_per_gpu
+    stages = pipeline_stages(w, p)
+    mtp_stage = mtp_layer_equivalents(m, w.seq_len) / p.pp
+    cols_p = _cols(p)
+    no_rc = Plans.of(**{**cols_p, "recompute": 0})
+    full_rc = Plans.of(**{**cols_p, "recompute": 2})
+    acts_of: dict[int, tuple[FloatArray, FloatArray, FloatArray]] = {}
+    for c in cands:
+        if id(c.mix) not in acts_of:  # (plan's, no recompute, full) bytes a layer
+            acts_of[id(c.mix)] = (
+                activation_bytes_per_layer(w, p, mix=c.mix),
+                activation_bytes_per_layer(w, no_rc, mix=c.mix),
+                activation_bytes_per_layer(w, full_rc, mix=c.mix),
+            )
+    # the last stage's output layer and loss at its peak, one per MTP depth too
+    s_loc = w.seq_len / p.cp
+    logits = (1 + m.mtp_layers) * LOSS_BYTES[w.loss_kind] * s_loc * p.mbs * m.vocab / p.tp
+    ovh = cal.mem_activation_overhead
+    held, extra, rooms = [], [], []
+    for c, (weights, grads, opt, buffers) in zip(cands, states, strict=True):
+        first, last = c.rank == 0, c.rank == p.pp - 1
+        layers = np.where(first, stages.fullest, np.where(last, stages.last, stages.fullest))
+        mbs = np.where(first, first_mbs, np.where(last, last_mbs, _warmup(w, p, c.rank)))
+        held.append((layers + mtp_stage) * mbs)
+        extra.append(np.where(last, logits, 0.0))
+        rooms.append(w.memory_capacity - (weights + grads + opt + buffers))
+
+    def recompute_needed(k: int) -> FloatArray:
+        """Partial recompute: the fraction r of a stage's layers recomputed that just fills
+        the memory left (a recomputed layer keeps its input; one layer is re-materialised
+        at a time)."""
+        _, none_layer, full_layer = acts_of[id(cands[k].mix)]
+        need = none_layer * held[k] * ovh - (rooms[k] - (extra[k] + none_layer) * ovh)
+        span = (none_layer - full_layer) * held[k] * ovh
+        out: FloatArray = np.clip(need / np.maximum(span, 1.0), 0.0, 1.0)
+        return out
+
+    # The fraction is continuous, not whole layers: besides --recompute-num-layers, Megatron
+    # recomputes chosen modules of every layer (--recompute-modules: norms, activations,
+    # MoE parts), which trims memory in steps well below a layer. Rounding up to whole
+    # layers of a virtual chunk turns Llama 3.1 405B's GB200 plan (one layer per chunk)
+    # into full recomputation, 20 % slower than Megatron-Bridge measured. Every stage
+    # recomputes the same fraction: the one the fullest stage needs.
+    r_partial = recompute_needed(0)
+    for k in range(1, len(cands)):
+        r_partial = np.maximum(r_partial, recompute_needed(k))
+    frac = np.select([p.recompute == 2, p.recompute == 3], [1.0, r_partial], 0.0)
+
+    def stage_acts(k: int) -> FloatArray:
+        per_layer_act, none_layer, full_layer = acts_of[id(cands[k].mix)]
+        kept = np.where(
+            p.recompute == 3,
+            held[k] * (none_layer * (1.0 - frac) + full_layer * frac),
+            per_layer_act * held[k],
+        )
+        # a recomputed layer is re-materialised whole, one at a time
+        out: FloatArray = (kept + np.where(frac > 0, none_layer, 0.0) + extra[k]) * ovh
+        return out
+
+    # the fullest stage's figures: its states, activations and buffers
+    weights, grads, opt, buffers = states[0]
+    acts = stage_acts(0)
+    for k in range(1, len(cands)):
+        acts_k = stage_acts(k)
+        if cands[k].mix is cands[0].mix:  # the same layers: only the activations differ
+            acts = np.maximum(acts, acts_k)
+            continue
+        w_k, g_k, o_k, b_k = states[k]
+        more = w_k + g_k + o_k + b_k + acts_k > weights + grads + opt + buffers + acts
+        weights, grads = np.where(more, w_k, weights), np.where(more, g_k, grads)
+        opt, buffers = np.where(more, o_k, opt), np.where(more, b_k, buffers)
+        acts = np.where(more, acts_k, acts)
+    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.memory_capacity, frac)
+
+
+def _states(
+    w: Workload,
+    p: Plans,
+    cal: Calibration,
+    groups: ShardGroups,
+    shard: IntArray,
+    dense: FloatArray,
+    expert: FloatArray,
+    per_layer: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """(weights, gradients, optimizer states, buffers) of a stage holding ``dense`` and
+    ``expert`` parameters a GPU, its average layer ``per_layer``."""
+    d, d_exp = groups.dense, groups.expert
     cols = []
     for j in range(3):
         un = np.select([shard == k for k in _BYTES], [_BYTES[k][j][0] for k in _BYTES])
@@ -336,61 +389,22 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # FSDP under a pipeline holds what it gathered, whole: its 16-bit weights (FP8 with FP8
     # gathers), no persistent FP8 copy beside them
     weights = np.where(pipelined_zero3(p), (dense + expert) * w.gathered_weight_bytes, weights)
-    # activations in flight: the first and the last pipeline stage (the same one without PP)
-    first_mbs, last_mbs = in_flight(w, p)
-    # MTP depths spread over the stages, as in params_per_gpu
-    stages = pipeline_stages(w, p)
-    mtp_stage = mtp_layer_equivalents(m, w.seq_len) / p.pp
-    held_first = (stages.fullest + mtp_stage) * first_mbs
-    held_last = (stages.last + mtp_stage) * last_mbs
-    cols_p = _cols(p)
-    mix = first_stage_mix(w, p)
-    per_layer_act = activation_bytes_per_layer(w, p, mix=mix)
-    none_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 0}), mix=mix)
-    full_layer = activation_bytes_per_layer(w, Plans.of(**{**cols_p, "recompute": 2}), mix=mix)
-    # the last stage's output layer and loss at its peak, one per MTP depth too
-    s_loc = w.seq_len / p.cp
-    logits = (1 + m.mtp_layers) * LOSS_BYTES[w.loss_kind] * s_loc * p.mbs * m.vocab / p.tp
-    logits_first = np.where(p.pp == 1, logits, 0.0)
     # ZeRO-3 gathers a layer's full 16-bit (or FP8) weights and its 16-bit gradients while
     # computing it, with one more prefetched: 2 layers x (2 + 2) bytes per parameter
     zero3 = np.where(shard == 4, 2.0 * per_layer * (w.gathered_weight_bytes + 2.0), 0.0)
     buffers = np.full(len(p), cal.mem_reserved_bytes) + zero3
-    ovh = cal.mem_activation_overhead
-    room = w.memory_capacity - (weights + grads + opt + buffers)
+    return weights, grads, opt, buffers
 
-    def recompute_needed(held: FloatArray, extra: FloatArray) -> FloatArray:
-        """Partial recompute: the fraction r of a stage's layers recomputed that just fills
-        the memory left (a recomputed layer keeps its input; one layer is re-materialised
-        at a time)."""
-        need = none_layer * held * ovh - (room - (extra + none_layer) * ovh)
-        span = (none_layer - full_layer) * held * ovh
-        out: FloatArray = np.clip(need / np.maximum(span, 1.0), 0.0, 1.0)
-        return out
 
-    # The fraction is continuous, not whole layers: besides --recompute-num-layers, Megatron
-    # recomputes chosen modules of every layer (--recompute-modules: norms, activations,
-    # MoE parts), which trims memory in steps well below a layer. Rounding up to whole
-    # layers of a virtual chunk turns Llama 3.1 405B's GB200 plan (one layer per chunk)
-    # into full recomputation, 20 % slower than Megatron-Bridge measured. Every stage
-    # recomputes the same fraction: the one the fuller stage needs.
-    r_partial = np.maximum(
-        recompute_needed(held_first, logits_first), recompute_needed(held_last, logits)
-    )
-    frac = np.select([p.recompute == 2, p.recompute == 3], [1.0, r_partial], 0.0)
-
-    def stage_acts(held: FloatArray, extra: FloatArray) -> FloatArray:
-        kept = np.where(
-            p.recompute == 3,
-            held * (none_layer * (1.0 - frac) + full_layer * frac),
-            per_layer_act * held,
-        )
-        # a recomputed layer is re-materialised whole, one at a time
-        out: FloatArray = (kept + np.where(frac > 0, none_layer, 0.0) + extra) * ovh
-        return out
-
-    acts = np.maximum(stage_acts(held_first, logits_first), stage_acts(held_last, logits))
-    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.memory_capacity, frac)
+def _warmup(w: Workload, p: Plans, rank: IntArray) -> FloatArray:
+    """Micro-batches' worth of a stage's layers that pipeline rank ``rank`` holds at its
+    peak: p - r under 1F1B; interleaved, Megatron's warm-up of 2 (p - 1 - r) + (v - 1) p
+    chunks and the one in flight, over v; at most all m (:func:`in_flight` gives the ends)."""
+    mb = p.microbatches(w).astype(np.float64)
+    pp, v, r = p.pp.astype(np.float64), p.vpp.astype(np.float64), rank.astype(np.float64)
+    held = np.where(p.vpp > 1, (2.0 * (pp - 1.0 - r) + (v - 1.0) * pp + 1.0) / v, pp - r)
+    out: FloatArray = np.minimum(held, mb)
+    return out
 
 
 def in_flight(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:

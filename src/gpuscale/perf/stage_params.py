@@ -1,0 +1,99 @@
+"""Parameters one GPU of a pipeline stage holds: its layers' dense parameters split by TP,
+its routed experts by EP, the embedding or output layer on the stages at the ends, the MTP
+depths spread over the stages; for the stage of each kind of layers that may hold the most
+(:mod:`gpuscale.perf.stage_kinds`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpuscale.perf.plan import FloatArrayT, Plans, Workload
+from gpuscale.perf.stage_kinds import AVERAGE, StageCandidate, StageMix, stage_candidates, uniform
+from gpuscale.perf.stages import pipeline_stages
+from gpuscale.perf.transformer import (
+    attn_weights,
+    embedding_params,
+    layer_shapes,
+    mixer_extra_weights,
+    mtp_param_count,
+)
+
+FloatArray = FloatArrayT
+
+
+def params_per_gpu(
+    w: Workload,
+    p: Plans,
+    mix: StageMix = AVERAGE,
+    ends: NDArray[np.bool_] | bool = True,
+    layers: FloatArray | None = None,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(dense, expert, per_layer_dense) parameters held by one GPU of a pipeline stage of
+    ``layers`` layers (default: the fullest stage's) of the kinds ``mix`` gives (default: the
+    model's average layer; :mod:`gpuscale.perf.stage_kinds`).
+
+    Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first
+    stage also holds the input embedding, the last the output layer (or, tied, a copy of
+    the embedding): the same parameter count, on a stage where ``ends``. A pipeline layout
+    balances MTP layers placed on the last stage; they are spread over the stages here as in
+    the step model. The stages' activations differ: :func:`memory_breakdown` prices the
+    fullest stage.
+    """
+    m = w.model
+    s = layer_shapes(m)
+    tp = p.tp.astype(np.float64)
+    layers_stage = pipeline_stages(w, p).fullest if layers is None else layers
+    moe_frac = m.moe_layers / m.layers * mix.moe
+    split = (
+        attn_weights(m) * mix.attn
+        + m.mlp_layers * s.mlp_dense * mix.mlp
+        + m.moe_layers * (s.shared + s.latent_proj) * mix.moe
+        + m.mamba_layers * s.mamba * mix.mamba
+    ) / m.layers
+    # DSA indexers (DeepSeek-V4's compressors and hyper-connections too) are whole on every
+    # TP rank, as the router
+    indexers = mixer_extra_weights(m) / m.layers
+    dense_per_layer = split / tp + s.norms + moe_frac * s.router + indexers
+    expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
+    emb = embedding_params(m)
+    emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
+    if ends is not True:
+        emb_stage = np.where(ends, emb_stage, 0.0)
+    # MTP layers: on the one stage, or spread over the stages (1 / pp each) as the step
+    # model has them
+    mtp_dense = mtp_param_count(m, experts=0)
+    mtp_expert = mtp_param_count(m) - mtp_dense
+    dense = layers_stage * dense_per_layer + emb_stage + mtp_dense / (tp * p.pp)
+    expert = layers_stage * expert_per_layer + mtp_expert / (p.ep * p.pp)
+    return dense, expert, dense_per_layer + expert_per_layer
+
+
+def heaviest_stage_params(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:
+    """(dense, expert) parameters of the stage that holds the most (every stage reduces its
+    own gradients, the step waits for the largest): the first for a model whose layers are
+    all alike, else the heaviest of :func:`~gpuscale.perf.stage_kinds.stage_candidates`."""
+    if uniform(w):
+        dense, expert, _ = params_per_gpu(w, p)
+        return dense, expert
+    best_dense = best_expert = np.zeros(len(p))
+    for c in stage_candidates(w, p):
+        dense, expert, _ = candidate_params(w, p, c)
+        more = dense + expert > best_dense + best_expert
+        best_dense = np.where(more, dense, best_dense)
+        best_expert = np.where(more, expert, best_expert)
+    return best_dense, best_expert
+
+
+def candidate_params(
+    w: Workload, p: Plans, c: StageCandidate
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`params_per_gpu` of a candidate stage: the first holds the fullest stage's
+    layers and the embedding, the last its own layers and the output layer, one between
+    them the fullest stage's layers (the step's upper bound where the chunks are uneven)."""
+    if c.mix is AVERAGE:
+        return params_per_gpu(w, p)
+    st = pipeline_stages(w, p)
+    last = c.rank == p.pp - 1
+    layers = np.where(last & (c.rank > 0), st.last, st.fullest)
+    return params_per_gpu(w, p, c.mix, (c.rank == 0) | last, layers)
