@@ -47,6 +47,10 @@ class Calibration:
     """FlashAttention-2 on Hopper and newer, relative to the fused kernel: FA2 reaches about
     35 % of H100's peak where FlashAttention-3 reaches 75 % (Shah et al. 2024, arXiv
     2407.08608, sec. 1), 35 / 75 = 0.47. On Ampere and older FA2 is the fused kernel (1.0)."""
+    ssd_eff: float = 1.0
+    """Mamba-2's chunked-scan (SSD) Triton kernels: achieved fraction of the rate gpuscale's
+    composition of their block GEMMs and HBM traffic gives (``perf.kernels.scan_s``), from a
+    published kernel microbenchmark (``python -m gpuscale.calibrate.fit_kernels``)."""
     hbm_eff: float = 0.80
     """Achieved fraction of HBM bandwidth for memory-bound kernels (norms, activations, decode)."""
     elementwise_bytes_per_token_layer: float = 34.0

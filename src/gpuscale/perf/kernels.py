@@ -178,8 +178,9 @@ def scan_s(
     a large GEMM's rate. On top, the five kernels' HBM traffic per token (Mamba-2's Triton
     implementation): x read twice (chunk state, chunk scan) and y written (3 d), B and C
     read twice (4 G N), 16-bit; the fp32 C B^T chunk scores written and read (2 G Q), the
-    fp32 chunk states written, passed along (read + write) and read (4 H P N / Q). Heads
-    and groups split over TP; the backward is taken as FLASH_BWD_FACTOR x this.
+    fp32 chunk states written, passed along (read + write) and read (4 H P N / Q). The
+    kernels reach ``cal.ssd_eff`` of that rate. Heads and groups split over TP; the backward
+    is taken as FLASH_BWD_FACTOR x this.
     """
     m = w.model
     if m.mamba is None:
@@ -201,7 +202,9 @@ def scan_s(
     per_token = 2.0 * (3.0 * x.inner + 4.0 * x.groups * x.state)
     per_token += 4.0 * 2.0 * x.groups * x.chunk
     per_token += 4.0 * 4.0 * x.heads * x.head_dim * x.state / x.chunk
-    return matmuls + tokens * per_token / tp / bw
+    # Mamba-2's Triton kernels run at ssd_eff of this composition (a published H100
+    # microbenchmark of the forward, calibrate/fit_kernels.py)
+    return (matmuls + tokens * per_token / tp / bw) / cal.ssd_eff
 
 
 def _gated_delta_scan_s(
