@@ -110,7 +110,7 @@ def test_first_stage_weights_hold_the_dense_layers() -> None:
 
 
 def test_memory_is_that_of_the_fullest_stage() -> None:
-    # 8 micro-batches (1,024 / 128), so stages 0 and 1 both hold all 8 in flight: stage 1's
+    # 120 micro-batches (15,360 / 128): stage 0 holds 16 in flight, stage 1 15; stage 1's
     # four MoE layers keep more activations than stage 0's three dense and one MoE, and its
     # weights are what the model reports: 4 x (MLA + norms + router + shared and 256 / 64
     # routed experts), 16-bit, no embedding
@@ -124,3 +124,22 @@ def test_memory_is_that_of_the_fullest_stage() -> None:
     # data-parallel gradients: the stage with the most parameters
     d, e = heaviest_stage_params(w, p)
     assert first(d + e) == pytest.approx(first(dense + expert), rel=1e-12)
+
+
+def test_data_parallel_time_is_the_slowest_stages() -> None:
+    # DeepSeek-V3, TP1 PP2 DP512 EP64 on 1,024 H100: the step's DP communication and
+    # optimizer are those of the stage whose reduction takes longest, which need not be
+    # the one with the most parameters
+    from gpuscale.perf.data_parallel import _stage_dp_s, data_parallel_s
+
+    w = deepseek(gpus=1024)
+    p = Plans.of(pp=2, dp=512, ep=64, mbs=4, sharding=SHARDING.index("dist-opt"))
+    args = (np.ones(1), np.ones(1), np.array([7.5]), np.array([31.0]), np.zeros(1))
+    dp, opt = data_parallel_s(w, p, default_calibration(), *args)
+    per_stage = [
+        _stage_dp_s(w, p, default_calibration(), *args, *candidate_params(w, p, c)[:2])
+        for c in stage_candidates(w, p)
+    ]
+    assert len(per_stage) >= 2
+    slowest = max(per_stage, key=lambda t: first(t[0] + t[1]))
+    assert (first(dp), first(opt)) == (first(slowest[0]), first(slowest[1]))

@@ -31,7 +31,7 @@ from gpuscale.perf.plan import (
     separate_accumulation,
 )
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stage_params import heaviest_stage_params
+from gpuscale.perf.stage_params import heaviest_stage_params, stage_param_sets
 
 FloatArray = FloatArrayT
 
@@ -68,14 +68,42 @@ def data_parallel_s(
     layers_stage: FloatArray,
     full_frac: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
-    """(exposed DP communication, optimizer) seconds per step of each plan. ``busy_mb`` is a
-    micro-batch's GPU work on the stage (GEMMs, attention, memory-bound, quantisation),
-    ``compute_mb`` its GEMMs and attention, ``mb`` the micro-batches per step."""
+    """(exposed DP communication, optimizer) seconds per step of each plan: those of the
+    pipeline stage whose gradients and optimizer step take longest (every stage reduces its
+    own; dense and expert parameters over different groups). ``busy_mb`` is a micro-batch's
+    GPU work on the stage (GEMMs, attention, memory-bound, quantisation), ``compute_mb`` its
+    GEMMs and attention, ``mb`` the micro-batches per step."""
+    best: tuple[FloatArray, FloatArray] | None = None
+    for dense, expert in stage_param_sets(w, p):
+        dp, opt = _stage_dp_s(
+            w, p, cal, busy_mb, compute_mb, mb, layers_stage, full_frac, dense, expert
+        )
+        if best is None:
+            best = (dp, opt)
+            continue
+        more = dp + opt > best[0] + best[1]
+        best = (np.where(more, dp, best[0]), np.where(more, opt, best[1]))
+    assert best is not None
+    return best
+
+
+def _stage_dp_s(
+    w: Workload,
+    p: Plans,
+    cal: Calibration,
+    busy_mb: FloatArray,
+    compute_mb: FloatArray,
+    mb: FloatArray,
+    layers_stage: FloatArray,
+    full_frac: FloatArray,
+    dense: FloatArray,
+    expert: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`data_parallel_s` of a stage holding ``dense`` and ``expert`` parameters a GPU."""
     f = w.fabric
     tp = p.tp.astype(np.float64)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
     # --- data-parallel gradient / parameter communication ------------------------------
-    dense, expert = heaviest_stage_params(w, p)
     d = (p.dp * p.cp).astype(np.float64)
     d_exp = np.maximum(d * tp / p.ep, 1.0)
     dp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, d)

@@ -69,6 +69,16 @@ def params_per_gpu(
     return dense, expert, dense_per_layer + expert_per_layer
 
 
+def stage_param_sets(w: Workload, p: Plans) -> list[tuple[FloatArray, FloatArray]]:
+    """(dense, expert) parameters of each stage that may be the slowest to reduce its
+    gradients: the first for a model whose layers are all alike, else every one of
+    :func:`~gpuscale.perf.stage_kinds.stage_candidates`."""
+    if uniform(w):
+        dense, expert, _ = params_per_gpu(w, p)
+        return [(dense, expert)]
+    return [candidate_params(w, p, c)[:2] for c in stage_candidates(w, p)]
+
+
 def heaviest_stage_params(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:
     """(dense, expert) parameters of the stage that holds the most (every stage reduces its
     own gradients, the step waits for the largest): the first for a model whose layers are

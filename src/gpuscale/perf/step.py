@@ -349,7 +349,7 @@ def step_breakdown(
         compute_mb + mem_mb + fixed_mb + quant_mb,
         compute_mb,
         mb,
-        stages.fullest,  # the stage whose parameters data_parallel_s prices (params_per_gpu)
+        stages.fullest,  # its ZeRO-3 collectives' count a micro-batch (a layer each)
         full_frac,
     )
 
