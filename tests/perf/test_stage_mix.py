@@ -130,14 +130,14 @@ def test_data_parallel_time_is_the_slowest_stages() -> None:
     # DeepSeek-V3, TP1 PP2 DP512 EP64 on 1,024 H100: the step's DP communication and
     # optimizer are those of the stage whose reduction takes longest, which need not be
     # the one with the most parameters
-    from gpuscale.perf.data_parallel import _stage_dp_s, data_parallel_s
+    from gpuscale.perf.data_parallel import StageWork, _stage_dp_s, data_parallel_s
 
     w = deepseek(gpus=1024)
     p = Plans.of(pp=2, dp=512, ep=64, mbs=4, sharding=SHARDING.index("dist-opt"))
     args = (np.ones(1), np.ones(1), np.array([7.5]), np.array([31.0]), np.zeros(1))
     dp, opt = data_parallel_s(w, p, default_calibration(), *args)
     per_stage = [
-        _stage_dp_s(w, p, default_calibration(), *args, *candidate_params(w, p, c)[:2])
+        _stage_dp_s(w, p, default_calibration(), StageWork(*args), *candidate_params(w, p, c)[:2])
         for c in stage_candidates(w, p)
     ]
     assert len(per_stage) >= 2

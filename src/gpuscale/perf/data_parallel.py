@@ -18,6 +18,7 @@ parameter a GPU holds after each micro-batch's backward (:func:`grad_accum_mb_s`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -73,11 +74,10 @@ def data_parallel_s(
     own; dense and expert parameters over different groups). ``busy_mb`` is a micro-batch's
     GPU work on the stage (GEMMs, attention, memory-bound, quantisation), ``compute_mb`` its
     GEMMs and attention, ``mb`` the micro-batches per step."""
+    work = StageWork(busy_mb, compute_mb, mb, layers_stage, full_frac)
     best: tuple[FloatArray, FloatArray] | None = None
     for dense, expert in stage_param_sets(w, p):
-        dp, opt = _stage_dp_s(
-            w, p, cal, busy_mb, compute_mb, mb, layers_stage, full_frac, dense, expert
-        )
+        dp, opt = _stage_dp_s(w, p, cal, work, dense, expert)
         if best is None:
             best = (dp, opt)
             continue
@@ -87,19 +87,26 @@ def data_parallel_s(
     return best
 
 
+class StageWork(NamedTuple):
+    """What hides a stage's data-parallel collectives (:func:`data_parallel_s`'s inputs)."""
+
+    busy_mb: FloatArray
+    compute_mb: FloatArray
+    mb: FloatArray
+    layers_stage: FloatArray
+    full_frac: FloatArray
+
+
 def _stage_dp_s(
     w: Workload,
     p: Plans,
     cal: Calibration,
-    busy_mb: FloatArray,
-    compute_mb: FloatArray,
-    mb: FloatArray,
-    layers_stage: FloatArray,
-    full_frac: FloatArray,
+    work: StageWork,
     dense: FloatArray,
     expert: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
     """:func:`data_parallel_s` of a stage holding ``dense`` and ``expert`` parameters a GPU."""
+    busy_mb, compute_mb, mb, layers_stage, full_frac = work
     f = w.fabric
     tp = p.tp.astype(np.float64)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
