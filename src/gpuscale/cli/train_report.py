@@ -27,6 +27,7 @@ from gpuscale.report.cells import (
     scaling_summary,
     search_cells,
     search_header,
+    term_label,
 )
 from gpuscale.search.explain import explain
 from gpuscale.search.plans import SearchResult, search_plans
@@ -259,7 +260,7 @@ def print_estimate(
     for k, v in s["step_time_breakdown_s"].items():
         if v > 0:
             t.add_row(
-                f"  {'fixed overhead' if k == 'overhead_s' else k[:-2].replace('_', ' ')}",
+                f"  {term_label(k)}",
                 f"{fmt_time(v)}  ({100 * v / s['step_time_s']:.1f}%)",
             )
     t.add_row("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}")

@@ -97,6 +97,11 @@ def search_cells(res: SearchResult, i: int, rank: str, good: float | None) -> tu
         f"{100 * e.mfu[i]:.1f}%",
         *((f"{100 * good:.1f}%",) if good is not None else ()),
         fmt_bytes(float(e.memory.total[i])),
-        f"{worst.removesuffix('_s').replace('_', ' ')} "
-        f"{100 * terms[worst] / float(e.step_s[i]):.0f}%",
+        f"{term_label(worst)} {100 * terms[worst] / float(e.step_s[i]):.0f}%",
     )
+
+
+def term_label(key: str) -> str:
+    """A step term's name as the tables print it: ``tp_comm_s`` is "tp comm"; the host's and
+    small kernels' fixed costs are "fixed overhead"."""
+    return "fixed overhead" if key == "overhead_s" else key.removesuffix("_s").replace("_", " ")
