@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     returns normally, so that ``main([...])`` can be called from Python.
     """
     try:
-        _refuse_grouped_digits(sys.argv[1:] if argv is None else argv)
+        _check_option_values(sys.argv[1:] if argv is None else argv)
         rc = app(args=argv, prog_name="gpuscale", standalone_mode=False)
     except InputError as exc:
         _error(str(exc))
@@ -122,7 +122,7 @@ def _is_number(param: Any) -> bool:
     return getattr(getattr(param, "type", None), "name", "") in _NUMERIC
 
 
-def _refuse_grouped_digits(args: list[str]) -> None:
+def _check_option_values(args: list[str]) -> None:
     """A number option given as ``--gpus 8_0`` is a typo more often than digit grouping:
     refused, naming the option, rather than read as 80. Text options (a path, a name) may
     hold any ``_``. An option given an empty value is refused too."""

@@ -47,7 +47,7 @@ from gpuscale.perf.plan import (
 from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stage_kinds import AVERAGE, StageMix, stage_candidates
-from gpuscale.perf.stage_params import candidate_params
+from gpuscale.perf.stage_params import candidate_layers, candidate_params
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import (
     compressor_width,
@@ -276,7 +276,12 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # distributed optimizer does (plan.memory_sharding)
     shard = memory_sharding(p)
     cands = stage_candidates(w, p)
-    states = [_states(w, p, cal, groups, shard, *candidate_params(w, p, c)) for c in cands]
+    # per mix of layers: a model whose layers are all alike prices one for both ends
+    by_mix: dict[int, tuple[FloatArray, FloatArray, FloatArray, FloatArray]] = {}
+    for c in cands:
+        if id(c.mix) not in by_mix:
+            by_mix[id(c.mix)] = _states(w, p, cal, groups, shard, *candidate_params(w, p, c))
+    states = [by_mix[id(c.mix)] for c in cands]
     # activations in flight: the first and the last pipeline stage (the same one without
     # PP), Megatron's warm-up for one between them
     first_mbs, last_mbs = in_flight(w, p)
@@ -301,9 +306,8 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     held, extra, rooms = [], [], []
     for c, (weights, grads, opt, buffers) in zip(cands, states, strict=True):
         first, last = c.rank == 0, c.rank == p.pp - 1
-        layers = np.where(first, stages.fullest, np.where(last, stages.last, stages.fullest))
         mbs = np.where(first, first_mbs, np.where(last, last_mbs, _warmup(w, p, c.rank)))
-        held.append((layers + mtp_stage) * mbs)
+        held.append((candidate_layers(p, c, stages) + mtp_stage) * mbs)
         extra.append(np.where(last, logits, 0.0))
         rooms.append(w.memory_capacity - (weights + grads + opt + buffers))
 

@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.stage_kinds import AVERAGE, StageCandidate, StageMix, stage_candidates, uniform
-from gpuscale.perf.stages import pipeline_stages
+from gpuscale.perf.stages import Stages, pipeline_stages
 from gpuscale.perf.transformer import (
     attn_weights,
     embedding_params,
@@ -80,30 +80,30 @@ def stage_param_sets(w: Workload, p: Plans) -> list[tuple[FloatArray, FloatArray
 
 
 def heaviest_stage_params(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:
-    """(dense, expert) parameters of the stage that holds the most (every stage reduces its
-    own gradients, the step waits for the largest): the first for a model whose layers are
-    all alike, else the heaviest of :func:`~gpuscale.perf.stage_kinds.stage_candidates`."""
-    if uniform(w):
-        dense, expert, _ = params_per_gpu(w, p)
-        return dense, expert
-    best_dense = best_expert = np.zeros(len(p))
-    for c in stage_candidates(w, p):
-        dense, expert, _ = candidate_params(w, p, c)
-        more = dense + expert > best_dense + best_expert
-        best_dense = np.where(more, dense, best_dense)
-        best_expert = np.where(more, expert, best_expert)
-    return best_dense, best_expert
+    """(dense, expert) parameters of the stage that holds the most, of
+    :func:`stage_param_sets` (a pass over every parameter takes longest there)."""
+    sets = stage_param_sets(w, p)
+    dense, expert = sets[0]
+    for d, e in sets[1:]:
+        more = d + e > dense + expert
+        dense, expert = np.where(more, d, dense), np.where(more, e, expert)
+    return dense, expert
 
 
 def candidate_params(
     w: Workload, p: Plans, c: StageCandidate
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`params_per_gpu` of a candidate stage: the first holds the fullest stage's
-    layers and the embedding, the last its own layers and the output layer, one between
-    them the fullest stage's layers (the step's upper bound where the chunks are uneven)."""
+    """:func:`params_per_gpu` of a candidate stage of :func:`candidate_layers` layers, the
+    embedding or output layer on the first and the last."""
     if c.mix is AVERAGE:
         return params_per_gpu(w, p)
-    st = pipeline_stages(w, p)
-    last = c.rank == p.pp - 1
-    layers = np.where(last & (c.rank > 0), st.last, st.fullest)
-    return params_per_gpu(w, p, c.mix, (c.rank == 0) | last, layers)
+    ends = (c.rank == 0) | (c.rank == p.pp - 1)
+    return params_per_gpu(w, p, c.mix, ends, candidate_layers(p, c, pipeline_stages(w, p)))
+
+
+def candidate_layers(p: Plans, c: StageCandidate, st: Stages) -> FloatArray:
+    """Layers of a candidate stage of the stages ``st``: the last stage its own, every other
+    the fullest stage's (the first's in memory; one between them the step's upper bound
+    where the chunks are uneven)."""
+    out: FloatArray = np.where((c.rank == p.pp - 1) & (c.rank > 0), st.last, st.fullest)
+    return out
