@@ -18,6 +18,7 @@ from gpuscale.perf.transformer import (
     indexer_core_flops_per_token,
     indexer_layers,
     keys_per_query,
+    kv_width_per_rank,
 )
 
 FloatArray = FloatArrayT
@@ -111,6 +112,49 @@ def _core_s(
     cal: Calibration,
 ) -> tuple[FloatArray, FloatArray]:
     """:func:`attention_core_s` of one attention layer of ``m``'s shape (no indexer)."""
+    fwd, bwd = _kernel_s(w, m, mbs, s_loc, tp, peak16, bw, cal)
+    merge_fwd, merge_bwd = _ring_merge_s(w, m, mbs, s_loc, tp, bw)
+    return fwd + merge_fwd, bwd + merge_bwd
+
+
+RING_MERGE_BYTES = 10.0
+"""HBM bytes per element a context-parallel ring step merges: the step's 16-bit partial
+result read (2) and the fp32 running one read and written (8)."""
+
+
+def _ring_merge_s(
+    w: Workload, m: Model, mbs: FloatArray, s_loc: FloatArray, tp: FloatArray, bw: float
+) -> tuple[FloatArray, FloatArray]:
+    """Forward and backward seconds of a context-parallel ring's merges, one attention layer,
+    one micro-batch, per GPU. Ring attention (Liu et al. 2023; Transformer Engine's
+    point-to-point context parallel) runs the core once per ring step, on the local queries
+    against the K/V chunk that step brings, and folds each step's partial output into the
+    running one with the log-sum-exp rescaling; backward, each step's dQ adds into the
+    running dQ and its dK and dV into the running sums that travel on around the ring, all
+    kept in fp32 (zhuzilin/ring-flash-attention, ``update_out_and_lse`` and the backward's
+    accumulators). ``cp`` steps a pass, RING_MERGE_BYTES an element; none without CP. It
+    runs on the compute stream, so the next step's K/V transfer hides behind it too."""
+    qk_w, v_w = attn_core_dims(m)
+    steps = w.seq_len / s_loc
+    steps = np.where(steps > 1.0, steps, 0.0)
+    tokens = mbs * s_loc
+    fwd = steps * RING_MERGE_BYTES * tokens * v_w / tp / bw
+    grads = qk_w / tp + 2.0 * kv_width_per_rank(m, tp)
+    bwd = steps * RING_MERGE_BYTES * tokens * grads / bw
+    return fwd, bwd
+
+
+def _kernel_s(
+    w: Workload,
+    m: Model,
+    mbs: FloatArray,
+    s_loc: FloatArray,
+    tp: FloatArray,
+    peak16: float,
+    bw: float,
+    cal: Calibration,
+) -> tuple[FloatArray, FloatArray]:
+    """The attention kernels' forward and backward seconds of :func:`_core_s`."""
     qk_w, v_w = attn_core_dims(m)
     if w.attention == "unfused":
         heads = mbs * m.heads / tp  # (sequence, head) pairs per GPU, one batched GEMM each

@@ -49,12 +49,8 @@ def explain(result: SearchResult) -> str:
     )
     saves: list[str] = []
     costs: list[str] = []
-    # the terms that make the difference, largest first: each at least a tenth of the
-    # largest change (a net gain is often a large saving against several smaller costs),
-    # at most six of them
-    top = abs(diffs[0][1]) if diffs else 0.0
-    floor = max(0.1 * top, 1e-3 * float(e.step_s[b]))
-    moved = [(k, d) for k, d in diffs if abs(d) >= floor]
+    net = float(e.step_s[r] - e.step_s[b])
+    moved = _itemised(diffs, net, 1e-3 * float(e.step_s[b]))
     for k, d in moved[:6]:
         (saves if d > 0 else costs).append(
             f"{abs(d) * 1e3:.1f} ms of {_TERM_WORDS.get(k, k.removesuffix('_s'))}"
@@ -65,7 +61,6 @@ def explain(result: SearchResult) -> str:
         if n:
             group.append(f"{n} smaller {what}")
     clauses = [f"{w} {_listed(x)}" for w, x in (("saves", saves), ("costs", costs)) if x]
-    net = float(e.step_s[r] - e.step_s[b])
     # what the terms not itemised add up to, so that the itemised ones and it make the net
     unnamed = net - sum(d for _k, d in moved[:6])
     if clauses:
@@ -110,6 +105,21 @@ def explain(result: SearchResult) -> str:
         f"{' but '.join(clauses) or 'differs only marginally'}; {mem}.{_placement(result)}"
         f"{close}"
     )
+
+
+def _itemised(diffs: list[tuple[str, float]], net: float, least: float) -> list[tuple[str, float]]:
+    """The terms that make the difference, largest first (``diffs`` is so sorted): each at
+    least a tenth of the largest change (a net gain is often a large saving against several
+    smaller costs), and smaller ones too while those left out would add up to more than a
+    quarter of the net; none under ``least`` seconds."""
+    top = abs(diffs[0][1]) if diffs else 0.0
+    out: list[tuple[str, float]] = []
+    for k, d in diffs:
+        left = net - sum(x for _k, x in out)
+        if abs(d) < least or (abs(d) < 0.1 * top and abs(left) <= 0.25 * abs(net)):
+            break
+        out.append((k, d))
+    return out
 
 
 def _placement(result: SearchResult) -> str:

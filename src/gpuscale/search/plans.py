@@ -54,8 +54,8 @@ class SearchResult:
 
     def ranks(self, n: int) -> list[str]:
         """The top ``n`` plans' ranks as shown: "=2" for each of plans that tie (the same step
-        time to the microsecond and memory to the kilobyte, as the ranking rounds them), such
-        as DP64 x mbs1 and DP32 x CP2 x mbs2 when CP's exchange hides behind attention."""
+        time to the microsecond and memory to the kilobyte, as the ranking rounds them): plans
+        the model cannot tell apart."""
         e = self.estimate
         top = self.top(n)
         keys = [(round(float(e.step_s[i]), 6), round(float(e.memory.total[i]), -3)) for i in top]
