@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import run_cli
+from markupsafe import escape
 
 from gpuscale.calibrate import accuracy
 from gpuscale.calibrate.accuracy import (
@@ -17,12 +18,14 @@ from gpuscale.calibrate.accuracy import (
     LEAN_PCT,
     MIN_ROWS,
     ErrorBand,
+    ModelRecord,
     NoBand,
     Sample,
     band_for,
     calibration_digest,
     error_stats,
     group_stats,
+    model_stats,
     score,
 )
 from gpuscale.calibrate.calibration import default_calibration
@@ -170,6 +173,69 @@ def test_band_line_leans_only_from_the_threshold() -> None:
     assert under.line().endswith("none used in the fit)")
 
 
+def test_model_records_by_hand() -> None:
+    fitted = [
+        Sample("dense", "hopper", "a", 10.0, "llama3-70b"),
+        Sample("dense", "hopper", "b", -4.0, "llama3-70b"),
+        Sample("dense", "hopper", "c", 3.0, "a shape from a row alone"),
+    ]
+    heldout = [Sample("dense", "ampere", "d", 6.0, "llama3-70b"), Sample("MoE", "x", "e", 1.0)]
+    got = model_stats(fitted, heldout)
+    assert got == {  # runs of no catalog model are left out
+        "llama3-70b": {
+            "rows": 3,
+            "in_fit": 2,
+            "median_signed_pct": 6.0,
+            "low_pct": -4.0,
+            "high_pct": 10.0,
+        }
+    }
+    record = ModelRecord("llama3-70b", 3, 2, 6.0, -4.0, 10.0)
+    assert record.line() == (
+        "this model's own 3 published runs (2 in the fit): predicted -4 to +10 % against "
+        "the measured, median +6 %"
+    )
+    one = ModelRecord("llama-65b", 1, 1, 15.67, 15.67, 15.67)
+    assert one.line() == (
+        "this model's own 1 published run (all in the fit): predicted +16 % against the measured"
+    )
+    none = ModelRecord("x", 2, 0, 1.0, 0.0, 2.0)
+    assert "(none in the fit)" in none.line()
+
+
+def test_band_carries_the_models_own_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cal = default_calibration()
+    record = {"rows": 3, "in_fit": 3, "median_signed_pct": 27.4, "low_pct": 26.1}
+    record["high_pct"] = 31.0
+    data = {
+        "calibration": calibration_digest(cal),
+        "heldout": [_group("dense", "ampere", MIN_ROWS, 5.0), _group("MoE", None, 2, 9.0)],
+        "by_model": {"mt-nlg-530b": record, "mixtral-8x7b": {**record, "rows": 1}},
+    }
+    _ship(tmp_path, monkeypatch, json.dumps(data))
+    band = band_for(get_model("mt-nlg-530b"), get_gpu("a100-sxm-80gb"), cal)
+    assert isinstance(band, ErrorBand)
+    assert band.record == ModelRecord("mt-nlg-530b", 3, 3, 27.4, 26.1, 31.0)
+    assert band.line().endswith(
+        "; this model's own 3 published runs (all in the fit): predicted +26 to +31 % "
+        "against the measured, median +27 %"
+    )
+    assert band.to_dict()["record"]["in_fit"] == 3
+    # no band for the kind, but the model's own runs are still said
+    moe = band_for(get_model("mixtral-8x7b"), get_gpu("a100-sxm-80gb"), cal)
+    assert isinstance(moe, NoBand) and moe.record is not None
+    assert moe.line().startswith("unknown: 2 published runs of MoE models")
+    # a model with no runs of its own: the band alone
+    other = band_for(get_model("llama3-8b"), get_gpu("a100-sxm-80gb"), cal)
+    assert isinstance(other, ErrorBand) and other.record is None
+    assert "this model's own" not in other.line()
+    # a malformed record: no figures at all, as for any malformed file
+    data["by_model"] = {"mt-nlg-530b": {**record, "rows": "3"}}
+    _ship(tmp_path, monkeypatch, json.dumps(data))
+    accuracy._shipped.cache_clear()
+    assert isinstance(band_for(get_model("mt-nlg-530b"), get_gpu("a100-sxm-80gb"), cal), NoBand)
+
+
 def test_shipped_held_out_figures_are_current() -> None:
     """The held-out half of training_accuracy.json is what the shipped calibration scores
     on benchmarks/heldout now (those files are in the repository)."""
@@ -178,7 +244,11 @@ def test_shipped_held_out_figures_are_current() -> None:
     assert shipped["calibration"] == calibration_digest(cal), REGENERATE
     heldout = sorted(DEFAULT_HELDOUT.glob("training_*.csv"))
     assert shipped["heldout_files"] == [f.name for f in heldout], REGENERATE
-    assert group_stats(score(heldout, cal)) == shipped["heldout"], REGENERATE
+    held = score(heldout, cal)
+    assert group_stats(held) == shipped["heldout"], REGENERATE
+    if DEFAULT_FITTED.is_file():  # the models' records count the fit's file's runs too
+        fitted = score([DEFAULT_FITTED], cal)
+        assert model_stats(fitted, held) == shipped["by_model"], REGENERATE
 
 
 @pytest.mark.skipif(not DEFAULT_FITTED.is_file(), reason="needs the shared validation file")
@@ -212,7 +282,8 @@ def test_every_train_output_carries_the_band(
     page = tmp_path / "search.html"
     code, out, _ = run_cli(["train", "search", *WORKLOAD, "--html", str(page)], capsys)
     assert code == 0 and " ".join(words) in " ".join(out.split())
-    assert f"throughput (not of\nthe gaps between plans): {line}" in page.read_text()
+    shown = str(escape(line))  # the page escapes the model's own runs' apostrophe
+    assert f"throughput (not of\nthe gaps between plans): {shown}" in page.read_text()
     code, out, _ = run_cli(["train", "search", *WORKLOAD, "--json"], capsys)
     assert json.loads(out)["expected_error"] == band
     page = tmp_path / "scaling.html"
@@ -220,7 +291,7 @@ def test_every_train_output_carries_the_band(
     code, out, _ = run_cli([*args, "--html", str(page)], capsys)
     said = " ".join(f"note: expected error of each point: {line}".split())
     assert code == 0 and said in " ".join(out.split())
-    assert line in page.read_text()
+    assert str(escape(line)) in page.read_text()
     code, out, _ = run_cli([*args, "--json"], capsys)
     assert all(p["expected_error"] == band for p in json.loads(out)["strong"])
 
@@ -236,4 +307,5 @@ def test_own_constants_say_why_there_is_no_band(
     assert json.loads(out)["expected_error"] == {
         "available": False,
         "reason": "measured for the shipped calibration, not for these constants",
+        "record": None,  # the model's own runs were scored under the shipped constants too
     }

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
+from gpuscale.catalog import models
 from gpuscale.catalog.schema import GPU, Model
 from gpuscale.errors import InputError
 
@@ -99,6 +100,8 @@ class Sample:
     arch: str
     job: str
     error_pct: float
+    model: str = ""
+    """The catalog key of the run's model ("" for a shape built from the row alone)."""
 
 
 def score(files: list[Path], cal: Calibration) -> list[Sample]:
@@ -111,7 +114,13 @@ def score(files: list[Path], cal: Calibration) -> list[Sample]:
             if r.error_pct is not None:
                 d = r.detail
                 out.append(
-                    Sample(str(d["model_kind"]), str(d["gpu_arch"]), str(d["job"]), r.error_pct)
+                    Sample(
+                        str(d["model_kind"]),
+                        str(d["gpu_arch"]),
+                        str(d["job"]),
+                        r.error_pct,
+                        str(d.get("model", "")),
+                    )
                 )
     return out
 
@@ -135,15 +144,71 @@ def group_stats(samples: list[Sample]) -> list[dict[str, Any]]:
     return out
 
 
+def model_stats(fitted: list[Sample], heldout: list[Sample]) -> dict[str, dict[str, Any]]:
+    """Per catalog model, every published run of it, in the fit's file or held out: how
+    many, how many of them in the fit, and the median, lowest and highest signed error.
+    Models built from a row's shape alone are left out: no prediction names them."""
+    runs: dict[str, list[float]] = defaultdict(list)
+    in_fit: dict[str, int] = defaultdict(int)
+    catalog = models()
+    for part, samples in ((True, fitted), (False, heldout)):
+        for s in samples:
+            if s.model in catalog:
+                runs[s.model].append(s.error_pct)
+                in_fit[s.model] += part
+    return {
+        k: {
+            "rows": len(e),
+            "in_fit": in_fit[k],
+            "median_signed_pct": round(float(np.median(e)), 2),
+            "low_pct": round(min(e), 2),
+            "high_pct": round(max(e), 2),
+        }
+        for k, e in sorted(runs.items())
+    }
+
+
 def measure(fitted: list[Path], heldout: list[Path], cal: Calibration) -> dict[str, Any]:
     """The contents of ``training_accuracy.json`` for ``cal``."""
+    fit, held = score(fitted, cal), score(heldout, cal)
     return {
         "calibration": calibration_digest(cal),
         "fitted_files": [f.name for f in fitted],
         "heldout_files": [f.name for f in heldout],
-        "fitted": group_stats(score(fitted, cal)),
-        "heldout": group_stats(score(heldout, cal)),
+        "fitted": group_stats(fit),
+        "heldout": group_stats(held),
+        "by_model": model_stats(fit, held),
     }
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """How gpuscale's predictions of one catalog model's published runs came out (signed
+    errors of throughput, positive: predicted above the measured)."""
+
+    model: str
+    rows: int
+    in_fit: int
+    median_signed_pct: float
+    low_pct: float
+    high_pct: float
+
+    def line(self) -> str:
+        runs = f"{self.rows} published run{'' if self.rows == 1 else 's'}"
+        where = "all in the fit" if self.in_fit == self.rows else f"{self.in_fit} in the fit"
+        if self.in_fit == 0:
+            where = "none in the fit"
+        if self.rows == 1:
+            spread = f"predicted {self.median_signed_pct:+.0f} % against the measured"
+        else:
+            spread = (
+                f"predicted {self.low_pct:+.0f} to {self.high_pct:+.0f} % against the "
+                f"measured, median {self.median_signed_pct:+.0f} %"
+            )
+        return f"this model's own {runs} ({where}): {spread}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -160,6 +225,8 @@ class ErrorBand:
     p90_abs_pct: float
     median_signed_pct: float
     pooled: tuple[str, ...] | None = None
+    record: ModelRecord | None = None
+    """The model's own published runs, where there are any."""
 
     def line(self) -> str:
         """In words; a positive lean means predictions put throughput above the measured."""
@@ -179,13 +246,14 @@ class ErrorBand:
             side = "above" if self.median_signed_pct > 0 else "below"
             lean = abs(self.median_signed_pct)
             text += f"; the median prediction {lean:.0f} % {side} the measured"
-        return text + ")"
+        return text + ")" + _record_clause(self.record)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "available": True,
             **asdict(self),
             "pooled": list(self.pooled) if self.pooled is not None else None,
+            "record": self.record.to_dict() if self.record is not None else None,
             "metric": "throughput (tokens/s per GPU; step time is its inverse)",
             "based_on": "held-out published runs (python -m gpuscale.calibrate.accuracy)",
         }
@@ -196,23 +264,33 @@ class NoBand:
     """Why a prediction has no error band."""
 
     reason: str
+    record: ModelRecord | None = None
 
     def line(self) -> str:
-        return f"unknown: {self.reason}"
+        return f"unknown: {self.reason}" + _record_clause(self.record)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"available": False, "reason": self.reason}
+        record = self.record.to_dict() if self.record is not None else None
+        return {"available": False, "reason": self.reason, "record": record}
+
+
+def _record_clause(record: ModelRecord | None) -> str:
+    return f"; {record.line()}" if record is not None else ""
 
 
 Band = ErrorBand | NoBand
 """What a prediction is shown: its error band, or why it has none."""
 
-Shipped = tuple[str, MappingProxyType[tuple[str, str | None], dict[str, Any]]]
+Shipped = tuple[
+    str,
+    MappingProxyType[tuple[str, str | None], dict[str, Any]],
+    MappingProxyType[str, ModelRecord],
+]
 
 
 def _read(path: Path) -> Shipped | None:
-    """The digest and the held-out groups of an accuracy file; None when it is absent or
-    not of the shape :func:`measure` writes."""
+    """The digest, the held-out groups and the models' records of an accuracy file; None
+    when it is absent or not of the shape :func:`measure` writes."""
     try:
         data = json.loads(path.read_text())
         digest, groups = data["calibration"], data["heldout"]
@@ -224,11 +302,17 @@ def _read(path: Path) -> Shipped | None:
             for n in ("median_abs_pct", "p90_abs_pct", "median_signed_pct"):
                 float(g[n])
             table[(str(g["kind"]), g["arch"])] = dict(g)
-    except (OSError, ValueError, KeyError, TypeError):
+        records = {}
+        for key, r in data.get("by_model", {}).items():
+            if not (isinstance(r["rows"], int) and isinstance(r["in_fit"], int)):
+                return None
+            figures = (float(r[n]) for n in ("median_signed_pct", "low_pct", "high_pct"))
+            records[str(key)] = ModelRecord(str(key), r["rows"], r["in_fit"], *figures)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(digest, str):
         return None
-    return digest, MappingProxyType(table)
+    return digest, MappingProxyType(table), MappingProxyType(records)
 
 
 @lru_cache(maxsize=1)
@@ -244,9 +328,10 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
     shipped = _shipped()
     if shipped is None:
         return NoBand(f"no readable figures in {ACCURACY_FILE.name}")
-    digest, table = shipped
+    digest, table, records = shipped
     if digest != calibration_digest(cal):
         return NoBand("measured for the shipped calibration, not for these constants")
+    record = records.get(model.key) if model.key else None
     kind = model_kind(model)
     own = table.get((kind, gpu.arch))
     pooled = table.get((kind, None))
@@ -258,7 +343,8 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
         runs = pooled["rows"] if pooled is not None else 0
         return NoBand(
             f"{runs} published run{'' if runs == 1 else 's'} of {kind} models outside the "
-            f"fit, {MIN_ROWS} needed"
+            f"fit, {MIN_ROWS} needed",
+            record,
         )
     return ErrorBand(
         kind,
@@ -269,6 +355,7 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
         float(g["p90_abs_pct"]),
         float(g["median_signed_pct"]),
         archs,
+        record,
     )
 
 

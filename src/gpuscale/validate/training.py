@@ -139,6 +139,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                     "plan": (plan := plans.label(0)),
                     "config": config_key(pr, plan, pred),
                     "job": job_key(pr, row),
+                    "model": pr.workload.model.key,
                     "model_kind": model_kind(pr.workload.model),
                     "gpu_arch": pr.workload.gpu.arch,
                 },
