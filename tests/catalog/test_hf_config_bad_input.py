@@ -219,3 +219,34 @@ def test_a_model_type_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
 def test_expert_groups_must_split_the_experts_evenly(tmp_path: Path) -> None:
     err = _load(tmp_path, {**MOE, "n_group": 3, "topk_group": 1})
     assert "n_group=3 does not divide" in err.valid
+
+
+def test_a_token_cannot_reach_more_experts_than_its_groups_hold(tmp_path: Path) -> None:
+    # 8 experts in 4 groups of 2, a token's experts from 1 group: at most 2 a token
+    err = _load(tmp_path, {**MOE, "n_group": 4, "topk_group": 1, "num_experts_per_tok": 3})
+    assert "num_experts_per_tok=3 exceeds the 2 experts a token can reach" in err.valid
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({**MOE, "n_group": 4, "topk_group": 1, "num_experts_per_tok": 2}))
+    assert load_hf_config(ok).top_k == 2
+
+
+def test_an_moe_config_must_say_how_many_experts_a_token_uses(tmp_path: Path) -> None:
+    # no silent top-1: Mixtral routes to 2, DeepSeek-V3 to 8, and the file must say which
+    cfg = {k: v for k, v in MOE.items() if k != "num_experts_per_tok"}
+    err = _load(tmp_path, cfg)
+    assert err.field.endswith("config.json:num_experts_per_tok") and err.value is None
+    assert "a mixture of 8 experts" in err.valid
+
+
+def test_a_per_layer_list_holds_one_value_for_each_layer(tmp_path: Path) -> None:
+    err = _load(tmp_path, {**LLAMA, "intermediate_size": [14336]})
+    assert err.field.endswith("config.json:intermediate_size")
+    assert err.valid == "a number, or a list of 32 (one for each layer)"
+    path = tmp_path / "per_layer.json"
+    path.write_text(json.dumps({**LLAMA, "intermediate_size": [14336] * 32}))
+    assert load_hf_config(path).ffn_hidden == 14336
+
+
+def test_an_absurd_mlp_width_is_refused(tmp_path: Path) -> None:
+    err = _load(tmp_path, {**LLAMA, "intermediate_size": 10**15})
+    assert "less than or equal to 100000000" in err.valid

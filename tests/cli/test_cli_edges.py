@@ -127,3 +127,40 @@ def test_a_flag_that_does_not_apply_is_refused(
 ) -> None:
     line = _one_error(["train", "estimate", *SMALL, *args], capsys)
     assert all(n in line for n in needles), line
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "label"),
+    [("--recompute", "Full", "full"), ("--zero", "ZeRO3", "zero3"), ("--zero", "FSDP", "zero3")],
+)
+def test_choices_are_read_in_any_case(
+    flag: str, value: str, label: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(["train", "estimate", *SMALL, flag, value, "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(out)["plan"]
+    assert plan["recompute" if flag == "--recompute" else "sharding"] == label
+
+
+def test_scaling_mode_in_any_case(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["train", "scaling", *SMALL[:4], "--gpus", "16", "--mode", "Strong", "--json"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert set(json.loads(out)) >= {"strong"} and "weak" not in json.loads(out)
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        ("1e8h", "a time above 0 and at most 1e+10 s"),
+        ("0s", "a time above 0 and at most 1e+10 s"),
+        ("0steps", "1 to "),
+        ("soon", "a time such as 30min"),
+    ],
+)
+def test_a_checkpoint_interval_out_of_range_says_the_range(
+    value: str, valid: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["train", "estimate", *SMALL, "--checkpoint-every", value]
+    line = _one_error([*args, "--storage-write-bw", "200GB/s"], capsys)
+    assert f"checkpoint-every='{value}' is invalid: {valid}" in line

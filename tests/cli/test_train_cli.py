@@ -626,6 +626,10 @@ def test_estimate_reproduces_a_searched_plan_that_leaves_gpus_idle() -> None:
     assert_one_line_error(too_many, "dp=700", "at most 625: tp x pp x cp x dp = 160 x 700")
     no_dp = gpuscale("train", "estimate", *args, "--tp", "8", "--pp", "3")
     assert_one_line_error(no_dp, "tp*pp*cp=24", "or give --dp to leave some idle")
+    # as that error says: tp x pp = 128 does not divide 100,000, DP512 runs on 65,536
+    idle = gpuscale("train", "estimate", *args, "--tp", "8", "--pp", "16", "--dp", "512")
+    assert idle.returncode == 0, idle.stderr
+    assert "65536 of 100000 GPUs" in idle.stdout
 
 
 def test_version_is_the_package_s() -> None:

@@ -200,6 +200,7 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         if first_of(cfg, *names) is None:
             raise InputError(f"{where(path)}:{names[0]}", None, "required (a positive integer)")
     layers, hidden, heads, vocab = (ints(*names, minimum=1) for names in required)
+    ints.layers = layers
     gated = _GATED_MLP.get(model_type)
     if gated is None:
         # an architecture not in the table: judge by the activation's name, which the file
@@ -353,10 +354,15 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         position = "none"  # Nemotron-H attention layers use no position embedding
     if granite and cfg.get("position_embedding_type") != "rope":
         position = "none"  # GraniteMoeHybridModel: RoPE only with position_embedding_type rope
-    top_k = ints(
-        "num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk", "moe_top_k", default=1,
-        minimum=1, per_layer=True,
-    )  # fmt: skip
+    top_k_keys = ("num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk", "moe_top_k")
+    if experts > 1 and first_of(cfg, *top_k_keys) is None:
+        raise InputError(
+            f"{where(path)}:num_experts_per_tok",
+            None,
+            f"required for a mixture of {experts} experts: how many experts each token is "
+            "routed to (a positive integer)",
+        )
+    top_k = ints(*top_k_keys, default=1, minimum=1, per_layer=True)
     if granite and experts == 1:
         top_k = 1  # a Granite 4.0-H without experts keeps the family's num_experts_per_tok
     # a snapshot's config.json is named after its model (falcon-7b/config.json)

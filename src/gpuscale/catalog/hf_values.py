@@ -71,6 +71,8 @@ class Ints:
         self.cfg, self.path = cfg, path
         self.found: dict[str, str] = {}
         """The key each value was read from, by the first of the names asked for."""
+        self.layers = 0
+        """The model's layers, once read: a per-layer list must hold one value each."""
 
     def __call__(
         self, *names: str, default: int = 0, minimum: int = 0, per_layer: bool = False
@@ -85,6 +87,12 @@ class Ints:
                 continue
             self.found[names[0]] = n
             if per_layer and isinstance(val, list) and val:
+                if self.layers and len(val) != self.layers:
+                    raise InputError(
+                        f"{where(self.path)}:{n}",
+                        val,
+                        f"a number, or a list of {self.layers} (one for each layer)",
+                    )
                 if any(v != val[0] for v in val):
                     raise InputError(
                         f"{where(self.path)}:{n}",

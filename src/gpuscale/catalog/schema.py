@@ -173,7 +173,7 @@ class Model(_Entry):
     heads: int = Field(gt=0, le=1_000_000)
     kv_heads: int = 0
     head_dim: int = 0
-    ffn_hidden: int = 0
+    ffn_hidden: int = Field(default=0, ge=0, le=100_000_000)
     gated_mlp: bool = False
     vocab: int = Field(gt=0, le=1_000_000_000)
     max_seq: int = Field(default=2048, gt=0)
@@ -190,7 +190,7 @@ class Model(_Entry):
     million tiny experts, He 2024)."""
     top_k: int = 1
     shared_experts: int = 0
-    shared_ffn_hidden: int = Field(default=0, ge=0)
+    shared_ffn_hidden: int = Field(default=0, ge=0, le=100_000_000)
     """Width of a MoE layer's shared experts together; default ``shared_experts`` x
     ``ffn_hidden``. Given where the shared MLP is not a whole number of routed experts
     (Granite 4.0-H Small: one of 1,024 beside 768-wide routed experts)."""
@@ -200,7 +200,7 @@ class Model(_Entry):
     route_topk_groups: int = Field(default=0, ge=0)
     """``topk_group``: groups a token's experts are drawn from (DeepSeek-V3: 4 of 8, so a
     token reaches at most 4 nodes over EP64; report sec. 2.1.2); 0 = no limit."""
-    dense_ffn_hidden: int = 0
+    dense_ffn_hidden: int = Field(default=0, ge=0, le=100_000_000)
     first_dense_layers: int = 0
     moe_layer_step: int = Field(default=1, ge=1)
     """Every n-th layer after the first dense ones is MoE, the others dense (Llama 4
@@ -317,6 +317,14 @@ class Model(_Entry):
                 f"route_topk_groups={self.route_topk_groups} exceeds route_groups="
                 f"{self.route_groups} (a token draws its experts from some of the groups)"
             )
+        if self.route_topk_groups and self.num_experts > 1:
+            reach = self.route_topk_groups * self.num_experts // self.route_groups
+            if self.top_k > reach:
+                raise ValueError(
+                    f"top_k={self.top_k} exceeds the {reach} experts a token can reach: "
+                    f"route_topk_groups={self.route_topk_groups} of route_groups="
+                    f"{self.route_groups} groups of {self.num_experts // self.route_groups}"
+                )
         if self.compressed is not None:
             self._check_compressed()
         if self.sparse is not None:

@@ -329,6 +329,7 @@ def scaling_cmd(
     calibration: Cal = None,
 ) -> None:
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
+    mode = mode.strip().lower()
     if mode not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
     r = resolve(workload, workload_flags(locals()), None)

@@ -23,6 +23,7 @@ def chosen_sharding(zero: str | None, dist_opt: bool) -> str | None:
     """The optimizer sharding --zero or --dist-opt names (fsdp is zero3), None for neither."""
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
+    zero = zero.strip().lower() if zero is not None else None  # ZeRO3 as zero3
     return "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
 
 
@@ -50,6 +51,7 @@ def fixed_knobs(
     fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
     check_degrees(w, fx)  # before any product or array of them
     if recompute is not None:
+        recompute = recompute.strip().lower()  # Full as full, as --precision BF16 is bf16
         if recompute not in RECOMPUTE:
             raise InputError("recompute", recompute, f"one of {', '.join(RECOMPUTE)}")
         fx["recompute"] = RECOMPUTE.index(recompute)

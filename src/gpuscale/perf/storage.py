@@ -125,12 +125,16 @@ def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | 
     for suffix in ("steps", "step"):
         if s.endswith(suffix):
             num = s.removesuffix(suffix)
-            if not num.isdecimal() or not 1 <= int(num) <= MAX_INTERVAL_STEPS:
+            if not num.isdecimal():
                 raise InputError(field, text, valid)
+            if not 1 <= int(num) <= MAX_INTERVAL_STEPS:
+                raise InputError(field, text, f"1 to {MAX_INTERVAL_STEPS:,} steps")
             return None, int(num)
     secs = parse_duration(s, field)  # a bare number: steps or seconds? neither
-    if secs is None or not 0 < secs <= MAX_INTERVAL_S:
+    if secs is None:
         raise InputError(field, text, valid)
+    if not 0 < secs <= MAX_INTERVAL_S:
+        raise InputError(field, text, f"a time above 0 and at most {MAX_INTERVAL_S:g} s")
     return secs, None
 
 

@@ -189,11 +189,12 @@ def check_plan(w: Workload, p: Plans) -> None:
     m = w.model
     tp, pp, cp, dp = int(p.tp[0]), int(p.pp[0]), int(p.cp[0]), int(p.dp[0])
     check_degrees(w, {k: int(getattr(p, k)[0]) for k in DEGREES})
-    if w.num_gpus % (tp * pp * cp) != 0:
+    if tp * pp * cp * dp > w.num_gpus:
+        # fewer is a plan that leaves GPUs idle (the CLI's --dp); more are not there
         raise InputError(
-            "tp*pp*cp",
-            tp * pp * cp,
-            f"must divide the {w.num_gpus} GPUs (tp={tp}, pp={pp}, cp={cp})",
+            "tp*pp*cp*dp",
+            tp * pp * cp * dp,
+            f"at most the {w.num_gpus} GPUs (tp={tp}, pp={pp}, cp={cp}, dp={dp})",
         )
     if any(heads % tp for heads, _ in m.head_counts):
         raise InputError("tp", tp, f"must divide the {heads_said(m)} attention heads of {m.key}")
