@@ -192,12 +192,13 @@ def test_model_records_by_hand() -> None:
     }
     record = ModelRecord("llama3-70b", 3, 2, 6.0, -4.0, 10.0)
     assert record.line() == (
-        "this model's own 3 published runs (2 in the fit): predicted -4 to +10 % against "
-        "the measured, median +6 %"
+        "this model's own 3 published runs on any GPU (2 in the fit): predicted -4 to +10 % "
+        "against the measured, median +6 %"
     )
     one = ModelRecord("llama-65b", 1, 1, 15.67, 15.67, 15.67)
     assert one.line() == (
-        "this model's own 1 published run (all in the fit): predicted +16 % against the measured"
+        "this model's own 1 published run on any GPU (all in the fit): predicted +16 % against "
+        "the measured"
     )
     none = ModelRecord("x", 2, 0, 1.0, 0.0, 2.0)
     assert "(none in the fit)" in none.line()
@@ -217,14 +218,18 @@ def test_band_carries_the_models_own_runs(tmp_path: Path, monkeypatch: pytest.Mo
     assert isinstance(band, ErrorBand)
     assert band.record == ModelRecord("mt-nlg-530b", 3, 3, 27.4, 26.1, 31.0)
     assert band.line().endswith(
-        "; this model's own 3 published runs (all in the fit): predicted +26 to +31 % "
-        "against the measured, median +27 %"
+        "; this model's own 3 published runs on any GPU (all in the fit): predicted +26 to "
+        "+31 % against the measured, median +27 %"
     )
     assert band.to_dict()["record"]["in_fit"] == 3
     # no band for the kind, but the model's own runs are still said
     moe = band_for(get_model("mixtral-8x7b"), get_gpu("a100-sxm-80gb"), cal)
     assert isinstance(moe, NoBand) and moe.record is not None
     assert moe.line().startswith("unknown: 2 published runs of MoE models")
+    # another shape under the catalog's key (a config.json in a folder of that name): the
+    # catalog model's runs are not its own
+    other_shape = get_model("mt-nlg-530b").model_copy(update={"layers": 4})
+    assert band_for(other_shape, get_gpu("a100-sxm-80gb"), cal).record is None
     # a model with no runs of its own: the band alone
     other = band_for(get_model("llama3-8b"), get_gpu("a100-sxm-80gb"), cal)
     assert isinstance(other, ErrorBand) and other.record is None

@@ -184,8 +184,6 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     named -= sum(map(float, re.findall(r"([\d.]+) ms of", costs.split("(net")[0])))
     small = re.search(r", ([-+][\d.]+) ms of it from terms not itemised\)", text)
     assert named + (float(small.group(1)) if small else 0.0) == pytest.approx(net, abs=0.5)
-    # the terms left out add up to no more than a quarter of the net
-    assert abs(float(small.group(1)) if small else 0.0) <= 0.25 * abs(net) + 0.05
     gib_b, gib_r = (float(e.memory.total[i]) / 2**30 for i in (r.best, ru))
     if f"{gib_b:.1f}" == f"{gib_r:.1f}":
         assert f"both use {gib_b:.1f} GiB" in text
@@ -193,6 +191,29 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
         assert f"({gib_b:.1f} vs {gib_r:.1f} GiB)" in text
     # each verb once: "saves a, b and c", "costs d"
     assert text.count("saves") <= 1 and text.count("costs") <= 1
+
+
+def test_itemised_terms_leave_out_no_more_than_a_quarter_of_the_net() -> None:
+    from gpuscale.search.explain import _itemised
+
+    # Llama 3 405B on 16,384 H100 (ms): PP16 saves DP communication against PP8 and costs
+    # compute, bubble, TP communication, fixed overhead and memory-bound kernels
+    diffs = [("dp", 319.7), ("compute", -151.0), ("bubble", -30.3), ("tp", -16.3)]
+    diffs += [("overhead", -15.7), ("memory", -11.9), ("pp", 0.1)]
+    net = sum(d for _k, d in diffs)  # 94.6
+    got = [k for k, _d in _itemised(diffs, net, 0.05)]
+    # a tenth of the largest (32 ms) names two; the next three are named while those left
+    # out would add up to more than 23.65 ms (a quarter of the net): -74.1, -43.8, -27.5
+    assert got == ["dp", "compute", "bubble", "tp", "overhead"]
+    assert abs(net - sum(d for k, d in diffs if k in got)) <= 0.25 * net
+    # every term at least a tenth of the largest is named, whatever the remainder
+    wide = [("a", 100.0), ("b", -60.0), ("c", 12.0), ("d", 1.0)]
+    assert [k for k, _d in _itemised(wide, 53.0, 0.05)] == ["a", "b", "c"]
+    # none under the floor, even when the remainder is large
+    assert _itemised([("a", 10.0), ("b", -9.0), ("c", 0.04)], 0.96, 0.05) == [
+        ("a", 10.0),
+        ("b", -9.0),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -451,15 +472,17 @@ def test_one_replica_is_listed_once_not_once_per_sharding() -> None:
 def test_context_parallelism_costs_its_ring_merges() -> None:
     # at 8K, CP2 with micro-batch 2 does the same work per GPU as micro-batch 1 without CP
     # and its ring exchange hides behind the attention; what it adds is the ring's merges:
-    # two steps a pass, 10 bytes an element (16-bit partial read, fp32 running one read and
-    # written) of the output forward and of dQ, dK and dV backward. Llama 3 70B, TP8:
-    # a rank's output and dQ 8192 / 8 = 1024 wide, its K and V one 128-wide head each.
+    # 10 bytes an element (16-bit partial read, fp32 running one read and written) of the
+    # output forward and of dQ, dK and dV backward, the first step every query and the
+    # second (of the causal load-balanced layout's two) half the ranks every query, half
+    # the later chunk's: 1.75 steps. Llama 3 70B, TP8: a rank's output and dQ 8192 / 8 =
+    # 1024 wide, its K and V one 128-wide head each.
     w = workload("llama3-70b", "h100-sxm", 1024, 8192, 1024)
     cols = {"tp": 8, "pp": 4, "sp": True, "sharding": SHARDING.index("dist-opt")}
     p = Plans.of(**cols, dp=[32, 16], cp=[1, 2], mbs=[1, 2])
     e = estimate(w, p, CAL)
     tokens = 2 * 4096
-    merge_bytes = 2 * 10.0 * tokens * (1024 + (1024 + 2 * 128))
+    merge_bytes = 1.75 * 10.0 * tokens * (1024 + (1024 + 2 * 128))
     per_mb = 80 / 4 * merge_bytes / (w.gpu.hbm_bw_Bps * CAL.hbm_eff)
     mb = 1024 / 32  # micro-batches a replica: 1024 / (DP32 x 1) = 1024 / (DP16 x 2)
     t = e.step.terms()

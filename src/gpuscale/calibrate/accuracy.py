@@ -101,7 +101,8 @@ class Sample:
     job: str
     error_pct: float
     model: str = ""
-    """The catalog key of the run's model ("" for a shape built from the row alone)."""
+    """The catalog key of the run's model ("" for any other shape: built from the row, or
+    a catalog model the row changes)."""
 
 
 def score(files: list[Path], cal: Calibration) -> list[Sample]:
@@ -147,7 +148,8 @@ def group_stats(samples: list[Sample]) -> list[dict[str, Any]]:
 def model_stats(fitted: list[Sample], heldout: list[Sample]) -> dict[str, dict[str, Any]]:
     """Per catalog model, every published run of it, in the fit's file or held out: how
     many, how many of them in the fit, and the median, lowest and highest signed error.
-    Models built from a row's shape alone are left out: no prediction names them."""
+    Only runs of the catalog's model as it stands count (``Sample.model`` is empty for a
+    shape built from a row, or a catalog model the row changes)."""
     runs: dict[str, list[float]] = defaultdict(list)
     in_fit: dict[str, int] = defaultdict(int)
     catalog = models()
@@ -194,7 +196,7 @@ class ModelRecord:
     high_pct: float
 
     def line(self) -> str:
-        runs = f"{self.rows} published run{'' if self.rows == 1 else 's'}"
+        runs = f"{self.rows} published run{'' if self.rows == 1 else 's'} on any GPU"
         where = "all in the fit" if self.in_fit == self.rows else f"{self.in_fit} in the fit"
         if self.in_fit == 0:
             where = "none in the fit"
@@ -331,7 +333,9 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
     digest, table, records = shipped
     if digest != calibration_digest(cal):
         return NoBand("measured for the shipped calibration, not for these constants")
-    record = records.get(model.key) if model.key else None
+    # the catalog's model itself, not a shape that shares its key (a config.json in a folder
+    # of that name, a catalog model with other layers)
+    record = records.get(model.key) if models().get(model.key) == model else None
     kind = model_kind(model)
     own = table.get((kind, gpu.arch))
     pooled = table.get((kind, None))

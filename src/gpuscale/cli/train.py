@@ -329,9 +329,9 @@ def scaling_cmd(
     calibration: Cal = None,
 ) -> None:
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
-    mode = mode.strip().lower()
-    if mode not in ("strong", "weak", "both"):
+    if mode.strip().lower() not in ("strong", "weak", "both"):
         raise InputError("mode", mode, "strong, weak or both")
+    mode = mode.strip().lower()
     r = resolve(workload, workload_flags(locals()), None)
     if html is not None:
         from gpuscale.report.page import check_target

@@ -23,8 +23,12 @@ def chosen_sharding(zero: str | None, dist_opt: bool) -> str | None:
     """The optimizer sharding --zero or --dist-opt names (fsdp is zero3), None for neither."""
     if zero is not None and dist_opt:
         raise InputError("zero", zero, "give either --zero or --dist-opt, not both")
-    zero = zero.strip().lower() if zero is not None else None  # ZeRO3 as zero3
-    return "dist-opt" if dist_opt else ("zero3" if zero == "fsdp" else zero)
+    if dist_opt or zero is None:
+        return "dist-opt" if dist_opt else None
+    said = zero.strip().lower()  # ZeRO3 as zero3
+    if said not in (*SHARDING, "fsdp"):
+        raise InputError("zero", zero, f"one of {', '.join(SHARDING)} or fsdp (ZeRO-3)")
+    return "zero3" if said == "fsdp" else said
 
 
 def given_at(r: Resolved, key: str) -> str:
@@ -51,9 +55,10 @@ def fixed_knobs(
     fx: dict[str, Any] = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "mbs": mbs, "sp": sp}
     check_degrees(w, fx)  # before any product or array of them
     if recompute is not None:
-        recompute = recompute.strip().lower()  # Full as full, as --precision BF16 is bf16
-        if recompute not in RECOMPUTE:
+        said = recompute.strip().lower()  # Full as full, as --precision BF16 is bf16
+        if said not in RECOMPUTE:
             raise InputError("recompute", recompute, f"one of {', '.join(RECOMPUTE)}")
+        recompute = said
         fx["recompute"] = RECOMPUTE.index(recompute)
         if modules is not None and recompute != "selective":
             raise InputError(

@@ -113,6 +113,8 @@ def _core_s(
 ) -> tuple[FloatArray, FloatArray]:
     """:func:`attention_core_s` of one attention layer of ``m``'s shape (no indexer)."""
     fwd, bwd = _kernel_s(w, m, mbs, s_loc, tp, peak16, bw, cal)
+    if w.attention == "unfused":  # one softmax over the whole sequence: nothing to merge
+        return fwd, bwd
     merge_fwd, merge_bwd = _ring_merge_s(w, m, mbs, s_loc, tp, bw)
     return fwd + merge_fwd, bwd + merge_bwd
 
@@ -132,15 +134,26 @@ def _ring_merge_s(
     running one with the log-sum-exp rescaling; backward, each step's dQ adds into the
     running dQ and its dK and dV into the running sums that travel on around the ring, all
     kept in fp32 (zhuzilin/ring-flash-attention, ``update_out_and_lse`` and the backward's
-    accumulators). ``cp`` steps a pass, RING_MERGE_BYTES an element; none without CP. It
-    runs on the compute stream, so the next step's K/V transfer hides behind it too."""
+    accumulators), RING_MERGE_BYTES an element. With the causal load-balanced layout (each
+    rank two chunks, one from each end) the first step merges every query, and of the
+    other cp - 1 steps half merge every query and half the later chunk's only: 1 + 3/4 x
+    (cp - 1) steps' worth; the same for dK and dV. Sliding-window layers run context
+    parallelism as all-to-alls (Transformer Engine's a2a, the one it supports for them):
+    no merges. None without CP. The merges run on the compute stream, so the next step's
+    K/V transfer hides behind them too."""
+    cp = w.seq_len / s_loc
+    steps = np.where(cp > 1.0, 1.0 + 0.75 * (cp - 1.0), 0.0)
+    full = 1.0 - (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 1.0
     qk_w, v_w = attn_core_dims(m)
-    steps = w.seq_len / s_loc
-    steps = np.where(steps > 1.0, steps, 0.0)
-    tokens = mbs * s_loc
-    fwd = steps * RING_MERGE_BYTES * tokens * v_w / tp / bw
-    grads = qk_w / tp + 2.0 * kv_width_per_rank(m, tp)
-    bwd = steps * RING_MERGE_BYTES * tokens * grads / bw
+    if m.mla is not None:  # whole K (nope + rope) and V heads, as the kernel gets them
+        x = m.mla
+        k_w, kv_v = m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim), m.heads * x.v_head_dim
+        kv = (k_w + kv_v) / tp
+    else:
+        kv = 2.0 * kv_width_per_rank(m, tp)
+    tokens = full * steps * mbs * s_loc
+    fwd = RING_MERGE_BYTES * tokens * v_w / tp / bw
+    bwd = RING_MERGE_BYTES * tokens * (qk_w / tp + kv) / bw
     return fwd, bwd
 
 

@@ -157,6 +157,15 @@ class Workload:
         """Bytes a plan may use on each GPU: the driver's total less the headroom."""
         return self.gpu.memory_bytes * (1.0 - self.memory_headroom)
 
+    def _choice(self, name: str, flag: str, choices: tuple[str, ...]) -> None:
+        """Field ``name`` read as one of ``choices`` in any case (Eager as eager), else an
+        error naming ``flag`` and the value as given."""
+        v = getattr(self, name)
+        said = v.strip().lower() if isinstance(v, str) else v
+        if said not in choices:
+            raise InputError(flag, v, f"one of {', '.join(choices)}")
+        object.__setattr__(self, name, said)
+
     def __post_init__(self) -> None:
         # named as the command-line flags are (--gpus, --seq-len, --global-batch); the caps
         # are far beyond any cluster or run and keep every count a 64-bit integer
@@ -169,12 +178,10 @@ class Workload:
             if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= cap:
                 raise InputError(flag, v, f"a positive integer up to {cap:,}")
         check_precision(self.gpu, self.precision, among=TRAIN_PRECISIONS)
-        if self.attention not in ATTENTION:
-            raise InputError("attention", self.attention, f"one of {', '.join(ATTENTION)}")
-        if self.loss is not None and self.loss not in ELEMENTWISE:
-            raise InputError("loss", self.loss, f"one of {', '.join(ELEMENTWISE)}")
-        if self.elementwise not in ELEMENTWISE:
-            raise InputError("elementwise", self.elementwise, f"one of {', '.join(ELEMENTWISE)}")
+        self._choice("attention", "attention", ATTENTION)
+        if self.loss is not None:
+            self._choice("loss", "loss", ELEMENTWISE)
+        self._choice("elementwise", "elementwise", ELEMENTWISE)
         if parse_modules(self.recompute_modules) != tuple(self.recompute_modules):
             raise InputError(
                 "recompute-modules",
@@ -211,24 +218,14 @@ class Workload:
         h = self.memory_headroom
         if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= h <= 0.5:
             raise InputError("memory-headroom", h, "a fraction from 0 to 0.5 (0.1 = 10 %)")
-        if self.ep_dispatch not in EP_DISPATCH:
-            raise InputError("ep-dispatch", self.ep_dispatch, f"one of {', '.join(EP_DISPATCH)}")
+        self._choice("ep_dispatch", "ep-dispatch", EP_DISPATCH)
         if self.fp8_param_gather and self.precision not in ("fp8", "fp4"):
             raise InputError(
                 "fp8-param-gather", True, f"fp8 or fp4 precision (not {self.precision})"
             )
-        if self.grad_accumulation not in GRAD_ACCUMULATION:
-            raise InputError(
-                "grad-accumulation",
-                self.grad_accumulation,
-                f"one of {', '.join(GRAD_ACCUMULATION)}",
-            )
-        if self.pp_split not in PP_SPLITS:
-            raise InputError("pp-split", self.pp_split, f"one of {', '.join(PP_SPLITS)}")
-        if self.zero3_gathers not in ZERO3_GATHERS:
-            raise InputError(
-                "zero3-gathers", self.zero3_gathers, f"one of {', '.join(ZERO3_GATHERS)}"
-            )
+        self._choice("grad_accumulation", "grad-accumulation", GRAD_ACCUMULATION)
+        self._choice("pp_split", "pp-split", PP_SPLITS)
+        self._choice("zero3_gathers", "zero3-gathers", ZERO3_GATHERS)
         g = self.shard_group
         if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_GPUS:
             raise InputError(

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuscale.calibrate import Calibration
+from gpuscale.catalog import Model, models
 from gpuscale.errors import InputError
 from gpuscale.perf.flop_conventions import megatron_model_flops, megatron_sc21_flops
 from gpuscale.perf.plan import Plans
@@ -92,6 +93,11 @@ def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
     return tflops
 
 
+def catalog_key(m: Model) -> str:
+    """``m``'s catalog key where ``m`` is the catalog's model as it stands, else ""."""
+    return m.key if models().get(m.key) == m else ""
+
+
 def validate_training(path: Path, cal: Calibration) -> ValidationReport:
     rows: list[RowResult] = []
     table = read_rows(path, REQUIRED)
@@ -139,7 +145,7 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
                     "plan": (plan := plans.label(0)),
                     "config": config_key(pr, plan, pred),
                     "job": job_key(pr, row),
-                    "model": pr.workload.model.key,
+                    "model": catalog_key(pr.workload.model),
                     "model_kind": model_kind(pr.workload.model),
                     "gpu_arch": pr.workload.gpu.arch,
                 },
