@@ -164,3 +164,26 @@ def test_a_checkpoint_interval_out_of_range_says_the_range(
     args = ["train", "estimate", *SMALL, "--checkpoint-every", value]
     line = _one_error([*args, "--storage-write-bw", "200GB/s"], capsys)
     assert f"checkpoint-every='{value}' is invalid: {valid}" in line
+
+
+def test_validate_exits_1_when_no_row_is_scored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every row skipped (a GPU count below one): the table or JSON still lists each reason,
+    # and the exit status says nothing was scored
+    header = "id,source,model,gpu,num_gpus,seq_len,global_batch_seqs,"
+    header += "measured_tokens_per_s_per_gpu,target\n"
+    row = "r{0},src,llama3-8b,H100-SXM5-80GB,-8,4096,64,1000,tokens_per_s_per_gpu\n"
+    runs = tmp_path / "runs.csv"
+    runs.write_text(header + row.format(1) + row.format(2))
+    code, out, err = run_cli(["validate", "training", "--runs", str(runs), "--json"], capsys)
+    assert code == 1
+    rows = json.loads(out)["rows"]
+    assert [r["status"] for r in rows] == ["skipped", "skipped"]
+    assert err.strip() == (
+        "error: no row was scored (2 skipped, 0 reported): each row's reason is in the JSON's rows"
+    )
+    # one scorable row: status 0
+    runs.write_text(header + row.format(1) + row.format(2).replace(",-8,", ",8,"))
+    code, out, _ = run_cli(["validate", "training", "--runs", str(runs), "--json"], capsys)
+    assert code == 0 and json.loads(out)["scored"] == 1

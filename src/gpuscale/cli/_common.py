@@ -65,7 +65,21 @@ def _num(x: float) -> str:
 
 
 def print_validation(report: ValidationReport, as_json: bool) -> None:
-    """Per-row table then summary, or the JSON object of the validation contract."""
+    """Per-row table then summary, or the JSON object of the validation contract; exit
+    status 1 when no row could be scored (each row's reason is printed)."""
+    _print_validation(report, as_json)
+    if report.rows and not report.scored:
+        where = "JSON's rows" if as_json else "table"
+        err.print(
+            f"error: no row was scored ({len(report.skipped)} skipped, "
+            f"{len(report.rows) - len(report.skipped)} reported): each row's reason is in the "
+            f"{where}",
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+
+
+def _print_validation(report: ValidationReport, as_json: bool) -> None:
     if as_json:
         print(report.dumps())
         return
