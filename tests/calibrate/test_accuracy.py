@@ -181,51 +181,86 @@ def test_model_records_by_hand() -> None:
     ]
     heldout = [Sample("dense", "ampere", "d", 6.0, "llama3-70b"), Sample("MoE", "x", "e", 1.0)]
     got = model_stats(fitted, heldout)
-    assert got == {  # runs of no catalog model are left out
+    # runs of no catalog model are left out; every GPU together, then per architecture
+    assert got == {
         "llama3-70b": {
-            "rows": 3,
-            "in_fit": 2,
-            "median_signed_pct": 6.0,
-            "low_pct": -4.0,
-            "high_pct": 10.0,
+            "any": {
+                "rows": 3,
+                "in_fit": 2,
+                "median_signed_pct": 6.0,
+                "low_pct": -4.0,
+                "high_pct": 10.0,
+                "span": "all",
+            },
+            "ampere": {
+                "rows": 1,
+                "in_fit": 0,
+                "median_signed_pct": 6.0,
+                "low_pct": 6.0,
+                "high_pct": 6.0,
+                "span": "all",
+            },
+            "hopper": {
+                "rows": 2,
+                "in_fit": 2,
+                "median_signed_pct": 3.0,
+                "low_pct": -4.0,
+                "high_pct": 10.0,
+                "span": "all",
+            },
         }
     }
-    record = ModelRecord("llama3-70b", 3, 2, 6.0, -4.0, 10.0)
+    # from ten runs, the 10th and 90th percentiles: 0..10 % in steps of 1 and one of 100 %
+    many = [Sample("dense", "hopper", str(i), float(i), "llama3-8b") for i in range(10)]
+    many.append(Sample("dense", "hopper", "x", 100.0, "llama3-8b"))
+    stats = model_stats([], many)["llama3-8b"]["hopper"]
+    assert (stats["low_pct"], stats["high_pct"], stats["span"]) == (1.0, 9.0, "middle 80 %")
+    record = ModelRecord("llama3-70b", None, 3, 2, 6.0, -4.0, 10.0)
     assert record.line() == (
-        "this model's own 3 published runs on any GPU (2 in the fit): predicted -4 to +10 % "
-        "against the measured, median +6 %"
+        "this model's own 3 published runs on any GPU (2 in the fit): predictions from 4 % "
+        "below to 10 % above the measured, median 6 % above"
     )
-    one = ModelRecord("llama-65b", 1, 1, 15.67, 15.67, 15.67)
+    on_hopper = ModelRecord("llama3-8b", "hopper", 11, 0, 5.0, 1.0, 9.0, "middle 80 %")
+    assert on_hopper.line() == (
+        "this model's own 11 published runs on Hopper GPUs (none in the fit): predictions "
+        "from 1 % above to 9 % above the measured (the middle 8 in 10), median 5 % above"
+    )
+    one = ModelRecord("llama-65b", "ampere", 1, 1, 15.67, 15.67, 15.67)
     assert one.line() == (
-        "this model's own 1 published run on any GPU (all in the fit): predicted +16 % against "
-        "the measured"
+        "this model's own 1 published run on Ampere GPUs (all in the fit): predicted 16 % "
+        "above the measured"
     )
-    none = ModelRecord("x", 2, 0, 1.0, 0.0, 2.0)
-    assert "(none in the fit)" in none.line()
 
 
 def test_band_carries_the_models_own_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cal = default_calibration()
     record = {"rows": 3, "in_fit": 3, "median_signed_pct": 27.4, "low_pct": 26.1}
-    record["high_pct"] = 31.0
+    record |= {"high_pct": 31.0, "span": "all"}
     data = {
         "calibration": calibration_digest(cal),
         "heldout": [_group("dense", "ampere", MIN_ROWS, 5.0), _group("MoE", None, 2, 9.0)],
-        "by_model": {"mt-nlg-530b": record, "mixtral-8x7b": {**record, "rows": 1}},
+        "by_model": {
+            "mt-nlg-530b": {"any": record, "ampere": record},
+            "mixtral-8x7b": {"any": {**record, "rows": 1}, "hopper": {**record, "rows": 2}},
+        },
     }
     _ship(tmp_path, monkeypatch, json.dumps(data))
     band = band_for(get_model("mt-nlg-530b"), get_gpu("a100-sxm-80gb"), cal)
     assert isinstance(band, ErrorBand)
-    assert band.record == ModelRecord("mt-nlg-530b", 3, 3, 27.4, 26.1, 31.0)
+    assert band.record == ModelRecord("mt-nlg-530b", "ampere", 3, 3, 27.4, 26.1, 31.0)
     assert band.line().endswith(
-        "; this model's own 3 published runs on any GPU (all in the fit): predicted +26 to "
-        "+31 % against the measured, median +27 %"
+        "; this model's own 3 published runs on Ampere GPUs (all in the fit): predictions "
+        "from 26 % above to 31 % above the measured, median 27 % above"
     )
     assert band.to_dict()["record"]["in_fit"] == 3
-    # no band for the kind, but the model's own runs are still said
-    moe = band_for(get_model("mixtral-8x7b"), get_gpu("a100-sxm-80gb"), cal)
+    # no band for the kind, but the model's own runs are still said: on the prediction's
+    # architecture where it has some, else on any GPU
+    moe = band_for(get_model("mixtral-8x7b"), get_gpu("h100-sxm"), cal)
     assert isinstance(moe, NoBand) and moe.record is not None
+    assert (moe.record.arch, moe.record.rows) == ("hopper", 2)
     assert moe.line().startswith("unknown: 2 published runs of MoE models")
+    elsewhere = band_for(get_model("mixtral-8x7b"), get_gpu("b200"), cal)
+    assert elsewhere.record is not None and elsewhere.record.arch is None
     # another shape under the catalog's key (a config.json in a folder of that name): the
     # catalog model's runs are not its own
     other_shape = get_model("mt-nlg-530b").model_copy(update={"layers": 4})
@@ -235,7 +270,7 @@ def test_band_carries_the_models_own_runs(tmp_path: Path, monkeypatch: pytest.Mo
     assert isinstance(other, ErrorBand) and other.record is None
     assert "this model's own" not in other.line()
     # a malformed record: no figures at all, as for any malformed file
-    data["by_model"] = {"mt-nlg-530b": {**record, "rows": "3"}}
+    data["by_model"] = {"mt-nlg-530b": {"any": {**record, "rows": "3"}}}
     _ship(tmp_path, monkeypatch, json.dumps(data))
     accuracy._shipped.cache_clear()
     assert isinstance(band_for(get_model("mt-nlg-530b"), get_gpu("a100-sxm-80gb"), cal), NoBand)

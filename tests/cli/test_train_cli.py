@@ -226,9 +226,11 @@ def test_scaling_json() -> None:
     assert [p["gpus"] for p in pts] == [8, 16, 32, 64]
     assert all(p["global_batch"] == 256 for p in pts)
     assert pts[0]["efficiency"] == pytest.approx(1.0)
-    assert all(0 < p["mfu"] < 1 and p["step_s"] > 0 for p in pts)
+    assert all(0 < p["mfu"] < 1 and p["step_time_s"] > 0 for p in pts)
+    # MFU against the run's dense peak (bf16 on H100: 989.4 TFLOP/s), as train estimate's
+    assert all(p["mfu_peak_tflops"] == pytest.approx(989.4, rel=1e-3) for p in pts)
     # strong scaling: more GPUs never make the step slower
-    steps = [p["step_s"] for p in pts]
+    steps = [p["step_time_s"] for p in pts]
     assert steps == sorted(steps, reverse=True)
 
 
@@ -240,7 +242,7 @@ def test_scaling_point_where_nothing_fits_has_no_figures() -> None:
     assert r.returncode == 0, r.stderr
     pts = json.loads(r.stdout)["strong"]
     assert pts[0]["gpus"] == 8 and pts[0]["plan"].startswith("none: ")
-    assert pts[0]["step_s"] is None and pts[0]["efficiency"] is None
+    assert pts[0]["step_time_s"] is None and pts[0]["efficiency"] is None
     assert pts[1]["efficiency"] == pytest.approx(1.0)
     r = gpuscale("train", "scaling", *args, "--global-batch", "64", "--mode", "strong")
     row8 = next(line for line in r.stdout.splitlines() if line.startswith("│    8 "))

@@ -487,7 +487,7 @@ def test_scaling_prices_checkpoints_and_failures_from_the_file(tmp_path: Path) -
     )
     r = gpuscale("train", "scaling", "--workload", str(path), "--mode", "strong", "--json")
     assert r.returncode == 0, r.stderr
-    pts = [p for p in json.loads(r.stdout)["strong"] if p["step_s"]]
+    pts = [p for p in json.loads(r.stdout)["strong"] if p["step_time_s"]]
     assert pts and all(0.0 < p["goodput"] < 1.0 for p in pts)
     assert all("failures" in p["gpu_s_per_token"] for p in pts)
     r = gpuscale("train", "scaling", "--workload", str(path), "--mode", "strong")

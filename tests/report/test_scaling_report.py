@@ -150,6 +150,6 @@ def test_the_page_says_how_each_mode_sets_the_batch(tmp_path: Path) -> None:
 def test_rates_net_of_run_costs_are_marked_as_such() -> None:
     from gpuscale.report.cells import scaling_header
 
-    assert scaling_header(False)[4:6] == ("tok/s/GPU", "MFU")
+    assert scaling_header(False, "bf16")[4:6] == ("tok/s/GPU", "MFU (bf16 peak)")
     # with checkpoints priced the rates count their time: not a search's per-step rates
-    assert scaling_header(True)[4:7] == ("tok/s/GPU net", "MFU net", "goodput")
+    assert scaling_header(True, "fp8")[4:7] == ("tok/s/GPU net", "MFU (fp8 peak) net", "goodput")

@@ -110,7 +110,7 @@ def test_each_ranked_plan_is_compared_with_the_first() -> None:
     res = result()
     e = res.estimate
     top = res.top(5)
-    col = search_header(False).index("vs #1")
+    col = search_header(False, "bf16").index("vs #1")
     cells = [search_cells(res, i, str(n), None) for n, i in enumerate(top, 1)]
     assert cells[0][col] == "-"
     for i, c in zip(top[1:], cells[1:], strict=True):
@@ -127,6 +127,6 @@ def test_vs_first_is_the_step_time_over_the_first_less_one() -> None:
     e = res.estimate
     second = int(res.top(2)[1])
     e.step_s[res.best], e.step_s[second] = 2.0, 2.468  # 2.468 / 2 - 1 = +23.4 %
-    col = search_header(False).index("vs #1")
+    col = search_header(False, "bf16").index("vs #1")
     assert search_cells(res, second, "2", None)[col] == "+23.4%"
     assert search_cells(res, res.best, "1", None)[col] == "-"

@@ -38,7 +38,7 @@ def test_terms_split_the_change_in_gpu_time_per_token_exactly() -> None:
         moved = term_changes(prev.gpu_s_per_token, p.gpu_s_per_token)
         assert sum(moved.values()) == pytest.approx(prev.efficiency / p.efficiency - 1.0)
         assert p.loss_term == describe_changes(moved)
-        if p.loss_term != "-":
+        if p.loss_term != "no change":
             top = (min if p.loss_term.startswith("gain: ") else max)(moved, key=moved.__getitem__)
             assert p.loss_term.removeprefix("gain: ").startswith(top.replace("_", " "))
             kinds.add("gain" if p.loss_term.startswith("gain: ") else "loss")
@@ -57,7 +57,7 @@ def test_describe_changes_names_the_largest_moves_in_the_direction_of_the_total(
     gain = {"recompute": -0.22, "dp_comm": -0.023, "bubble": 0.01}
     assert describe_changes(gain) == "gain: recompute -22.0%, dp comm -2.3%"
     # a total under half a percent is no change, whatever the terms do
-    assert describe_changes({"bubble": 0.02, "dp_comm": -0.018}) == "-"
+    assert describe_changes({"bubble": 0.02, "dp_comm": -0.018}) == "no change"
     # a real total change names its largest term even when that term alone is small
     assert describe_changes({"a": 0.004, "b": 0.003, "c": 0.002}) == "a +0.4%"
     assert term_changes({"a": 1.0, "b": 3.0}, {"a": 2.0, "c": 1.0}) == {

@@ -145,29 +145,44 @@ def group_stats(samples: list[Sample]) -> list[dict[str, Any]]:
     return out
 
 
+SPAN_ROWS = 10
+"""Runs of a model from which its record gives the middle eight in ten, not the extremes."""
+
+
+def _record_stats(errors: list[float], in_fit: int) -> dict[str, Any]:
+    e = np.asarray(errors, dtype=np.float64)
+    middle = len(errors) >= SPAN_ROWS
+    low, high = np.percentile(e, [10, 90]) if middle else (e.min(), e.max())
+    return {
+        "rows": len(errors),
+        "in_fit": in_fit,
+        "median_signed_pct": round(float(np.median(e)), 2),
+        "low_pct": round(float(low), 2),
+        "high_pct": round(float(high), 2),
+        "span": "middle 80 %" if middle else "all",
+    }
+
+
 def model_stats(fitted: list[Sample], heldout: list[Sample]) -> dict[str, dict[str, Any]]:
-    """Per catalog model, every published run of it, in the fit's file or held out: how
-    many, how many of them in the fit, and the median, lowest and highest signed error.
-    Only runs of the catalog's model as it stands count (``Sample.model`` is empty for a
-    shape built from a row, or a catalog model the row changes)."""
-    runs: dict[str, list[float]] = defaultdict(list)
-    in_fit: dict[str, int] = defaultdict(int)
+    """Per catalog model, every published run of it, in the fit's file or held out, on any
+    GPU (``"any"``) and per GPU architecture: how many, how many of them in the fit, the
+    median signed error and its spread (lowest and highest; the 10th and 90th percentiles
+    from SPAN_ROWS runs). Only runs of the catalog's model as it stands count
+    (``Sample.model`` is empty for a shape built from a row, or a catalog model the row
+    changes)."""
+    runs: dict[tuple[str, str], list[float]] = defaultdict(list)
+    in_fit: dict[tuple[str, str], int] = defaultdict(int)
     catalog = models()
     for part, samples in ((True, fitted), (False, heldout)):
         for s in samples:
             if s.model in catalog:
-                runs[s.model].append(s.error_pct)
-                in_fit[s.model] += part
-    return {
-        k: {
-            "rows": len(e),
-            "in_fit": in_fit[k],
-            "median_signed_pct": round(float(np.median(e)), 2),
-            "low_pct": round(min(e), 2),
-            "high_pct": round(max(e), 2),
-        }
-        for k, e in sorted(runs.items())
-    }
+                for key in ((s.model, "any"), (s.model, s.arch)):
+                    runs[key].append(s.error_pct)
+                    in_fit[key] += part
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (model, arch), e in sorted(runs.items()):
+        out[model][arch] = _record_stats(e, in_fit[(model, arch)])
+    return dict(out)
 
 
 def measure(fitted: list[Path], heldout: list[Path], cal: Calibration) -> dict[str, Any]:
@@ -183,29 +198,39 @@ def measure(fitted: list[Path], heldout: list[Path], cal: Calibration) -> dict[s
     }
 
 
+def _side(pct: float) -> str:
+    return f"{abs(pct):.0f} % {'above' if pct >= 0 else 'below'}"
+
+
 @dataclass(frozen=True)
 class ModelRecord:
-    """How gpuscale's predictions of one catalog model's published runs came out (signed
-    errors of throughput, positive: predicted above the measured)."""
+    """How gpuscale's predictions of one catalog model's published runs came out, on the
+    prediction's GPU architecture where it has runs there (``arch``; None: on any GPU);
+    signed errors of throughput, positive: predicted above the measured."""
 
     model: str
+    arch: str | None
     rows: int
     in_fit: int
     median_signed_pct: float
     low_pct: float
     high_pct: float
+    span: str = "all"
+    """Which runs ``low_pct`` to ``high_pct`` spans: "all", or "middle 80 %"."""
 
     def line(self) -> str:
-        runs = f"{self.rows} published run{'' if self.rows == 1 else 's'} on any GPU"
+        runs = f"{self.rows} published run{'' if self.rows == 1 else 's'}"
+        runs += f" on {_arch(self.arch)} GPUs" if self.arch else " on any GPU"
         where = "all in the fit" if self.in_fit == self.rows else f"{self.in_fit} in the fit"
         if self.in_fit == 0:
             where = "none in the fit"
         if self.rows == 1:
-            spread = f"predicted {self.median_signed_pct:+.0f} % against the measured"
+            spread = f"predicted {_side(self.median_signed_pct)} the measured"
         else:
+            which = " (the middle 8 in 10)" if self.span != "all" else ""
             spread = (
-                f"predicted {self.low_pct:+.0f} to {self.high_pct:+.0f} % against the "
-                f"measured, median {self.median_signed_pct:+.0f} %"
+                f"predictions from {_side(self.low_pct)} to {_side(self.high_pct)} the "
+                f"measured{which}, median {_side(self.median_signed_pct)}"
             )
         return f"this model's own {runs} ({where}): {spread}"
 
@@ -286,7 +311,7 @@ Band = ErrorBand | NoBand
 Shipped = tuple[
     str,
     MappingProxyType[tuple[str, str | None], dict[str, Any]],
-    MappingProxyType[str, ModelRecord],
+    MappingProxyType[tuple[str, str], ModelRecord],
 ]
 
 
@@ -305,11 +330,15 @@ def _read(path: Path) -> Shipped | None:
                 float(g[n])
             table[(str(g["kind"]), g["arch"])] = dict(g)
         records = {}
-        for key, r in data.get("by_model", {}).items():
-            if not (isinstance(r["rows"], int) and isinstance(r["in_fit"], int)):
-                return None
-            figures = (float(r[n]) for n in ("median_signed_pct", "low_pct", "high_pct"))
-            records[str(key)] = ModelRecord(str(key), r["rows"], r["in_fit"], *figures)
+        for key, per_arch in data.get("by_model", {}).items():
+            for arch, r in per_arch.items():
+                if not (isinstance(r["rows"], int) and isinstance(r["in_fit"], int)):
+                    return None
+                med, low, high = (float(r[n]) for n in ("median_signed_pct", "low_pct", "high_pct"))
+                where = None if arch == "any" else str(arch)
+                records[(str(key), str(arch))] = ModelRecord(
+                    str(key), where, r["rows"], r["in_fit"], med, low, high, str(r["span"])
+                )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(digest, str):
@@ -335,7 +364,9 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
         return NoBand("measured for the shipped calibration, not for these constants")
     # the catalog's model itself, not a shape that shares its key (a config.json in a folder
     # of that name, a catalog model with other layers)
-    record = records.get(model.key) if models().get(model.key) == model else None
+    record = None
+    if models().get(model.key) == model:  # on the GPU's architecture where it has runs
+        record = records.get((model.key, gpu.arch)) or records.get((model.key, "any"))
     kind = model_kind(model)
     own = table.get((kind, gpu.arch))
     pooled = table.get((kind, None))

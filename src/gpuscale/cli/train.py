@@ -364,10 +364,15 @@ def scaling_cmd(
     if html is not None:
         write_scaling_report(html, w, curves, band)
     if json:
-        # each point's predicted throughput carries the same expected error
+        # each point's predicted throughput carries the same expected error, and its MFU
+        # the dense peak it is a share of, as train estimate's
         err = band.to_dict()
+        peak = {"mfu_peak_tflops": w.gpu.peak_flops(w.precision) / 1e12}
         emit_json(
-            {m: [{**p.to_dict(), "expected_error": err} for p in pts] for m, pts in curves.items()}
+            {
+                m: [{**p.to_dict(), **peak, "expected_error": err} for p in pts]
+                for m, pts in curves.items()
+            }
         )
         return
     for m, pts in curves.items():

@@ -399,7 +399,7 @@ def report_search(
     )
     # with failures priced, each plan's goodput (its checkpoints at its own step count)
     good = search_goodput(res, top, storage, failures)
-    for col in search_header(bool(good)):
+    for col in search_header(bool(good), res.estimate.workload.precision):
         t.add_column(
             col, justify="left" if col in ("plan", "largest term after compute") else "right"
         )
@@ -466,7 +466,7 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         + (_weak_caption(pts) if mode == "weak" else "")
         + (
             " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "
-            "data loading and failures; tok/s/GPU net, MFU net and eff. count that time (a "
+            "data loading and failures; the net tok/s/GPU and MFU, and eff., count that time (a "
             "search or an estimate gives them per step)."
             if any(p.goodput is not None for p in pts)
             else ""
@@ -480,7 +480,7 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         ),
     )
     run = any(p.goodput is not None for p in pts)  # checkpoints (and failures) priced
-    for col in scaling_header(run):
+    for col in scaling_header(run, w.precision):
         t.add_column(col, justify="left" if col in ("best plan", "vs previous point") else "right")
     for p in pts:
         # a count where nothing fits: the reason follows the table

@@ -11,11 +11,18 @@ SHOWN = 0.0005
 """The smallest change a term's share shows at one decimal of a percent."""
 
 
-def scaling_header(run: bool) -> tuple[str, ...]:
+def mfu_column(precision: str) -> str:
+    """The MFU column's name, with the dense peak it is a share of (an FP8 run's MFU is of
+    the FP8 peak, half what the same speed is of the BF16 one)."""
+    return f"MFU ({precision} peak)"
+
+
+def scaling_header(run: bool, precision: str) -> tuple[str, ...]:
     """Column names; ``run``: checkpoints (and failures) are priced, so goodput shows, and
     the rates are net of that time (marked, since a search or an estimate gives them per
-    step)."""
-    rates = ("tok/s/GPU net", "MFU net") if run else ("tok/s/GPU", "MFU")
+    step); ``precision``: the run's, whose dense peak MFU is a share of."""
+    mfu = mfu_column(precision)
+    rates = ("tok/s/GPU net", f"{mfu} net") if run else ("tok/s/GPU", mfu)
     return (
         "GPUs",
         "batch",
@@ -76,9 +83,10 @@ def scaling_summary(pts: list[ScalingPoint]) -> str | None:
     )
 
 
-def search_header(good: bool) -> tuple[str, ...]:
-    """Column names of the ranked plans; ``good``: their goodput is priced."""
-    rate = ("#", "plan", "GPUs used", "step", "vs #1", "tokens/s/GPU used", "MFU")
+def search_header(good: bool, precision: str) -> tuple[str, ...]:
+    """Column names of the ranked plans; ``good``: their goodput is priced; ``precision``:
+    the run's, whose dense peak MFU is a share of."""
+    rate = ("#", "plan", "GPUs used", "step", "vs #1", "tokens/s/GPU used", mfu_column(precision))
     return (*rate, *(("goodput",) if good else ()), "memory/GPU", "largest term after compute")
 
 

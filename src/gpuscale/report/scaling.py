@@ -149,7 +149,7 @@ def write_scaling_report(
         run=run,
         # plotly's own markup, with plotly.js inlined so that the page works offline
         figure=Markup(fig.to_html(full_html=False, include_plotlyjs=True)),
-        header=scaling_header(run),
+        header=scaling_header(run, w.precision),
         tables={m: _rows(pts, run) for m, pts in curves.items()},
         summaries={m: scaling_summary(pts) for m, pts in curves.items()},
         band=band.line() if band is not None else "",

@@ -149,7 +149,7 @@ def write_search_report(
             f"the fastest {shown:,} are drawn."
         ),
         figure=Markup(search_figure(res).to_html(full_html=False, include_plotlyjs=True)),
-        header=search_header(bool(good)),
+        header=search_header(bool(good), w.precision),
         rows=rows,
         why=explain(res),
         tie_pct=f"{TIE_GAP * 100:.0f}",

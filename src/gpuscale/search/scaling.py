@@ -73,7 +73,9 @@ class ScalingPoint:
     and failures (None where they are not priced)."""
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """The point as JSON: the step time named as ``train estimate`` names it."""
+        d = asdict(self)
+        return {("step_time_s" if k == "step_s" else k): v for k, v in d.items()}
 
 
 MOVE_TOL = 0.005
@@ -96,11 +98,11 @@ def term_text(term: str, change: float) -> str:
 def describe_changes(changes: dict[str, float], most: int = 2) -> str:
     """The terms that moved most in the direction of the total change, largest first
     ("bubble +13.1%, dp comm +4.0%"; a gain in efficiency reads "gain: recompute -22.0%").
-    A total change under :data:`MOVE_TOL` is "-"; past the first, terms under it are left
-    out."""
+    A total change under :data:`MOVE_TOL` is "no change" (the first point, with nothing
+    before it, shows "-"); past the first, terms under it are left out."""
     total = sum(changes.values())
     if abs(total) < MOVE_TOL:
-        return "-"
+        return "no change"
     sign = 1.0 if total > 0 else -1.0
     moved = sorted((k for k in changes if sign * changes[k] > 0), key=lambda k: -sign * changes[k])
     named = moved[:1] + [k for k in moved[1:most] if sign * changes[k] > MOVE_TOL]
@@ -226,7 +228,7 @@ def scaling_curve(
             fill = bool((e.plans.gpus_used() == n).any())
             why = "faster than the plans using all" if fill else "no plan uses all"
             loss_txt = f"{n - used} of {n} GPUs idle ({why})" + (
-                "" if loss_txt == "-" else f"; {loss_txt}"
+                "" if loss_txt in ("-", "no change") else f"; {loss_txt}"
             )
         pts.append(
             ScalingPoint(
