@@ -270,6 +270,14 @@ def print_estimate(
         "token: 3 x the forward's GEMMs, output layer included, and causal attention; no "
         "recomputation, Megatron-LM's count)",
     )
+    again = s["hardware_flops_per_token"] - s["model_flops_per_token"]
+    if again > 0:
+        t.add_row(
+            "hardware TFLOP/s",
+            f"{s['hardware_tflops_per_gpu']:.1f} per GPU  (+{again / 1e9:,.1f} GFLOP a token "
+            "that recomputation runs again; Megatron's TFLOP/s under recomputation count it, "
+            "Narayanan et al. 2021)",
+        )
     w = e.workload
     mfu = f"{100 * s['mfu']:.1f}% of {w.precision} dense peak"
     if w.precision in ("bf16", "fp16"):

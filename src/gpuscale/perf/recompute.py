@@ -17,7 +17,17 @@ from numpy.typing import NDArray
 from gpuscale.catalog import Model
 from gpuscale.errors import InputError
 from gpuscale.perf.attn_kinds import kind_mean
-from gpuscale.perf.transformer import kv_width_per_rank, mean_attn_dims
+from gpuscale.perf.transformer import (
+    attn_core_flops_per_token,
+    forward_flops_per_token,
+    indexer_core_flops_per_token,
+    indexer_layers,
+    kv_width_per_rank,
+    layer_shapes,
+    mean_attn_dims,
+    mtp_forward_flops_per_token,
+    scan_flops_per_token,
+)
 
 FloatArrayT = NDArray[np.float64]
 
@@ -141,3 +151,51 @@ def op_sac_gemms(m: Model, tp: FloatArrayT) -> tuple[list[Gemm], list[Gemm]]:
         *mlp,
     ]
     return mms[0::2], mms[1::2]
+
+
+def recompute_flops_per_token(
+    m: Model, seq_len: int, mode: str, full_frac: float, modules: Iterable[str]
+) -> float:
+    """Forward FLOPs a token that recomputation runs again: ``full_frac`` of the decoder
+    layers' forward under full or partial recomputation (the output layer and MTP depths
+    stay stored); under selective recomputation, the recomputed modules' matmuls (the
+    attention core and a DSA indexer's scoring, MLA's up-projections, a dense MLP, a whole
+    MoE layer's router, active experts and shared experts, or the shared experts alone, a
+    Mamba-2 mixer's projections and scan, torchtitan's per-op policy's rerun matmuls); norms
+    and activations add none worth counting. Model FLOPs leave these out; hardware FLOPs
+    (Megatron's "TFLOP/s per GPU" with recomputation, Narayanan et al. 2021) count them."""
+    if mode in ("full", "partial"):
+        logits = 2.0 * m.vocab * m.hidden
+        layers = (
+            forward_flops_per_token(m, seq_len) - logits - mtp_forward_flops_per_token(m, seq_len)
+        )
+        return full_frac * layers
+    if mode != "selective":
+        return 0.0
+    mods = set(modules)
+    s = layer_shapes(m)
+    flops = 0.0
+    if "core_attn" in mods:
+        flops += attn_core_flops_per_token(m, seq_len)
+        flops += indexer_layers(m) * indexer_core_flops_per_token(m, seq_len)
+    if "mla_up_proj" in mods and m.mla is not None:
+        x = m.mla
+        q_up = x.q_lora_rank * m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim)
+        kv_up = x.kv_lora_rank * m.heads * (x.qk_nope_head_dim + x.v_head_dim)
+        flops += 2.0 * m.attn_layers * (q_up + kv_up)
+    elif "mla_up_proj" in mods and m.compressed is not None:
+        q, _ = mean_attn_dims(m)
+        flops += 2.0 * m.attn_layers * m.compressed.q_lora_rank * q
+    if "mlp" in mods:
+        flops += 2.0 * m.mlp_layers * s.mlp_dense
+    if "moe" in mods:
+        routed = m.top_k * s.expert + s.shared + s.router + s.latent_proj
+        flops += 2.0 * m.moe_layers * routed
+    elif "shared_experts" in mods:
+        flops += 2.0 * m.moe_layers * s.shared
+    if "mamba" in mods:
+        flops += m.mamba_layers * (2.0 * s.mamba + scan_flops_per_token(m))
+    if "ops" in mods:
+        _, redo = op_sac_gemms(m, np.ones(1))
+        flops += m.layers * sum(2.0 * float(n[0]) * float(k[0]) for _name, n, k in redo)
+    return flops

@@ -12,6 +12,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.ops.reliability import FailurePolicy, Reliability, reliability
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload
+from gpuscale.perf.recompute import recompute_flops_per_token
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
@@ -146,6 +147,9 @@ class TrainingEstimate(PlanNotes):
             # the count behind model TFLOP/s and MFU: 3 x the forward's FLOPs a token (its
             # GEMMs, the output layer's included, and causal attention), no recomputation
             "model_flops_per_token": model_flops_per_token(w.model, w.seq_len, causal=True),
+            # hardware FLOPs: the model's and what recomputation runs again (Megatron's
+            # "TFLOP/s per GPU" under recomputation counts these)
+            **_hardware_flops(self, i),
             "mfu": float(self.mfu[i]),
             # the peak MFU is taken of: the dense peak of the run's precision
             "mfu_peak_tflops": w.gpu.peak_flops(w.precision) / 1e12,
@@ -228,6 +232,19 @@ class TrainingEstimate(PlanNotes):
             # what a cluster of all the GPUs bills: idle ones too
             out["gpu_hours_allocated"] = float(secs * w.num_gpus / 3600.0) if ok else None
         return out
+
+
+def _hardware_flops(est: TrainingEstimate, i: int) -> dict[str, float]:
+    w = est.workload
+    mode = RECOMPUTE[int(est.plans.recompute[i])]
+    again = recompute_flops_per_token(
+        w.model, w.seq_len, mode, float(est.memory.recompute_fraction[i]), w.recompute_modules
+    )
+    per_token = model_flops_per_token(w.model, w.seq_len, causal=True) + again
+    return {
+        "hardware_flops_per_token": per_token,
+        "hardware_tflops_per_gpu": float(est.tokens_per_s_per_gpu[i]) * per_token / 1e12,
+    }
 
 
 def _finite_or_none(x: float) -> float | None:
