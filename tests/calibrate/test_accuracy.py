@@ -13,6 +13,7 @@ from markupsafe import escape
 from gpuscale.calibrate import accuracy
 from gpuscale.calibrate.accuracy import (
     ACCURACY_FILE,
+    ARCH_RECORD_ROWS,
     DEFAULT_FITTED,
     DEFAULT_HELDOUT,
     LEAN_PCT,
@@ -225,6 +226,9 @@ def test_model_records_by_hand() -> None:
         "this model's own 11 published runs on Hopper GPUs (none in the fit): predictions "
         "from 1 % above to 9 % above the measured (the middle 8 in 10), median 5 % above"
     )
+    # under 1 %, one decimal: not "0 % below"
+    near = ModelRecord("llama3-8b", None, 35, 15, -0.44, -12.0, 9.0, "middle 80 %")
+    assert near.line().endswith("median 0.4 % below")
     one = ModelRecord("llama-65b", "ampere", 1, 1, 15.67, 15.67, 15.67)
     assert one.line() == (
         "this model's own 1 published run on Ampere GPUs (all in the fit): predicted 16 % "
@@ -241,7 +245,11 @@ def test_band_carries_the_models_own_runs(tmp_path: Path, monkeypatch: pytest.Mo
         "heldout": [_group("dense", "ampere", MIN_ROWS, 5.0), _group("MoE", None, 2, 9.0)],
         "by_model": {
             "mt-nlg-530b": {"any": record, "ampere": record},
-            "mixtral-8x7b": {"any": {**record, "rows": 1}, "hopper": {**record, "rows": 2}},
+            "mixtral-8x7b": {
+                "any": {**record, "rows": 5},
+                "hopper": {**record, "rows": 3},
+                "blackwell": {**record, "rows": 2},
+            },
         },
     }
     _ship(tmp_path, monkeypatch, json.dumps(data))
@@ -254,13 +262,14 @@ def test_band_carries_the_models_own_runs(tmp_path: Path, monkeypatch: pytest.Mo
     )
     assert band.to_dict()["record"]["in_fit"] == 3
     # no band for the kind, but the model's own runs are still said: on the prediction's
-    # architecture where it has some, else on any GPU
+    # architecture where it has three or more, else on any GPU
     moe = band_for(get_model("mixtral-8x7b"), get_gpu("h100-sxm"), cal)
     assert isinstance(moe, NoBand) and moe.record is not None
-    assert (moe.record.arch, moe.record.rows) == ("hopper", 2)
+    assert (moe.record.arch, moe.record.rows) == ("hopper", ARCH_RECORD_ROWS)
     assert moe.line().startswith("unknown: 2 published runs of MoE models")
-    elsewhere = band_for(get_model("mixtral-8x7b"), get_gpu("b200"), cal)
-    assert elsewhere.record is not None and elsewhere.record.arch is None
+    for gpu in ("b200", "a100-sxm-80gb"):  # two runs on Blackwell, none on Ampere
+        elsewhere = band_for(get_model("mixtral-8x7b"), get_gpu(gpu), cal).record
+        assert elsewhere is not None and (elsewhere.arch, elsewhere.rows) == (None, 5)
     # another shape under the catalog's key (a config.json in a folder of that name): the
     # catalog model's runs are not its own
     other_shape = get_model("mt-nlg-530b").model_copy(update={"layers": 4})

@@ -63,3 +63,26 @@ def test_estimate_reports_hardware_tflops_under_recomputation(
     assert d["hardware_tflops_per_gpu"] == pytest.approx(d["model_tflops_per_gpu"])
     code, out, _ = run_cli(args, capsys)
     assert "hardware TFLOP/s" not in out
+
+
+def test_full_recompute_reruns_the_mtp_depths_too() -> None:
+    from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops_per_token
+
+    # DeepSeek-V3's one MTP depth runs again with the layers (its output head does not), as
+    # the step model prices it: the decoder layers' forward plus the depth's body
+    m = get_model("deepseek-v3")
+    head = 2 * 129280 * 7168
+    decoder = forward_flops_per_token(m, 4096) - mtp_forward_flops_per_token(m, 4096) - head
+    depth = mtp_forward_flops_per_token(m, 4096) - head
+    got = recompute_flops_per_token(m, 4096, "full", 1.0, ())
+    assert got == pytest.approx(decoder + depth)
+
+
+def test_mla_up_projection_without_a_query_latent_reruns_the_query_projection() -> None:
+    # DeepSeek-V2-Lite: no query latent (q_lora_rank 0), so the query projection from the
+    # hidden state (2,048 -> 16 heads x 192) runs in the checkpoint with the KV
+    # up-projection (512 -> 16 x (128 + 128)); 27 attention layers, no MTP
+    m = get_model("deepseek-v2-lite")
+    up = 2 * 27 * (2048 * 16 * 192 + 512 * 16 * 256)
+    got = recompute_flops_per_token(m, 4096, "selective", 0.0, ("mla_up_proj",))
+    assert got == pytest.approx(up)

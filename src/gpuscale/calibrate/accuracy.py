@@ -151,6 +151,10 @@ def group_stats(samples: list[Sample]) -> list[dict[str, Any]]:
 SPAN_ROWS = 10
 """Runs of a model from which its record gives the middle eight in ten, not the extremes."""
 
+ARCH_RECORD_ROWS = 3
+"""Fewest runs of a model on the prediction's GPU architecture before its record there is
+shown in place of the model's record on every GPU (one run is an anecdote)."""
+
 
 def _record_stats(errors: list[float], in_fit: int) -> dict[str, Any]:
     e = np.asarray(errors, dtype=np.float64)
@@ -202,7 +206,9 @@ def measure(fitted: list[Path], heldout: list[Path], cal: Calibration) -> dict[s
 
 
 def _side(pct: float) -> str:
-    return f"{abs(pct):.0f} % {'above' if pct >= 0 else 'below'}"
+    """A signed error in words: "7 % above", "0.4 % below" (one decimal under 1 %)."""
+    size = f"{abs(pct):.1f}" if abs(pct) < 0.95 else f"{abs(pct):.0f}"
+    return f"{size} % {'above' if pct >= 0 else 'below'}"
 
 
 @dataclass(frozen=True)
@@ -369,7 +375,9 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
     # of that name, a catalog model with other layers)
     record = None
     if models().get(model.key) == model:  # on the GPU's architecture where it has runs
-        record = records.get((model.key, gpu.arch)) or records.get((model.key, "any"))
+        here = records.get((model.key, gpu.arch))
+        usable = here is not None and here.rows >= ARCH_RECORD_ROWS
+        record = here if usable else records.get((model.key, "any"))
     kind = model_kind(model)
     own = table.get((kind, gpu.arch))
     pooled = table.get((kind, None))

@@ -25,7 +25,7 @@ from gpuscale.perf.transformer import (
     kv_width_per_rank,
     layer_shapes,
     mean_attn_dims,
-    mtp_forward_flops_per_token,
+    mtp_layer_equivalents,
     scan_flops_per_token,
 )
 
@@ -157,19 +157,19 @@ def recompute_flops_per_token(
     m: Model, seq_len: int, mode: str, full_frac: float, modules: Iterable[str]
 ) -> float:
     """Forward FLOPs a token that recomputation runs again: ``full_frac`` of the decoder
-    layers' forward under full or partial recomputation (the output layer and MTP depths
-    stay stored); under selective recomputation, the recomputed modules' matmuls (the
-    attention core and a DSA indexer's scoring, MLA's up-projections, a dense MLP, a whole
-    MoE layer's router, active experts and shared experts, or the shared experts alone, a
-    Mamba-2 mixer's projections and scan, torchtitan's per-op policy's rerun matmuls); norms
-    and activations add none worth counting. Model FLOPs leave these out; hardware FLOPs
-    (Megatron's "TFLOP/s per GPU" with recomputation, Narayanan et al. 2021) count them."""
+    layers' and MTP depths' forward under full or partial recomputation (their output heads
+    stay stored), as the step model prices it; under selective recomputation, the
+    recomputed modules' matmuls (the attention core and a DSA indexer's scoring, MLA's
+    up-projections, DeepSeek-V4's query up-projection and K = V projection, a dense MLP, a
+    whole MoE layer's router, active experts and shared experts, or the shared experts
+    alone, a Mamba-2 mixer's projections and scan, torchtitan's per-op policy's rerun
+    matmuls), in the MTP depths too, each priced as an average layer as the step model
+    does; norms and activations add none worth counting. Model FLOPs leave these out;
+    hardware FLOPs (Megatron's "TFLOP/s per GPU" with recomputation, Narayanan et al. 2021)
+    count them."""
     if mode in ("full", "partial"):
-        logits = 2.0 * m.vocab * m.hidden
-        layers = (
-            forward_flops_per_token(m, seq_len) - logits - mtp_forward_flops_per_token(m, seq_len)
-        )
-        return full_frac * layers
+        heads = (1 + m.mtp_layers) * 2.0 * m.vocab * m.hidden  # output layer, MTP heads
+        return full_frac * (forward_flops_per_token(m, seq_len) - heads)
     if mode != "selective":
         return 0.0
     mods = set(modules)
@@ -180,12 +180,16 @@ def recompute_flops_per_token(
         flops += indexer_layers(m) * indexer_core_flops_per_token(m, seq_len)
     if "mla_up_proj" in mods and m.mla is not None:
         x = m.mla
-        q_up = x.q_lora_rank * m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim)
+        # without a query latent (q_lora_rank 0), the query projection from the hidden
+        # state runs inside the same checkpoint
+        q_in = x.q_lora_rank or m.hidden
+        q_up = q_in * m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim)
         kv_up = x.kv_lora_rank * m.heads * (x.qk_nope_head_dim + x.v_head_dim)
         flops += 2.0 * m.attn_layers * (q_up + kv_up)
     elif "mla_up_proj" in mods and m.compressed is not None:
         q, _ = mean_attn_dims(m)
-        flops += 2.0 * m.attn_layers * m.compressed.q_lora_rank * q
+        kv = m.hidden * m.head_dim  # the shared K = V head's projection
+        flops += 2.0 * m.attn_layers * (m.compressed.q_lora_rank * q + kv)
     if "mlp" in mods:
         flops += 2.0 * m.mlp_layers * s.mlp_dense
     if "moe" in mods:
@@ -198,4 +202,4 @@ def recompute_flops_per_token(
     if "ops" in mods:
         _, redo = op_sac_gemms(m, np.ones(1))
         flops += m.layers * sum(2.0 * float(n[0]) * float(k[0]) for _name, n, k in redo)
-    return flops
+    return flops * (1.0 + mtp_layer_equivalents(m, seq_len) / m.layers)

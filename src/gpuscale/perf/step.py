@@ -263,13 +263,19 @@ def step_breakdown(
         x_mla = m.mla
         qk_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.qk_rope_head_dim) / tp
         kv_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.v_head_dim) / tp
+        # without a query latent (q_lora_rank 0) the query projection from the hidden
+        # state runs in the same checkpoint (Megatron-Core's qkv_up_proj_and_rope_apply)
         up_t, _ = gemms(
-            *(((tokens, qk_w, float(x_mla.q_lora_rank)),) if x_mla.q_lora_rank else ()),
+            (tokens, qk_w, float(x_mla.q_lora_rank or m.hidden)),
             (tokens, kv_w, float(x_mla.kv_lora_rank)),
         )
     elif m.compressed is not None and "mla_up_proj" in mods:
-        # DeepSeek-V4's query up-projection from its latent (its K = V head has none)
-        up_t, _ = gemms((tokens, q / tp, float(m.compressed.q_lora_rank)))
+        # DeepSeek-V4's query up-projection from its latent and its shared K = V head's
+        # projection from the hidden state
+        up_t, _ = gemms(
+            (tokens, q / tp, float(m.compressed.q_lora_rank)),
+            (tokens, float(m.head_dim), h),
+        )
     else:
         up_t = np.zeros_like(tokens)
     # the norms that are modules of their own (an MoE layer's pre-norm, MLA's input norm;
