@@ -13,7 +13,7 @@ source gives), the |error| nine runs in ten stay within, and the median signed e
 it shows a lean. Where fewer than :data:`MIN_ROWS` runs share both, the kind's runs on all
 architectures are shown and the line says so. Where the catalog model itself has published
 runs (in either file), the line adds its own record (:class:`ModelRecord`): how its
-predictions came out, on the prediction's architecture where it has runs there. The figures
+predictions came out, on the prediction's architecture where it has enough runs there. The figures
 belong to the training constants they were measured with: under others (``--calibration
 FILE``) the band is reported unknown.
 """
