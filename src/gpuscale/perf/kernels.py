@@ -101,24 +101,6 @@ def attention_core_s(
     return fwd, bwd
 
 
-def _core_s(
-    w: Workload,
-    m: Model,
-    mbs: FloatArray,
-    s_loc: FloatArray,
-    tp: FloatArray,
-    peak16: float,
-    bw: float,
-    cal: Calibration,
-) -> tuple[FloatArray, FloatArray]:
-    """:func:`attention_core_s` of one attention layer of ``m``'s shape (no indexer)."""
-    fwd, bwd = _kernel_s(w, m, mbs, s_loc, tp, peak16, bw, cal)
-    if w.attention == "unfused":  # one softmax over the whole sequence: nothing to merge
-        return fwd, bwd
-    merge_fwd, merge_bwd = _ring_merge_s(w, m, mbs, s_loc, tp, bw)
-    return fwd + merge_fwd, bwd + merge_bwd
-
-
 RING_MERGE_BYTES = 10.0
 """HBM bytes per element a context-parallel ring step merges: the step's 16-bit partial
 result read (2) and the fp32 running one read and written (8)."""
@@ -157,7 +139,7 @@ def _ring_merge_s(
     return fwd, bwd
 
 
-def _kernel_s(
+def _core_s(
     w: Workload,
     m: Model,
     mbs: FloatArray,
@@ -167,7 +149,9 @@ def _kernel_s(
     bw: float,
     cal: Calibration,
 ) -> tuple[FloatArray, FloatArray]:
-    """The attention kernels' forward and backward seconds of :func:`_core_s`."""
+    """:func:`attention_core_s` of one attention layer of ``m``'s shape (no indexer): the
+    kernels' seconds and, under context parallelism, the ring's merges (the unfused path
+    runs one softmax over the whole sequence: nothing to merge)."""
     qk_w, v_w = attn_core_dims(m)
     if w.attention == "unfused":
         heads = mbs * m.heads / tp  # (sequence, head) pairs per GPU, one batched GEMM each
@@ -194,7 +178,8 @@ def _kernel_s(
     # sliding-window layers, the blocks beyond the window
     flops = 2.0 * mbs * s_loc * keys_per_query(m, w.seq_len) * (qk_w + v_w) / tp
     fwd = flops / (peak16 * eff)
-    return fwd, FLASH_BWD_FACTOR * fwd
+    merge_fwd, merge_bwd = _ring_merge_s(w, m, mbs, s_loc, tp, bw)
+    return fwd + merge_fwd, FLASH_BWD_FACTOR * fwd + merge_bwd
 
 
 INDEXER_LOGIT_BYTES = 8.0
