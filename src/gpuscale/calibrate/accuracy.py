@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
-from gpuscale.catalog import models
+from gpuscale.catalog import catalog_key, models
 from gpuscale.catalog.schema import GPU, Model
 from gpuscale.errors import InputError
 
@@ -371,13 +371,12 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
     digest, table, records = shipped
     if digest != calibration_digest(cal):
         return NoBand("measured for the shipped calibration, not for these constants")
-    # the catalog's model itself, not a shape that shares its key (a config.json in a folder
-    # of that name, a catalog model with other layers)
+    # the catalog's model itself, not a shape that shares its key
     record = None
-    if models().get(model.key) == model:  # on the GPU's architecture where it has runs
-        here = records.get((model.key, gpu.arch))
+    if key := catalog_key(model):  # on the GPU's architecture where it has enough runs
+        here = records.get((key, gpu.arch))
         usable = here is not None and here.rows >= ARCH_RECORD_ROWS
-        record = here if usable else records.get((model.key, "any"))
+        record = here if usable else records.get((key, "any"))
     kind = model_kind(model)
     own = table.get((kind, gpu.arch))
     pooled = table.get((kind, None))

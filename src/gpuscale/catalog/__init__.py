@@ -33,6 +33,7 @@ __all__ = [
     "PRECISIONS",
     "Model",
     "System",
+    "catalog_key",
     "get_gpu",
     "get_model",
     "get_system",
@@ -95,6 +96,12 @@ def get_model(name: str, field: str = "model") -> Model:
             except InputError:
                 pass
         raise
+
+
+def catalog_key(m: Model) -> str:
+    """``m``'s catalog key where ``m`` is the catalog's model as it stands, else "" (a
+    config.json in a folder of that name, a catalog model given other layers)."""
+    return m.key if models().get(m.key) == m else ""
 
 
 _HF_VARIANT = re.compile(r"([-_ ](hf|instruct|chat|base|it|v\d+(\.\d+)+))+$", re.IGNORECASE)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import Model, models
+from gpuscale.catalog import catalog_key
 from gpuscale.errors import InputError
 from gpuscale.perf.flop_conventions import megatron_model_flops, megatron_sc21_flops
 from gpuscale.perf.plan import Plans
@@ -91,11 +91,6 @@ def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
     if pr.compared == "mfu":
         return tflops * 1e12 / w.gpu.peak_flops(w.precision)
     return tflops
-
-
-def catalog_key(m: Model) -> str:
-    """``m``'s catalog key where ``m`` is the catalog's model as it stands, else ""."""
-    return m.key if models().get(m.key) == m else ""
 
 
 def validate_training(path: Path, cal: Calibration) -> ValidationReport:
