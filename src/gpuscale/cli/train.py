@@ -47,10 +47,10 @@ from gpuscale.cli.train_report import (
     best_fitting,
     fit_hint,
     print_estimate,
-    print_scaling,
     report_search,
     search_goodput,
 )
+from gpuscale.cli.train_scaling_report import print_scaling
 from gpuscale.cli.train_workload import resolve
 from gpuscale.errors import InputError
 from gpuscale.export.megatron import megatron_json

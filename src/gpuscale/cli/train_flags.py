@@ -66,8 +66,6 @@ def fixed_knobs(
                 modules,
                 f"--recompute selective (--recompute {recompute} recomputes no module selectively)",
             )
-    if sharding is not None:
-        if sharding not in SHARDING:
-            raise InputError("zero", sharding, f"one of {', '.join(SHARDING)} or fsdp (ZeRO-3)")
+    if sharding is not None:  # chosen_sharding's: one of SHARDING
         fx["sharding"] = SHARDING.index(sharding)
     return {k: v for k, v in fx.items() if v is not None}

@@ -22,16 +22,12 @@ from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
 from gpuscale.report.cells import (
     SHOWN,
-    scaling_cells,
-    scaling_header,
-    scaling_summary,
     search_cells,
     search_header,
     term_label,
 )
 from gpuscale.search.explain import explain
 from gpuscale.search.plans import SearchResult, search_plans
-from gpuscale.search.scaling import ScalingPoint
 from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
 
 FIXED_NOTE_SHARE = 0.05
@@ -449,60 +445,3 @@ def fit_hint(best: dict[str, Any] | None) -> str:
         f"tokens/s per GPU, {fmt_bytes(best['memory_bytes'])} a GPU); gpuscale train search "
         "ranks the others"
     )
-
-
-def _weak_caption(pts: list[ScalingPoint]) -> str:
-    """What weak scaling holds: the sequences a GPU, the same at every point or, where the
-    batch rounds to whole sequences, their range."""
-    per = [p.global_batch / p.gpus for p in pts if p.global_batch is not None]
-    if not per:
-        return ""
-    same = max(per) - min(per) < 1e-9
-    held = f"{per[-1]:.3g} a GPU at every point" if same else f"{min(per):.3g}-{max(per):.3g} a GPU"
-    return (
-        f" weak: the global batch grows with the GPUs, {pts[-1].global_batch or 0:,} "
-        f"sequences at {pts[-1].gpus:,} GPUs ({held})."
-    )
-
-
-def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
-    t = Table(
-        title=f"{mode} scaling of {w.model.name} on {w.gpu.name}",
-        caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
-        "the terms whose GPU-time per token moved most, as a share of the previous "
-        "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank."
-        + (_weak_caption(pts) if mode == "weak" else "")
-        + (
-            " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "
-            "data loading and failures; the net tok/s/GPU and MFU, and eff., count that time (a "
-            "search or an estimate gives them per step)."
-            if any(p.goodput is not None for p in pts)
-            else ""
-        )
-        + (
-            " eff. above 100 %: the point spends less GPU-time per token than the first "
-            "(fewer pipeline-bubble, recompute, sharding or idle-GPU seconds a token); the "
-            "gain: entries name the terms that shrank from one point to the next."
-            if any((p.efficiency or 0.0) > 1.0 for p in pts)
-            else ""
-        ),
-    )
-    run = any(p.goodput is not None for p in pts)  # checkpoints (and failures) priced
-    for col in scaling_header(run, w.precision):
-        t.add_column(col, justify="left" if col in ("best plan", "vs previous point") else "right")
-    for p in pts:
-        # a count where nothing fits: the reason follows the table
-        t.add_row(*scaling_cells(p, run, "none (see below)"))
-    return t
-
-
-def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
-    """One scaling curve: the table, why a count has no plan, and where efficiency went
-    from the first point that fits to the last."""
-    out.print(_scaling_table(mode, w, pts))
-    for p in pts:
-        if p.step_s is None:
-            out.print(f"  {p.gpus:,} GPUs: {p.plan.removeprefix('none: ')}")
-    summary = scaling_summary(pts)
-    if summary is not None:
-        out.print(f"  {summary}")

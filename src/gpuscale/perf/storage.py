@@ -109,12 +109,15 @@ class StoragePolicy:
             if v is not None and not (v > 0 and math.isfinite(v)):
                 raise InputError(name, v, "a positive rate, e.g. 200GB/s")
         secs, steps = self.checkpoint_every_s, self.checkpoint_every_steps
-        if secs is not None and not 0 < secs <= MAX_INTERVAL_S:
-            raise InputError(
-                "checkpoint-every", secs, f"a time above 0 and at most {MAX_INTERVAL_S:g} s"
-            )
-        if steps is not None and not 1 <= steps <= MAX_INTERVAL_STEPS:
-            raise InputError("checkpoint-every", steps, f"1 to {MAX_INTERVAL_STEPS:,} steps")
+        _check_interval("checkpoint-every", secs if secs is not None else steps, secs, steps)
+
+
+def _check_interval(field: str, said: object, secs: float | None, steps: int | None) -> None:
+    """Refuse an interval out of range, naming the value as ``said``."""
+    if secs is not None and not 0 < secs <= MAX_INTERVAL_S:
+        raise InputError(field, said, f"a time above 0 and at most {MAX_INTERVAL_S:g} s")
+    if steps is not None and not 1 <= steps <= MAX_INTERVAL_STEPS:
+        raise InputError(field, said, f"1 to {MAX_INTERVAL_STEPS:,} steps")
 
 
 def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | None, int | None]:
@@ -127,14 +130,12 @@ def parse_interval(text: str, field: str = "checkpoint-every") -> tuple[float | 
             num = s.removesuffix(suffix)
             if not num.isdecimal():
                 raise InputError(field, text, valid)
-            if not 1 <= int(num) <= MAX_INTERVAL_STEPS:
-                raise InputError(field, text, f"1 to {MAX_INTERVAL_STEPS:,} steps")
+            _check_interval(field, text, None, int(num))
             return None, int(num)
     secs = parse_duration(s, field)  # a bare number: steps or seconds? neither
     if secs is None:
         raise InputError(field, text, valid)
-    if not 0 < secs <= MAX_INTERVAL_S:
-        raise InputError(field, text, f"a time above 0 and at most {MAX_INTERVAL_S:g} s")
+    _check_interval(field, text, secs, None)
     return secs, None
 
 
