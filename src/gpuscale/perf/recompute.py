@@ -153,6 +153,24 @@ def op_sac_gemms(m: Model, tp: FloatArrayT) -> tuple[list[Gemm], list[Gemm]]:
     return mms[0::2], mms[1::2]
 
 
+def up_proj_shapes(m: Model) -> list[tuple[float, float, bool]]:
+    """The matmuls ``mla_up_proj`` reruns, each (output width, reduction, split over TP):
+    MLA's query up-projection (from the hidden state without a query latent: Megatron-Core's
+    qkv_up_proj_and_rope_apply runs it in the same checkpoint) and its K/V up-projection;
+    DeepSeek-V4's query up-projection and its shared K = V head's projection from the
+    hidden state. None for other attention."""
+    if m.mla is not None:
+        x = m.mla
+        return [
+            (m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim), x.q_lora_rank or m.hidden, True),
+            (m.heads * (x.qk_nope_head_dim + x.v_head_dim), x.kv_lora_rank, True),
+        ]
+    if m.compressed is not None:
+        q, _ = mean_attn_dims(m)
+        return [(q, m.compressed.q_lora_rank, True), (m.head_dim, m.hidden, False)]
+    return []
+
+
 def recompute_flops_per_token(
     m: Model, seq_len: int, mode: str, full_frac: float, modules: Iterable[str]
 ) -> float:
@@ -178,18 +196,8 @@ def recompute_flops_per_token(
     if "core_attn" in mods:
         flops += attn_core_flops_per_token(m, seq_len)
         flops += indexer_layers(m) * indexer_core_flops_per_token(m, seq_len)
-    if "mla_up_proj" in mods and m.mla is not None:
-        x = m.mla
-        # without a query latent (q_lora_rank 0), the query projection from the hidden
-        # state runs inside the same checkpoint
-        q_in = x.q_lora_rank or m.hidden
-        q_up = q_in * m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim)
-        kv_up = x.kv_lora_rank * m.heads * (x.qk_nope_head_dim + x.v_head_dim)
-        flops += 2.0 * m.attn_layers * (q_up + kv_up)
-    elif "mla_up_proj" in mods and m.compressed is not None:
-        q, _ = mean_attn_dims(m)
-        kv = m.hidden * m.head_dim  # the shared K = V head's projection
-        flops += 2.0 * m.attn_layers * (m.compressed.q_lora_rank * q + kv)
+    if "mla_up_proj" in mods:
+        flops += 2.0 * m.attn_layers * sum(n * k for n, k, _split in up_proj_shapes(m))
     if "mlp" in mods:
         flops += 2.0 * m.mlp_layers * s.mlp_dense
     if "moe" in mods:

@@ -63,7 +63,7 @@ from gpuscale.perf.kernels import (
 )
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
-from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s
+from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s, up_proj_shapes
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.step_comm import StageMicroBatch, cp_comm_s, ep_comm_s, pp_comm_s, tp_comm_s
 from gpuscale.perf.step_gemms import Gemms, layer_gemms, mamba_widths
@@ -259,25 +259,8 @@ def step_breakdown(
         full_frac = np.where(p.recompute == 2, 1.0, 0.0)
     # selective: the chosen modules' forwards once more (default: the attention core)
     mods = w.recompute_modules
-    if m.mla is not None and "mla_up_proj" in mods:
-        x_mla = m.mla
-        qk_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.qk_rope_head_dim) / tp
-        kv_w = m.heads * (x_mla.qk_nope_head_dim + x_mla.v_head_dim) / tp
-        # without a query latent (q_lora_rank 0) the query projection from the hidden
-        # state runs in the same checkpoint (Megatron-Core's qkv_up_proj_and_rope_apply)
-        up_t, _ = gemms(
-            (tokens, qk_w, float(x_mla.q_lora_rank or m.hidden)),
-            (tokens, kv_w, float(x_mla.kv_lora_rank)),
-        )
-    elif m.compressed is not None and "mla_up_proj" in mods:
-        # DeepSeek-V4's query up-projection from its latent and its shared K = V head's
-        # projection from the hidden state
-        up_t, _ = gemms(
-            (tokens, q / tp, float(m.compressed.q_lora_rank)),
-            (tokens, float(m.head_dim), h),
-        )
-    else:
-        up_t = np.zeros_like(tokens)
+    shapes = up_proj_shapes(m) if "mla_up_proj" in mods else []
+    up_t, _ = gemms(*((tokens, n / tp if split else n, float(k)) for n, k, split in shapes))
     # the norms that are modules of their own (an MoE layer's pre-norm, MLA's input norm;
     # Transformer Engine fuses the others into the next GEMM): read and write, 16-bit
     n_norms = moe_frac + (a_frac if m.mla is not None else 0.0)
