@@ -19,6 +19,7 @@ from gpuscale.perf.transformer import (
     indexer_layers,
     keys_per_query,
     kv_width_per_rank,
+    mla_kv_width,
 )
 
 FloatArray = FloatArrayT
@@ -127,12 +128,8 @@ def _ring_merge_s(
     steps = np.where(cp > 1.0, 1.0 + 0.75 * (cp - 1.0), 0.0)
     full = 1.0 - (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 1.0
     qk_w, v_w = attn_core_dims(m)
-    if m.mla is not None:  # whole K (nope + rope) and V heads, as the kernel gets them
-        x = m.mla
-        k_w, kv_v = m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim), m.heads * x.v_head_dim
-        kv = (k_w + kv_v) / tp
-    else:
-        kv = 2.0 * kv_width_per_rank(m, tp)
+    # K and V: MLA's whole up-projected heads, as the kernel gets them
+    kv = mla_kv_width(m) / tp if m.mla is not None else 2.0 * kv_width_per_rank(m, tp)
     tokens = full * steps * mbs * s_loc
     fwd = RING_MERGE_BYTES * tokens * v_w / tp / bw
     bwd = RING_MERGE_BYTES * tokens * (qk_w / tp + kv) / bw

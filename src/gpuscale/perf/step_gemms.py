@@ -27,6 +27,7 @@ from gpuscale.perf.transformer import (
     kv_projections,
     kv_width_per_rank,
     layer_shapes,
+    mla_kv_width,
 )
 
 FloatArray = FloatArrayT
@@ -136,9 +137,7 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
     else:
         # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
         # up-projected per-head K and V (Megatron-Core hands Transformer Engine full heads)
-        x_kv = m.mla
-        kv_mla = m.heads * (x_kv.qk_nope_head_dim + x_kv.qk_rope_head_dim + x_kv.v_head_dim)
-        kv_rank = kv_mla / 2.0 / tp
+        kv_rank = mla_kv_width(m) / 2.0 / tp
         qkv_n = (sh.attn / h - float(q)) / tp
         attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
     if m.sparse is not None:

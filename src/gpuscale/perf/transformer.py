@@ -105,6 +105,16 @@ def kv_width_per_rank(m: Model, tp: FloatArray) -> FloatArray:
     return out
 
 
+def mla_kv_width(m: Model) -> int:
+    """An MLA model's per-token K and V widths together, as its attention gets them:
+    whole heads up-projected from the latent, K of (nope + rope), V of v_head_dim (0 for
+    other attention)."""
+    x = m.mla
+    if x is None:
+        return 0
+    return m.heads * (x.qk_nope_head_dim + x.qk_rope_head_dim + x.v_head_dim)
+
+
 def layer_shapes(m: Model) -> LayerShapes:
     h = m.hidden
     if m.mla is not None:
