@@ -553,3 +553,31 @@ def test_explain_says_to_measure_plans_closer_than_the_ranking_error(
     text = explain(r)
     assert ("A gap under 5 % is within gpuscale's plan-ranking error" in text) is close
     assert ("measure both before committing to one." in text) is close
+
+
+def test_the_search_tries_the_largest_data_parallel_degree_on_half_the_gpus() -> None:
+    # TP8 CP2 PP16 (256 GPUs a replica) at a batch of 2,048 on 65,536 GPUs: DP 256 fills
+    # them; DP 128 (the most that fits on 32,768) leaves half idle and is tried too, with
+    # any degree the caller adds (a scaling curve's earlier best plans); DP 64 is not
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    n = 65536
+    w = Workload(get_model("llama3-405b"), g, s, Fabric.from_system(s, n), n, 8192, 2048)
+    fixed = {"tp": 8, "cp": 2, "pp": 16, "vpp": 8, "mbs": 1, "recompute": 0}
+    dp = enumerate_plans(w, fixed).dp
+    assert set(dp) == {256, 128} and (dp == 256).sum() == (dp == 128).sum()
+    assert set(enumerate_plans(w, fixed, extra_dp={32, 3}).dp) == {256, 128, 32}
+    best = search_plans(w, CAL, fixed)
+    assert int(best.estimate.plans.dp[best.best]) == 128  # a shallower batch per replica
+
+
+def test_the_plan_space_lists_each_plan_once() -> None:
+    # 450 GPUs at a batch of 1,000: at TP1 the largest data-parallel degree on half the
+    # GPUs (200) also lies within a factor of two of the largest on all (250)
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 450), 450, 8192, 1000)
+    plans = enumerate_plans(w, extra_dp={200, 125})
+    assert {200, 250, 125} <= set(plans.dp[plans.tp == 1])
+    rows = {tuple(sorted(plans.row(i).items())) for i in range(len(plans))}
+    assert len(rows) == len(plans)

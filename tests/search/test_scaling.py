@@ -206,3 +206,20 @@ def test_the_best_interval_at_every_point_never_loses_goodput() -> None:
         assert q.goodput is not None and p.goodput is not None
         assert q.goodput >= p.goodput - 1e-12
     assert b[-1].goodput > a[-1].goodput + 0.05  # at 16,384 GPUs an hour is far too long
+
+
+def test_adding_gpus_never_slows_the_best_plan() -> None:
+    # Llama 3 70B at a batch of 512 sequences of 8K: past 8,192 GPUs no plan that uses them
+    # all keeps a pipeline of PP8 x VPP5 fed (each rank would get a fraction of a
+    # sequence); the best on 16,384 is the 8,192-GPU point's plan with half the GPUs idle
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    n = 16384
+    w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, n), n, 8192, 512, "bf16")
+    pts = [p for p in scaling_curve(w, default_calibration(), "strong") if p.step_s is not None]
+    steps = [p.step_s for p in pts]
+    assert all(b <= a for a, b in itertools.pairwise(steps))
+    last, before = pts[-1], pts[-2]
+    assert last.gpus == n and last.gpus_used == before.gpus_used == n // 2
+    assert last.step_s == pytest.approx(before.step_s)
+    assert last.loss_term.startswith("8192 of 16384 GPUs idle (faster than the plans using all)")

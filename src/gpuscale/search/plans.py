@@ -9,7 +9,7 @@ global batch of 2,520); ``gpus_used`` says how many it uses.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -108,14 +108,16 @@ def search_plans(
     progress: Callable[[int, int], None] | None = None,
     require_fit: bool = True,
     exact_gpus: bool = False,
+    extra_dp: Collection[int] = (),
 ) -> SearchResult:
     """Evaluate every valid plan and rank those that fit by step time.
 
     ``require_fit=False`` ranks all plans when none fits (used to reproduce runs that did
-    run); ``exact_gpus`` keeps only plans using every GPU when any such plan exists.
+    run); ``exact_gpus`` keeps only plans using every GPU when any such plan exists;
+    ``extra_dp``: data-parallel degrees to try beside the search's own.
     """
     check_degrees(w, fixed or {})
-    plans = enumerate_plans(w, fixed)
+    plans = enumerate_plans(w, fixed, extra_dp)
     evaluated = len(plans)
     if evaluated == 0:
         raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w, fixed))

@@ -177,6 +177,7 @@ def scaling_curve(
     pts: list[ScalingPoint] = []
     base_tps: float | None = None
     prev: dict[str, float] = {}
+    best_dp: set[int] = set()  # the data-parallel degrees of the smaller points' best plans
     for n in gpu_counts(w.num_gpus):
         gbs = w.global_batch
         if mode == "weak" and n < w.num_gpus:
@@ -192,14 +193,16 @@ def scaling_curve(
         try:
             # the fastest plan on n GPUs, whether or not it keeps all of them busy: the
             # ones it leaves idle are charged below (a batch of 1,000 runs faster on 500
-            # of 512 GPUs than on a plan that splits it over all 512)
-            res = search_plans(wn, cal)
+            # of 512 GPUs than on a plan that splits it over all 512); the smaller points'
+            # best plans among them, so that adding GPUs never slows the best plan
+            res = search_plans(wn, cal, extra_dp=best_dp)
         except InputError as exc:
             pts.append(
                 ScalingPoint(n, gbs, f"none: {exc.valid}", None, None, None, None, None, "", {}, {})
             )
             continue
         e, i = res.estimate, res.best
+        best_dp.add(int(e.plans.dp[i]))
         step = float(e.step_s[i])
         terms = {k.removesuffix("_s"): float(v[i]) for k, v in e.step.terms().items()}
         shares = {k: v / step for k, v in terms.items()}

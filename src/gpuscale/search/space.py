@@ -9,12 +9,13 @@ placed. Structural knobs (TP, CP, PP, VPP, EP, DP, micro-batch) are listed in Py
 (thousands of tuples); the switch knobs (recompute x SP x sharding x overlap) are crossed
 with NumPy into one :class:`Plans` of arrays. DP may leave GPUs idle when no exact
 factorisation exists: its candidates are the divisors of the global batch within a factor
-of two of the largest that fits.
+of two of the largest that fits, and the largest that fits on half the GPUs.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from dataclasses import fields, replace
 from typing import Any
 
@@ -33,8 +34,11 @@ def _powers_of_two(n: int) -> list[int]:
     return [1 << k for k in range(n.bit_length()) if 1 << k <= n]
 
 
-def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
-    """Every combination of knobs not fixed by the caller (``fixed`` maps knob -> value)."""
+def enumerate_plans(
+    w: Workload, fixed: dict[str, Any] | None = None, extra_dp: Collection[int] = ()
+) -> Plans:
+    """Every combination of knobs not fixed by the caller (``fixed`` maps knob -> value);
+    ``extra_dp``: data-parallel degrees to try beside the usual ones."""
     fx = dict(fixed or {})
     m = w.model
     n = w.num_gpus
@@ -95,6 +99,12 @@ def enumerate_plans(w: Workload, fixed: dict[str, Any] | None = None) -> Plans:
                 continue
             top_dp = max(cands)
             dps = [d for d in cands if d * 2 > top_dp]
+            # and the largest on half the GPUs: a plan that leaves them idle can beat all
+            # that use them (a small batch through a deep pipeline), and the caller's
+            # (the best plans of a scaling curve's smaller points)
+            half = [d for d in cands if d * mp <= n // 2]
+            more = ({max(half)} if half else set()) | (set(extra_dp) & set(cands))
+            dps += sorted(more - set(dps))
         for dp in dps:
             per_rank = w.global_batch // dp if w.global_batch % dp == 0 else 0
             if per_rank == 0:
