@@ -32,6 +32,9 @@ from gpuscale.errors import InputError
         ("GB300 (DGX-GB300)", "gb300"),
         ("AMD Instinct MI355X", "mi355x"),
         ("8x MI350X", "mi350x"),
+        ("A100-SXM4-80GB x 8", "a100-sxm-80gb"),  # a count after the name
+        ("H100 SXM × 8", "h100-sxm"),
+        ("GB200 NVL72 (4 GPUs/tray)", "gb200"),  # "tray" is no misspelled "Cray"
         ("A800-SXM4-80GB", "a800-sxm-80gb"),
         ("MI250X", "mi250x"),
         ("NVIDIA H200 NVL", "h200-nvl"),  # nvidia-smi's name

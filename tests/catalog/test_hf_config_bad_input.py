@@ -250,3 +250,22 @@ def test_a_per_layer_list_holds_one_value_for_each_layer(tmp_path: Path) -> None
 def test_an_absurd_mlp_width_is_refused(tmp_path: Path) -> None:
     err = _load(tmp_path, {**LLAMA, "intermediate_size": 10**15})
     assert "less than or equal to 100000000" in err.valid
+
+
+def test_a_folder_reads_as_its_config_json_or_as_the_model_it_is_named_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuscale.catalog import get_model
+
+    # a downloaded checkout (huggingface-cli download ... --local-dir): its config.json
+    checkout = tmp_path / "my-model"
+    checkout.mkdir()
+    (checkout / "config.json").write_text(json.dumps({**LLAMA, "num_hidden_layers": 12}))
+    assert get_model(str(checkout)).layers == 12
+    # a folder without one, named like a catalog model, in the working directory: the model
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Llama-3.1-8B").mkdir()
+    assert get_model("Llama-3.1-8B").key == "llama3-8b"
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(InputError, match=r"a directory without a config\.json"):
+        get_model("notes")

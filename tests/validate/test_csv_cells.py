@@ -179,7 +179,24 @@ def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         validate_training(_file(tmp_path, ROW.format(measured="5k tokens")), default_calibration())
     assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
-    assert "8,192" in exc.value.valid
+    assert exc.value.valid == "a number (6412, 6,412, 6.4k) or an empty cell"
+
+
+@pytest.mark.parametrize(
+    ("col", "forms"),
+    [
+        ("seq_len", "8192, 8,192, 8K"),  # no percentage offered for a length
+        ("params_b", "70, 70B, 1.8T"),
+        ("measured_mfu", "0.43, 43%"),
+        ("num_gpus", "8192, 8,192"),
+    ],
+)
+def test_a_malformed_number_lists_the_forms_its_column_reads(col: str, forms: str) -> None:
+    with pytest.raises(InputError) as exc:
+        num({col: "8192 tokens"}, col, "runs.csv:line 2")
+    assert exc.value.valid == f"a number ({forms}) or an empty cell"
+    for form in forms.split(", "):  # each form listed is one the column reads
+        assert num({col: form}, col, "runs.csv:line 2") is not None
 
 
 @pytest.mark.parametrize(

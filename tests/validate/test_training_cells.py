@@ -16,7 +16,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.plan import RECOMPUTE, SHARDING
 from gpuscale.perf.transformer import model_flops_per_token, param_count
 from gpuscale.validate.report import SkipRow
-from gpuscale.validate.training import choose_plan, prepare, validate_training
+from gpuscale.validate.training import UnsupportedRowError, choose_plan, prepare, validate_training
 from gpuscale.validate.training_cells import read_recompute, read_sharding, read_target
 from gpuscale.validate.training_model import model_for
 
@@ -319,3 +319,27 @@ def test_a_target_label_of_another_table_scores_the_row_alike(tmp_path: Path) ->
     rep = validate_training(_write(tmp_path, rows), default_calibration())
     assert [r.status for r in rep.rows] == ["scored", "scored"]
     assert rep.rows[0].predicted == rep.rows[1].predicted
+
+
+@pytest.mark.parametrize(("cell", "sp"), [("✓", True), ("✔", True), ("✗", False), ("Yes", True)])
+def test_a_ticked_or_crossed_sequence_parallel_cell_reads_as_yes_or_no(cell: str, sp: bool) -> None:
+    pr = prepare(_row(tp="4", seq_parallel=cell), "test")
+    assert pr.fixed["sp"] is sp
+
+
+def test_a_blank_gpu_count_is_the_product_of_the_stated_degrees() -> None:
+    pr = prepare(_row(num_gpus="", tp="8", pp="4", cp="2", dp="2"), "test")
+    assert pr.workload.num_gpus == 8 * 4 * 2 * 2
+    assert "GPU count not stated: tp x pp x cp x dp = 128" in pr.notes
+    # a degree left blank leaves the count unknown: the row cannot be placed
+    with pytest.raises(UnsupportedRowError, match="GPU count"):
+        prepare(_row(num_gpus="", tp="8", dp="2"), "test")
+
+
+def test_a_model_neither_in_the_catalog_nor_shaped_is_skipped_with_the_closest_names() -> None:
+    with pytest.raises(UnsupportedRowError) as exc:
+        prepare(_row(model="Phi-3-medium"), "test")
+    assert str(exc.value).startswith(
+        "model 'Phi-3-medium' is not in the catalog and the row gives no shape; did you mean "
+    )
+    assert "phi-3-mini" in str(exc.value)

@@ -249,6 +249,11 @@ def test_megatron_recipes_overlap_tp_communication(
         ("NeMo performance summary", "", 2),
         ("Megatron-Bridge performance summary", "fsdp", 4),  # a stated mode wins
         ("some paper", "", None),  # otherwise searched
+        ("MLPerf results, eos_n64_ngc25.01_nemo implementation", "", 2),
+        # a model's name is not the framework's
+        ("NVIDIA 'Nemotron-4 340B Technical Report'", "", None),
+        ("Mistral NeMo 12B model card", "", None),
+        ("Mistral-NeMo report", "", None),
     ],
 )
 def test_megatron_recipes_fix_the_distributed_optimizer(

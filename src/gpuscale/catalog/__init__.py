@@ -76,25 +76,32 @@ def get_model(name: str, field: str = "model") -> Model:
     """A catalog model by key/alias, or a local Hugging Face ``config.json`` path."""
     if not name.strip():
         raise InputError(field, name, "empty; give a catalog model or a config.json file")
-    kind = path_kind(Path(name), field)
-    if kind == "dir":
-        raise InputError(field, name, "a directory; give a catalog model or a config.json file")
-    if name.endswith(".json") or kind != "missing":
-        from gpuscale.catalog.hf import load_hf_config
+    from gpuscale.catalog.hf import load_hf_config
 
+    kind = path_kind(Path(name), field)
+    if kind == "dir" and (Path(name) / "config.json").is_file():
+        # a downloaded Hugging Face checkout: its config.json
+        return load_hf_config(Path(name) / "config.json", field)
+    if kind != "dir" and (name.endswith(".json") or kind != "missing"):
         return load_hf_config(Path(name), field)
     try:
         return _lookup(name, models(), _model_index(), field)
     except InputError:
         # a Hugging Face repository id names the same model: "meta-llama/Llama-2-7b-hf",
         # "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B-Instruct" (a tuned variant has the
-        # base model's shape)
+        # base model's shape); so may a folder without a config.json that bears its name
         bare = _HF_VARIANT.sub("", name.rsplit("/", 1)[-1])
         if bare and bare != name:
             try:
                 return _lookup(bare, models(), _model_index(), field)
             except InputError:
                 pass
+        if kind == "dir":
+            raise InputError(
+                field,
+                name,
+                "a directory without a config.json; give a catalog model or a config.json file",
+            ) from None
         raise
 
 

@@ -23,14 +23,15 @@ _SIZE = re.compile(r"\b(\d+(?:\.\d+)?) ?gi?b?\b")
 """A memory size in a lower-cased name: "80GB", "80 GB", "40G", "141GiB"."""
 _POWER = re.compile(r"\b\d+(?:\.\d+)? ?k?w\b")
 """A power figure in a lower-cased name: "700W", "1000 W", "1.2kW" (it names no part)."""
-_COUNT = re.compile(r"^\s*\d+ ?[x\u00d7](\s+|(?=[a-z]))|\b\d+x\b")
-"""A GPU count: "8x MI350X", "8 x H100"."""
+_COUNT = re.compile(r"^\s*\d+ ?[x\u00d7](\s+|(?=[a-z]))|\b\d+x\b|\s[x\u00d7] ?\d+\s*$")
+"""A GPU count: "8x MI350X", "8 x H100", "A100-SXM4-80GB x 8"."""
 _FORM = re.compile(r"pcie|nvl|oam|sxm\d*")
 """A form-factor word (a whole token)."""
 _FORM_WORDS = frozenset({"pcie", "nvl", "oam", "sxm"})
 """The form-factor words without a generation, as a misspelling is checked against them."""
-_NEUTRAL = re.compile(r"gpus?|hbm\d*e?")
-"""Words that name no part: "GPU", a memory technology ("HBM3")."""
+_NEUTRAL = re.compile(r"gpus?|hbm\d*e?|trays?")
+"""Words that name no part: "GPU", a memory technology ("HBM3"), a compute tray ("4 GPUs
+per tray"; not a misspelled "Cray")."""
 _BRANDS = {
     "tesla": "nvidia", "geforce": "nvidia", "quadro": "nvidia",
     "instinct": "amd", "radeon": "amd",

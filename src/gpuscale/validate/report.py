@@ -301,6 +301,24 @@ _SEPARATOR = r"[,\u202f\u00a0 _]"
 _THOUSANDS = re.compile(rf"\d{{1,3}}({_SEPARATOR}\d{{3}})+(\.\d+)?")
 
 
+_RATES = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
+
+
+def _forms(col: str) -> str:
+    """The forms :func:`num` reads in column ``col``, as its error lists them."""
+    if col == "seq_len":
+        examples = "8192, 8,192, 8K"
+    elif col == "params_b":
+        examples = "70, 70B, 1.8T"
+    elif col in _RATES:
+        examples = "6412, 6,412, 6.4k"
+    elif col.startswith("measured_") or col.endswith("_mfu"):
+        examples = "0.43, 43%"
+    else:
+        examples = "8192, 8,192"
+    return f"a number ({examples}) or an empty cell"
+
+
 def num(row: dict[str, str], col: str, where: str) -> float | None:
     """A numeric cell; empty -> None; malformed or not finite (nan, inf, any case or sign)
     -> InputError naming the cell.
@@ -321,11 +339,7 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     elif col == "params_b" and text[-1:] in ("b", "B", "t", "T"):
         # the column counts billions: "70B" restates its unit, "1.8T" is 1,800
         text, scale = text[:-1].strip(), 1000.0 if text[-1] in "tT" else 1.0
-    elif col in ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu") and text[-1:] in (
-        "k",
-        "K",
-        "M",
-    ):
+    elif col in _RATES and text[-1:] in ("k", "K", "M"):
         # a rate in decimal thousands or millions ("1.6k" tokens/s)
         text, scale = text[:-1].strip(), 1e6 if text[-1] == "M" else 1e3
     if _THOUSANDS.fullmatch(text):
@@ -333,9 +347,7 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     try:
         v = float(text) * scale
     except ValueError:
-        raise InputError(
-            f"{where}:{col}", row.get(col, ""), "a number (8192, 8,192, 43%) or an empty cell"
-        ) from None
+        raise InputError(f"{where}:{col}", row.get(col, ""), _forms(col)) from None
     if not math.isfinite(v):
         # nan and inf alike: neither is a measurement (an empty cell is "not stated")
         raise InputError(

@@ -82,9 +82,10 @@ MEASURED = {
 }
 """The column each target compares."""
 
-TRUTHY = ("1", "true", "yes", "on", "y", "enabled")
-FALSY = ("0", "false", "no", "off", "n", "disabled")
-"""How a yes/no cell (seq_parallel) may be spelled, in any case."""
+TRUTHY = ("1", "true", "yes", "on", "y", "enabled", "\u2713", "\u2714")
+FALSY = ("0", "false", "no", "off", "n", "disabled", "\u2717", "\u2718")
+"""How a yes/no cell (seq_parallel) may be spelled, in any case; papers' tables tick (✓ ✔)
+or cross (✗ ✘) it."""
 
 TARGET_SPELLINGS = (
     # (pattern over the lower-cased cell, target), as tables label the figure they give

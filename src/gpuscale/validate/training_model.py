@@ -68,6 +68,16 @@ def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
     return model
 
 
+def _closest(name: str) -> str:
+    """The catalog's closest model names to ``name``, as ``; did you mean ...``, or ""."""
+    try:
+        get_model(name)
+    except InputError as exc:
+        hint = re.search(r"did you mean [^;]*", exc.valid)
+        return f"; {hint.group(0)}" if hint else ""
+    return ""
+
+
 _E_K = r"(?-i:\bE)\s*[=:]\s*(\d+)\s*[,;]?\s*(?-i:\bk)\s*[=:]\s*(\d+)"
 """The "E=64, k=8" shorthand (upper-case E, lower-case k, side by side)."""
 EXPERTS = (
@@ -229,6 +239,7 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         if shape["layers"] is None or shape["hidden"] is None:
             raise UnsupportedRowError(
                 f"model {row['model']!r} is not in the catalog and the row gives no shape"
+                f"{_closest(row['model'])}"
             )
         h = int(shape["hidden"])
         heads = int(shape["heads"]) if shape["heads"] else max(h // 128, 1)

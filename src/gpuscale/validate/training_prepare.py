@@ -157,6 +157,11 @@ def _check_rate(rate: float, figure: str, gpu: GPU, precision: str) -> None:
         )
 
 
+NEMO_RECIPES = r"megatron-bridge|(?<!mistral.)(?<![a-z])nemo(?![a-z])"
+"""How a row's source names NVIDIA's NeMo / Megatron-Bridge performance recipes (a NeMo
+release or performance summary; not Nemotron, nor the Mistral NeMo model)."""
+
+
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target, conv, excluded, measured = _figure(row, where)
     measured_col = MEASURED[target]
@@ -182,6 +187,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if gbs is None and dp_stated is not None and mbs_stated is not None:
         gbs = dp_stated * mbs_stated
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
+    degrees = [count(row, k, where) for k in ("tp", "pp", "cp")]
+    if n_gpus is None and dp_stated is not None and None not in degrees[:2]:
+        # every degree stated: the GPUs are their product (CP 1 when blank)
+        n_gpus = math.prod(d or 1 for d in degrees) * dp_stated
+        notes.append(f"GPU count not stated: tp x pp x cp x dp = {n_gpus:,.0f}")
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
     if gbs * seq > MAX_TOKENS_PER_STEP and gbs >= seq:
@@ -357,12 +367,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     sharding = read_sharding(row.get("dist_optimizer_or_zero", ""))
     if sharding is not None:
         fixed["sharding"] = sharding
-    elif re.search(r"megatron-bridge|nemo", row["source"].lower()):
+    elif re.search(NEMO_RECIPES, row["source"].lower()):
         # the performance recipes run Megatron's distributed optimizer with gradients reduced
         # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
         fixed["sharding"] = SHARDING.index("zero1")
         notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
-    recipes = re.search(r"megatron-bridge|nemo", row["source"].lower())
+    recipes = re.search(NEMO_RECIPES, row["source"].lower())
     tp_stated = int(fixed.get("tp", 1))
     if recipes and 1 < tp_stated <= w.fabric.scaleup_domain_gpus and fixed.get("sp") is not False:
         # the performance recipes overlap TP communication with the GEMMs whenever TP > 1
