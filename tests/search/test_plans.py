@@ -15,10 +15,12 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
+from gpuscale.perf.step import step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import validity
 from gpuscale.search.explain import explain
 from gpuscale.search.plans import SearchResult, enumerate_plans, search_plans
+from gpuscale.units import fmt_time
 
 CAL = default_calibration()
 
@@ -377,7 +379,17 @@ def test_partial_recompute_names_layers_per_virtual_chunk() -> None:
     frac = float(e.memory.recompute_fraction[0])
     assert 0.0 < frac < 1.0
     note = next(n for n in e.notes(0) if n.startswith("partial recompute"))
-    assert f"--recompute-num-layers {math.ceil(frac * 4)} of each 4-layer chunk" in note
+    whole = math.ceil(frac * 4)
+    assert f"--recompute-num-layers {whole} of each 4-layer chunk" in note
+    # what those whole layers cost: the same plan with whole / 4 of its layers recomputed,
+    # dearer than the fraction priced and cheaper than recomputing all
+    at = float(step_breakdown(w, p, CAL, np.array([whole / 4])).step_s[0])
+    knobs = {"tp": 4, "pp": 4, "vpp": 5, "dp": 64, "mbs": 1, "sp": True, "tp_overlap": True}
+    full = estimate(w, Plans.of(**knobs, sharding=1, recompute=2), CAL)
+    assert at < float(full.step_s[0])
+    assert float(e.step_s[0]) < at
+    more = 100 * (at / float(e.step_s[0]) - 1)
+    assert f"priced: a step of {fmt_time(at)}, {more:.1f} % longer)" in note
 
 
 @pytest.mark.parametrize(

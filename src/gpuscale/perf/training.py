@@ -34,6 +34,15 @@ class TrainingEstimate(PlanNotes):
     tokens_per_s_per_gpu: FloatArray
     model_tflops_per_gpu: FloatArray
     mfu: FloatArray
+    cal: Calibration | None = None
+    """The constants the figures were computed with (for the notes' what-ifs)."""
+
+    def _step_at(self, i: int, frac: float) -> float | None:
+        if self.cal is None:
+            return None
+        one = self.plans.take(np.array([i]))
+        step = step_breakdown(self.workload, one, self.cal, np.array([frac]))
+        return float(step.step_s[0])
 
     def _memory_bytes(self, i: int) -> dict[str, int]:
         """Plan ``i``'s memory per GPU in whole bytes, the total the sum of its parts."""
@@ -264,4 +273,4 @@ def estimate(
     flops_tok = model_flops_per_token(w.model, w.seq_len, causal=True)
     tflops = tps * flops_tok / 1e12
     mfu = tflops * 1e12 / w.gpu.peak_flops(w.precision)
-    return TrainingEstimate(w, plans, mem, step, step_s, tps, tflops, mfu)
+    return TrainingEstimate(w, plans, mem, step, step_s, tps, tflops, mfu, cal)

@@ -31,6 +31,11 @@ class PlanNotes:
     plans: Plans
     memory: MemoryBreakdown
 
+    def _step_at(self, i: int, frac: float) -> float | None:
+        """Plan ``i``'s step time with ``frac`` of its layers fully recomputed, where the
+        notes can price it (an estimate that keeps its calibration), else None."""
+        return None
+
     def notes(self, i: int = 0) -> list[str]:
         """What the user should know about plan ``i`` that its figures do not say."""
         w, m = self.workload, self.workload.model
@@ -79,13 +84,19 @@ class PlanNotes:
                 whole, chunk = block_recompute_layers(w.model, frac, stage, vpp)
                 mlm = stage / megatron_units(w.model)
                 per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
+                cost = (
+                    f": a step of {fmt_time(at)}, {100 * (at / priced - 1):.1f} % longer"
+                    if (at := self._step_at(i, min(whole / chunk, 1.0))) is not None
+                    and (priced := self._step_at(i, frac)) is not None
+                    else ""
+                )
                 out.append(
                     f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
                     f"are recomputed (~{frac * mlm:.1f} of the stage's {mlm:.0f}), the "
                     "least that fits; in Megatron, --recompute-method block "
                     f"--recompute-num-layers {whole}{per} (whole layers: {whole * vpp} of "
                     f"the stage's {mlm:.0f}, more memory free and more recompute than "
-                    "priced), or selective --recompute-modules that free as much"
+                    f"priced{cost}), or selective --recompute-modules that free as much"
                 )
         cap = w.gpu.memory_bytes
         used_mem = float(self.memory.total[i])

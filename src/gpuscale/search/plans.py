@@ -276,4 +276,5 @@ def _combine(chunks: list[TrainingEstimate]) -> TrainingEstimate:
         tokens_per_s_per_gpu=cat([c.tokens_per_s_per_gpu for c in chunks]),
         model_tflops_per_gpu=cat([c.model_tflops_per_gpu for c in chunks]),
         mfu=cat([c.mfu for c in chunks]),
+        cal=first.cal,
     )
