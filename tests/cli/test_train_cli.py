@@ -123,7 +123,7 @@ def test_estimate_json_has_breakdowns_and_mfu() -> None:
 
 def test_tokens_take_whole_steps_and_decimal_prefixes() -> None:
     plan = ("--tp", "8", "--pp", "8", "--dist-opt")
-    one = json.loads(gpuscale(*EST, *plan, "--tokens", "1.5", "--json").stdout)
+    one = json.loads(gpuscale(*EST, *plan, "--tokens", "2", "--json").stdout)
     assert one["train_steps"] == 1 and one["time_to_train_s"] == one["step_time_s"]
     low = json.loads(gpuscale(*EST, *plan, "--tokens", "300b", "--json").stdout)
     assert low["train_tokens"] == 3e11  # lower-case prefixes are counts too
@@ -219,7 +219,16 @@ def test_scaling_json() -> None:
     )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d) == {"strong", "weak"}
+    assert set(d) == {"workload", "strong", "weak"}
+    assert d["workload"] | {"batch": ""} == {
+        "model": "llama3-8b",
+        "gpu": "h100-sxm",
+        "gpus": 64,
+        "seq_len": 4096,
+        "global_batch": 256,
+        "precision": "bf16",
+        "batch": "",
+    }
     # weak scaling: the batch grows in proportion to the GPU count, up to the given one
     assert [p["global_batch"] for p in d["weak"]] == [32, 64, 128, 256]
     pts = d["strong"]
@@ -232,6 +241,14 @@ def test_scaling_json() -> None:
     # strong scaling: more GPUs never make the step slower
     steps = [p["step_time_s"] for p in pts]
     assert steps == sorted(steps, reverse=True)
+    # the plan's rates mean what train estimate's mean (per GPU it uses, per step); the net
+    # ones count every GPU of the point: here all are used and no run cost is priced
+    for p in pts:
+        used = p["gpus_used"] * p["step_time_s"]
+        assert p["tokens_per_s_per_gpu"] == pytest.approx(256 * 4096 / used, rel=1e-9)
+        net = p["tokens_per_s_per_gpu"] * p["gpus_used"] / p["gpus"]
+        assert p["net_tokens_per_s_per_gpu"] == pytest.approx(net, rel=1e-9)
+        assert p["net_mfu"] / p["mfu"] == pytest.approx(net / p["tokens_per_s_per_gpu"])
 
 
 def test_scaling_point_where_nothing_fits_has_no_figures() -> None:
@@ -292,6 +309,7 @@ def test_unknown_model_suggests_closest() -> None:
         (["--sp"], ("sp=", "--tp > 1")),
         # a fraction of a token is no training run
         (["--tokens", "0.5"], ("tokens", "0.5", "at least one token")),
+        (["--tokens", "1.5"], ("tokens", "1.5", "a whole count")),
         # a pipeline placement gpuscale does not model names the three it does
         (["--tp", "8", "--pp", "4", "--pp-split", "uneven"], ("pp-split", "uneven", "account")),
     ],

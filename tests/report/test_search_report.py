@@ -4,6 +4,7 @@ ranked table and the reason the best wins, in a page that opens offline."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from gpuscale.perf.plan import Workload
 from gpuscale.report.search import search_figure, write_search_report
 from gpuscale.search.explain import explain
 from gpuscale.search.plans import SearchResult, search_plans
-from gpuscale.units import GiB
+from gpuscale.units import GiB, fmt_bytes, fmt_time
 
 
 def result(gpus: int = 64, gbs: int = 256, headroom: float = 0.0) -> SearchResult:
@@ -68,9 +69,22 @@ def test_page_has_the_table_and_the_reason(tmp_path: Path) -> None:
     assert "Plotly.newPlot" in html
     for external in ("<script src=", "<link", "<img", "@import"):
         assert external not in html
-    assert res.estimate.plans.label(res.best) in html
-    assert explain(res).replace("'", "&#39;") in html
-    assert html.count("<tr>") == 1 + 3  # the header and the top 3
+    e, b = res.estimate, res.best
+    assert e.plans.label(b) in html
+    # the reason, its `commands` set as code
+    why = explain(res).replace("'", "&#39;")
+    assert re.sub(r"`([^`]+)`", r"<code>\1</code>", why) in html
+    assert "`gpuscale validate training`" in why and "`gpuscale" not in html
+    ranked = html.split("<h2>The fastest plans</h2>")[1].split("</table>")[0]
+    assert ranked.count("<tr>") == 1 + 3  # the header and the top 3
+    # the best plan's memory and step time by term, the terms adding up to the step
+    best = html.split("<h2>The best plan: ")[1].split("<h2>")[0]
+    assert f"<td>weights</td><td>{fmt_bytes(float(e.memory.weights[b]))}</td>" in best
+    terms = {k: float(v[b]) for k, v in e.step.terms().items() if float(v[b]) > 0}
+    assert best.count("<tr>") == (1 + 6) + (1 + len(terms) + 1)
+    assert f"<td>step</td><td>{fmt_time(float(e.step_s[b]))}</td>" in best
+    assert sum(terms.values()) == pytest.approx(float(e.step_s[b]), rel=1e-12)
+    assert "&#34;goodput&#34;" in html or '"goodput"' in html  # the columns are defined
     assert [q.name for q in tmp_path.iterdir()] == ["search.html"]
     # the best plan's Megatron-LM arguments, its own tensor-parallel degree first
     tp = int(res.estimate.plans.tp[res.best])

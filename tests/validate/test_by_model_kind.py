@@ -47,10 +47,11 @@ def test_rows_group_by_their_kind_with_their_own_errors() -> None:
     }
     got = rep.to_json()["by_model_kind"]
     assert got == {
+        # the mean signed error: (+10 - 20) / 2, a bias the terminal's table shows too
         "dense": {"n": 2, "mape_pct": 15.0, "median_abs_error_pct": 15.0,
-                  "max_abs_error_pct": 20.0},
+                  "max_abs_error_pct": 20.0, "mean_signed_error_pct": -5.0},
         "MoE": {"n": 1, "mape_pct": 30.0, "median_abs_error_pct": 30.0,
-                "max_abs_error_pct": 30.0},
+                "max_abs_error_pct": 30.0, "mean_signed_error_pct": 30.0},
     }  # fmt: skip
     assert "by_model_kind" not in ValidationReport("inference", rows[4:]).to_json()
     # rows with no source or figure named still count in those tables, under ""

@@ -162,14 +162,13 @@ def _grouped_table(
         t.add_column(col, justify="left" if col == first else "right")
     for name, rows in sorted(groups.items()):
         s = report.stats(rows)
-        mean = sum(float(r.error_pct or 0.0) for r in rows) / len(rows)
         t.add_row(
             Text(name),
             str(len(rows)),
             f"{s['mape_pct']:.1f}",
             f"{s['median_abs_error_pct']:.1f}",
             f"{s['max_abs_error_pct']:.1f}",
-            *((f"{mean:+.1f}",) if signed else ()),
+            *((f"{s['mean_signed_error_pct']:+.1f}",) if signed else ()),
         )
     return t
 

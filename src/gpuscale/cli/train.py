@@ -282,7 +282,7 @@ def search_cmd(
         from gpuscale.report.search import write_search_report
 
         good = search_goodput(res, top, r.storage, r.failures)
-        write_search_report(html, res, top, good, band)
+        write_search_report(html, res, top, good, band, tt, r.storage, r.failures)
     report_search(res, top, json, tt, r.storage, r.failures, band)
     if html is not None and not json:
         out.print(Text(f"wrote {html}"))
@@ -368,10 +368,23 @@ def scaling_cmd(
         # the dense peak it is a share of, as train estimate's
         err = band.to_dict()
         peak = {"mfu_peak_tflops": w.gpu.peak_flops(w.precision) / 1e12}
+        about = {
+            "model": w.model.key,
+            "gpu": w.gpu.key,
+            "gpus": gpus,
+            "seq_len": w.seq_len,
+            "global_batch": w.global_batch,
+            "precision": w.precision,
+            "batch": "strong: global_batch at every point; weak: global_batch at the last "
+            "point, in proportion to the GPUs before it",
+        }
         emit_json(
             {
-                m: [{**p.to_dict(), **peak, "expected_error": err} for p in pts]
-                for m, pts in curves.items()
+                "workload": about,
+                **{
+                    m: [{**p.to_dict(), **peak, "expected_error": err} for p in pts]
+                    for m, pts in curves.items()
+                },
             }
         )
         return

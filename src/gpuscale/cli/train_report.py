@@ -379,6 +379,7 @@ def report_search(
                     {
                         "rank": int(r.lstrip("=")),
                         "tied": r.startswith("="),  # same step time and memory as another
+                        "label": e.plans.label(i),  # the plan as the table names it
                         "step_vs_best_pct": 100.0 * res.vs_best(i),
                         **e.summary(i, tt, storage, failures),
                         "megatron": megatron_json(e, i),

@@ -197,8 +197,8 @@ def parse_tokens(tokens: str | None) -> float | None:
         if exc.valid.startswith("a finite"):
             raise  # a number, but not a usable one (1e400): its own reason
         raise InputError("tokens", tokens, TOKENS_VALID) from None
-    if v < 1:
-        raise InputError("tokens", tokens, "a count of at least one token, e.g. 15T or 2e12")
+    if v < 1 or not float(v).is_integer():
+        raise InputError("tokens", tokens, "a whole count of at least one token, e.g. 15T or 2e12")
     return v
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup, escape
 
 from gpuscale.errors import InputError
 from gpuscale.paths import path_kind
@@ -29,13 +31,20 @@ p.note { color: #555; }
 """The frame every report page shares (jinja2 blocks ``style`` and ``body``)."""
 
 
+def code(text: str) -> Markup:
+    """``text`` escaped, its `backticked` spans (commands, flags) as <code>."""
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+
+
 def template(body: str) -> jinja2.Template:
-    """A page template: :data:`HEAD` with ``body``'s ``style`` and ``body`` blocks."""
+    """A page template: :data:`HEAD` with ``body``'s ``style`` and ``body`` blocks; the
+    filter ``code`` sets a text's backticked spans as code."""
     env = jinja2.Environment(
         loader=jinja2.DictLoader({"head": HEAD, "page": body}),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
+    env.filters["code"] = code
     return env.get_template("page")
 
 

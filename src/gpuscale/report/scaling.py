@@ -116,10 +116,13 @@ def scaling_figure(curves: dict[str, list[ScalingPoint]]) -> go.Figure:
             )
             shown.add(term)
         fig.update_xaxes(title_text="GPUs", type="log", row=1, col=col)
-        fig.update_yaxes(title_text="% (of the first point; of wall time)", row=1, col=col)
+        pct = "% (efficiency: of the first point" + (
+            "; goodput: of wall time)" if len(lines) > 1 else ")"
+        )
+        fig.update_yaxes(title_text=pct, row=1, col=col)
         fig.update_xaxes(title_text="GPUs", type="category", row=2, col=col)
         fig.update_yaxes(title_text="GPU-microseconds per token", row=2, col=col)
-    fig.update_layout(barmode="stack", height=900, legend={"title": {"text": "term"}})
+    fig.update_layout(barmode="stack", height=900, legend={"title": {"text": "curve / term"}})
     return fig
 
 

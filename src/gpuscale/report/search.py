@@ -18,11 +18,13 @@ from plotly import colors
 
 from gpuscale.calibrate.accuracy import Band
 from gpuscale.export.megatron import megatron_args
-from gpuscale.report.cells import search_cells, search_header
+from gpuscale.ops.reliability import FailurePolicy
+from gpuscale.perf.storage import StoragePolicy
+from gpuscale.report.cells import search_cells, search_header, term_label
 from gpuscale.report.page import check_target, template, write_page
 from gpuscale.search.explain import TIE_GAP, explain
 from gpuscale.search.plans import SearchResult
-from gpuscale.units import GiB
+from gpuscale.units import GiB, fmt_bytes, fmt_count, fmt_time
 
 PAGE = template(
     """{% extends "head" %}
@@ -44,14 +46,29 @@ each other).</p>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
-<p>{{ why }}</p>
+<p class="note">"goodput" (when checkpoints and failures are priced): the share of wall time
+spent in steps, net of checkpoint stalls and the work and restarts failures cost. "largest
+term after compute": the step-time term other than compute that takes the most time, as a
+share of the step (the breakdown of the best plan is below).</p>
+<p>{{ why | code }}</p>
 {% if band %}<p class="note">Expected error of each plan's predicted throughput (not of
-the gaps between plans): {{ band }}.</p>
+the gaps between plans): {{ band | code }}.</p>
+{% endif %}<h2>The best plan: {{ best }}</h2>
+<p class="note">Memory per GPU (the fullest pipeline stage) and step time by term. Each
+communication term is the time left exposed after what overlaps with compute.</p>
+<table><tr><th>memory</th><th>per GPU</th></tr>
+{% for name, value in memory %}<tr><td>{{ name }}</td><td>{{ value }}</td></tr>
+{% endfor %}</table>
+<table><tr><th>step term</th><th>time</th><th>share</th><th>what it is</th></tr>
+{% for name, value, share, what in terms %}<tr><td>{{ name }}</td><td>{{ value }}</td>
+<td>{{ share }}</td><td style="text-align: left">{{ what }}</td></tr>
+{% endfor %}</table>
+{% if train %}<p>{{ train }}</p>
 {% endif %}<h2>The best plan in Megatron-LM</h2>
 <p class="note">Its arguments to <code>{{ megatron_script }}</code> (the model's shape flags
 come from its recipe):</p>
 <pre>{{ megatron }}</pre>
-{% for n in megatron_notes %}<p class="note">{{ n }}</p>
+{% for n in megatron_notes %}<p class="note">{{ n | code }}</p>
 {% endfor %}
 {% endblock %}
 """
@@ -101,7 +118,8 @@ def search_figure(res: SearchResult) -> go.Figure:
             name="best plan",
             marker={"size": 18, "symbol": "star", "color": "#222222"},
             text=[p.label(best)],
-            hovertemplate="best: %{text}<extra></extra>",
+            hovertemplate="best: %{text}<br>%{y:,.0f} tokens/s per GPU, %{x:.1f} GiB"
+            "<extra></extra>",
         )
     )
     cap = float(e.memory.capacity) / GiB
@@ -124,6 +142,9 @@ def write_search_report(
     top: int,
     good: dict[int, float] | None = None,
     band: Band | None = None,
+    train_tokens: float | None = None,
+    storage: StoragePolicy | None = None,
+    failures: FailurePolicy | None = None,
 ) -> None:
     """Write the HTML page of a plan search to ``path`` (whole, or not at all); ``good``:
     the top plans' goodput, when failures are priced; ``band``: the expected error of
@@ -145,8 +166,8 @@ def write_search_report(
             f"{w.precision}, {w.system.name}."
         ),
         counts=(
-            f"{len(res.order):,} of {res.evaluated:,} plans fit ({res.valid:,} valid); "
-            f"the fastest {shown:,} are drawn."
+            f"{len(res.order):,} of {res.valid:,} valid plans fit ({res.evaluated:,} "
+            f"tried); the fastest {shown:,} are drawn."
         ),
         figure=Markup(search_figure(res).to_html(full_html=False, include_plotlyjs=True)),
         header=search_header(bool(good), w.precision),
@@ -157,5 +178,66 @@ def write_search_report(
         megatron_script=mlm.script,
         megatron_notes=list(mlm.notes),
         band=band.line() if band is not None else "",
+        best=e.plans.label(res.best),
+        memory=_memory_rows(res),
+        terms=_term_rows(res),
+        train=_train_line(res, train_tokens, storage, failures),
     )
     write_page(path, html)
+
+
+TERM_MEANING = {
+    "compute_s": "GEMMs and attention, forward and backward, on the slowest pipeline stage",
+    "recompute_s": "the forward work activation recomputation runs again",
+    "memory_bound_s": "norms, activations, residual adds, MoE token permutation: HBM-bound kernels",
+    "quantise_s": "casting the GEMMs' inputs to FP8 or NVFP4",
+    "tp_comm_s": "tensor-parallel collectives left exposed",
+    "cp_comm_s": "context-parallel K/V exchange left exposed",
+    "ep_comm_s": "expert-parallel token dispatch and combine left exposed",
+    "pp_comm_s": "pipeline sends between stages left exposed",
+    "bubble_s": "pipeline fill and drain: stages waiting for work",
+    "dp_comm_s": "gradient reduction and parameter gathering left exposed",
+    "optimizer_s": "the optimizer step over the GPU's share of the states",
+    "overhead_s": "fixed costs: kernel launches, small kernels, the host's work per layer, "
+    "micro-batch and step",
+}
+"""What each step-time term counts, as the page explains it."""
+
+
+def _memory_rows(res: SearchResult) -> list[tuple[str, str]]:
+    m, i = res.estimate.memory, res.best
+    parts = ("weights", "gradients", "optimizer", "activations", "buffers")
+    rows = [(k, fmt_bytes(float(getattr(m, k)[i]))) for k in parts]
+    used = float(m.total[i])
+    return [*rows, ("total", f"{fmt_bytes(used)} of {fmt_bytes(float(m.capacity))}")]
+
+
+def _term_rows(res: SearchResult) -> list[tuple[str, str, str, str]]:
+    e, i = res.estimate, res.best
+    step = float(e.step_s[i])
+    rows = [
+        (term_label(k), fmt_time(float(v[i])), f"{100 * float(v[i]) / step:.1f}%", TERM_MEANING[k])
+        for k, v in e.step.terms().items()
+        if float(v[i]) > 0.0
+    ]
+    return [*rows, ("step", fmt_time(step), "100%", "")]
+
+
+def _train_line(
+    res: SearchResult,
+    train_tokens: float | None,
+    storage: StoragePolicy | None,
+    failures: FailurePolicy | None,
+) -> str:
+    """Time and GPU-hours to train on ``train_tokens`` with the best plan, its checkpoints
+    and failures counted where priced, as the terminal gives them ("" without tokens)."""
+    if train_tokens is None:
+        return ""
+    s = res.estimate.summary(res.best, train_tokens, storage, failures)
+    if s.get("time_to_train_s") is None:
+        return "Time to train: never, with the failures priced (see the terminal's notes)."
+    return (
+        f"Time to train on {fmt_count(train_tokens)} tokens: "
+        f"{fmt_time(float(s['time_to_train_s']))} ({int(s['train_steps']):,} steps, "
+        f"{float(s['gpu_hours']):,.0f} GPU-hours of the {int(s['gpus_used']):,} GPUs it uses)."
+    )

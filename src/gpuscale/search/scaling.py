@@ -73,9 +73,25 @@ class ScalingPoint:
     and failures (None where they are not priced)."""
 
     def to_dict(self) -> dict[str, object]:
-        """The point as JSON: the step time named as ``train estimate`` names it."""
+        """The point as JSON, its keys meaning what ``train estimate``'s mean: the step time
+        ``step_time_s``; ``tokens_per_s_per_gpu`` and ``mfu`` the plan's, per GPU it uses
+        and per step; ``net_tokens_per_s_per_gpu`` and ``net_mfu`` this point's over all
+        its GPUs (idle ones count), net of checkpoints, data loading and failures where
+        priced, which the efficiency compares."""
         d = asdict(self)
-        return {("step_time_s" if k == "step_s" else k): v for k, v in d.items()}
+        net_tps, net_mfu = d.pop("tokens_per_s_per_gpu"), d.pop("mfu")
+        # the GPU-seconds a token of the GPUs the plan runs on, over its step's terms
+        busy = sum(v for k, v in self.gpu_s_per_token.items() if k in STEP_TERMS)
+        tps = 1.0 / busy if net_tps is not None and busy > 0 else None
+        mfu = net_mfu * tps / net_tps if tps is not None and net_mfu is not None else None
+        out = {("step_time_s" if k == "step_s" else k): v for k, v in d.items()}
+        return {
+            **out,
+            "tokens_per_s_per_gpu": tps,
+            "mfu": mfu,
+            "net_tokens_per_s_per_gpu": net_tps,
+            "net_mfu": net_mfu,
+        }
 
 
 MOVE_TOL = 0.005
@@ -133,11 +149,9 @@ def gpu_counts(n_max: int, start: int = 8) -> list[int]:
 
 RUN_TERMS = ("checkpoints", "data_loading", "failures")
 """The GPU-time terms a point gains when the run's costs are priced (:func:`run_costs`)."""
-TERMS = (
-    *(f.name.removesuffix("_s") for f in fields(StepBreakdown)),
-    "idle_gpus",
-    *RUN_TERMS,
-)
+STEP_TERMS = tuple(f.name.removesuffix("_s") for f in fields(StepBreakdown))
+"""The GPU-time terms of the plan's step, on the GPUs it runs on."""
+TERMS = (*STEP_TERMS, "idle_gpus", *RUN_TERMS)
 """Every GPU-time term a scaling point can hold, in the step breakdown's order."""
 
 

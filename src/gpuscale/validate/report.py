@@ -112,19 +112,24 @@ class ValidationReport:
         return [r for r in self.rows if r.status == "skipped"]
 
     def stats(self, rows: list[RowResult] | None = None) -> dict[str, float | None]:
-        errs = np.array(
+        """MAPE, median and worst |error| of the scored rows (or ``rows``), and the mean
+        signed error (a bias: + where predictions run above the measured)."""
+        signed = np.array(
             [
-                abs(r.error_pct)
+                r.error_pct
                 for r in (self.scored if rows is None else rows)
                 if r.error_pct is not None
             ]
         )
-        if errs.size == 0:
-            return {"mape_pct": None, "median_abs_error_pct": None, "max_abs_error_pct": None}
+        keys = ("mape_pct", "median_abs_error_pct", "max_abs_error_pct", "mean_signed_error_pct")
+        if signed.size == 0:
+            return dict.fromkeys(keys)
+        errs = np.abs(signed)
         return {
             "mape_pct": float(errs.mean()),
             "median_abs_error_pct": float(np.median(errs)),
             "max_abs_error_pct": float(errs.max()),
+            "mean_signed_error_pct": float(signed.mean()),
         }
 
     def to_json(self) -> dict[str, object]:
