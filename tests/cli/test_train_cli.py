@@ -673,3 +673,13 @@ def test_estimate_recomputes_nothing_unless_asked() -> None:
     assert plain["step_time_breakdown_s"]["recompute_s"] == 0.0
     sel = json.loads(gpuscale("train", "estimate", *args, "--recompute", "selective").stdout)
     assert sel["step_time_breakdown_s"]["recompute_s"] > 0.0
+
+
+def test_the_estimate_json_holds_the_same_keys_with_or_without_a_token_count() -> None:
+    plan = ("--tp", "8", "--pp", "8", "--dist-opt", "--json")
+    without = json.loads(gpuscale(*EST, *plan).stdout)
+    with_tokens = json.loads(gpuscale(*EST, *plan, "--tokens", "300B").stdout)
+    assert set(without) == set(with_tokens)
+    keys = ("train_steps", "train_tokens", "time_to_train_s", "gpu_hours", "gpu_hours_allocated")
+    assert all(without[k] is None for k in keys)
+    assert all(with_tokens[k] is not None for k in keys)

@@ -215,6 +215,10 @@ class TrainingEstimate(PlanNotes):
         run_notes = _run_notes(cost, storage, rel)
         if run_notes:
             out.setdefault("notes", []).extend(run_notes)
+        # the keys are there whether or not a token count is given (null without one)
+        out |= dict.fromkeys(
+            ("train_steps", "train_tokens", "time_to_train_s", "gpu_hours", "gpu_hours_allocated")
+        )
         if train_tokens is not None:
             # a plan that does not fit trains nothing: no time is given for it
             fits = bool(self.memory.fits[i])
