@@ -144,3 +144,12 @@ def test_vs_first_is_the_step_time_over_the_first_less_one() -> None:
     col = search_header(False, "bf16").index("vs #1")
     assert search_cells(res, second, "2", None)[col] == "+23.4%"
     assert search_cells(res, res.best, "1", None)[col] == "-"
+
+
+def test_every_step_term_is_said_in_words() -> None:
+    from dataclasses import fields
+
+    from gpuscale.perf.step import StepBreakdown
+    from gpuscale.report.search import TERM_MEANING
+
+    assert set(TERM_MEANING) == {f.name for f in fields(StepBreakdown)}

@@ -198,6 +198,8 @@ TERM_MEANING = {
     "bubble_s": "pipeline fill and drain: stages waiting for work",
     "dp_comm_s": "gradient reduction and parameter gathering left exposed",
     "optimizer_s": "the optimizer step over the GPU's share of the states",
+    "grad_accum_s": "an fp32 pass over the gradients after each micro-batch (DeepSpeed's BF16 "
+    "optimizer)",
     "overhead_s": "fixed costs: kernel launches, small kernels, the host's work per layer, "
     "micro-batch and step",
 }
