@@ -33,6 +33,7 @@ from gpuscale.errors import InputError
         ("AMD Instinct MI355X", "mi355x"),
         ("8x MI350X", "mi350x"),
         ("A100-SXM4-80GB x 8", "a100-sxm-80gb"),  # a count after the name
+        ("A100-40GB x 8 GPUs", "a100-sxm-40gb"),
         ("H100 SXM × 8", "h100-sxm"),
         ("GB200 NVL72 (4 GPUs/tray)", "gb200"),  # "tray" is no misspelled "Cray"
         ("A800-SXM4-80GB", "a800-sxm-80gb"),
@@ -58,7 +59,17 @@ def test_published_names_resolve(name: str, key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["H100 64GB", "V100 24GB", "A800 40GB", "TPU v4", "RTX 4090", "T4", "RTX 3090"]
+    "name",
+    [
+        "H100 64GB",
+        "V100 24GB",
+        "A800 40GB",
+        "TPU v4",
+        "RTX 4090",
+        "T4",
+        "RTX 3090",
+        "A100 x 40",  # a size without its unit, not 40 GPUs: no part is picked for it
+    ],
 )
 def test_names_the_catalog_does_not_hold_are_refused(name: str) -> None:
     with pytest.raises(InputError) as exc:

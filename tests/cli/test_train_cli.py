@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuscale.catalog import get_model
+from gpuscale.perf.transformer import model_flops_per_token
+
 ENTRY = "from gpuscale.cli import main; main()"
 VALIDATION = Path("/work/shared/validation/training_runs.csv")
 
@@ -127,6 +130,9 @@ def test_tokens_take_whole_steps_and_decimal_prefixes() -> None:
     assert one["train_steps"] == 1 and one["time_to_train_s"] == one["step_time_s"]
     low = json.loads(gpuscale(*EST, *plan, "--tokens", "300b", "--json").stdout)
     assert low["train_tokens"] == 3e11  # lower-case prefixes are counts too
+    # 4.1T is not quite whole in binary floating point: still a count of 4.1e12
+    odd = json.loads(gpuscale(*EST, *plan, "--tokens", "4.1T", "--json").stdout)
+    assert odd["train_tokens"] == 4_100_000_000_000
     r = gpuscale(*EST, *plan, "--tokens", "15Ti")
     assert_one_line_error(r, "tokens", "15Ti", "decimal prefix")
 
@@ -248,7 +254,11 @@ def test_scaling_json() -> None:
         assert p["tokens_per_s_per_gpu"] == pytest.approx(256 * 4096 / used, rel=1e-9)
         net = p["tokens_per_s_per_gpu"] * p["gpus_used"] / p["gpus"]
         assert p["net_tokens_per_s_per_gpu"] == pytest.approx(net, rel=1e-9)
-        assert p["net_mfu"] / p["mfu"] == pytest.approx(net / p["tokens_per_s_per_gpu"])
+        # MFU: the plan's rate x the model FLOPs a token over the dense peak, as estimate's
+        flops = model_flops_per_token(get_model("llama3-8b"), 4096, causal=True)
+        mfu = p["tokens_per_s_per_gpu"] * flops / (p["mfu_peak_tflops"] * 1e12)
+        assert p["mfu"] == pytest.approx(mfu, rel=1e-9)
+        assert p["net_mfu"] == pytest.approx(mfu * p["gpus_used"] / p["gpus"], rel=1e-9)
 
 
 def test_scaling_point_where_nothing_fits_has_no_figures() -> None:
@@ -683,3 +693,10 @@ def test_the_estimate_json_holds_the_same_keys_with_or_without_a_token_count() -
     keys = ("train_steps", "train_tokens", "time_to_train_s", "gpu_hours", "gpu_hours_allocated")
     assert all(without[k] is None for k in keys)
     assert all(with_tokens[k] is not None for k in keys)
+    # with checkpoints and failures priced too: their counts are keys either way
+    run = ("--checkpoint-every", "30min", "--storage-write-bw", "200GB/s")
+    run += ("--gpu-mtbf", "2112d", "--restart-time", "10min")
+    without = json.loads(gpuscale(*EST, *plan, *run).stdout)
+    with_tokens = json.loads(gpuscale(*EST, *plan, *run, "--tokens", "300B").stdout)
+    assert set(without) == set(with_tokens)
+    assert without["checkpoints"] is None and with_tokens["checkpoints"] > 0

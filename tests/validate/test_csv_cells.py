@@ -188,6 +188,7 @@ def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:
         ("seq_len", "8192, 8,192, 8K"),  # no percentage offered for a length
         ("params_b", "70, 70B, 1.8T"),
         ("measured_mfu", "0.43, 43%"),
+        ("measured_step_time_s", "12.5, 1,024.5"),  # a time is no share
         ("num_gpus", "8192, 8,192"),
     ],
 )

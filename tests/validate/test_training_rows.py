@@ -254,6 +254,7 @@ def test_megatron_recipes_overlap_tp_communication(
         ("NVIDIA 'Nemotron-4 340B Technical Report'", "", None),
         ("Mistral NeMo 12B model card", "", None),
         ("Mistral-NeMo report", "", None),
+        ("Mistral (NeMo) 12B runs", "", None),
     ],
 )
 def test_megatron_recipes_fix_the_distributed_optimizer(

@@ -90,7 +90,7 @@ def get_model(name: str, field: str = "model") -> Model:
         # a Hugging Face repository id names the same model: "meta-llama/Llama-2-7b-hf",
         # "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B-Instruct" (a tuned variant has the
         # base model's shape); so may a folder without a config.json that bears its name
-        bare = _HF_VARIANT.sub("", name.rsplit("/", 1)[-1])
+        bare = _HF_VARIANT.sub("", name.rstrip("/").rsplit("/", 1)[-1])
         if bare and bare != name:
             try:
                 return _lookup(bare, models(), _model_index(), field)

@@ -23,8 +23,11 @@ _SIZE = re.compile(r"\b(\d+(?:\.\d+)?) ?gi?b?\b")
 """A memory size in a lower-cased name: "80GB", "80 GB", "40G", "141GiB"."""
 _POWER = re.compile(r"\b\d+(?:\.\d+)? ?k?w\b")
 """A power figure in a lower-cased name: "700W", "1000 W", "1.2kW" (it names no part)."""
-_COUNT = re.compile(r"^\s*\d+ ?[x\u00d7](\s+|(?=[a-z]))|\b\d+x\b|\s[x\u00d7] ?\d+\s*$")
-"""A GPU count: "8x MI350X", "8 x H100", "A100-SXM4-80GB x 8"."""
+_COUNT = re.compile(
+    r"^\s*\d+ ?[x\u00d7](\s+|(?=[a-z]))|\b\d+x\b|\s[x\u00d7] ?([1-9]|1[0-6])( ?gpus?)?\s*$"
+)
+"""A GPU count: "8x MI350X", "8 x H100", "A100-SXM4-80GB x 8 GPUs" (after the name, up to
+16: "A100 x 40" may be a size without its unit, which is no count)."""
 _FORM = re.compile(r"pcie|nvl|oam|sxm\d*")
 """A form-factor word (a whole token)."""
 _FORM_WORDS = frozenset({"pcie", "nvl", "oam", "sxm"})

@@ -197,9 +197,11 @@ def parse_tokens(tokens: str | None) -> float | None:
         if exc.valid.startswith("a finite"):
             raise  # a number, but not a usable one (1e400): its own reason
         raise InputError("tokens", tokens, TOKENS_VALID) from None
-    if v < 1 or not float(v).is_integer():
+    whole = round(v)
+    # 4.1T is 4,099,999,999,999.9995 in binary floating point: a whole count, rounded
+    if v < 1 or abs(v - whole) > 1e-9 * v:
         raise InputError("tokens", tokens, "a whole count of at least one token, e.g. 15T or 2e12")
-    return v
+    return float(whole)
 
 
 def storage_policy(values: dict[str, Any]) -> StoragePolicy | None:

@@ -217,7 +217,15 @@ class TrainingEstimate(PlanNotes):
             out.setdefault("notes", []).extend(run_notes)
         # the keys are there whether or not a token count is given (null without one)
         out |= dict.fromkeys(
-            ("train_steps", "train_tokens", "time_to_train_s", "gpu_hours", "gpu_hours_allocated")
+            (
+                "train_steps",
+                "train_tokens",
+                "time_to_train_s",
+                "gpu_hours",
+                "gpu_hours_allocated",
+                "checkpoints",
+                "failures",
+            )
         )
         if train_tokens is not None:
             # a plan that does not fit trains nothing: no time is given for it

@@ -231,8 +231,9 @@ def _train_line(
     storage: StoragePolicy | None,
     failures: FailurePolicy | None,
 ) -> str:
-    """Time and GPU-hours to train on ``train_tokens`` with the best plan, its checkpoints
-    and failures counted where priced, as the terminal gives them ("" without tokens)."""
+    """Time, steps and GPU-hours (of the GPUs the plan uses) to train on ``train_tokens``
+    with the best plan, its checkpoints and failures counted in the time where priced, as
+    the terminal's time to train ("" without tokens)."""
     if train_tokens is None:
         return ""
     s = res.estimate.summary(res.best, train_tokens, storage, failures)

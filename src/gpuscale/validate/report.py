@@ -317,8 +317,10 @@ def _forms(col: str) -> str:
         examples = "70, 70B, 1.8T"
     elif col in _RATES:
         examples = "6412, 6,412, 6.4k"
-    elif col.startswith("measured_") or col.endswith("_mfu"):
+    elif col.endswith("mfu"):
         examples = "0.43, 43%"
+    elif col.endswith(("_s", "_gib")):
+        examples = "12.5, 1,024.5"
     else:
         examples = "8192, 8,192"
     return f"a number ({examples}) or an empty cell"

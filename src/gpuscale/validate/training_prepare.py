@@ -157,9 +157,17 @@ def _check_rate(rate: float, figure: str, gpu: GPU, precision: str) -> None:
         )
 
 
-NEMO_RECIPES = r"megatron-bridge|(?<!mistral.)(?<![a-z])nemo(?![a-z])"
-"""How a row's source names NVIDIA's NeMo / Megatron-Bridge performance recipes (a NeMo
-release or performance summary; not Nemotron, nor the Mistral NeMo model)."""
+def nemo_recipes(source: str) -> bool:
+    """Whether a row's source names NVIDIA's NeMo / Megatron-Bridge performance recipes (a
+    NeMo release or performance summary, an MLPerf ``..._nemo`` implementation): "NeMo" as
+    a word of its own, not inside Nemotron, nor the Mistral NeMo model's name."""
+    text = source.lower()
+    if "megatron-bridge" in text:
+        return True
+    return any(
+        not re.search(r"mistral\W{0,3}$", text[: m.start()])
+        for m in re.finditer(r"(?<![a-z])nemo(?![a-z])", text)
+    )
 
 
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
@@ -367,12 +375,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     sharding = read_sharding(row.get("dist_optimizer_or_zero", ""))
     if sharding is not None:
         fixed["sharding"] = sharding
-    elif re.search(NEMO_RECIPES, row["source"].lower()):
+    elif nemo_recipes(row["source"]):
         # the performance recipes run Megatron's distributed optimizer with gradients reduced
         # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
         fixed["sharding"] = SHARDING.index("zero1")
         notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
-    recipes = re.search(NEMO_RECIPES, row["source"].lower())
+    recipes = nemo_recipes(row["source"])
     tp_stated = int(fixed.get("tp", 1))
     if recipes and 1 < tp_stated <= w.fabric.scaleup_domain_gpus and fixed.get("sp") is not False:
         # the performance recipes overlap TP communication with the GEMMs whenever TP > 1
