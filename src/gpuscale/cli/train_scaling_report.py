@@ -40,6 +40,13 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
             else ""
         )
         + (
+            " tok/s/GPU and MFU count every GPU of a point, the idle ones too (the JSON's "
+            "net_tokens_per_s_per_gpu and net_mfu; its tokens_per_s_per_gpu and mfu, as a "
+            "search's and an estimate's, are per GPU the plan uses)."
+            if any(p.gpus_used is not None and p.gpus_used < p.gpus for p in pts)
+            else ""
+        )
+        + (
             " eff. above 100 %: the point spends less GPU-time per token than the first "
             "(fewer pipeline-bubble, recompute, sharding or idle-GPU seconds a token); the "
             "gain: entries name the terms that shrank from one point to the next."
