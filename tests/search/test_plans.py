@@ -260,6 +260,25 @@ def test_explain_with_the_layout_fixed_compares_the_next_plan_and_says_so() -> N
     )
 
 
+def test_explain_says_when_a_plan_is_priced_at_its_uneven_split_bound() -> None:
+    # Llama 3 8B's 32 layers: PP4 divides them; PP3 (chunks of 10.7) does not and is
+    # priced at 11 a chunk, a bound the explanation names
+    from gpuscale.search.explain import _bound
+
+    w = workload("llama3-8b", "h100-sxm", 48, 4096, 96)
+    fixed = {"tp": 2, "cp": 1, "vpp": 1, "mbs": 1, "recompute": 0}
+    r = search_plans(w, CAL, {**fixed, "pp": 3})
+    assert _bound(r, (r.best, r.best)) == (
+        " Both are priced as if every pipeline chunk held as many layers as the fullest "
+        "(32 layers in 3 and in 3 chunks), a bound that overstates their compute and bubble "
+        "(their layouts hold fewer on the last chunks)."
+    )
+    one = f" {r.estimate.plans.label(r.best)} is priced as if each of its 3 pipeline chunks held 11"
+    assert _bound(r, (r.best,)).startswith(one)
+    even = search_plans(w, CAL, {**fixed, "pp": 4})
+    assert _bound(even, (even.best,)) == ""  # 32 = 4 x 8: nothing bounded
+
+
 def test_exact_gpus_keeps_full_machine_plans() -> None:
     w = workload("gpt3-175b", "a100-sxm-80gb", 1024, 2048, 1536)
     r = search_plans(w, CAL, exact_gpus=True)

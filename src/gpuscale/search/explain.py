@@ -103,7 +103,36 @@ def explain(result: SearchResult) -> str:
     return (
         f"{p.label(b)} {speed} {which}: it "
         f"{' but '.join(clauses) or 'differs only marginally'}; {mem}.{_placement(result)}"
-        f"{close}"
+        f"{_bound(result, (b, r))}{close}"
+    )
+
+
+def _bound(result: SearchResult, plans: tuple[int, int]) -> str:
+    """A caveat for each of ``plans`` placed evenly whose layers do not divide into its
+    pipeline chunks: it is priced as if every chunk held the most any holds, a bound that
+    overstates its compute and bubble (the layout its Megatron-LM arguments give holds
+    fewer on the last chunks)."""
+    p = result.estimate.plans
+    layers = result.estimate.workload.model.layers
+    uneven = [
+        (i, int(p.pp[i]) * int(p.vpp[i]))
+        for i in plans
+        if PP_SPLITS[int(p.split[i])] == "even"
+        and int(p.pp[i]) > 1
+        and layers % (int(p.pp[i]) * int(p.vpp[i]))
+    ]
+    if len(uneven) == 2:
+        (_, c1), (_, c2) = uneven
+        return (
+            f" Both are priced as if every pipeline chunk held as many layers as the fullest "
+            f"({layers} layers in {c1} and in {c2} chunks), a bound that overstates their "
+            "compute and bubble (their layouts hold fewer on the last chunks)."
+        )
+    return "".join(
+        f" {p.label(i)} is priced as if each of its {c} pipeline chunks held "
+        f"{-(-layers // c)} of the {layers} layers, a bound: its layout holds fewer on the "
+        "last chunks, so its compute and bubble are overstated."
+        for i, c in uneven
     )
 
 
