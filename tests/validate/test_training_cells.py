@@ -321,7 +321,18 @@ def test_a_target_label_of_another_table_scores_the_row_alike(tmp_path: Path) ->
     assert rep.rows[0].predicted == rep.rows[1].predicted
 
 
-@pytest.mark.parametrize(("cell", "sp"), [("✓", True), ("✔", True), ("✗", False), ("Yes", True)])
+@pytest.mark.parametrize(
+    ("cell", "sp"),
+    [
+        ("✓", True),
+        ("✔", True),
+        ("✔\ufe0f", True),
+        ("✅", True),
+        ("✗", False),
+        ("❌", False),
+        ("Yes", True),
+    ],
+)
 def test_a_ticked_or_crossed_sequence_parallel_cell_reads_as_yes_or_no(cell: str, sp: bool) -> None:
     pr = prepare(_row(tp="4", seq_parallel=cell), "test")
     assert pr.fixed["sp"] is sp

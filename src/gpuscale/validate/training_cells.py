@@ -82,10 +82,10 @@ MEASURED = {
 }
 """The column each target compares."""
 
-TRUTHY = ("1", "true", "yes", "on", "y", "enabled", "\u2713", "\u2714")
-FALSY = ("0", "false", "no", "off", "n", "disabled", "\u2717", "\u2718")
-"""How a yes/no cell (seq_parallel) may be spelled, in any case; papers' tables tick (✓ ✔)
-or cross (✗ ✘) it."""
+TRUTHY = ("1", "true", "yes", "on", "y", "enabled", "\u2713", "\u2714", "\u2705")
+FALSY = ("0", "false", "no", "off", "n", "disabled", "\u2717", "\u2718", "\u274c")
+"""How a yes/no cell (seq_parallel) may be spelled, in any case; papers' and READMEs'
+tables tick (✓ ✔ ✅) or cross (✗ ✘ ❌) it."""
 
 TARGET_SPELLINGS = (
     # (pattern over the lower-cased cell, target), as tables label the figure they give

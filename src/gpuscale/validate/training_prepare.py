@@ -303,7 +303,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         notes.append(why)
         w = replace(w, pp_split=pp_split)
         fixed["split"] = PP_SPLITS.index(pp_split)
-    sp = row.get("seq_parallel", "").lower()
+    # a tick may carry the emoji presentation selector (U+FE0F), as GitHub tables write it
+    sp = row.get("seq_parallel", "").lower().replace("\ufe0f", "").strip()
     if sp:
         if sp not in TRUTHY + FALSY:
             raise UnsupportedRowError(
