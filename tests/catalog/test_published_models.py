@@ -303,3 +303,25 @@ def test_entries_cite_a_source_at_a_commit() -> None:
     for key in ENTRIES:
         source = get_model(key).source
         assert source.startswith("[P] ") and "/blob/" in source, key
+
+
+@pytest.mark.parametrize(
+    ("name", "base"),
+    [
+        ("CodeLlama-7b-hf", "llama2-7b"),
+        ("Code Llama 13B", "llama2-13b"),
+        ("CodeLlama-70B", "llama2-70b"),
+    ],
+)
+def test_code_llama_is_llama_2_with_16_more_tokens(name: str, base: str) -> None:
+    # Code Llama's 7B, 13B and 70B add 16 infilling tokens to Llama 2's 32,000 (their
+    # config.json: vocab 32016), in the input embedding and the untied output layer alike
+    m, b = get_model(name), get_model(base)
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden) == (
+        b.layers,
+        b.hidden,
+        b.heads,
+        b.kv_heads,
+        b.ffn_hidden,
+    )
+    assert m.vocab == 32016 and param_count(m) - param_count(b) == 2 * 16 * m.hidden
