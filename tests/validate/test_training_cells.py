@@ -345,6 +345,9 @@ def test_a_blank_gpu_count_is_the_product_of_the_stated_degrees() -> None:
     # a degree left blank leaves the count unknown: the row cannot be placed
     with pytest.raises(UnsupportedRowError, match="GPU count"):
         prepare(_row(num_gpus="", tp="8", dp="2"), "test")
+    # a product beyond any cluster names the columns it came from
+    with pytest.raises(UnsupportedRowError, match=r"tp x pp x cp x dp = 512,000,000 is more"):
+        prepare(_row(num_gpus="", tp="8", pp="8", cp="8", dp="1000000"), "test")
 
 
 def test_a_model_neither_in_the_catalog_nor_shaped_is_skipped_with_the_closest_names() -> None:

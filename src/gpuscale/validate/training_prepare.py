@@ -18,7 +18,7 @@ from typing import Any
 from gpuscale.catalog import GPU, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload
+from gpuscale.perf.plan import MAX_GPUS, PP_SPLITS, RECOMPUTE, SHARDING, Workload
 from gpuscale.perf.recompute import op_sac_modelled
 from gpuscale.perf.transformer import (
     model_flops_per_token,
@@ -199,6 +199,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if n_gpus is None and dp_stated is not None and None not in degrees[:2]:
         # every degree stated: the GPUs are their product (CP 1 when blank)
         n_gpus = math.prod(d or 1 for d in degrees) * dp_stated
+        if n_gpus > MAX_GPUS:
+            raise UnsupportedRowError(
+                f"GPU count not stated, and tp x pp x cp x dp = {n_gpus:,} is more than "
+                f"{MAX_GPUS:,}"
+            )
         notes.append(f"GPU count not stated: tp x pp x cp x dp = {n_gpus:,.0f}")
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
