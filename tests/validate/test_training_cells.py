@@ -357,3 +357,20 @@ def test_a_model_neither_in_the_catalog_nor_shaped_is_skipped_with_the_closest_n
         "model 'Phi-3-medium' is not in the catalog and the row gives no shape; did you mean "
     )
     assert "phi-3-mini" in str(exc.value)
+
+
+def test_a_flop_target_whose_figure_is_missing_compares_the_other_flop_figure() -> None:
+    # TFLOP/s named, only the MFU given (or the reverse): the same figure over the dense
+    # peak, compared as the one given, and said so
+    pr = prepare(
+        _row(target="tflops_per_gpu", measured_tokens_per_s_per_gpu="", measured_mfu="0.4"), "t"
+    )
+    assert (pr.target, pr.measured) == ("mfu", 0.4)
+    assert pr.notes[0] == "target tflops_per_gpu, only measured_mfu given: compared as mfu"
+    pr = prepare(
+        _row(target="mfu", measured_tokens_per_s_per_gpu="", measured_tflops_per_gpu="400"), "t"
+    )
+    assert (pr.target, pr.measured) == ("tflops_per_gpu", 400.0)
+    # neither given: nothing to compare
+    with pytest.raises(UnsupportedRowError, match="no measured_mfu value"):
+        prepare(_row(target="mfu", measured_tokens_per_s_per_gpu=""), "t")

@@ -129,6 +129,11 @@ def _figure(row: dict[str, str], where: str) -> tuple[str, str, bool, float | No
         # here on ``target`` is the figure compared)
         given = [k for k in ("tflops_per_gpu", "mfu") if row.get(MEASURED[k], "").strip()]
         target = given[0] if given else target
+    flops = ("tflops_per_gpu", "mfu")
+    if target in flops and not row.get(MEASURED[target], "").strip():
+        # a FLOP figure named, the other one given: the same figure over the dense peak
+        other = flops[1 - flops.index(target)]
+        target = other if row.get(MEASURED[other], "").strip() else target
     if not conv and target in ("tflops_per_gpu", "mfu"):
         conv = "unspecified"  # an empty cell: the source does not say how it counts
     measured = positive(row, MEASURED[target], where)
@@ -172,6 +177,12 @@ def nemo_recipes(source: str) -> bool:
 
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
     target, conv, excluded, measured = _figure(row, where)
+    named = read_target(row["target"])
+    swapped = (
+        [f"target {named}, only {MEASURED[target]} given: compared as {target}"]
+        if not excluded and target != named
+        else []
+    )
     measured_col = MEASURED[target]
     step_s = positive(row, "measured_step_time_s", where)
     if measured is None and step_s is None:
@@ -184,6 +195,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
             "weights take no weight gradients, optimizer state or gradient reduction"
         )
     model, notes = model_for(row, where)
+    notes = swapped + notes
     if gpu_note:
         notes.insert(0, gpu_note)
     n_gpus = count(row, "num_gpus", where)
