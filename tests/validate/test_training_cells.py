@@ -374,3 +374,13 @@ def test_a_flop_target_whose_figure_is_missing_compares_the_other_flop_figure() 
     # neither given: nothing to compare
     with pytest.raises(UnsupportedRowError, match="no measured_mfu value"):
         prepare(_row(target="mfu", measured_tokens_per_s_per_gpu=""), "t")
+
+
+def test_a_recompute_layer_count_the_model_does_not_price_is_said() -> None:
+    pr = prepare(_row(recompute="block (4 layers)"), "t")
+    assert pr.fixed["recompute"] == RECOMPUTE.index("partial")
+    assert (
+        "recompute 'block (4 layers)': priced as the least partial recomputation that fits, "
+        "not the layer count the row gives"
+    ) in pr.notes
+    assert not any("layer count" in n for n in prepare(_row(recompute="partial"), "t").notes)

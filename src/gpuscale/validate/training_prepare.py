@@ -351,6 +351,13 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
             else "TP communication not overlapped (torchtitan without AsyncTP)"
         )
     rc = read_recompute(row.get("recompute", ""))
+    if rc == "partial" and re.search(r"\d", row.get("recompute", "")):
+        # Megatron's block method recomputes the layers a run sets; gpuscale prices partial
+        # recomputation as the least that fits the memory (priced as a fraction of layers)
+        notes.append(
+            f"recompute {row['recompute'].strip()!r}: priced as the least partial "
+            "recomputation that fits, not the layer count the row gives"
+        )
     if not rc and conv == "megatron_sc21_hfu":
         rc = "full"
         notes.append("full recompute: the SC'21 FLOP convention counts a full recomputation")
