@@ -76,14 +76,17 @@ def get_model(name: str, field: str = "model") -> Model:
     """A catalog model by key/alias, or a local Hugging Face ``config.json`` path."""
     if not name.strip():
         raise InputError(field, name, "empty; give a catalog model or a config.json file")
-    from gpuscale.catalog.hf import load_hf_config
-
     kind = path_kind(Path(name), field)
-    if kind == "dir" and (Path(name) / "config.json").is_file():
-        # a downloaded Hugging Face checkout: its config.json
-        return load_hf_config(Path(name) / "config.json", field)
-    if kind != "dir" and (name.endswith(".json") or kind != "missing"):
-        return load_hf_config(Path(name), field)
+    if kind == "dir":  # a downloaded Hugging Face checkout's folder: its config.json
+        config = Path(name) / "config.json"
+        from_file = config.is_file()
+    else:
+        config = Path(name)
+        from_file = name.endswith(".json") or kind != "missing"
+    if from_file:
+        from gpuscale.catalog.hf import load_hf_config
+
+        return load_hf_config(config, field)
     try:
         return _lookup(name, models(), _model_index(), field)
     except InputError:

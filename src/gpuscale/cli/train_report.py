@@ -15,6 +15,7 @@ from gpuscale.cli._common import emit_json, out
 from gpuscale.errors import InputError
 from gpuscale.export.megatron import megatron_args, megatron_json
 from gpuscale.ops.reliability import FailurePolicy
+from gpuscale.perf.memory import MEMORY_PARTS
 from gpuscale.perf.plan import Workload
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.storage import StoragePolicy
@@ -250,7 +251,7 @@ def print_estimate(
         whole = fmt_bytes(e.workload.gpu.memory_bytes)
         cap += f" ({whole} less a {100 * room:g} % headroom)"
     t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {cap}: {fit}")
-    for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
+    for k in MEMORY_PARTS:
         t.add_row(f"  {k}", fmt_bytes(mem[k]))
     t.add_row("step time", fmt_time(s["step_time_s"]))
     for k, v in s["step_time_breakdown_s"].items():

@@ -34,6 +34,7 @@ import numpy as np
 from gpuscale.catalog import Model
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
+from gpuscale.perf.stages import bounded_chunks
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.training_notes import block_recompute_layers, megatron_units
 from gpuscale.perf.transformer import indexer_layers, layer_ratios, sparse_layers
@@ -108,7 +109,7 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
             out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
         return out
     chunks = _chunks(e, i)
-    if PP_SPLITS[int(p.split[i])] == "even" and len(set(chunks)) > 1:
+    if bounded_chunks(m.layers, p.take(np.array([i])))[0]:
         notes.append(
             f"{m.layers} layers do not divide into {pp * vpp} pipeline chunks: priced as if "
             f"every chunk held {max(chunks)}, an upper bound for the ones that hold fewer"

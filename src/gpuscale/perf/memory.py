@@ -86,6 +86,11 @@ upcast logits keeps the fp32 log-softmax for the backward, which then writes its
 and its input's: three fp32 copies."""
 
 
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "buffers")
+"""The parts of a GPU's memory a :class:`MemoryBreakdown` holds, in the order reports list
+them; they add up to its total."""
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes per GPU on the most loaded pipeline stage, one array element per plan."""

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, FloatArrayT, Plans, Workload
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, BoolArray, FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops_per_token
 
 
@@ -62,6 +62,16 @@ class Stages:
     """Layers on the stage that sets the pipeline's pace."""
     head: FloatArrayT
     """1 where that stage runs the output layer and the loss, else 0."""
+
+
+def bounded_chunks(layers: int, p: Plans) -> BoolArray:
+    """Plans placed evenly whose ``layers`` do not divide into their pp x vpp pipeline
+    chunks: priced as if every chunk held ceil(L / (pp vpp)) layers, a bound (the layouts
+    that run them hold fewer on the last chunks)."""
+    out: BoolArray = (
+        (p.split == PP_SPLITS.index("even")) & (p.pp > 1) & (layers % (p.pp * p.vpp) != 0)
+    )
+    return out
 
 
 def head_layers(w: Workload) -> float:

@@ -10,7 +10,7 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.ops.reliability import FailurePolicy, Reliability, reliability
-from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
+from gpuscale.perf.memory import MEMORY_PARTS, MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, FloatArrayT, Plans, Workload
 from gpuscale.perf.recompute import recompute_flops_per_token
 from gpuscale.perf.sharding import ShardGroups
@@ -37,18 +37,17 @@ class TrainingEstimate(PlanNotes):
     cal: Calibration | None = None
     """The constants the figures were computed with (for the notes' what-ifs)."""
 
-    def _step_at(self, i: int, frac: float) -> float | None:
+    def _step_at(self, i: int, frac: float) -> tuple[float, float] | None:
         if self.cal is None:
             return None
         one = self.plans.take(np.array([i]))
         step = step_breakdown(self.workload, one, self.cal, np.array([frac]))
-        return float(step.step_s[0])
+        return float(step.step_s[0]), float(self.step_s[i])
 
     def _memory_bytes(self, i: int) -> dict[str, int]:
         """Plan ``i``'s memory per GPU in whole bytes, the total the sum of its parts."""
         mem = self.memory
-        parts = ("weights", "gradients", "optimizer", "activations", "buffers")
-        out = {k: round(float(getattr(mem, k)[i])) for k in parts}
+        out = {k: round(float(getattr(mem, k)[i])) for k in MEMORY_PARTS}
         return {**out, "total": sum(out.values()), "capacity": round(float(mem.capacity))}
 
     def _stages(self, i: int) -> dict[str, int | bool]:

@@ -31,9 +31,10 @@ class PlanNotes:
     plans: Plans
     memory: MemoryBreakdown
 
-    def _step_at(self, i: int, frac: float) -> float | None:
-        """Plan ``i``'s step time with ``frac`` of its layers fully recomputed, where the
-        notes can price it (an estimate that keeps its calibration), else None."""
+    def _step_at(self, i: int, frac: float) -> tuple[float, float] | None:
+        """Plan ``i``'s step time with ``frac`` of its layers fully recomputed, and its step
+        time as priced, where the notes can price the first (an estimate that keeps its
+        calibration), else None."""
         return None
 
     def notes(self, i: int = 0) -> list[str]:
@@ -84,10 +85,11 @@ class PlanNotes:
                 whole, chunk = block_recompute_layers(w.model, frac, stage, vpp)
                 mlm = stage / megatron_units(w.model)
                 per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
+                steps = self._step_at(i, min(whole / chunk, 1.0))
                 cost = (
-                    f": a step of {fmt_time(at)}, {100 * (at / priced - 1):.1f} % longer"
-                    if (at := self._step_at(i, min(whole / chunk, 1.0))) is not None
-                    and (priced := self._step_at(i, frac)) is not None
+                    f": a step of {fmt_time(steps[0])}, "
+                    f"{100 * (steps[0] / steps[1] - 1):.1f} % longer"
+                    if steps is not None
                     else ""
                 )
                 out.append(

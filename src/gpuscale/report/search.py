@@ -19,6 +19,7 @@ from plotly import colors
 from gpuscale.calibrate.accuracy import Band
 from gpuscale.export.megatron import megatron_args
 from gpuscale.ops.reliability import FailurePolicy
+from gpuscale.perf.memory import MEMORY_PARTS
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.report.cells import search_cells, search_header, term_label
 from gpuscale.report.page import check_target, template, write_page
@@ -208,8 +209,7 @@ TERM_MEANING = {
 
 def _memory_rows(res: SearchResult) -> list[tuple[str, str]]:
     m, i = res.estimate.memory, res.best
-    parts = ("weights", "gradients", "optimizer", "activations", "buffers")
-    rows = [(k, fmt_bytes(float(getattr(m, k)[i]))) for k in parts]
+    rows = [(k, fmt_bytes(float(getattr(m, k)[i]))) for k in MEMORY_PARTS]
     used = float(m.total[i])
     return [*rows, ("total", f"{fmt_bytes(used)} of {fmt_bytes(float(m.capacity))}")]
 

@@ -4,6 +4,7 @@ most between the two, what the rest adds up to, and their memory."""
 from __future__ import annotations
 
 from gpuscale.perf.plan import PP_SPLITS
+from gpuscale.perf.stages import bounded_chunks
 from gpuscale.search.plans import SearchResult, same_layout
 from gpuscale.units import GiB
 
@@ -114,13 +115,8 @@ def _bound(result: SearchResult, plans: tuple[int, int]) -> str:
     fewer on the last chunks)."""
     p = result.estimate.plans
     layers = result.estimate.workload.model.layers
-    uneven = [
-        (i, int(p.pp[i]) * int(p.vpp[i]))
-        for i in plans
-        if PP_SPLITS[int(p.split[i])] == "even"
-        and int(p.pp[i]) > 1
-        and layers % (int(p.pp[i]) * int(p.vpp[i]))
-    ]
+    bound = bounded_chunks(layers, p)
+    uneven = [(i, int(p.pp[i]) * int(p.vpp[i])) for i in plans if bound[i]]
     if len(uneven) == 2:
         (_, c1), (_, c2) = uneven
         return (

@@ -71,6 +71,10 @@ class ScalingPoint:
     goodput: float | None = None
     """Share of wall time spent in steps, net of checkpoint stalls, exposed data loading
     and failures (None where they are not priced)."""
+    plan_tokens_per_s_per_gpu: float | None = None
+    """The best plan's tokens/s per GPU it uses, per step (``train estimate``'s figure)."""
+    plan_mfu: float | None = None
+    """The best plan's MFU per GPU it uses, per step (``train estimate``'s figure)."""
 
     def to_dict(self) -> dict[str, object]:
         """The point as JSON, its keys meaning what ``train estimate``'s mean: the step time
@@ -80,10 +84,7 @@ class ScalingPoint:
         priced, which the efficiency compares."""
         d = asdict(self)
         net_tps, net_mfu = d.pop("tokens_per_s_per_gpu"), d.pop("mfu")
-        # the GPU-seconds a token of the GPUs the plan runs on, over its step's terms
-        busy = sum(v for k, v in self.gpu_s_per_token.items() if k in STEP_TERMS)
-        tps = 1.0 / busy if net_tps is not None and busy > 0 else None
-        mfu = net_mfu * tps / net_tps if tps is not None and net_mfu is not None else None
+        tps, mfu = d.pop("plan_tokens_per_s_per_gpu"), d.pop("plan_mfu")
         out = {("step_time_s" if k == "step_s" else k): v for k, v in d.items()}
         return {
             **out,
@@ -149,9 +150,11 @@ def gpu_counts(n_max: int, start: int = 8) -> list[int]:
 
 RUN_TERMS = ("checkpoints", "data_loading", "failures")
 """The GPU-time terms a point gains when the run's costs are priced (:func:`run_costs`)."""
-STEP_TERMS = tuple(f.name.removesuffix("_s") for f in fields(StepBreakdown))
-"""The GPU-time terms of the plan's step, on the GPUs it runs on."""
-TERMS = (*STEP_TERMS, "idle_gpus", *RUN_TERMS)
+TERMS = (
+    *(f.name.removesuffix("_s") for f in fields(StepBreakdown)),
+    "idle_gpus",
+    *RUN_TERMS,
+)
 """Every GPU-time term a scaling point can hold, in the step breakdown's order."""
 
 
@@ -261,6 +264,8 @@ def scaling_curve(
                 shares,
                 gpu_s,
                 step / wall if storage is not None else None,
+                float(e.tokens_per_s_per_gpu[i]),
+                float(e.mfu[i]),
             )
         )
     return pts

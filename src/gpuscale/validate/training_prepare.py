@@ -111,10 +111,15 @@ def source_group(source: str) -> str:
     return head.strip()[:48]
 
 
-def _figure(row: dict[str, str], where: str) -> tuple[str, str, bool, float | None]:
-    """(figure compared, FLOP convention, excluded, its measured value) of a row: its
-    ``target``, or for a row reported but not scored (``excluded``) whichever figure it
-    gives; an empty convention of a FLOP figure is ``unspecified``."""
+FLOP_TARGETS = ("tflops_per_gpu", "mfu")
+"""The targets that compare FLOP rates: TFLOP/s per GPU, and the same over the dense peak."""
+
+
+def _figure(row: dict[str, str], where: str) -> tuple[str, str, bool, float | None, list[str]]:
+    """(figure compared, FLOP convention, excluded, its measured value, notes) of a row:
+    its ``target``, or for a row reported but not scored (``excluded``) whichever figure it
+    gives, or for a FLOP target whose figure is missing the other FLOP figure (said in the
+    notes); an empty convention of a FLOP figure is ``unspecified``."""
     target = read_target(row["target"])
     if target not in TARGETS:
         raise InputError(f"{where}:target", row["target"], f"one of {', '.join(TARGETS)}")
@@ -127,21 +132,23 @@ def _figure(row: dict[str, str], where: str) -> tuple[str, str, bool, float | No
     if excluded and not row.get(MEASURED[target], "").strip():
         # reported, not scored: with whichever figure the row gives, in its own terms (from
         # here on ``target`` is the figure compared)
-        given = [k for k in ("tflops_per_gpu", "mfu") if row.get(MEASURED[k], "").strip()]
+        given = [k for k in FLOP_TARGETS if row.get(MEASURED[k], "").strip()]
         target = given[0] if given else target
-    flops = ("tflops_per_gpu", "mfu")
-    if target in flops and not row.get(MEASURED[target], "").strip():
+    notes = []
+    if target in FLOP_TARGETS and not row.get(MEASURED[target], "").strip():
         # a FLOP figure named, the other one given: the same figure over the dense peak
-        other = flops[1 - flops.index(target)]
-        target = other if row.get(MEASURED[other], "").strip() else target
-    if not conv and target in ("tflops_per_gpu", "mfu"):
+        other = FLOP_TARGETS[1 - FLOP_TARGETS.index(target)]
+        if not excluded and row.get(MEASURED[other], "").strip():
+            notes.append(f"target {target}, only {MEASURED[other]} given: compared as {other}")
+            target = other
+    if not conv and target in FLOP_TARGETS:
         conv = "unspecified"  # an empty cell: the source does not say how it counts
     measured = positive(row, MEASURED[target], where)
     if target == "mfu" and measured is not None and measured > 1:
         raise UnsupportedRowError(
             f"measured_mfu={row['measured_mfu']!r}: a fraction of peak, at most 1 (0.45 for 45 %)"
         )
-    return target, conv, excluded, measured
+    return target, conv, excluded, measured, notes
 
 
 def _check_rate(rate: float, figure: str, gpu: GPU, precision: str) -> None:
@@ -176,13 +183,7 @@ def nemo_recipes(source: str) -> bool:
 
 
 def prepare(row: dict[str, str], where: str) -> PreparedRow:
-    target, conv, excluded, measured = _figure(row, where)
-    named = read_target(row["target"])
-    swapped = (
-        [f"target {named}, only {MEASURED[target]} given: compared as {target}"]
-        if not excluded and target != named
-        else []
-    )
+    target, conv, excluded, measured, swapped = _figure(row, where)
     measured_col = MEASURED[target]
     step_s = positive(row, "measured_step_time_s", where)
     if measured is None and step_s is None:
@@ -398,14 +399,14 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
             else f"selective recompute of {', '.join(modules)} (Megatron-Core modules)"
         )
     sharding = read_sharding(row.get("dist_optimizer_or_zero", ""))
+    recipes = nemo_recipes(row["source"])
     if sharding is not None:
         fixed["sharding"] = sharding
-    elif nemo_recipes(row["source"]):
+    elif recipes:
         # the performance recipes run Megatron's distributed optimizer with gradients reduced
         # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
         fixed["sharding"] = SHARDING.index("zero1")
         notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
-    recipes = nemo_recipes(row["source"])
     tp_stated = int(fixed.get("tp", 1))
     if recipes and 1 < tp_stated <= w.fabric.scaleup_domain_gpus and fixed.get("sp") is not False:
         # the performance recipes overlap TP communication with the GEMMs whenever TP > 1
