@@ -826,3 +826,40 @@ def test_unknown_grad_accumulation_is_refused() -> None:
 
     with pytest.raises(InputError, match="grad-accumulation"):
         replace(workload(), grad_accumulation="fp32")
+
+
+def _half_peak(w: Workload) -> Workload:
+    peaks = {k: v / 2 for k, v in w.gpu.peak_tflops.items()}
+    return replace(w, gpu=w.gpu.model_copy(update={"peak_tflops": peaks}))
+
+
+@pytest.mark.parametrize(
+    ("job", "plan"),
+    [
+        # ZeRO-3 gathers and expert all-to-alls hiding behind one micro-batch's compute
+        (
+            ("qwen3-30b-a3b", "b200", 256, 2048, 512, None, None),
+            dict(tp=8, dp=32, ep=128, sp=True, sharding=4),
+        ),
+        # ZeRO-3 gathers and the context-parallel ring behind the attention cores
+        (
+            ("llama2-13b", "h100-sxm", 256, 8192, 512, "fp8", None),
+            dict(tp=8, dp=16, cp=2, recompute=2, sharding=4),
+        ),
+    ],
+)
+def test_a_slower_gpu_never_shortens_the_step(job: tuple[Any, ...], plan: dict[str, Any]) -> None:
+    # each second of compute hides at most one second of communication: with the GEMMs at
+    # half speed the collectives may hide more, but never more than the compute (and the
+    # recomputed forwards, behind which a recomputed ring hides) grew
+    from gpuscale.cli.train_workload import build_workload
+
+    w = build_workload(*job)
+    p = Plans.of(**plan)
+    fast, slow = estimate(w, p, CAL).step, estimate(_half_peak(w), p, CAL).step
+    grown = sum(float(getattr(slow, t)[0] - getattr(fast, t)[0]) for t in PER_MB[:2])
+    assert grown > 0.0
+    assert float(slow.step_s[0]) >= float(fast.step_s[0])
+    comm = ("ep_comm_s", "cp_comm_s", "dp_comm_s")
+    saved = sum(float(getattr(fast, t)[0] - getattr(slow, t)[0]) for t in comm)
+    assert 0.0 < saved <= grown * (1 + 1e-9)

@@ -612,3 +612,19 @@ def test_the_plan_space_lists_each_plan_once() -> None:
     assert {200, 250, 125} <= set(plans.dp[plans.tp == 1])
     rows = {tuple(sorted(plans.row(i).items())) for i in range(len(plans))}
     assert len(rows) == len(plans)
+
+
+def test_the_search_tries_every_interleaving_degree_that_divides_a_stage() -> None:
+    # Llama 3 70B on 64 H100 at a batch of 128: PP4's 20 layers a stage interleave as 1, 2,
+    # 4, 5, 10 or 20 chunks (Megatron-Bridge's recipes run 10 to 24); the best of them is
+    # the search's best or ties it, and no plan train estimate takes beats the search
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, 64), 64, 4096, 128)
+    fixed = {"tp": 4, "pp": 4, "mbs": 2}
+    assert set(enumerate_plans(w, fixed).vpp) == {1, 2, 4, 5, 10, 20}
+    best = search_plans(w, CAL, {})
+    chosen = search_plans(w, CAL, {**fixed, "vpp": 20})
+    best_s = float(best.estimate.step.step_s[best.best])
+    assert best_s <= float(chosen.estimate.step.step_s[chosen.best]) * (1 + 1e-12)
+    assert int(best.estimate.plans.vpp[best.best]) > 8

@@ -73,7 +73,8 @@ def data_parallel_s(
     pipeline stage whose gradients and optimizer step take longest (every stage reduces its
     own; dense and expert parameters over different groups). ``busy_mb`` is a micro-batch's
     GPU work on the stage (GEMMs, attention, memory-bound, quantisation), ``compute_mb`` its
-    GEMMs and attention, ``mb`` the micro-batches per step."""
+    GEMMs and attention, each less what the micro-batch's context- and expert-parallel
+    collectives already hide behind; ``mb`` the micro-batches per step."""
     work = StageWork(busy_mb, compute_mb, mb, layers_stage, full_frac)
     best: tuple[FloatArray, FloatArray] | None = None
     for dense, expert in stage_param_sets(w, p):

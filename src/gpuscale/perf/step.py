@@ -310,8 +310,12 @@ def step_breakdown(
         sub=sub,
     )
     tp_mb = tp_comm_s(stage_mb)
-    cp_mb = cp_comm_s(stage_mb, g.kv_rank, attn_fwd, attn_bwd)
-    ep_mb = ep_comm_s(stage_mb, compute_mb)
+    # one micro-batch's compute hides each collective once: the ring's K/V exchange takes
+    # the attention cores' time it overlaps, the all-to-alls what is left of the compute,
+    # and the data-parallel collectives (perf/data_parallel.py) what they leave
+    cp_mb, cp_hidden = cp_comm_s(stage_mb, g.kv_rank, attn_fwd, attn_bwd)
+    ep_mb, ep_hidden = ep_comm_s(stage_mb, compute_mb - cp_hidden)
+    hidden_mb = cp_hidden + ep_hidden
     pp_mb = pp_comm_s(stage_mb)
 
     accum_mb = grad_accum_mb_s(w, p, cal)
@@ -335,8 +339,8 @@ def step_breakdown(
         w,
         p,
         cal,
-        compute_mb + mem_mb + fixed_mb + quant_mb,
-        compute_mb,
+        compute_mb + mem_mb + fixed_mb + quant_mb - hidden_mb,
+        compute_mb - hidden_mb,
         mb,
         stages.fullest,  # its ZeRO-3 collectives' count a micro-batch (a layer each)
         full_frac,

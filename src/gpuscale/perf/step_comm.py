@@ -84,10 +84,13 @@ def tp_comm_s(c: StageMicroBatch) -> FloatArray:
 
 def cp_comm_s(
     c: StageMicroBatch, kv_rank: FloatArray, attn_fwd: FloatArray, attn_bwd: FloatArray
-) -> FloatArray:
+) -> tuple[FloatArray, FloatArray]:
     """Exposed context-parallel communication of one micro-batch: the ring attention's K/V
     exchange beyond the attention core's forward and backward seconds, and Mamba-2's
-    all-to-alls; ``kv_rank`` is the K (and the V) width a TP rank holds."""
+    all-to-alls; ``kv_rank`` is the K (and the V) width a TP rank holds. Also returns the
+    seconds of the micro-batch's compute (its first forward and its backward, not a
+    recomputed forward) that the exchange occupies hiding behind it, which no other
+    collective can hide behind as well."""
     m, f, p, cal, tp, cp = c.w.model, c.w.fabric, c.p, c.cal, c.tp, c.cp
     mods = c.w.recompute_modules
     # K and V of each local token, per TP rank
@@ -100,7 +103,9 @@ def cp_comm_s(
     cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
         2.0 * cp_fwd - attn_bwd, 0.0
     )
-    cp_mb = c.layers_stage_mtp * c.a_frac * np.where(p.cp > 1, cp_exposed, 0.0)
+    ring = c.layers_stage_mtp * c.a_frac * np.where(p.cp > 1, 1.0, 0.0)
+    cp_mb = ring * cp_exposed
+    hidden = ring * (np.minimum(cp_fwd, attn_fwd) + np.minimum(2.0 * cp_fwd, attn_bwd))
     if m.mamba is not None:
         # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
         # turns the mixer's input from sequence- to head-sharded by an all-to-all and its
@@ -111,15 +116,17 @@ def cp_comm_s(
         cp_mb = cp_mb + c.layers_stage_mtp * c.mamba_frac * np.where(
             p.cp > 1, 2.0 * (a2a_in + a2a_out), 0.0
         )
-    return cp_mb
+    return cp_mb, hidden
 
 
-def ep_comm_s(c: StageMicroBatch, compute_mb: FloatArray) -> FloatArray:
+def ep_comm_s(c: StageMicroBatch, window: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Exposed expert-parallel all-to-alls of one micro-batch, hidden up to ``ep_overlap``
-    and the micro-batch's compute seconds ``compute_mb``."""
+    and the compute seconds ``window`` that no other collective hides behind; and the
+    seconds of that window they occupy."""
     w, m, f, p, cal = c.w, c.w.model, c.w.fabric, c.p, c.cal
     if not m.is_moe:
-        return np.zeros_like(c.tokens)
+        zero = np.zeros_like(c.tokens)
+        return zero, zero
     mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width
     a2a_bytes = c.tokens / c.tp * m.top_k * mw * 2.0  # sequence-parallel shards dispatch
     ep_k = np.clip(float(f.scaleup_domain_gpus), 1.0, p.ep)
@@ -146,8 +153,8 @@ def ep_comm_s(c: StageMicroBatch, compute_mb: FloatArray) -> FloatArray:
     redo = np.where((p.recompute == 1) & ("moe" in w.recompute_modules), 2.0, 0.0)
     n_a2a = 4.0 + 2.0 * c.full_frac + redo
     ep_all = c.layers_stage_mtp * c.moe_frac * n_a2a * np.where(p.ep > 1, a2a, 0.0)
-    ep_mb: FloatArray = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - compute_mb)
-    return ep_mb
+    ep_mb: FloatArray = np.maximum(ep_all * (1.0 - cal.ep_overlap), ep_all - window)
+    return ep_mb, ep_all - ep_mb
 
 
 def pp_comm_s(c: StageMicroBatch) -> FloatArray:

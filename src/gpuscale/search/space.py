@@ -26,7 +26,6 @@ from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.validity import divisors, placement_ok
 
 MAX_MBS = 16
-MAX_VPP = 8
 
 
 def _powers_of_two(n: int) -> list[int]:
@@ -120,7 +119,7 @@ def enumerate_plans(
                     [
                         v
                         for v in divisors(stage_layers)
-                        if v <= MAX_VPP and (v == 1 or (pp > 1 and mbatches % pp == 0))
+                        if v == 1 or (pp > 1 and mbatches % pp == 0)
                     ],
                 )
                 for vpp, ep in itertools.product(vpps, eps):
