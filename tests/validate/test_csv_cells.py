@@ -126,6 +126,11 @@ def test_seq_parallel_spellings(tmp_path: Path) -> None:
     assert prepare({**row, "seq_parallel": "off"}, "x").fixed["sp"] is False
     with pytest.raises(Exception, match="seq_parallel='maybe'"):
         prepare({**row, "seq_parallel": "maybe"}, "x")
+    # a remark after the word, the technique's name alone, or negated
+    for cell, on in (("Yes (SP)", True), ("SP", True), ("on (with TP)", True)):
+        assert prepare({**row, "seq_parallel": cell, "tp": "2"}, "x").fixed["sp"] is on
+    for cell, on in (("sequence parallel", True), ("no SP", False), ("\u2705\ufe0f", True)):
+        assert prepare({**row, "seq_parallel": cell, "tp": "2"}, "x").fixed["sp"] is on
 
 
 @pytest.mark.parametrize(
@@ -169,32 +174,51 @@ def test_a_table_as_a_spreadsheet_exports_it_is_read(tmp_path: Path) -> None:
         ("params_b", "70B", 70.0),  # the column's own unit restated
         ("params_b", "1.8T", 1800.0),
         ("seq_len", "8K", 8192.0),  # context lengths count binary thousands
+        # units, remarks and approximate marks as other authors write them
+        ("measured_step_time_s", "9100 ms", 9.1),
+        ("measured_step_time_s", "61,756 ms", 61.756),
+        ("measured_step_time_s", "~5.2s", 5.2),
+        ("measured_tflops_per_gpu", "520 TFLOP/s", 520.0),
+        ("measured_tflops_per_gpu", "520 TFLOPS", 520.0),
+        ("measured_tokens_per_s_per_gpu", "1050 tok/s", 1050.0),
+        ("measured_tokens_per_s_per_gpu", "1.6k tokens/s/GPU", 1600.0),
+        ("measured_tokens_per_s_per_gpu", "approx. 1050", 1050.0),
+        ("measured_mfu", "43 % (bf16)", 0.43),
+        ("num_gpus", "16K GPUs", 16384.0),  # Llama 3's "16K H100s": 16,384
+        ("global_batch_seqs", "512 (4M tokens)", 512.0),
+        ("seq_len", "8192 tokens", 8192.0),
+        ("micro_batch", "1 (GA 8)", 1.0),
+        ("params_b", "671 (37 active)", 671.0),
+        ("tp", "4x", 4.0),
+        ("cp", "none", 1.0),  # no context parallelism: a degree of 1
     ],
 )
 def test_unit_suffixes_tables_print(col: str, text: str, value: float) -> None:
-    assert num({col: text}, col, "runs.csv:line 2") == value
+    assert num({col: text}, col, "runs.csv:line 2") == pytest.approx(value, rel=1e-12)
 
 
 def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         validate_training(_file(tmp_path, ROW.format(measured="5k tokens")), default_calibration())
     assert exc.value.field == "runs.csv:line 2:measured_tokens_per_s_per_gpu"
-    assert exc.value.valid == "a number (6412, 6,412, 6.4k) or an empty cell"
+    assert exc.value.valid == "a number (6412, 6,412, 6.4k, 6412 tok/s) or an empty cell"
 
 
 @pytest.mark.parametrize(
     ("col", "forms"),
     [
-        ("seq_len", "8192, 8,192, 8K"),  # no percentage offered for a length
+        ("seq_len", "8192, 8,192, 8K, 8192 tokens"),  # no percentage offered for a length
         ("params_b", "70, 70B, 1.8T"),
         ("measured_mfu", "0.43, 43%"),
-        ("measured_step_time_s", "12.5, 1,024.5"),  # a time is no share
-        ("num_gpus", "8192, 8,192"),
+        ("measured_step_time_s", "12.5, 1,024.5, 9100 ms, 9.1 s"),  # a time is no share
+        ("num_gpus", "1024, 1,024, 1K, 1024 GPUs"),
+        ("measured_tflops_per_gpu", "412, 412.5, 412 TFLOP/s"),
+        ("tp", "8, 8x, none"),
     ],
 )
 def test_a_malformed_number_lists_the_forms_its_column_reads(col: str, forms: str) -> None:
     with pytest.raises(InputError) as exc:
-        num({col: "8192 tokens"}, col, "runs.csv:line 2")
+        num({col: "eight thousand"}, col, "runs.csv:line 2")
     assert exc.value.valid == f"a number ({forms}) or an empty cell"
     for form in forms.split(", "):  # each form listed is one the column reads
         assert num({col: form}, col, "runs.csv:line 2") is not None

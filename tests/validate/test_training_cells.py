@@ -39,6 +39,12 @@ def _write(tmp_path: Path, rows: list[dict[str, str]], header: list[str] | None 
         ("A100 (PCIe)", "a100-pcie-80gb"),  # no size: the 80 GB part, as a bare "A100" is
         ("NVIDIA A100 PCIe", "a100-pcie-80gb"),
         ("A100 PCIe 40GB", "a100-pcie-40gb"),
+        ("8*H100", "h100-sxm"),
+        ("NVIDIA HGX H100 8-GPU", "h100-sxm"),
+        ("H100 x 64 GPUs", "h100-sxm"),  # a count beyond 16 with its unit
+        ("H100s", "h100-sxm"),  # a plural
+        ("A100s (80GB)", "a100-sxm-80gb"),
+        ("L40S", "l40s"),  # a part whose name ends in S, no plural
     ],
 )
 def test_gpu_spellings_of_other_tables(name: str, key: str) -> None:
@@ -140,13 +146,34 @@ def test_sequence_parallelism_off_keeps_the_recipes_tp_overlap_off() -> None:
         ("AC = False", "none"),
         ("N/A (no AC)", "none"),
         ("SAC: off", "none"),
+        # a checkpoint per transformer block is every layer's, not Megatron's block method
+        ("full AC (per transformer block)", "full"),
+        ("recompute each block", "full"),
+        ("recompute_method=block", "partial"),
+        ("--recompute-activations", "selective"),  # Megatron's flag for selective
+        ("attention-only recompute", "selective"),
+        ("activation recomputation", "full"),
+        ("every layer", "full"),
+        ("not used", "none"),
+        ("\u2713", "full"),
+        ("\u274c", "none"),
     ],
 )
 def test_recompute_spellings(cell: str, mode: str) -> None:
     assert read_recompute(cell) == mode
 
 
-@pytest.mark.parametrize(("cell", "mode"), [("Y", "dist-opt"), ("disabled", "none")])
+@pytest.mark.parametrize(
+    ("cell", "mode"),
+    [
+        ("Y", "dist-opt"),
+        ("disabled", "none"),
+        ("\u2713", "dist-opt"),  # a distributed-optimizer column ticked
+        ("\u2717", "none"),
+        ("optimizer state sharding", "zero1"),
+        ("sharded optimizer", "zero1"),
+    ],
+)
 def test_sharding_yes_no_spellings(cell: str, mode: str) -> None:
     assert read_sharding(cell) == SHARDING.index(mode)
 
@@ -384,3 +411,44 @@ def test_a_recompute_layer_count_the_model_does_not_price_is_said() -> None:
         "not the layer count the row gives"
     ) in pr.notes
     assert not any("layer count" in n for n in prepare(_row(recompute="partial"), "t").notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("Llama 3 (70B)", "llama3-70b"),  # the size in brackets is the model's
+        ("LLaMA-2 (13B)", "llama2-13b"),
+        ("Qwen3 (235B-A22B)", "qwen3-235b-a22b"),
+        ("GPT-3 (1.3B)", "gpt3-1.3b"),  # not GPT-3 175B in a "1.3B" variant
+        ("Mixtral 8x22B MoE", "mixtral-8x22b"),  # a descriptor after the name
+        ("DeepSeek-V3 671B-A37B", "deepseek-v3"),  # the name, then its size again
+    ],
+)
+def test_model_spellings_with_their_size(name: str, key: str) -> None:
+    model, notes = model_for({"model": name}, "r")
+    assert model.key == key
+    assert not any("variant" in n for n in notes)
+
+
+def test_a_size_after_a_name_must_be_the_models() -> None:
+    # DeepSeek-V3 is 671 B: "DeepSeek-V3 236B" names another model (V2's size)
+    with pytest.raises(SkipRow, match="not in the catalog"):
+        model_for({"model": "DeepSeek-V3 236B"}, "r")
+
+
+def test_an_moe_rows_size_may_be_its_active_parameters() -> None:
+    # DeepSeek-V3: 671 B, 37 B active; Mixtral 8x7B: 46.7 B, 12.9 B active
+    assert model_for({"model": "DeepSeek-V3", "params_b": "37"}, "r")[0].key == "deepseek-v3"
+    assert model_for({"model": "Mixtral-8x7B", "params_b": "12.9"}, "r")[0].key == "mixtral-8x7b"
+    with pytest.raises(SkipRow, match=r"has 46\.7 B parameters \(12\.9 B active\)"):
+        model_for({"model": "Mixtral-8x7B", "params_b": "20"}, "r")
+
+
+def test_an_moe_rows_ffn_width_equal_to_its_experts_is_no_dense_width() -> None:
+    # Llama 4 Maverick's experts are 8,192 wide (Hugging Face's intermediate_size), its
+    # dense layers 16,384 (intermediate_size_mlp): a row's 8192 restates the experts'
+    base, _ = model_for({"model": "llama4-maverick"}, "r")
+    model, notes = model_for({"model": "llama4-maverick", "ffn_hidden": "8192"}, "r")
+    assert (model.ffn_hidden, model.dense_ffn_hidden) == (8192, 16384)
+    assert param_count(model) == param_count(base)
+    assert notes == ["ffn_hidden=8192: llama4-maverick's expert width, as the catalog's"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.validate.training import UnsupportedRowError, prepare
+from gpuscale.calibrate import default_calibration
+from gpuscale.validate.training import UnsupportedRowError, choose_plan, predict, prepare
 from gpuscale.validate.training_cells import COLUMNS
 from gpuscale.validate.training_model import model_for
 from gpuscale.validate.training_rows import (
@@ -54,15 +55,20 @@ def test_attention_kernel_follows_the_stack(
 @pytest.mark.parametrize(
     ("inter_node", "notes", "nics"),
     [
-        ("4x Omni-Path links per node (100 Gbps each)", "", 2),  # 400 Gb/s = 2 x 200G
-        ("8x 200 Gbps HDR InfiniBand", "", 8),
-        ("", "sim config inter_node_bandwidth=800, intra_node_bandwidth=150", 4),
+        ("4x Omni-Path links per node (100 Gbps each)", "", (2, 200.0)),  # 400 = 2 x 200G
+        ("8x 200 Gbps HDR InfiniBand", "", (8, 200.0)),
+        ("", "sim config inter_node_bandwidth=800, intra_node_bandwidth=150", (4, 200.0)),
         ("400 Gb/s per GPU RDMA", "", None),  # per-GPU figure: the reference node already
         ("", "", None),
+        # less than one reference NIC, or not a whole number of them: the row's own links
+        ("1x 25Gb/s Ethernet", "", (1, 25.0)),
+        ("3 x 100 Gbps RoCE", "", (3, 100.0)),
+        ("", "inter_node_bandwidth=100", (1, 100.0)),
+        ("", "inter_node_bandwidth=500", (2, 250.0)),
     ],
 )
-def test_stated_scale_out_becomesnics_per_node(
-    inter_node: str, notes: str, nics: int | None
+def test_stated_scale_out_becomes_nics_per_node(
+    inter_node: str, notes: str, nics: tuple[int, float] | None
 ) -> None:
     assert nics_per_node({"inter_node": inter_node, "notes": notes}, 200.0) == nics
 
@@ -804,7 +810,7 @@ def test_an_empty_flop_convention_on_a_tflops_row_is_unspecified() -> None:
     ],
 )
 def test_scale_out_units(cell: str, nics: int | None) -> None:
-    assert nics_per_node({"inter_node": cell}, 400.0) == nics
+    assert nics_per_node({"inter_node": cell}, 400.0) == (None if nics is None else (nics, 400.0))
 
 
 @pytest.mark.parametrize(
@@ -824,7 +830,7 @@ def test_scale_out_units(cell: str, nics: int | None) -> None:
     ],
 )
 def test_links_counted_per_gpu_are_the_nodes_times_its_gpus(cell: str, nics: int) -> None:
-    assert nics_per_node({"inter_node": cell}, 400.0, 8) == nics
+    assert nics_per_node({"inter_node": cell}, 400.0, 8) == (nics, 400.0)
     pr = prepare(_row(inter_node=cell), "test")
     assert pr.workload.system.nics_per_node == nics
 
@@ -1045,3 +1051,39 @@ def test_a_nanotron_pipeline_row_is_priced_balanced() -> None:
 def test_a_size_not_above_zero_skips_the_row(size: str) -> None:
     with pytest.raises(UnsupportedRowError, match=f"params_b='{size}': a model's size must be"):
         prepare(_row(params_b=size), "test")
+
+
+def test_a_slower_stated_network_slows_the_prediction() -> None:
+    # Llama 3 8B with FSDP on 64 H100 (eight 400 Gb/s NICs a node in the reference system):
+    # a row stating one 100 Gb/s link a node is priced on it, and is slower
+    base = dict(model="Llama-3-8B", num_gpus="64", tp="1", pp="1", dp="64", micro_batch="2")
+    base["dist_optimizer_or_zero"] = "FSDP"
+    ref = prepare(_row(**base), "test")
+    slow = prepare(_row(**base, inter_node="1x 100Gb/s Ethernet"), "test")
+    assert (slow.workload.system.nics_per_node, slow.workload.system.nic_gbps) == (1, 100.0)
+    assert "scale-out: 1 x 100 Gb/s NICs per node, as the row states" in slow.notes
+    cal = default_calibration()
+    fast_s = predict(ref, choose_plan(ref, cal)[0], cal)
+    slow_s = predict(slow, choose_plan(slow, cal)[0], cal)
+    assert slow_s < 0.5 * fast_s
+
+
+def test_fsdp_stated_is_full_sharding_and_the_searched_knobs_are_named() -> None:
+    # FSDP is FULL_SHARD unless the cell says hybrid: on a slow network the search would
+    # otherwise pick a hybrid-sharded twin the row never ran (hsdp8); the knobs it still
+    # chooses are named in the reason
+    cells = dict(model="Llama-3-8B", num_gpus="64", dp="64", micro_batch="2")
+    cells.update(dist_optimizer_or_zero="FSDP", inter_node="1x 100Gb/s Ethernet")
+    pr = prepare(_row(**cells), "test")
+    assert pr.fixed["shard_group"] == 0
+    plans, _ = choose_plan(pr, default_calibration())
+    assert int(plans.shard_group[0]) == 0 and int(plans.sharding[0]) == 4
+    # (TP1 PP1 from DP 64: no interleaving or sequence parallelism left to choose)
+    assert pr.notes[-1] == "not stated, chosen by gpuscale's plan search: recompute, cp"
+    bare = prepare(_row(model="Mixtral-8x7B", num_gpus="64"), "test")
+    assert bare.notes[-1] == (
+        "not stated, chosen by gpuscale's plan search: "
+        "tp, pp, dp, mbs, recompute, sharding, cp, ep, vpp, sequence parallelism"
+    )
+    hybrid = prepare(_row(**{**cells, "dist_optimizer_or_zero": "HSDP"}), "test")
+    assert "shard_group" not in hybrid.fixed and hybrid.workload.shard_group == 8

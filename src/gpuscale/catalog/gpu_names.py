@@ -24,10 +24,12 @@ _SIZE = re.compile(r"\b(\d+(?:\.\d+)?) ?gi?b?\b")
 _POWER = re.compile(r"\b\d+(?:\.\d+)? ?k?w\b")
 """A power figure in a lower-cased name: "700W", "1000 W", "1.2kW" (it names no part)."""
 _COUNT = re.compile(
-    r"^\s*\d+ ?[x\u00d7](\s+|(?=[a-z]))|\b\d+x\b|\s[x\u00d7] ?([1-9]|1[0-6])( ?gpus?)?\s*$"
+    r"^\s*\d+ ?[x\u00d7*](\s+|(?=[a-z]))|\b\d+x\b"
+    r"|\s[x\u00d7*] ?(([1-9]|1[0-6])( ?gpus?)?|\d+ ?gpus?)\s*$|\b\d+[ -]?(gpus?|way)\b"
 )
-"""A GPU count: "8x MI350X", "8 x H100", "A100-SXM4-80GB x 8 GPUs" (after the name, up to
-16: "A100 x 40" may be a size without its unit, which is no count)."""
+"""A GPU count: "8x MI350X", "8 x H100", "8*H100", "A100-SXM4-80GB x 8 GPUs" (after the
+name, up to 16 unless "GPUs" follows: "A100 x 40" may be a size without its unit, which is
+no count), "HGX H100 8-GPU"."""
 _FORM = re.compile(r"pcie|nvl|oam|sxm\d*")
 """A form-factor word (a whole token)."""
 _FORM_WORDS = frozenset({"pcie", "nvl", "oam", "sxm"})
@@ -58,8 +60,18 @@ def _outside(text: str) -> str:
     return _COUNT.sub(" ", text)
 
 
+_S_PARTS = frozenset({"v100s", "l40s"})
+"""Parts whose name ends in S (Tesla V100S, L40S): no plural of another part."""
+
+
 def _words(text: str) -> list[str]:
-    return [t for t in re.split(r"[^a-z0-9]+", text) if t]
+    """The words of a lower-cased ``text``; a family's plural ("H100s") is the family."""
+    words = (t for t in re.split(r"[^a-z0-9]+", text) if t)
+    return [t[:-1] if _plural(t) else t for t in words]
+
+
+def _plural(word: str) -> bool:
+    return word.endswith("s") and word not in _S_PARTS and word[:-1] in _families()
 
 
 def _tokens(text: str) -> list[str]:

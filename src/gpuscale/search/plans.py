@@ -212,7 +212,9 @@ def _fixed_text(fixed: dict[str, Any] | None) -> str:
     def shown(k: str, v: Any) -> Any:
         return names[k][int(v)] if k in names and isinstance(v, int | np.integer) else v
 
-    text = ", ".join(f"{k}={shown(k, v)}" for k, v in (fixed or {}).items() if v is not None)
+    # a shard group of 0 (all data-parallel ranks) is no hybrid sharding: nothing to show
+    given = {k: v for k, v in (fixed or {}).items() if v is not None and (v or k != "shard_group")}
+    text = ", ".join(f"{k}={shown(k, v)}" for k, v in given.items())
     return text or "(free)"
 
 

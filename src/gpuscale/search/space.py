@@ -164,7 +164,9 @@ def enumerate_plans(
         alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
         keep &= ~alone | (plans.sharding == SHARDING.index("none"))
     plans = _with_placement(w, plans.take(keep), fx.get("split"))
-    return _with_hybrid_sharding(w, plans) if w.shard_group == 0 else plans
+    # a caller that fixes the shard group (0: all data-parallel ranks) gets no hybrid twins
+    hybrid = w.shard_group == 0 and fx.get("shard_group") is None
+    return _with_hybrid_sharding(w, plans) if hybrid else plans
 
 
 def _with_placement(w: Workload, plans: Plans, fixed: int | None) -> Plans:

@@ -308,19 +308,62 @@ _THOUSANDS = re.compile(rf"\d{{1,3}}({_SEPARATOR}\d{{3}})+(\.\d+)?")
 
 _RATES = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
 
+APPROX = re.compile(r"^(~|\u2248|approx(imately|\.)?|about|circa|ca\.|around)\s*", re.IGNORECASE)
+"""An approximate mark before a figure: "~5762", "≈ 5762", "approx. 1050", "about 1050"."""
+REMARK = re.compile(r"(?<=[\d.%kKmMbBtT])\s*\([^()]*\)\s*$")
+"""A remark in brackets after a figure: "8192 (packed)", "1 (GA 8)", "671 (37 active)"."""
+UNITS = {
+    # column (or column suffix) -> (unit pattern after the number, factor)
+    "_step_time_s": ((r"ms|msec|milliseconds?", 1e-3), (r"s|secs?|seconds?", 1.0)),
+    "measured_tflops_per_gpu": ((r"tflop/?s?|tflops|tf/?s|tf", 1.0),),
+    "measured_tokens_per_s_per_gpu": (
+        (r"(tok(en)?s?|tkn)\s*/\s*s(ec)?(\s*/\s*gpu)?|tok(en)?s?\s*per\s*s(ec(ond)?)?", 1.0),
+    ),
+    "seq_len": ((r"tok(en)?s?", 1.0),),
+    "num_gpus": ((r"gpus?", 1.0),),
+    "global_batch_seqs": ((r"seq(uence)?s?|samples?", 1.0),),
+}
+"""Units a figure may carry in its cell, per column: a step time in milliseconds or
+seconds, TFLOP/s, tokens/s, a length in tokens, a count of GPUs or sequences."""
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch")
+"""Columns of a parallel degree: "none" or "off" there is a degree of 1, "4x" is 4."""
+
+
+def _units(col: str, text: str) -> tuple[str, float]:
+    """``text`` without a unit ``col`` reads (:data:`UNITS`), and the unit's factor."""
+    for key, units in UNITS.items():
+        if col == key or (key.startswith("_") and col.endswith(key)):
+            for pattern, factor in units:
+                bare = re.fullmatch(rf"(.*?\d\.?\s*[kKM]?)\s*(?:{pattern})\.?", text, re.I)
+                if bare:
+                    return bare.group(1).strip(), factor
+    if col in DEGREES:
+        if text.lower() in ("none", "off", "no", "disabled"):
+            return "1", 1.0
+        return re.sub(r"(?<=\d)\s*[x\u00d7]$", "", text), 1.0
+    return text, 1.0
+
 
 def _forms(col: str) -> str:
     """The forms :func:`num` reads in column ``col``, as its error lists them."""
     if col == "seq_len":
-        examples = "8192, 8,192, 8K"
+        examples = "8192, 8,192, 8K, 8192 tokens"
+    elif col == "num_gpus":
+        examples = "1024, 1,024, 1K, 1024 GPUs"
     elif col == "params_b":
         examples = "70, 70B, 1.8T"
-    elif col in _RATES:
-        examples = "6412, 6,412, 6.4k"
+    elif col == "measured_tokens_per_s_per_gpu":
+        examples = "6412, 6,412, 6.4k, 6412 tok/s"
+    elif col == "measured_tflops_per_gpu":
+        examples = "412, 412.5, 412 TFLOP/s"
     elif col.endswith("mfu"):
         examples = "0.43, 43%"
+    elif col.endswith("_step_time_s"):
+        examples = "12.5, 1,024.5, 9100 ms, 9.1 s"
     elif col.endswith(("_s", "_gib")):
         examples = "12.5, 1,024.5"
+    elif col in DEGREES:
+        examples = "8, 8x, none"
     else:
         examples = "8192, 8,192"
     return f"a number ({examples}) or an empty cell"
@@ -331,24 +374,28 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     -> InputError naming the cell.
 
     Accepts the forms published tables print: thousands separators ("8,192"), an
-    approximate mark ("~5762"), a percent sign (43 % -> 0.43), for a sequence length a K
-    suffix in binary thousands ("8K" -> 8192, as context lengths are quoted), for a
-    parameter count in billions a B or T suffix ("70B", "1.8T"), and for a measured figure
-    a decimal k or M suffix ("1.6k")."""
-    text = row.get(col, "").strip().lstrip("~\u2248").strip()
+    approximate mark ("~5762", "approx. 5762"), a remark in brackets after the figure
+    ("8192 (packed)"), a percent sign (43 % -> 0.43), the column's unit (:data:`UNITS`:
+    "9100 ms", "15.8 s", "520 TFLOP/s", "1050 tok/s", "8192 tokens", "64 GPUs"), for a
+    sequence length or a GPU count a K suffix in binary thousands ("8K" -> 8192, as context
+    lengths and cluster sizes are quoted), for a parameter count in billions a B or T
+    suffix ("70B", "1.8T"), for a measured figure a decimal k or M suffix ("1.6k"), and for
+    a parallel degree "none" (1) or a trailing x ("4x")."""
+    text = APPROX.sub("", row.get(col, "").strip()).strip()
     if text == "":
         return None
-    scale = 1.0
+    text, scale = _units(col, REMARK.sub("", text))
     if text.endswith("%"):
         text, scale = text[:-1].strip(), 0.01
-    elif col == "seq_len" and text[-1:] in ("k", "K"):
+    elif col in ("seq_len", "num_gpus") and text[-1:] in ("k", "K"):
+        # binary thousands, as context lengths and cluster sizes are quoted ("16K GPUs")
         text, scale = text[:-1].strip(), 1024.0
     elif col == "params_b" and text[-1:] in ("b", "B", "t", "T"):
         # the column counts billions: "70B" restates its unit, "1.8T" is 1,800
         text, scale = text[:-1].strip(), 1000.0 if text[-1] in "tT" else 1.0
     elif col in _RATES and text[-1:] in ("k", "K", "M"):
         # a rate in decimal thousands or millions ("1.6k" tokens/s)
-        text, scale = text[:-1].strip(), 1e6 if text[-1] == "M" else 1e3
+        text, scale = text[:-1].strip(), scale * (1e6 if text[-1] == "M" else 1e3)
     if _THOUSANDS.fullmatch(text):
         text = re.sub(_SEPARATOR, "", text)
     try:
@@ -402,7 +449,8 @@ def check_size(model: Model, stated_b: float, shown: str, label: str, active: bo
     (``label``) and size do not go together."""
     sizes = {param_count(model)} | ({active_param_count(model)} if active else set())
     if all(abs(n / (stated_b * 1e9) - 1.0) > SIZE_TOLERANCE for n in sizes):
+        act = f" ({active_param_count(model) / 1e9:.1f} B active)" if len(sizes) > 1 else ""
         raise SkipRow(
             f"params_b={shown} but {label} has {param_count(model) / 1e9:.1f} B "
-            "parameters: the row's model and size do not go together"
+            f"parameters{act}: the row's model and size do not go together"
         )

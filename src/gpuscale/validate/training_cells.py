@@ -87,6 +87,29 @@ FALSY = ("0", "false", "no", "off", "n", "disabled", "\u2717", "\u2718", "\u274c
 """How a yes/no cell (seq_parallel) may be spelled, in any case; papers' and READMEs'
 tables tick (✓ ✔ ✅) or cross (✗ ✘ ❌) it."""
 
+SP_NAME = r"(sp|sequence[\s_-]*parallel(ism)?)"
+
+
+def read_seq_parallel(cell: str) -> bool | None:
+    """Whether a row's seq_parallel cell says sequence parallelism was on (None when
+    empty): a yes/no spelling (TRUTHY, FALSY), also with a remark after it ("Yes (SP)",
+    "on (with TP)"), or the name alone ("SP", "sequence parallel"), or negated ("no SP")."""
+    text = cell.lower().replace("\ufe0f", "").strip()
+    if not text:
+        return None
+    first = re.split(r"[\s(,;:]+", text, maxsplit=1)[0]
+    if first in TRUTHY + FALSY:
+        return first in TRUTHY
+    if re.fullmatch(rf"(no|not|without|w/o)\s+{SP_NAME}", text):
+        return False
+    if re.fullmatch(rf"{SP_NAME}(\s*[(:=]?\s*(on|enabled|yes|true)\)?)?", text):
+        return True
+    raise UnsupportedRowError(
+        f"seq_parallel={cell!r}: one of {', '.join(TRUTHY + FALSY)}, or 'SP' / "
+        "'sequence parallel' (on), 'no SP' (off)"
+    )
+
+
 TARGET_SPELLINGS = (
     # (pattern over the lower-cased cell, target), as tables label the figure they give
     (r"tokens?\s*(/|_?per_?|\s)\s*s(ec(ond)?)?\s*(/|_?per_?|\s)\s*gpu", "tokens_per_s_per_gpu"),
@@ -205,9 +228,12 @@ SHARD_SPELLINGS = (
     (r"dist\w*[\s_.-]*opt", 1),
     # PyTorch's DistributedDataParallel replicates the optimizer: no sharding
     (r"\bddp\b|distributed[\s_-]*data[\s_-]*parallel", 0),
+    # optimizer states alone sharded is ZeRO-1 ("optimizer state sharding", "sharded
+    # optimizer")
+    (r"optimi[sz]er[\s_-]*(state[s]?[\s_-]*)?shard|shard\w*[\s_-]*optimi[sz]er", 2),
     # a "distributed optimizer" column ticked yes
-    (r"dist|distributed|^(yes|true|on|1|y|enabled)$", 1),
-    (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0|n|disabled)$", 0),
+    (r"dist|distributed|^(yes|true|on|1|y|enabled|\u2713|\u2714|\u2705)$", 1),
+    (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0|n|disabled|\u2717|\u2718|\u274c)$", 0),
 )
 _SCHEME = (
     r"(fsdp[\w-]*|zero[\w-]*(\s*stage[\s_-]*\d)?|(use_)?dist[\w.-]*(\s+optimi[sz]er)?"
@@ -332,19 +358,33 @@ def read_recompute(cell: str) -> str:
     # torchtitan's activation checkpointing (AC) switched off, also after a "n/a"
     if re.fullmatch(r"((n/a|-)\s*\(?\s*)?(no|none|off)[\s_-]*ac\)?", text):
         return "none"
+    # a ticked or crossed cell, as a table's recompute column may be (emoji selector off)
+    text = text.replace("\ufe0f", "")
     for mode, pattern in (
-        ("selective", r"selective|core attention|\bsac\b"),
+        # Megatron's --recompute-activations is its selective recomputation; so is
+        # recomputing the attention core alone
+        (
+            "selective",
+            r"selective|core attention|\bsac\b|recompute[\s_-]*activations"
+            r"|(attention|attn)[\s_-]*only",
+        ),
         # Megatron's uniform method recomputes every layer, in groups of N
         ("full", r"uniform"),
         # its block method recomputes N layers of a stage ("full (4 layers)"); one layer is
         # the uniform method's group of one (NeMo's default), every layer recomputed
+        # (a checkpoint "per transformer block" or "each block" is every layer's: full)
         (
             "partial",
-            r"partial|block|(?<!all )\b(0*[2-9]|0*[1-9]\d+)\s*layers?\b"
+            r"partial|(?<!transformer )(?<!per )(?<!each )(?<!every )\bblock\b"
+            r"|(?<!all )\b(0*[2-9]|0*[1-9]\d+)\s*layers?\b"
             r"|layers?\s+(per|a|each)\s+(pipeline\s+)?stage",
         ),
-        ("none", r"^(none|no|off|false|0|disabled|n)$"),
-        ("full", r"full|uniform|^(yes|on|true|1|enabled|y)$|checkpoint|\bac\b"),
+        ("none", r"^(none|no|off|false|0|disabled|n|not used|unused|\u2717|\u2718|\u274c)$"),
+        (
+            "full",
+            r"full|uniform|^(yes|on|true|1|enabled|y|\u2713|\u2714|\u2705)$|checkpoint"
+            r"|\bac\b|recomput|(every|each|all)\s+layers?\b",
+        ),
     ):
         if re.search(pattern, text):
             return mode

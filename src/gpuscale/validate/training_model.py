@@ -40,6 +40,47 @@ def _names_file(name: str) -> bool:
         return False
 
 
+SIZE = r"\d+(?:\.\d+)?\s*[bmt](?:[\s-]*a\d+(?:\.\d+)?\s*b)?"
+"""A model size as a name writes it: "70B", "8x7B" (after the "8x"), "671B-A37B"."""
+DESCRIPTOR = re.compile(r"\s+(moe|dense|base|model|pre-?train(?:ed|ing)?|llm)\s*$", re.IGNORECASE)
+"""A word after a model's name that names no other model ("Mixtral 8x22B MoE")."""
+TRAILING_SIZE = re.compile(rf"\s+({SIZE})\s*$", re.IGNORECASE)
+
+
+def _size_b(text: str) -> float:
+    """Billions of parameters a size word states (its total, before any "A37B")."""
+    found = re.match(r"(\d+(?:\.\d+)?)\s*([bmt])", text.lower())
+    assert found is not None
+    return float(found.group(1)) * {"b": 1.0, "m": 1e-3, "t": 1e3}[found.group(2)]
+
+
+def _spelled_model(name: str) -> Model | None:
+    """The catalog model of a name whose size stands in brackets ("Llama 3 (70B)", "Qwen3
+    (235B-A22B)"), after a descriptor ("Mixtral 8x22B MoE"), or twice over ("DeepSeek-V3
+    671B-A37B": the name without the size, where the model is of that size)."""
+    tries = []
+    size = re.fullmatch(rf"(.*?)\s*\(\s*((?:\d+x)?{SIZE})\s*\)\s*", name, re.IGNORECASE)
+    if size:
+        tries.append(f"{size.group(1)} {size.group(2)}")
+    described = DESCRIPTOR.sub("", name)
+    if described != name:
+        tries.append(described)
+    for attempt in tries:
+        try:
+            return get_model(attempt)
+        except InputError:
+            continue
+    stated = TRAILING_SIZE.search(described)
+    if stated is None:
+        return None
+    try:
+        model = get_model(described[: stated.start()])
+    except InputError:
+        return None
+    said = _size_b(stated.group(1))
+    return model if abs(param_count(model) / 1e9 - said) <= SIZE_TOLERANCE * said else None
+
+
 def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
     """The catalog model a row names, also when a run variant is added in brackets
     ("DeepSeekV3 (tokendrop)", "Qwen3_30B_a3B (dropless)"): the variant changes how tokens
@@ -50,6 +91,9 @@ def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
     except InputError as exc:
         if _names_file(name):  # the row's reason, not the whole file's error
             raise UnsupportedRowError(str(exc).removeprefix(f"{where}:")) from None
+    spelled = _spelled_model(name)
+    if spelled is not None:
+        return spelled
     bare = re.sub(r"\s*\([^)]*\)\s*$", "", name)
     if bare == name or not bare:
         return None
@@ -291,7 +335,11 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         upd["kv_heads"] = int(kv)
     if shape["ffn_hidden"]:
         width = int(shape["ffn_hidden"])
-        if base.is_moe:
+        if base.is_moe and width == base.ffn_hidden != base.dense_ffn_hidden:
+            # the experts' width (Hugging Face's intermediate_size of Llama 4 or DeepSeek's
+            # moe_intermediate_size): the catalog's already, its dense layers keep theirs
+            notes.append(f"ffn_hidden={width}: {base.key}'s expert width, as the catalog's")
+        elif base.is_moe:
             upd["dense_ffn_hidden"] = width
         else:  # a dense model's every layer has that MLP
             upd["ffn_hidden"] = upd["dense_ffn_hidden"] = width
@@ -320,5 +368,8 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
         model = base
     params_b = _stated_size(row, where)
     if params_b is not None:
-        check_size(model, params_b, f"{params_b:g}", f"{row['model']!r} ({model.key})")
+        # an MoE model's size may be its total or its active parameters ("37" for
+        # DeepSeek-V3's 671 B), as tables give either
+        label = f"{row['model']!r} ({model.key})"
+        check_size(model, params_b, f"{params_b:g}", label, active=model.is_moe)
     return model, notes

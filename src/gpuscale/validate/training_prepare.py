@@ -30,14 +30,13 @@ from gpuscale.validate.report import (
 )
 from gpuscale.validate.training_cells import (
     CONVENTIONS,
-    FALSY,
     MEASURED,
     TARGETS,
-    TRUTHY,
     read_gpu,
     read_precision,
     read_recompute,
     read_recompute_modules,
+    read_seq_parallel,
     read_shard_group,
     read_sharding,
     read_target,
@@ -260,11 +259,11 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
     system = system_for_gpu(gpu)
-    nics = nics_per_node(row, system.nic_gbps, system.gpus_per_node)
-    if nics is not None and nics != system.nics_per_node:
-        system = system.model_copy(update={"nics_per_node": nics})
-        nic = f"{system.nic_gbps:g} Gb/s"
-        notes.append(f"scale-out: {nics} x {nic} NICs per node, as the row states")
+    links = nics_per_node(row, system.nic_gbps, system.gpus_per_node)
+    if links is not None and links != (system.nics_per_node, system.nic_gbps):
+        nics, gbps = links
+        system = system.model_copy(update={"nics_per_node": nics, "nic_gbps": gbps})
+        notes.append(f"scale-out: {nics} x {gbps:g} Gb/s NICs per node, as the row states")
     shard_group, why = read_shard_group(row, system.gpus_per_node)
     if why:
         notes.append(why)
@@ -322,13 +321,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         w = replace(w, pp_split=pp_split)
         fixed["split"] = PP_SPLITS.index(pp_split)
     # a tick may carry the emoji presentation selector (U+FE0F), as GitHub tables write it
-    sp = row.get("seq_parallel", "").lower().replace("\ufe0f", "").strip()
-    if sp:
-        if sp not in TRUTHY + FALSY:
-            raise UnsupportedRowError(
-                f"seq_parallel={row['seq_parallel']!r}: one of {', '.join(TRUTHY + FALSY)}"
-            )
-        fixed["sp"] = sp in TRUTHY
+    sp = read_seq_parallel(row.get("seq_parallel", ""))
+    if sp is not None:
+        fixed["sp"] = sp
         if fixed["sp"] and fixed.get("tp") == 1:
             # Megatron switches it off ("Disabling sequence parallelism because tensor model
             # parallel size is 1"): a table's SP column may be ticked for every row
@@ -402,6 +397,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     recipes = nemo_recipes(row["source"])
     if sharding is not None:
         fixed["sharding"] = sharding
+        if not w.shard_group:
+            # a sharding the row names over all its data-parallel ranks: FSDP is FULL_SHARD
+            # unless the cell says hybrid (read_shard_group), so no hybrid twin is searched
+            fixed["shard_group"] = 0
     elif recipes:
         # the performance recipes run Megatron's distributed optimizer with gradients reduced
         # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
@@ -415,6 +414,19 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         fixed["tp_overlap"] = True
         notes.append("TP communication overlapped with GEMMs (the recipes' tp_comm_overlap)")
     free = [k for k in ("tp", "pp", "dp", "mbs", "recompute", "sharding") if k not in fixed]
+    # the knobs a search sets only where they can matter: context parallelism, experts
+    # over ranks (an MoE model), interleaving (under a pipeline), sequence parallelism
+    # (under TP)
+    free += [
+        name
+        for key, name, matters in (
+            ("cp", "cp", True),
+            ("ep", "ep", w.model.is_moe),
+            ("vpp", "vpp", fixed.get("pp") != 1),
+            ("sp", "sequence parallelism", fixed.get("tp") != 1),
+        )
+        if key not in fixed and matters
+    ]
     if free:
         notes.append(f"not stated, chosen by gpuscale's plan search: {', '.join(free)}")
     return PreparedRow(

@@ -24,31 +24,42 @@ if TYPE_CHECKING:  # PreparedRow is built from these rules
     from gpuscale.validate.training_prepare import PreparedRow
 
 
-def nics_per_node(row: dict[str, str], nic_gbps: float, gpus_per_node: int = 1) -> int | None:
-    """NICs per node when the row states its scale-out network, in NICs of the reference
-    system's speed: 'N x ... M Gbps' links per node, or per GPU ('1x 400Gb/s NDR per GPU',
-    times the node's ``gpus_per_node``), or a simulator config's per-node
-    'inter_node_bandwidth=X' (Gb/s) in the notes. A per-GPU speed without a count ('400
-    Gb/s per GPU') leaves the reference node as it is."""
+def nics_per_node(
+    row: dict[str, str], nic_gbps: float, gpus_per_node: int = 1
+) -> tuple[int, float] | None:
+    """(NICs per node, Gb/s each) when the row states its scale-out network: 'N x ... M
+    Gbps' links per node, or per GPU ('1x 400Gb/s NDR per GPU', times the node's
+    ``gpus_per_node``), or a simulator config's per-node 'inter_node_bandwidth=X' (Gb/s)
+    in the notes. The node's total is what the row states; it is counted in NICs of the
+    reference system's speed ``nic_gbps`` where it is a whole number of them, else in the
+    row's own links at the speed that gives that total ('2x 100Gb/s' on a node of 400 Gb/s
+    NICs: two 100 Gb/s NICs, not one 400). A per-GPU speed without a count ('400 Gb/s per
+    GPU') leaves the reference node as it is."""
     text = row.get("inter_node", "")
     per_node = None
+    links = 0.0
     # "8x400Gbps", "8 x 400 Gb/s", "4× 100G", "8x 0.4 Tbps", "8x50 GB/s" (bytes: x 8)
     m = re.search(r"(\d+)\s*[x\u00d7]\s*[^,;]*?(\d+(?:\.\d+)?)\s*([GgTt])([bB]?)(?:ps|/s|\b)", text)
     if m:
         unit = (1000.0 if m.group(3) in "Tt" else 1.0) * (8.0 if m.group(4) == "B" else 1.0)
-        count = float(m.group(1))
-        per_node = count * float(m.group(2)) * unit
+        links = float(m.group(1))
+        per_node = links * float(m.group(2)) * unit
         # links per GPU are fewer than the node's GPUs; "8x 400G ... per GPU" on an 8-GPU
         # node counts the node's, one to each GPU
-        if count < gpus_per_node and PER_GPU.search(text[m.end() :]):
+        if links < gpus_per_node and PER_GPU.search(text[m.end() :]):
             per_node *= gpus_per_node
+            links *= gpus_per_node
     else:
         m = re.search(r"inter_node_bandwidth\s*=\s*(\d+(?:\.\d+)?)", row.get("notes", ""))
         if m:
             per_node = float(m.group(1))
-    if per_node is None or nic_gbps <= 0:
+    if per_node is None or per_node <= 0 or nic_gbps <= 0:
         return None
-    return max(1, round(per_node / nic_gbps))
+    whole = round(per_node / nic_gbps)
+    if whole >= 1 and abs(whole * nic_gbps - per_node) <= 1e-6 * per_node:
+        return whole, nic_gbps
+    n = int(links) if links >= 1 else max(1, whole)
+    return n, per_node / n
 
 
 PER_GPU = re.compile(
