@@ -21,7 +21,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.flop_conventions import megatron_model_flops
 from gpuscale.perf.kv import kv_bytes_per_token, mamba_state_bytes_per_seq
-from gpuscale.perf.memory import LOSS_BYTES, activation_bytes_per_layer, memory_breakdown
+from gpuscale.perf.memory import activation_bytes_per_layer, memory_breakdown
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.step import step_breakdown
 from gpuscale.perf.transformer import (
@@ -165,16 +165,12 @@ def test_full_recompute_keeps_one_input_per_block() -> None:
     ml = memory_breakdown(_workload(layered), p, CAL)
     mb = memory_breakdown(_workload(blocks), p, CAL)
     # 64 blocks' inputs against 32 layers', 2 s b h bytes each (s 8192, b 1, h 4096), plus
-    # the larger of the one layer (block) re-materialised at a time and the loss's fp32
-    # logits (freed before the backward recomputes a layer)
+    # the one layer (block) re-materialised at a time
     none = Plans.of(tp=1, pp=1, dp=64, mbs=1, recompute=0, sharding=1)
     one_l = float(activation_bytes_per_layer(_workload(layered), none)[0])
     one_b = float(activation_bytes_per_layer(_workload(blocks), none)[0])
-    logits = LOSS_BYTES["fused"] * 8192 * layered.vocab
     inputs = 2 * 8192 * 4096
-    expected = (64 * inputs + max(one_b, logits) - 32 * inputs - max(one_l, logits)) * (
-        CAL.mem_activation_overhead
-    )
+    expected = (64 * inputs + one_b - 32 * inputs - one_l) * CAL.mem_activation_overhead
     assert float(mb.activations[0] - ml.activations[0]) == pytest.approx(expected, rel=1e-9)
     assert one_b == pytest.approx(one_l / 2, rel=1e-12)
 

@@ -163,6 +163,13 @@ def test_recompute_spellings(cell: str, mode: str) -> None:
     assert read_recompute(cell) == mode
 
 
+@pytest.mark.parametrize("cell", ["none, CPU offload of activations", "activation offloading"])
+def test_activation_offloading_skips_the_row(cell: str) -> None:
+    with pytest.raises(SkipRow, match="offloading activations to host memory is not modelled"):
+        read_recompute(cell)
+    assert read_recompute("full (no offload)") == "full"
+
+
 @pytest.mark.parametrize(
     ("cell", "mode"),
     [

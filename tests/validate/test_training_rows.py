@@ -1087,3 +1087,20 @@ def test_fsdp_stated_is_full_sharding_and_the_searched_knobs_are_named() -> None
     )
     hybrid = prepare(_row(**{**cells, "dist_optimizer_or_zero": "HSDP"}), "test")
     assert "shard_group" not in hybrid.fixed and hybrid.workload.shard_group == 8
+
+
+@pytest.mark.parametrize(
+    ("gpu", "link", "domain"),
+    [
+        ("GB200 NVL4", "", 4),  # four GPUs on a board: no rack-wide NVLink
+        ("GB200", "NVLink 5, NVL36", 36),
+        ("GB200 NVL72", "", 72),  # the reference rack
+        ("H100 NVL", "", 1),  # the NVL card, not a domain size: its PCIe server's
+    ],
+)
+def test_a_named_nvlink_domain_sets_the_scale_up_domain(gpu: str, link: str, domain: int) -> None:
+    pr = prepare(_row(gpu=gpu, intra_node_link=link, num_gpus="72"), "test")
+    assert pr.workload.system.nvlink_domain_gpus == domain
+    assert pr.workload.fabric.domain_gpus == domain
+    said = [n for n in pr.notes if n.startswith("scale-up: NVLink domains of")]
+    assert len(said) == (domain not in (72, 1))

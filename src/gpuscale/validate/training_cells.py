@@ -353,6 +353,14 @@ def read_recompute(cell: str) -> str:
         said = inner.group(2)
         off = re.search(rf"\b({NEGATOR}|{OFF}|not used|unused)\b|offload", said)
         return "none" if off else read_recompute(said)
+    offload = re.search(r"offload", text) and not re.search(
+        rf"\b{NEGATOR}[\s_-]+(\w+[\s_-]+){{0,3}}offload|offload\w*(\s+\w+)?\s*[:=(]?\s*{OFF}\b",
+        text,
+    )
+    if offload:
+        raise UnsupportedRowError(
+            f"recompute {cell!r}: offloading activations to host memory is not modelled"
+        )
     if RECOMPUTE_OFF.fullmatch(text):
         return "none"
     # torchtitan's activation checkpointing (AC) switched off, also after a "n/a"

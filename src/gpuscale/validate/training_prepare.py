@@ -46,6 +46,7 @@ from gpuscale.validate.training_rows import (
     absent_degrees,
     megatron_split,
     nics_per_node,
+    nvlink_domain,
     pipeline_schedule,
     sizes_from_notes,
     zero3_gathers,
@@ -259,6 +260,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
     system = system_for_gpu(gpu)
+    system, why = nvlink_domain(row, system)
+    if why:
+        notes.append(why)
     links = nics_per_node(row, system.nic_gbps, system.gpus_per_node)
     if links is not None and links != (system.nics_per_node, system.nic_gbps):
         nics, gbps = links

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from gpuscale.catalog import Model
+from gpuscale.catalog import Model, System
 from gpuscale.perf.plan import SHARDING, Workload
 from gpuscale.validate.training_cells import read_sharding
 from gpuscale.validate.training_model import UnsupportedRowError
@@ -60,6 +60,28 @@ def nics_per_node(
         return whole, nic_gbps
     n = int(links) if links >= 1 else max(1, whole)
     return n, per_node / n
+
+
+NVL = re.compile(r"\bnvl\s*-?\s*(\d+)\b", re.IGNORECASE)
+"""A rack-scale NVLink domain's size as NVIDIA names it: "GB200 NVL4", "NVL36", "NVL72"."""
+
+
+def nvlink_domain(row: dict[str, str], system: System) -> tuple[System, str]:
+    """The reference system with the NVLink domain the row's GPU or intra-node cell names
+    ("GB200 NVL4": four GPUs on one board, no rack-wide NVLink; "NVL36"), where the system
+    is a rack-scale one whose domain spans nodes, and why ("" when unchanged)."""
+    said = " ".join((row.get("gpu", ""), row.get("intra_node_link", "")))
+    found = NVL.search(said)
+    rack = system.nvlink_domain_gpus > system.gpus_per_node
+    if found is None or not rack:
+        return system, ""
+    n = int(found.group(1))
+    if n == system.nvlink_domain_gpus or not system.gpus_per_node <= n < system.nvlink_domain_gpus:
+        return system, ""
+    return system.model_copy(update={"nvlink_domain_gpus": n}), (
+        f"scale-up: NVLink domains of {n} GPUs ({found.group(0)}), not the "
+        f"{system.nvlink_domain_gpus} of {system.key}, as the row states"
+    )
 
 
 PER_GPU = re.compile(
