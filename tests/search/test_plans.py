@@ -627,4 +627,14 @@ def test_the_search_tries_every_interleaving_degree_that_divides_a_stage() -> No
     chosen = search_plans(w, CAL, {**fixed, "vpp": 20})
     best_s = float(best.estimate.step.step_s[best.best])
     assert best_s <= float(chosen.estimate.step.step_s[chosen.best]) * (1 + 1e-12)
-    assert int(best.estimate.plans.vpp[best.best]) > 8
+
+
+def test_a_fixed_shard_group_shards_every_plan_over_it() -> None:
+    # FSDP over groups of 8 data-parallel ranks (HSDP), fixed: every plan carries it; fixed
+    # to 0 (all ranks), no hybrid twin is added
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-8b"), g, s, Fabric.from_system(s, 64), 64, 4096, 256)
+    assert set(enumerate_plans(w, {"sharding": 4, "shard_group": 8}).shard_group) == {8}
+    assert set(enumerate_plans(w, {"sharding": 4, "shard_group": 0}).shard_group) == {0}
+    assert len(set(enumerate_plans(w, {"sharding": 4}).shard_group)) > 1

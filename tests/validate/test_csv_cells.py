@@ -191,10 +191,20 @@ def test_a_table_as_a_spreadsheet_exports_it_is_read(tmp_path: Path) -> None:
         ("params_b", "671 (37 active)", 671.0),
         ("tp", "4x", 4.0),
         ("cp", "none", 1.0),  # no context parallelism: a degree of 1
+        ("measured_step_time_s", "9100 (ms)", 9.1),  # a unit in brackets is the unit
+        ("seq_len", "8 (K)", 8192.0),
+        ("measured_step_time_s", "9100 ms (median)", 9.1),  # a remark after the unit
+        ("measured_tflops_per_gpu", "520 TFLOPS (bf16)", 520.0),
     ],
 )
 def test_unit_suffixes_tables_print(col: str, text: str, value: float) -> None:
     assert num({col: text}, col, "runs.csv:line 2") == pytest.approx(value, rel=1e-12)
+
+
+def test_a_factor_in_brackets_is_no_remark() -> None:
+    # "8 (x 8 nodes)" GPUs is not 8 GPUs: the cell is refused, not read as 8
+    with pytest.raises(InputError):
+        num({"num_gpus": "8 (x 8 nodes)"}, "num_gpus", "runs.csv:line 2")
 
 
 def test_a_malformed_number_is_still_a_located_error(tmp_path: Path) -> None:

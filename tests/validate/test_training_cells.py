@@ -45,6 +45,7 @@ def _write(tmp_path: Path, rows: list[dict[str, str]], header: list[str] | None 
         ("H100s", "h100-sxm"),  # a plural
         ("A100s (80GB)", "a100-sxm-80gb"),
         ("L40S", "l40s"),  # a part whose name ends in S, no plural
+        ("8x V100s", "v100-sxm2-32gb"),  # the catalog has no V100S: V100s are V100s
     ],
 )
 def test_gpu_spellings_of_other_tables(name: str, key: str) -> None:
@@ -157,6 +158,13 @@ def test_sequence_parallelism_off_keeps_the_recipes_tp_overlap_off() -> None:
         ("not used", "none"),
         ("\u2713", "full"),
         ("\u274c", "none"),
+        ("full AC (per-block)", "full"),
+        ("full (each decoder block)", "full"),
+        ("full AC (per transformer-block)", "full"),
+        ("recompute activations: off", "none"),  # the flag switched off
+        ("--recompute-activations=False", "none"),
+        ("recompute activations: full", "full"),  # the mode named wins over the flag
+        ("offload-free full", "full"),
     ],
 )
 def test_recompute_spellings(cell: str, mode: str) -> None:
@@ -165,7 +173,7 @@ def test_recompute_spellings(cell: str, mode: str) -> None:
 
 @pytest.mark.parametrize("cell", ["none, CPU offload of activations", "activation offloading"])
 def test_activation_offloading_skips_the_row(cell: str) -> None:
-    with pytest.raises(SkipRow, match="offloading activations to host memory is not modelled"):
+    with pytest.raises(SkipRow, match="offloading to host memory is not modelled"):
         read_recompute(cell)
     assert read_recompute("full (no offload)") == "full"
 
@@ -179,6 +187,10 @@ def test_activation_offloading_skips_the_row(cell: str) -> None:
         ("\u2717", "none"),
         ("optimizer state sharding", "zero1"),
         ("sharded optimizer", "zero1"),
+        ("sharded optimizer + gradients", "zero2"),  # the gradients too
+        ("optimizer, gradient and parameter sharding", "zero3"),
+        ("optimizer sharding: off", "none"),  # switched off, before or after the name
+        ("no optimizer sharding", "none"),
     ],
 )
 def test_sharding_yes_no_spellings(cell: str, mode: str) -> None:
@@ -441,6 +453,8 @@ def test_a_size_after_a_name_must_be_the_models() -> None:
     # DeepSeek-V3 is 671 B: "DeepSeek-V3 236B" names another model (V2's size)
     with pytest.raises(SkipRow, match="not in the catalog"):
         model_for({"model": "DeepSeek-V3 236B"}, "r")
+    with pytest.raises(SkipRow, match="not in the catalog"):  # 37 B active, not 99
+        model_for({"model": "DeepSeek-V3 671B-A99B"}, "r")
 
 
 def test_an_moe_rows_size_may_be_its_active_parameters() -> None:

@@ -1095,6 +1095,7 @@ def test_fsdp_stated_is_full_sharding_and_the_searched_knobs_are_named() -> None
         ("GB200 NVL4", "", 4),  # four GPUs on a board: no rack-wide NVLink
         ("GB200", "NVLink 5, NVL36", 36),
         ("GB200 NVL72", "", 72),  # the reference rack
+        ("GB200 NVL72", "NVL36", 36),  # the link cell before the system's name
         ("H100 NVL", "", 1),  # the NVL card, not a domain size: its PCIe server's
     ],
 )

@@ -60,8 +60,9 @@ def _outside(text: str) -> str:
     return _COUNT.sub(" ", text)
 
 
-_S_PARTS = frozenset({"v100s", "l40s"})
-"""Parts whose name ends in S (Tesla V100S, L40S): no plural of another part."""
+_S_PARTS = frozenset({"l40s"})
+"""Catalog parts whose name ends in S (L40S): no plural of another part. (The V100S the
+catalog lacks: "V100s" are V100s.)"""
 
 
 def _words(text: str) -> list[str]:

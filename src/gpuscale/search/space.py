@@ -26,6 +26,9 @@ from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.validity import divisors, placement_ok
 
 MAX_MBS = 16
+CP_MIN_SEQ = 4096
+"""The shortest sequence a context-parallel rank is given (its two load-balanced chunks
+together): shorter shards leave the ring's exchange exposed."""
 
 
 def _powers_of_two(n: int) -> list[int]:
@@ -66,7 +69,7 @@ def enumerate_plans(
         [
             c
             for c in (1, 2, 4, 8, 16, 32)
-            if (w.seq_len % (2 * c) == 0 and w.seq_len // c >= 4096) or c == 1
+            if (w.seq_len % (2 * c) == 0 and w.seq_len // c >= CP_MIN_SEQ) or c == 1
         ],
     )
     # pipeline degrees that split the layers evenly, or evenly once the embedding and the
@@ -164,9 +167,12 @@ def enumerate_plans(
         alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
         keep &= ~alone | (plans.sharding == SHARDING.index("none"))
     plans = _with_placement(w, plans.take(keep), fx.get("split"))
-    # a caller that fixes the shard group (0: all data-parallel ranks) gets no hybrid twins
-    hybrid = w.shard_group == 0 and fx.get("shard_group") is None
-    return _with_hybrid_sharding(w, plans) if hybrid else plans
+    # a caller that fixes the shard group (0: all data-parallel ranks) gets no hybrid
+    # twins, and each plan shards over that group
+    group = fx.get("shard_group")
+    if group is None:
+        return _with_hybrid_sharding(w, plans) if w.shard_group == 0 else plans
+    return replace(plans, shard_group=np.full(len(plans), int(group), dtype=np.int64))
 
 
 def _with_placement(w: Workload, plans: Plans, fixed: int | None) -> Plans:

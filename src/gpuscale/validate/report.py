@@ -310,8 +310,12 @@ _RATES = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
 
 APPROX = re.compile(r"^(~|\u2248|approx(imately|\.)?|about|circa|ca\.|around)\s*", re.IGNORECASE)
 """An approximate mark before a figure: "~5762", "≈ 5762", "approx. 1050", "about 1050"."""
-REMARK = re.compile(r"(?<=[\d.%kKmMbBtT])\s*\([^()]*\)\s*$")
-"""A remark in brackets after a figure: "8192 (packed)", "1 (GA 8)", "671 (37 active)"."""
+REMARK = re.compile(r"(?<=[\w.%/])\s*\((?P<said>[^()]*)\)\s*$")
+"""A remark in brackets after a figure or its unit: "8192 (packed)", "1 (GA 8)", "671 (37
+active)", "9100 ms (median)"; a unit in the brackets ("9100 (ms)") is the figure's."""
+BRACKETED_UNIT = re.compile(
+    r"%|[kmbtx]|ms|m?s(ec(ond)?s?)?|gpus?|tok(en)?s?(/s)?|tflop/?s|tflops|seq(uence)?s?", re.I
+)
 UNITS = {
     # column (or column suffix) -> (unit pattern after the number, factor)
     "_step_time_s": ((r"ms|msec|milliseconds?", 1e-3), (r"s|secs?|seconds?", 1.0)),
@@ -334,7 +338,7 @@ def _units(col: str, text: str) -> tuple[str, float]:
     for key, units in UNITS.items():
         if col == key or (key.startswith("_") and col.endswith(key)):
             for pattern, factor in units:
-                bare = re.fullmatch(rf"(.*?\d\.?\s*[kKM]?)\s*(?:{pattern})\.?", text, re.I)
+                bare = re.fullmatch(rf"(.*?\d\.?\s*(?-i:[kKM])?)\s*(?:{pattern})\.?", text, re.I)
                 if bare:
                     return bare.group(1).strip(), factor
     if col in DEGREES:
@@ -384,7 +388,13 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     text = APPROX.sub("", row.get(col, "").strip()).strip()
     if text == "":
         return None
-    text, scale = _units(col, REMARK.sub("", text))
+    remark = REMARK.search(text)
+    # a unit in brackets is read as the unit, any other remark is set aside, but not a
+    # factor ("8 (x 8 nodes)" is no figure of 8)
+    if remark and not re.match(r"\s*[x\u00d7*]\s*\d", remark.group("said")):
+        unit = remark.group("said").strip()
+        text = text[: remark.start()] + (unit if BRACKETED_UNIT.fullmatch(unit) else "")
+    text, scale = _units(col, text.strip())
     if text.endswith("%"):
         text, scale = text[:-1].strip(), 0.01
     elif col in ("seq_len", "num_gpus") and text[-1:] in ("k", "K"):

@@ -100,9 +100,13 @@ def read_seq_parallel(cell: str) -> bool | None:
     first = re.split(r"[\s(,;:]+", text, maxsplit=1)[0]
     if first in TRUTHY + FALSY:
         return first in TRUTHY
+    said = re.fullmatch(rf"{SP_NAME}\s*[(:=]?\s*(?P<v>[^()]*?)\)?", text)
     if re.fullmatch(rf"(no|not|without|w/o)\s+{SP_NAME}", text):
         return False
-    if re.fullmatch(rf"{SP_NAME}(\s*[(:=]?\s*(on|enabled|yes|true)\)?)?", text):
+    if said and said.group("v") in FALSY:
+        return False
+    if said and (said.group("v") in ("", *TRUTHY) or not re.search(r"\d", said.group("v"))):
+        # the name alone, switched on, or with a remark ("SP (Megatron)")
         return True
     raise UnsupportedRowError(
         f"seq_parallel={cell!r}: one of {', '.join(TRUTHY + FALSY)}, or 'SP' / "
@@ -215,6 +219,9 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
     return precision
 
 
+_OPT_SHARD = r"(optimi[sz]er[\w\s,&+/-]{0,40}?shard|shard\w*[\s_-]*optimi[sz]er)"
+"""Optimizer-state sharding in words: "optimizer state sharding", "sharded optimizer",
+"optimizer, gradient and parameter sharding"."""
 SHARD_SPELLINGS = (
     # (pattern, SHARDING index), first match wins; a cell is read lower-cased
     (r"no[\s_-]*shard", 0),  # FSDP's NO_SHARD is plain data parallelism
@@ -228,16 +235,18 @@ SHARD_SPELLINGS = (
     (r"dist\w*[\s_.-]*opt", 1),
     # PyTorch's DistributedDataParallel replicates the optimizer: no sharding
     (r"\bddp\b|distributed[\s_-]*data[\s_-]*parallel", 0),
-    # optimizer states alone sharded is ZeRO-1 ("optimizer state sharding", "sharded
-    # optimizer")
-    (r"optimi[sz]er[\s_-]*(state[s]?[\s_-]*)?shard|shard\w*[\s_-]*optimi[sz]er", 2),
+    # optimizer states sharded ("optimizer state sharding", "sharded optimizer"): with the
+    # parameters too ZeRO-3, with the gradients ZeRO-2, alone ZeRO-1
+    (rf"(?=.*{_OPT_SHARD})(?=.*\b(param|weight))", 4),
+    (rf"(?=.*{_OPT_SHARD})(?=.*\bgrad)", 3),
+    (_OPT_SHARD, 2),
     # a "distributed optimizer" column ticked yes
     (r"dist|distributed|^(yes|true|on|1|y|enabled|\u2713|\u2714|\u2705)$", 1),
     (r"\b(none|ddp|off|false|zero[\s_-]*0)\b|^(no|0|n|disabled|\u2717|\u2718|\u274c)$", 0),
 )
 _SCHEME = (
     r"(fsdp[\w-]*|zero[\w-]*(\s*stage[\s_-]*\d)?|(use_)?dist[\w.-]*(\s+optimi[sz]er)?"
-    r"|distributed(\s+optimi[sz]er)?)"
+    rf"|distributed(\s+optimi[sz]er)?|{_OPT_SHARD}\w*)"
 )
 NEGATED = re.compile(
     rf"\b{NEGATOR}[\s_-]*{_SCHEME}"
@@ -331,7 +340,10 @@ def read_sharding(cell: str) -> int | None:
     raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
 
 
-_RECOMPUTE = r"(((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*|s?ac\b)"
+_RECOMPUTE = (
+    r"(((full|selective|activation|gradient)[\s_-]+)?(recomput|checkpoint)\w*"
+    r"([\s_-]+activations?)?|s?ac\b)"
+)
 RECOMPUTE_OFF = re.compile(
     rf"(no|not|without|w/o)[\s_-]+{_RECOMPUTE}"
     rf"|{_RECOMPUTE}\s*[:=(]?\s*{OFF}\s*\)?"
@@ -342,9 +354,18 @@ recomputation", "activation checkpointing: off", "gradient checkpointing=False",
 "none (no recompute)"."""
 
 
+PER_BLOCK = re.compile(
+    r"\b(per|each|every|all)[\s_-]+((transformer|decoder|model|layer)[\s_-]*)?blocks?\b"
+    r"|\b(transformer|decoder)[\s_-]*blocks?\b"
+)
+"""A checkpoint of every block ("per transformer block", "each decoder block", "per-block"):
+every layer's, not Megatron's block method."""
+
+
 def read_recompute(cell: str) -> str:
     """The RECOMPUTE mode a row's recompute cell names ("" when empty)."""
-    text = cell.strip().lower()
+    # a flag as a launcher writes it ("--recompute-activations=False")
+    text = cell.strip().lower().lstrip("-")
     if not text:
         return ""
     # "none (selective for MoE)": the mode in the brackets, unless it too is off
@@ -354,36 +375,36 @@ def read_recompute(cell: str) -> str:
         off = re.search(rf"\b({NEGATOR}|{OFF}|not used|unused)\b|offload", said)
         return "none" if off else read_recompute(said)
     offload = re.search(r"offload", text) and not re.search(
-        rf"\b{NEGATOR}[\s_-]+(\w+[\s_-]+){{0,3}}offload|offload\w*(\s+\w+)?\s*[:=(]?\s*{OFF}\b",
+        rf"\b{NEGATOR}[\s_-]+(\w+[\s_-]+){{0,3}}offload|offload\w*(\s+\w+)??\s*[:=(]?\s*{OFF}\b"
+        r"|offload[\s_-]*free",
         text,
     )
     if offload:
-        raise UnsupportedRowError(
-            f"recompute {cell!r}: offloading activations to host memory is not modelled"
-        )
+        raise UnsupportedRowError(f"recompute {cell!r}: offloading to host memory is not modelled")
     if RECOMPUTE_OFF.fullmatch(text):
         return "none"
     # torchtitan's activation checkpointing (AC) switched off, also after a "n/a"
     if re.fullmatch(r"((n/a|-)\s*\(?\s*)?(no|none|off)[\s_-]*ac\)?", text):
         return "none"
-    # a ticked or crossed cell, as a table's recompute column may be (emoji selector off)
-    text = text.replace("\ufe0f", "")
+    # a ticked or crossed cell, as a table's recompute column may be (emoji selector off);
+    # a checkpoint "per transformer block" or "each block" is every layer's, not Megatron's
+    # block method
+    text = PER_BLOCK.sub(" ", text.replace("\ufe0f", ""))
     for mode, pattern in (
-        # Megatron's --recompute-activations is its selective recomputation; so is
-        # recomputing the attention core alone
+        # Megatron's --recompute-activations is its selective recomputation (unless the
+        # cell names another mode); so is recomputing the attention core alone
         (
             "selective",
-            r"selective|core attention|\bsac\b|recompute[\s_-]*activations"
-            r"|(attention|attn)[\s_-]*only",
+            r"selective|core attention|\bsac\b|(attention|attn)[\s_-]*only"
+            r"|^(?!.*\b(full|uniform|block|partial)\b).*recompute[\s_-]*activations",
         ),
         # Megatron's uniform method recomputes every layer, in groups of N
         ("full", r"uniform"),
         # its block method recomputes N layers of a stage ("full (4 layers)"); one layer is
         # the uniform method's group of one (NeMo's default), every layer recomputed
-        # (a checkpoint "per transformer block" or "each block" is every layer's: full)
         (
             "partial",
-            r"partial|(?<!transformer )(?<!per )(?<!each )(?<!every )\bblock\b"
+            r"partial|\bblock\b"
             r"|(?<!all )\b(0*[2-9]|0*[1-9]\d+)\s*layers?\b"
             r"|layers?\s+(per|a|each)\s+(pipeline\s+)?stage",
         ),

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
-from gpuscale.perf.transformer import param_count
+from gpuscale.perf.transformer import active_param_count, param_count
 from gpuscale.validate.report import SIZE_TOLERANCE, SkipRow, check_size, num
 from gpuscale.validate.training_stack import mentions
 
@@ -77,8 +77,12 @@ def _spelled_model(name: str) -> Model | None:
         model = get_model(described[: stated.start()])
     except InputError:
         return None
-    said = _size_b(stated.group(1))
-    return model if abs(param_count(model) / 1e9 - said) <= SIZE_TOLERANCE * said else None
+    sizes = [(_size_b(stated.group(1)), param_count(model))]
+    active = re.search(r"a(\d+(?:\.\d+)?)\s*b", stated.group(1).lower())
+    if active:  # "671B-A37B": the active parameters must be the model's too
+        sizes.append((float(active.group(1)), active_param_count(model)))
+    fits = all(abs(n / 1e9 - said) <= SIZE_TOLERANCE * said for said, n in sizes)
+    return model if fits else None
 
 
 def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:

@@ -23,6 +23,7 @@ from gpuscale.perf.recompute import op_sac_modelled
 from gpuscale.perf.transformer import (
     model_flops_per_token,
 )
+from gpuscale.search.space import CP_MIN_SEQ
 from gpuscale.validate.report import (
     count,
     num,
@@ -424,7 +425,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     free += [
         name
         for key, name, matters in (
-            ("cp", "cp", True),
+            ("cp", "cp", w.seq_len % 2 == 0 and w.seq_len // 2 >= CP_MIN_SEQ),
             ("ep", "ep", w.model.is_moe),
             ("vpp", "vpp", fixed.get("pp") != 1),
             ("sp", "sequence parallelism", fixed.get("tp") != 1),

@@ -70,8 +70,8 @@ def nvlink_domain(row: dict[str, str], system: System) -> tuple[System, str]:
     """The reference system with the NVLink domain the row's GPU or intra-node cell names
     ("GB200 NVL4": four GPUs on one board, no rack-wide NVLink; "NVL36"), where the system
     is a rack-scale one whose domain spans nodes, and why ("" when unchanged)."""
-    said = " ".join((row.get("gpu", ""), row.get("intra_node_link", "")))
-    found = NVL.search(said)
+    # the intra-node cell, which names the link, before the GPU cell's system name
+    found = NVL.search(row.get("intra_node_link", "")) or NVL.search(row.get("gpu", ""))
     rack = system.nvlink_domain_gpus > system.gpus_per_node
     if found is None or not rack:
         return system, ""
