@@ -195,6 +195,17 @@ def test_a_table_as_a_spreadsheet_exports_it_is_read(tmp_path: Path) -> None:
         ("seq_len", "8 (K)", 8192.0),
         ("measured_step_time_s", "9100 ms (median)", 9.1),  # a remark after the unit
         ("measured_tflops_per_gpu", "520 TFLOPS (bf16)", 520.0),
+        ("measured_tokens_per_s_per_gpu", "1050 TGS", 1050.0),
+        ("measured_step_time_s", "15.6 s/iter", 15.6),
+        ("measured_step_time_s", "0.26 min", 15.6),
+        ("cp", "CP=2", 2.0),  # a label before the degree, a word after it
+        ("ep", "EP64", 64.0),
+        ("ep", "64-way", 64.0),
+        ("pp", "4 stages", 4.0),
+        ("vpp", "interleaved, 5", 5.0),
+        ("num_gpus", "8x8", 64.0),  # nodes times their GPUs
+        ("num_gpus", "8 nodes x 8 GPUs", 64.0),
+        ("global_batch_seqs", "1K", 1024.0),
     ],
 )
 def test_unit_suffixes_tables_print(col: str, text: str, value: float) -> None:

@@ -354,6 +354,12 @@ def test_gh200_runs_on_its_four_gpu_node_not_a_pcie_server() -> None:
         ("TFLOP/s per GPU", "tflops_per_gpu"),
         ("MFU (%)", "mfu"),
         ("throughput", "throughput"),  # not a target: returned for the caller to refuse
+        ("TGS", "tokens_per_s_per_gpu"),  # tokens per GPU per second
+        ("tok/s/gpu", "tokens_per_s_per_gpu"),
+        ("throughput (tokens/s/GPU)", "tokens_per_s_per_gpu"),
+        ("Tokens per GPU per second", "tokens_per_s_per_gpu"),
+        ("WPS", "tokens_per_s_per_gpu"),  # torchtitan's per-GPU tokens a second
+        ("step time (s)", "tokens_per_s_per_gpu"),  # compared through measured_step_time_s
     ],
 )
 def test_target_labels_of_other_tables(cell: str, target: str) -> None:
@@ -473,3 +479,29 @@ def test_an_moe_rows_ffn_width_equal_to_its_experts_is_no_dense_width() -> None:
     assert (model.ffn_hidden, model.dense_ffn_hidden) == (8192, 16384)
     assert param_count(model) == param_count(base)
     assert notes == ["ffn_hidden=8192: llama4-maverick's expert width, as the catalog's"]
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),  # a release date
+        ("Qwen3-235B-A22B-Thinking-2507", "qwen3-235b-a22b"),
+        ("Phi-3-mini-128k-instruct", "phi-3-mini"),  # a context length
+        ("Qwen/Qwen3-30B-A3B-FP8", "qwen3-30b-a3b"),  # the weights' format
+    ],
+)
+def test_model_releases_of_the_same_shape(name: str, key: str) -> None:
+    assert model_for({"model": name}, "r")[0].key == key
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("p5.48xlarge", "h100-sxm"),  # AWS: 8 x H100 SXM 80 GB
+        ("A3 Mega (H100)", "h100-sxm"),  # Google Cloud
+        ("p4d.24xlarge", "a100-sxm-40gb"),
+        ("p5en.48xlarge", "h200"),
+    ],
+)
+def test_cloud_instances_name_their_gpus(name: str, key: str) -> None:
+    assert get_gpu(name).key == key

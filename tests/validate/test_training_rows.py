@@ -13,6 +13,7 @@ from gpuscale.validate.training_cells import COLUMNS
 from gpuscale.validate.training_model import model_for
 from gpuscale.validate.training_rows import (
     nics_per_node,
+    sizes_from_notes,
     zero3_gathers,
 )
 from gpuscale.validate.training_stack import (
@@ -233,7 +234,10 @@ def _row(**cells: str) -> dict[str, str]:
         ("NeMo performance summary", "2", True),
         ("Megatron-Bridge performance summary", "1", None),
         ("Megatron-Bridge performance summary", "", None),  # TP searched: no overlap forced
-        ("some paper", "4", None),
+        # a stack that does not name TP overlap: off; a Megatron stack: the search's choice
+        ("some paper", "4", False),
+        ("Megatron-LM README", "4", None),
+        ("a torchtitan run with AsyncTP", "4", True),
         # userbuffers stay inside the 8-GPU NVLink domain: TP16 runs its collectives in turn
         ("Megatron-Bridge performance summary", "16", None),
     ],
@@ -244,7 +248,7 @@ def test_megatron_recipes_overlap_tp_communication(
     pr = prepare(_row(source=source, tp=tp), "test")
     assert pr.fixed.get("tp_overlap") == overlap
     said = any("tp_comm_overlap" in n for n in pr.notes)
-    assert said == bool(overlap)
+    assert said == (bool(overlap) and "summary" in source)  # the recipes' own note
 
 
 @pytest.mark.parametrize(
@@ -663,18 +667,31 @@ def test_a_row_with_only_its_step_time_is_scored_in_tokens_per_second() -> None:
     pr = prepare(_row(measured_tokens_per_s_per_gpu="", measured_step_time_s="16.384"), "test")
     assert pr.measured == pytest.approx(128 * 8192 / (16.384 * 64), rel=1e-12)
     assert any("from the measured step time" in n for n in pr.notes)
-    # a TFLOP/s target is not a step time
+    # a TFLOP/s target given only a step time is compared in the tokens/s that step gives
+    flops = _row(
+        target="tflops_per_gpu",
+        measured_step_time_s="16.384",
+        measured_tokens_per_s_per_gpu="",
+        flop_convention="megatron_model_causal",
+    )
+    pr = prepare(flops, "test")
+    assert pr.target == "tokens_per_s_per_gpu"
+    assert pr.measured == pytest.approx(1000.0, rel=1e-12)
+    assert "target tflops_per_gpu, only measured_step_time_s given" in pr.notes[0]
+    # and with no batch stated, a step time gives no tokens/s: the row is skipped
     from gpuscale.validate.training_model import UnsupportedRowError
 
-    with pytest.raises(UnsupportedRowError, match="no measured_tflops_per_gpu value"):
-        prepare(
-            _row(
-                target="tflops_per_gpu",
-                measured_step_time_s="16.384",
-                flop_convention="megatron_model_causal",
-            ),
-            "test",
-        )
+    no_batch = _row(
+        model="llama3-8b",
+        measured_tokens_per_s_per_gpu="",
+        measured_step_time_s="7.6",
+        global_batch_seqs="",
+    )
+    with pytest.raises(UnsupportedRowError, match="global batch is not stated"):
+        prepare({**no_batch, "dp": "64", "micro_batch": "1", "tp": "1", "pp": "1"}, "test")
+    # unless the notes state it ("GBS=512")
+    stated = prepare({**no_batch, "dp": "64", "micro_batch": "1", "notes": "GBS=512"}, "test")
+    assert stated.measured == pytest.approx(512 * 8192 / (7.6 * 64), rel=1e-12)
 
 
 def test_a_shape_row_that_is_no_model_skips_with_the_reason() -> None:
@@ -1105,3 +1122,33 @@ def test_a_named_nvlink_domain_sets_the_scale_up_domain(gpu: str, link: str, dom
     assert pr.workload.fabric.domain_gpus == domain
     said = [n for n in pr.notes if n.startswith("scale-up: NVLink domains of")]
     assert len(said) == (domain not in (72, 1))
+
+
+@pytest.mark.parametrize(
+    ("notes", "seq", "batch"),
+    [
+        ("batch size of 4.2M tokens", 8192, 512),  # 4,194,304 tokens, rounded to 4.2M
+        ("batch 3.2M tokens", 2048, 1536),  # GPT-3's 3.2M: 1,536 sequences of 2,048
+        ("GBS=512, MBS=1", 8192, 512),
+        ("global batch = 4,194,304 tokens", 8192, 512),
+    ],
+)
+def test_a_batch_the_notes_give(notes: str, seq: int, batch: int) -> None:
+    assert sizes_from_notes(notes, seq, None)[1] == batch
+
+
+def test_an_mfu_under_a_percent_label_is_a_percentage() -> None:
+    pr = prepare(
+        _row(target="MFU (%)", measured_mfu="41", measured_tokens_per_s_per_gpu=""), "test"
+    )
+    assert pr.measured == pytest.approx(0.41)
+    assert "measured_mfu=41 under the target label 'MFU (%)': %" in pr.notes
+
+
+def test_tp_overlap_a_row_names_in_words() -> None:
+    # MegaScale's "TP/SP communication fused into and overlapped with the FFN GEMMs"
+    notes = "TP/SP communication fused into and overlapped with the FFN GEMMs"
+    pr = prepare(_row(source="MegaScale paper", tp="8", notes=notes), "test")
+    assert pr.fixed["tp_overlap"] is True
+    deepspeed = prepare(_row(source="Megatron-DeepSpeed run", tp="4"), "test")
+    assert deepspeed.fixed["tp_overlap"] is False

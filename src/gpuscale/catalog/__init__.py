@@ -114,8 +114,13 @@ def catalog_key(m: Model) -> str:
     return m.key if models().get(m.key) == m else ""
 
 
-_HF_VARIANT = re.compile(r"([-_ ](hf|instruct|chat|base|it|v\d+(\.\d+)+))+$", re.IGNORECASE)
-"""Suffixes of a Hugging Face repository name that do not change the model's shape."""
+_HF_VARIANT = re.compile(
+    r"([-_ ](hf|instruct|chat|base|it|thinking|fp8|bf16|v\d+(\.\d+)+|\d{4}|\d+k))+$",
+    re.IGNORECASE,
+)
+"""Suffixes of a Hugging Face repository name that do not change the model's shape: a
+tuning ("-Instruct", "-Thinking"), a version or release date ("-v0.1", "-0324", "-2507"),
+the weights' format ("-FP8"), a context length ("Phi-3-mini-4k", "-128k")."""
 
 
 def system_for_gpu(gpu: GPU) -> System:

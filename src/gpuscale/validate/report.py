@@ -318,10 +318,14 @@ BRACKETED_UNIT = re.compile(
 )
 UNITS = {
     # column (or column suffix) -> (unit pattern after the number, factor)
-    "_step_time_s": ((r"ms|msec|milliseconds?", 1e-3), (r"s|secs?|seconds?", 1.0)),
+    "_step_time_s": (
+        (r"ms|msec|milliseconds?", 1e-3),
+        (r"(s|secs?|seconds?)(\s*/\s*(it(er(ation)?)?|step))?", 1.0),
+        (r"min|minutes?", 60.0),
+    ),
     "measured_tflops_per_gpu": ((r"tflop/?s?|tflops|tf/?s|tf", 1.0),),
     "measured_tokens_per_s_per_gpu": (
-        (r"(tok(en)?s?|tkn)\s*/\s*s(ec)?(\s*/\s*gpu)?|tok(en)?s?\s*per\s*s(ec(ond)?)?", 1.0),
+        (r"(tok(en)?s?|tkn)\s*/\s*s(ec)?(\s*/\s*gpu)?|tok(en)?s?\s*per\s*s(ec(ond)?)?|tgs", 1.0),
     ),
     "seq_len": ((r"tok(en)?s?", 1.0),),
     "num_gpus": ((r"gpus?", 1.0),),
@@ -335,6 +339,15 @@ DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch")
 
 def _units(col: str, text: str) -> tuple[str, float]:
     """``text`` without a unit ``col`` reads (:data:`UNITS`), and the unit's factor."""
+    if col == "num_gpus":
+        # nodes times GPUs each: "8x8", "8 nodes x 8 GPUs", "16 x 8 GPUs per node"
+        nodes = re.fullmatch(
+            r"(\d+)\s*(nodes?)?\s*[x\u00d7*]\s*(\d+)\s*(gpus?)?(\s*(per|/|a|each)\s*node)?",
+            text,
+            re.I,
+        )
+        if nodes:
+            return str(int(nodes.group(1)) * int(nodes.group(3))), 1.0
     for key, units in UNITS.items():
         if col == key or (key.startswith("_") and col.endswith(key)):
             for pattern, factor in units:
@@ -344,7 +357,10 @@ def _units(col: str, text: str) -> tuple[str, float]:
     if col in DEGREES:
         if text.lower() in ("none", "off", "no", "disabled"):
             return "1", 1.0
-        return re.sub(r"(?<=\d)\s*[x\u00d7]$", "", text), 1.0
+        # a label before the degree ("CP=2", "EP64", "interleaved, 5"), a word after it
+        # ("4x", "64-way", "4 stages")
+        text = re.sub(r"^[a-z][a-z ]*?\s*[=:,]?\s*(?=\d)", "", text, flags=re.I)
+        return re.sub(r"(?<=\d)\s*-?\s*([x\u00d7]|way|stages?|ranks?)$", "", text, flags=re.I), 1.0
     return text, 1.0
 
 
@@ -397,8 +413,9 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     text, scale = _units(col, text.strip())
     if text.endswith("%"):
         text, scale = text[:-1].strip(), 0.01
-    elif col in ("seq_len", "num_gpus") and text[-1:] in ("k", "K"):
-        # binary thousands, as context lengths and cluster sizes are quoted ("16K GPUs")
+    elif col in ("seq_len", "num_gpus", "global_batch_seqs") and text[-1:] in ("k", "K"):
+        # binary thousands, as context lengths, cluster sizes and batches are quoted ("16K
+        # GPUs", a batch of "1K" sequences)
         text, scale = text[:-1].strip(), 1024.0
     elif col == "params_b" and text[-1:] in ("b", "B", "t", "T"):
         # the column counts billions: "70B" restates its unit, "1.8T" is 1,800

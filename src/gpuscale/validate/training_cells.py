@@ -116,11 +116,18 @@ def read_seq_parallel(cell: str) -> bool | None:
 
 TARGET_SPELLINGS = (
     # (pattern over the lower-cased cell, target), as tables label the figure they give
-    (r"tokens?\s*(/|_?per_?|\s)\s*s(ec(ond)?)?\s*(/|_?per_?|\s)\s*gpu", "tokens_per_s_per_gpu"),
+    (
+        r"(throughput\s*\(?\s*)?tok(en)?s?\s*(/|_?per_?|\s)\s*s(ec(ond)?)?\s*(/|_?per_?|\s)"
+        r"\s*gpu\)?|tok(en)?s?\s*per\s*gpu\s*per\s*s(ec(ond)?)?|tgs|wps",
+        "tokens_per_s_per_gpu",
+    ),
+    # a step time is the inverse of the tokens/s per GPU it gives (measured_step_time_s)
+    (r"step[\s_-]*time(_s|\s*\(s\))?|iteration[\s_-]*time(_s|\s*\(s\))?", "tokens_per_s_per_gpu"),
     (r"(model\s*)?tflop/?s(\s*(/|_?per_?|\s)\s*gpu)?", "tflops_per_gpu"),
     (r"mfu\s*(\(\s*%\s*\)|%)?", "mfu"),
 )
-"""Labels of the schema's targets other tables use ("Tokens/s/GPU", "TFLOPS", "MFU (%)")."""
+"""Labels of the schema's targets other tables use ("Tokens/s/GPU", "tok/s/gpu", "TGS" and
+torchtitan's "WPS", tokens per second per GPU; "step time (s)"; "TFLOPS"; "MFU (%)")."""
 
 
 def read_target(cell: str) -> str:

@@ -53,6 +53,7 @@ from gpuscale.validate.training_rows import (
     zero3_gathers,
 )
 from gpuscale.validate.training_stack import (
+    DEEPSPEED_TRAINER,
     attention_kernel,
     cuda_graphs,
     elementwise_kernels,
@@ -98,6 +99,18 @@ class PreparedRow:
 PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
 """Names of parameter-efficient fine-tuning in a row's stack text."""
 
+TP_OVERLAP_NAMED = (
+    r"tp[_ -]?comm[_ -]?overlap|tp[_ -]overlap|userbuffers?|async[ -]?tp"
+    r"|overlap(ping|ped)?\b[^.;]{0,30}\b(tp|tensor[ -]parallel)"
+    r"|\b(tp|tensor[ -]parallel)\b[^.;]{0,30}\b(comm\w*|collectives?)\b[^.;]{0,40}\boverlap"
+)
+"""How a row names TP communication overlapped with the GEMMs (Megatron's
+--tp-comm-overlap, Transformer Engine's userbuffers, torchtitan's AsyncTP, "TP/SP
+communication fused into and overlapped with the FFN GEMMs")."""
+TP_OVERLAP_STACKS = r"megatron|\bnemo\b|nemotron|megascale"
+"""Stacks of the Megatron family, which overlap TP communication where configured to: a
+row naming one leaves the overlap to the plan search."""
+
 FP8_PARAM_GATHER = r"fp[48][_ -]param[_ -]gather|float8[_ -]all[_ -]gather"
 """How a row names low-precision parameter gathers (Megatron's --fp8-param-gather and
 --fp4-param-gather, torchao's enable_fsdp_float8_all_gather)."""
@@ -142,9 +155,20 @@ def _figure(row: dict[str, str], where: str) -> tuple[str, str, bool, float | No
         if not excluded and row.get(MEASURED[other], "").strip():
             notes.append(f"target {target}, only {MEASURED[other]} given: compared as {other}")
             target = other
+        elif not excluded and row.get("measured_step_time_s", "").strip():
+            # only the step time: the tokens/s per GPU it gives (the same run's rate)
+            notes.append(
+                f"target {target}, only measured_step_time_s given: compared as tokens/s per GPU"
+            )
+            target = "tokens_per_s_per_gpu"
     if not conv and target in FLOP_TARGETS:
         conv = "unspecified"  # an empty cell: the source does not say how it counts
     measured = positive(row, MEASURED[target], where)
+    percent = "%" in row["target"] and not row[MEASURED[target]].strip().endswith("%")
+    if target == "mfu" and measured is not None and 1 < measured <= 100 and percent:
+        # "MFU (%)" labels a column of percentages: 41 there is 0.41
+        notes.append(f"measured_mfu={measured:g} under the target label {row['target']!r}: %")
+        measured /= 100.0
     if target == "mfu" and measured is not None and measured > 1:
         raise UnsupportedRowError(
             f"measured_mfu={row['measured_mfu']!r}: a fraction of peak, at most 1 (0.45 for 45 %)"
@@ -206,7 +230,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     )
     notes.extend(from_notes)
     dp_stated, mbs_stated = count(row, "dp", where), count(row, "micro_batch", where)
+    batch_assumed = False
     if gbs is None and dp_stated is not None and mbs_stated is not None:
+        batch_assumed = True
         gbs = dp_stated * mbs_stated
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
     degrees = [count(row, k, where) for k in ("tp", "pp", "cp")]
@@ -231,6 +257,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if measured is None:
         if target not in ("tokens_per_s_per_gpu", "excluded") or not step_s:
             raise UnsupportedRowError(f"no {measured_col} value")
+        if batch_assumed:
+            # the tokens a step trains are the row's figure: an assumed batch would make it
+            raise UnsupportedRowError(
+                "only a step time is measured and the global batch is not stated: its "
+                "tokens/s per GPU cannot be derived"
+            )
         # only the iteration time is given: the tokens it trains over its GPUs
         measured = gbs * seq / (step_s * n_gpus)
         notes.append("tokens/s per GPU from the measured step time: batch x sequence / (s x GPUs)")
@@ -418,6 +450,17 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         # within a scale-up domain)
         fixed["tp_overlap"] = True
         notes.append("TP communication overlapped with GEMMs (the recipes' tp_comm_overlap)")
+    if "tp_overlap" not in fixed and not recipes and fixed.get("tp") != 1:
+        # overlapping TP collectives with the GEMMs is a feature of a stack (Megatron's and
+        # Transformer Engine's userbuffers, MegaScale's fused kernels, torch's AsyncTP), not
+        # of the plan: on where the row names it, the search's choice on the Megatron
+        # family's stacks, off on the others (DeepSpeed, nanotron, Hugging Face, ...)
+        if mentions(text, TP_OVERLAP_NAMED):
+            fixed["tp_overlap"] = True
+            notes.append("TP communication overlapped with GEMMs, as the row names")
+        elif not mentions(text, TP_OVERLAP_STACKS) or mentions(text, DEEPSPEED_TRAINER):
+            fixed["tp_overlap"] = False
+            notes.append("TP communication not overlapped with GEMMs (no overlap named)")
     free = [k for k in ("tp", "pp", "dp", "mbs", "recompute", "sharding") if k not in fixed]
     # the knobs a search sets only where they can matter: context parallelism, experts
     # over ranks (an MoE model), interleaving (under a pipeline), sequence parallelism

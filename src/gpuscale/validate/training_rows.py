@@ -11,6 +11,7 @@ model-parallel size and the pipeline schedule's defaults. The model a row names 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -138,13 +139,13 @@ _SEQ_IN_NOTES = re.compile(
     re.IGNORECASE,
 )
 _BATCH_SEQS_IN_NOTES = re.compile(
-    r"\bglobal batch(?: size)?(?: of)?[:= ]+"
+    r"\b(?:global batch(?: size)?|gbs)(?: of)?\s*[:= ]+\s*"
     + _NUM
     + r"(?! ?(?:[KMB]|thousand|million|billion)\b)(?! ?tokens)",
     re.IGNORECASE,
 )
 _BATCH_TOKENS_IN_NOTES = re.compile(
-    r"batch(?: size)?(?: of)?:? "
+    r"(?:batch(?: size)?|gbs)(?: of)?\s*[:=]?\s*"
     + _NUM
     + r" ?(?:([KMB]|thousand|million|billion)\b(?: tokens)?|(tokens)\b)",
     re.IGNORECASE,
@@ -178,11 +179,31 @@ def sizes_from_notes(
             "b": 2**30,
             "billion": 2**30,
         }.get(unit, 1)
-        batch_tokens = round(float(hit.group(1).replace(",", "")) * scale)
-        if batch_tokens >= seq:
-            gbs = float(round(batch_tokens / seq))
+        said = float(hit.group(1).replace(",", ""))
+        gbs = _sequences(said, scale, seq)
+        if gbs is not None:
             notes.append(f"global batch from the notes: {gbs:.0f} sequences of {seq:g} tokens")
     return seq, gbs, notes
+
+
+def _sequences(said: float, scale: int, seq: float) -> float | None:
+    """Sequences of ``seq`` tokens in a batch the notes give in tokens (``said`` times a K,
+    M or B suffix's binary ``scale``), or None when it is less than one. A suffixed figure
+    that is a whole number of sequences in binary units is that ("4M" tokens of 2,048 are
+    2,048 sequences); else it is a rounded decimal figure ("4.2M tokens" of 8,192: 4.2 x
+    10^6 / 8,192 = 513), and the batch is the count within 3 % of it that the most
+    factors of two divide (512, as 4,194,304 tokens round to 4.2M; GPT-3's "3.2M" tokens of
+    2,048 are 1,536 sequences)."""
+    binary = said * scale / seq
+    if binary < 1:
+        return None
+    if scale == 1 or abs(binary - round(binary)) <= 1e-9 * binary:
+        return float(round(binary))
+    decimal = said * scale / 1.024 ** round(math.log(scale, 1024)) / seq
+    near = range(max(1, math.ceil(0.97 * decimal)), math.floor(1.03 * decimal) + 1)
+    if not near:
+        return float(round(decimal))
+    return float(max(near, key=lambda n: ((n & -n), -abs(n - decimal))))
 
 
 _ABSENT_DIM = {
