@@ -456,6 +456,7 @@ def test_a_bracketed_run_variant_keeps_the_catalog_model() -> None:
         ("BF16 (amp_bf16)", "bf16"),
         ("torch.bfloat16", "bf16"),
         ("float16 with loss scaling", "fp16"),
+        ("16-mixed", "fp16"),  # PyTorch Lightning's fp16 mixed precision
         ("FP8-CS (FP8-MX)", "fp8"),
         ("float8 (torchao rowwise)", "fp8"),
         ("FP8 (E4M3)", "fp8"),

@@ -187,6 +187,10 @@ MX_FP8 = re.compile(r"mx[\s_-]*fp8")
 """An MX (microscaling, 32-element blocks) FP8 format: "MXFP8", "MX-FP8", "MX FP8"."""
 
 
+LIGHTNING_FP16 = re.compile(r"16([\s_-]*(mixed|amp))?")
+"""PyTorch Lightning's fp16 mixed precision ("16-mixed", "16")."""
+
+
 def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
     """The training precision a row's cell names (bf16, fp16, fp8, fp4); how it was read
     goes to ``notes``."""
@@ -219,7 +223,7 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
         precision = "fp8"
     elif "bf16" in prec_raw or "bfloat16" in prec_raw:
         precision = "bf16"
-    elif "fp16" in prec_raw or "float16" in prec_raw or "half" in prec_raw:
+    elif re.search(r"fp16|float16|half", prec_raw) or LIGHTNING_FP16.fullmatch(prec_raw):
         precision = "fp16"
     else:
         raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
