@@ -42,6 +42,11 @@ def _write(tmp_path: Path, rows: list[dict[str, str]], header: list[str] | None 
         ("8*H100", "h100-sxm"),
         ("NVIDIA HGX H100 8-GPU", "h100-sxm"),
         ("H100 x 64 GPUs", "h100-sxm"),  # a count beyond 16 with its unit
+        ("H100 x 64", "h100-sxm"),  # or without, where no H100 has 64 GB
+        ("A100 x 128", "a100-sxm-80gb"),
+        ("DGX-2 (V100 32GB)", "v100-sxm2-32gb"),  # a system named with its digits
+        ("DGX-1 (V100)", "v100-sxm2-16gb"),  # the part that system holds
+        ("DGX-1 (V100 32GB)", "v100-sxm2-32gb"),  # unless a size says otherwise
         ("H100s", "h100-sxm"),  # a plural
         ("A100s (80GB)", "a100-sxm-80gb"),
         ("L40S", "l40s"),  # a part whose name ends in S, no plural
@@ -505,3 +510,11 @@ def test_model_releases_of_the_same_shape(name: str, key: str) -> None:
 )
 def test_cloud_instances_name_their_gpus(name: str, key: str) -> None:
     assert get_gpu(name).key == key
+
+
+@pytest.mark.parametrize("name", ["A100 x 40", "V100 x 32", "MI300X x 192"])
+def test_a_number_after_the_name_that_is_a_parts_memory_is_no_count(name: str) -> None:
+    # "A100 x 40" may be the 40 GB part with its unit left out: neither read as 40 GPUs
+    # nor as a part
+    with pytest.raises(InputError):
+        get_gpu(name)

@@ -199,6 +199,36 @@ def _free_word_fits(word: str, key: str, bracketed: bool = False) -> bool:
     return (bracketed or not word.isdigit()) and _misspelling(word) is None
 
 
+@cache
+def _housing(family: str) -> dict[str, str]:
+    """The keys and aliases of the catalog systems that house a part of ``family``, as their
+    words joined by dashes ("dgx-2"), and the part each houses."""
+    return {
+        "-".join(_words(n.lower())): sy.gpu
+        for sy in systems().values()
+        if _family(sy.gpu) == family
+        for n in (sy.key, sy.name, *sy.aliases)
+    }
+
+
+_COUNT_AFTER = re.compile(r"\s[x\u00d7*]\s*(\d+)\s*$")
+
+
+def _count_after(lowered: str) -> str:
+    """``lowered`` without a GPU count after the name beyond what :data:`_COUNT` takes
+    ("H100 x 64"), where no part of the family the name spells has that many GB of memory
+    ("A100 x 40" stays: it may be the 40 GB part)."""
+    after = _COUNT_AFTER.search(lowered)
+    if after is None:
+        return lowered
+    n = float(after.group(1))
+    family = {t for t in _tokens(lowered[: after.start()]) if t in _families()}
+    sizes = [g.hbm_gb for k, g in gpus().items() if _family(k) in family]
+    if len(family) != 1 or any(abs(gb - n) <= 0.1 * n for gb in sizes):
+        return lowered
+    return lowered[: after.start()]
+
+
 def _gpu_by_description(name: str) -> str | None:
     """The one catalog GPU a free-text name describes, or None when it is not exactly one.
 
@@ -224,7 +254,7 @@ def _gpu_by_description(name: str) -> str | None:
     Grand Teton" is the Grand Teton part); SXM/OAM unless a form factor is named. What is
     left must be a single entry or the family's own alias (``H100`` is the SXM5 80 GB part).
     """
-    lowered = name.lower()
+    lowered = _count_after(name.lower())
     groups = _groups(lowered)
     outer = [t for g in groups for t in g]
     inner = _tokens(" ".join(m.group(0)[1:-1] for m in _BRACKETED.finditer(lowered)))
@@ -233,7 +263,10 @@ def _gpu_by_description(name: str) -> str | None:
         return None
     family = families.pop()
     joined = [t for g in groups if family in g for t in g]
-    free = [t for g in groups if family not in g for t in g]
+    # a system that houses the family, spelled with its digits ("DGX-2 (V100 32GB)")
+    housing = _housing(family)
+    housed = {housing["-".join(g)] for g in groups if "-".join(g) in housing}
+    free = [t for g in groups if family not in g and "-".join(g) not in housing for t in g]
     cands = [k for k in gpus() if _family(k) == family]
     for size in (float(m.group(1)) for m in _SIZE.finditer(lowered)):
         gap = {k: abs(gpus()[k].hbm_gb - size) for k in cands}
@@ -246,6 +279,7 @@ def _gpu_by_description(name: str) -> str | None:
         and all(_free_word_fits(t, k) for t in free)
         and all(_free_word_fits(t, k, bracketed=True) for t in inner)
     ]
+    cands = [k for k in cands if k in housed] or cands  # the part the system named holds
     named = {k: sum(_word_fits(t, k) is True for t in outer) for k in cands}
     cands = [k for k in cands if named[k] == max(named.values())]
     if not any(_FORM.fullmatch(t) for t in outer + inner):  # SXM/OAM unless one is named
