@@ -12,7 +12,8 @@ from cli_runner import run_cli
 
 from gpuscale.calibrate import default_calibration
 from gpuscale.errors import InputError
-from gpuscale.validate.report import num, signed_error_pct, strict_json
+from gpuscale.validate.numbers import num
+from gpuscale.validate.report import signed_error_pct, strict_json
 from gpuscale.validate.training import validate_training
 
 HEADER = (
@@ -197,6 +198,7 @@ def test_a_table_as_a_spreadsheet_exports_it_is_read(tmp_path: Path) -> None:
         ("measured_tflops_per_gpu", "520 TFLOPS (bf16)", 520.0),
         ("measured_tokens_per_s_per_gpu", "1050 TGS", 1050.0),
         ("measured_step_time_s", "15.6 s/iter", 15.6),
+        ("measured_step_time_s", "900 ms/iter", 0.9),
         ("measured_step_time_s", "0.26 min", 15.6),
         ("cp", "CP=2", 2.0),  # a label before the degree, a word after it
         ("ep", "EP64", 64.0),
@@ -206,10 +208,21 @@ def test_a_table_as_a_spreadsheet_exports_it_is_read(tmp_path: Path) -> None:
         ("num_gpus", "8x8", 64.0),  # nodes times their GPUs
         ("num_gpus", "8 nodes x 8 GPUs", 64.0),
         ("global_batch_seqs", "1K", 1024.0),
+        ("vocab", "32K", 32000.0),  # LLaMA's 32,000 tokens, a decimal K
     ],
 )
 def test_unit_suffixes_tables_print(col: str, text: str, value: float) -> None:
     assert num({col: text}, col, "runs.csv:line 2") == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("col", "text"),
+    [("tp", "PP=4"), ("tp", "abc 4"), ("cp", "no 2"), ("pp", "VPP 2"), ("micro_batch", "GBS=512")],
+)
+def test_a_degree_cell_takes_only_its_own_label(col: str, text: str) -> None:
+    # "PP=4" in the tp column is no TP degree of 4: refused, not read silently
+    with pytest.raises(InputError):
+        num({col: text}, col, "runs.csv:line 2")
 
 
 def test_a_factor_in_brackets_is_no_remark() -> None:

@@ -493,6 +493,7 @@ def test_an_moe_rows_ffn_width_equal_to_its_experts_is_no_dense_width() -> None:
         ("Qwen3-235B-A22B-Thinking-2507", "qwen3-235b-a22b"),
         ("Phi-3-mini-128k-instruct", "phi-3-mini"),  # a context length
         ("Qwen/Qwen3-30B-A3B-FP8", "qwen3-30b-a3b"),  # the weights' format
+        ("moonshotai/Kimi-K2-Thinking", "kimi-k2.5"),  # a catalog alias as written first
     ],
 )
 def test_model_releases_of_the_same_shape(name: str, key: str) -> None:
@@ -506,6 +507,7 @@ def test_model_releases_of_the_same_shape(name: str, key: str) -> None:
         ("A3 Mega (H100)", "h100-sxm"),  # Google Cloud
         ("p4d.24xlarge", "a100-sxm-40gb"),
         ("p5en.48xlarge", "h200"),
+        ("p4de", "a100-sxm-80gb"),
     ],
 )
 def test_cloud_instances_name_their_gpus(name: str, key: str) -> None:

@@ -1132,9 +1132,13 @@ def test_a_named_nvlink_domain_sets_the_scale_up_domain(gpu: str, link: str, dom
         ("batch 3.2M tokens", 2048, 1536),  # GPT-3's 3.2M: 1,536 sequences of 2,048
         ("GBS=512, MBS=1", 8192, 512),
         ("global batch = 4,194,304 tokens", 8192, 512),
+        # a micro-, mini- or per-GPU batch is no global batch
+        ("micro batch = 16384 tokens", 8192, None),
+        ("per-GPU batch = 8192 tokens", 8192, None),
+        ("micro-batch size: 16384 tokens, global batch 1M tokens", 8192, 128),
     ],
 )
-def test_a_batch_the_notes_give(notes: str, seq: int, batch: int) -> None:
+def test_a_batch_the_notes_give(notes: str, seq: int, batch: int | None) -> None:
     assert sizes_from_notes(notes, seq, None)[1] == batch
 
 
@@ -1146,10 +1150,24 @@ def test_an_mfu_under_a_percent_label_is_a_percentage() -> None:
     assert "measured_mfu=41 under the target label 'MFU (%)': %" in pr.notes
 
 
-def test_tp_overlap_a_row_names_in_words() -> None:
-    # MegaScale's "TP/SP communication fused into and overlapped with the FFN GEMMs"
-    notes = "TP/SP communication fused into and overlapped with the FFN GEMMs"
-    pr = prepare(_row(source="MegaScale paper", tp="8", notes=notes), "test")
-    assert pr.fixed["tp_overlap"] is True
-    deepspeed = prepare(_row(source="Megatron-DeepSpeed run", tp="4"), "test")
-    assert deepspeed.fixed["tp_overlap"] is False
+@pytest.mark.parametrize(
+    ("source", "notes", "overlap"),
+    [
+        # MegaScale's own words
+        ("MegaScale paper", "TP/SP communication fused into and overlapped with the GEMMs", True),
+        ("a paper", "--tp-comm-overlap", True),
+        ("Megatron-DeepSpeed run", "", False),  # no such overlap in that stack
+        # negations and other overlaps are no TP overlap
+        ("a DeepSpeed run", "TP communication is not overlapped", False),
+        ("Megatron-DeepSpeed", "overlap grad reduce, tp 4", False),
+        ("a paper", "overlapping the DP all-reduce with the TP=4 compute", False),
+        ("a paper", "AsyncTP not used", False),
+        ("Megatron-LM", "tp_comm_overlap=False", False),
+        # a Megatron stack whose notes begin with another switch: the search's choice
+        ("Megatron-LM", "No CP", None),
+        ("an mcore run", "", None),
+    ],
+)
+def test_tp_overlap_as_the_row_names_it(source: str, notes: str, overlap: bool | None) -> None:
+    pr = prepare(_row(source=source, tp="4", notes=notes), "test")
+    assert pr.fixed.get("tp_overlap") is overlap

@@ -27,7 +27,8 @@ from gpuscale.validate.inference_rows import (
     UnsupportedRowError,
     plan_row,
 )
-from gpuscale.validate.report import num, read_rows, signed_error_pct
+from gpuscale.validate.numbers import num
+from gpuscale.validate.report import read_rows, signed_error_pct
 
 DEFAULT_RUNS = Path("../shared/validation/inference_runs.csv")
 

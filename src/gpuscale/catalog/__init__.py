@@ -93,12 +93,15 @@ def get_model(name: str, field: str = "model") -> Model:
         # a Hugging Face repository id names the same model: "meta-llama/Llama-2-7b-hf",
         # "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-7B-Instruct" (a tuned variant has the
         # base model's shape); so may a folder without a config.json that bears its name
-        bare = _HF_VARIANT.sub("", name.rstrip("/").rsplit("/", 1)[-1])
-        if bare and bare != name:
-            try:
-                return _lookup(bare, models(), _model_index(), field)
-            except InputError:
-                pass
+        # the repository's own name first ("moonshotai/Kimi-K2-Thinking" is a catalog
+        # alias), then without the suffixes of a tuning, release or format
+        last = name.rstrip("/").rsplit("/", 1)[-1]
+        for bare in dict.fromkeys((last, _HF_VARIANT.sub("", last))):
+            if bare and bare != name:
+                try:
+                    return _lookup(bare, models(), _model_index(), field)
+                except InputError:
+                    pass
         if kind == "dir":
             raise InputError(
                 field,

@@ -24,12 +24,11 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric, busbw_factor, estimate
 from gpuscale.units import GB
 from gpuscale.validate.collectives_fabric import row_fabric
+from gpuscale.validate.numbers import count, num
 from gpuscale.validate.report import (
     RowResult,
     SkipRow,
     ValidationReport,
-    count,
-    num,
     read_rows,
     signed_error_pct,
     unread_columns,

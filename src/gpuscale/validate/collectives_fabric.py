@@ -16,8 +16,8 @@ from gpuscale.catalog import GPU, System, get_gpu, system_for_gpu, systems
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.nccl import NET_OVERHEAD_S, nvls_efficiency
+from gpuscale.validate.numbers import count
 from gpuscale.validate.report import SkipRow as SkipRowError
-from gpuscale.validate.report import count
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from gpuscale.validate.inference_rows import (
     plan_row,
     rejected,
 )
+from gpuscale.validate.numbers import positive
 from gpuscale.validate.report import (
     RowResult,
     ValidationReport,
-    positive,
     read_rows,
     signed_error_pct,
     unread_columns,

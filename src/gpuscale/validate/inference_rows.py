@@ -16,7 +16,8 @@ from gpuscale.catalog import Model, get_gpu, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.engines import ENGINES, EngineConfig
 from gpuscale.perf.kv import precision_plan
-from gpuscale.validate.report import SkipRow, check_size, count, positive
+from gpuscale.validate.numbers import count, positive
+from gpuscale.validate.report import SkipRow, check_size
 
 COLUMNS = (
     "id",

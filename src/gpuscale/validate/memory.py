@@ -38,12 +38,11 @@ from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import ELEMENTWISE, RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.recompute import DEFAULT_MODULES, parse_modules
 from gpuscale.perf.validity import check_plan
+from gpuscale.validate.numbers import count, positive
 from gpuscale.validate.report import (
     RowResult,
     SkipRow,
     ValidationReport,
-    count,
-    positive,
     read_rows,
     signed_error_pct,
     unread_columns,

@@ -24,10 +24,10 @@ from gpuscale.perf.transformer import (
     model_flops_per_token,
 )
 from gpuscale.search.plans import search_plans
+from gpuscale.validate.numbers import num
 from gpuscale.validate.report import (
     RowResult,
     ValidationReport,
-    num,
     read_rows,
     signed_error_pct,
     unread_columns,

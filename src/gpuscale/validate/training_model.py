@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from gpuscale.catalog import Model, get_model
 from gpuscale.errors import InputError
 from gpuscale.perf.transformer import active_param_count, param_count
-from gpuscale.validate.report import SIZE_TOLERANCE, SkipRow, check_size, num
+from gpuscale.validate.numbers import num
+from gpuscale.validate.report import SIZE_TOLERANCE, SkipRow, check_size
 from gpuscale.validate.training_stack import mentions
 
 UnsupportedRowError = SkipRow

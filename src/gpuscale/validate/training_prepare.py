@@ -24,11 +24,7 @@ from gpuscale.perf.transformer import (
     model_flops_per_token,
 )
 from gpuscale.search.space import CP_MIN_SEQ
-from gpuscale.validate.report import (
-    count,
-    num,
-    positive,
-)
+from gpuscale.validate.numbers import count, num, positive
 from gpuscale.validate.training_cells import (
     CONVENTIONS,
     MEASURED,
@@ -101,13 +97,16 @@ PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
 
 TP_OVERLAP_NAMED = (
     r"tp[_ -]?comm[_ -]?overlap|tp[_ -]overlap|userbuffers?|async[ -]?tp"
-    r"|overlap(ping|ped)?\b[^.;]{0,30}\b(tp|tensor[ -]parallel)"
-    r"|\b(tp|tensor[ -]parallel)\b[^.;]{0,30}\b(comm\w*|collectives?)\b[^.;]{0,40}\boverlap"
+    r"|\b(tp|tensor[ -]parallel)(/sp)? (communication|collectives?) (is |are )?"
+    r"(fused into and )?overlapped"
+    r"|\boverlap(ping|ped|s)? (the )?(tp|tensor[ -]parallel)(/sp)? (communication|collectives?)"
 )
 """How a row names TP communication overlapped with the GEMMs (Megatron's
 --tp-comm-overlap, Transformer Engine's userbuffers, torchtitan's AsyncTP, "TP/SP
 communication fused into and overlapped with the FFN GEMMs")."""
-TP_OVERLAP_STACKS = r"megatron|\bnemo\b|nemotron|megascale"
+TP_OVERLAP_OFF = re.compile(r"tp[_ -]?comm[_ -]?overlap\s*[:=]\s*(false|0|off|no)\b")
+"""A row that switches Megatron's TP overlap off (``tp_comm_overlap=False``)."""
+TP_OVERLAP_STACKS = re.compile(r"megatron|mcore|\bnemo\b|nemotron|megascale")
 """Stacks of the Megatron family, which overlap TP communication where configured to: a
 row naming one leaves the overlap to the plan search."""
 
@@ -455,10 +454,13 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         # Transformer Engine's userbuffers, MegaScale's fused kernels, torch's AsyncTP), not
         # of the plan: on where the row names it, the search's choice on the Megatron
         # family's stacks, off on the others (DeepSpeed, nanotron, Hugging Face, ...)
-        if mentions(text, TP_OVERLAP_NAMED):
+        if TP_OVERLAP_OFF.search(text):
+            fixed["tp_overlap"] = False
+            notes.append("TP communication not overlapped with GEMMs, as the row says")
+        elif mentions(text, TP_OVERLAP_NAMED):
             fixed["tp_overlap"] = True
             notes.append("TP communication overlapped with GEMMs, as the row names")
-        elif not mentions(text, TP_OVERLAP_STACKS) or mentions(text, DEEPSPEED_TRAINER):
+        elif not TP_OVERLAP_STACKS.search(text) or re.search(DEEPSPEED_TRAINER, text):
             fixed["tp_overlap"] = False
             notes.append("TP communication not overlapped with GEMMs (no overlap named)")
     free = [k for k in ("tp", "pp", "dp", "mbs", "recompute", "sharding") if k not in fixed]

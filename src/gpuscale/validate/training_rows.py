@@ -152,6 +152,16 @@ _BATCH_TOKENS_IN_NOTES = re.compile(
 )
 
 
+def _global_batch_tokens(text: str) -> re.Match[str] | None:
+    """The first batch in tokens the notes give that is the global one, not a micro-,
+    mini-, local or per-GPU batch ("micro batch = 16384 tokens")."""
+    for hit in _BATCH_TOKENS_IN_NOTES.finditer(text):
+        before = text[max(0, hit.start() - 12) : hit.start()].lower()
+        if not re.search(r"(micro|mini|local|per[\s-]*(gpu|device|rank))[\s_-]*$", before):
+            return hit
+    return None
+
+
 def sizes_from_notes(
     text: str, seq: float | None, gbs: float | None
 ) -> tuple[float | None, float | None, list[str]]:
@@ -169,7 +179,7 @@ def sizes_from_notes(
     if gbs is None and (hit := _BATCH_SEQS_IN_NOTES.search(text)):
         gbs = float(hit.group(1).replace(",", ""))
         notes.append(f"global batch from the notes: {gbs:g} sequences")
-    if gbs is None and seq is not None and (hit := _BATCH_TOKENS_IN_NOTES.search(text)):
+    if gbs is None and seq is not None and (hit := _global_batch_tokens(text)):
         unit = (hit.group(2) or "").lower()
         scale = {
             "k": 2**10,

@@ -24,7 +24,9 @@ OFF = r"(off|false|no|none|disabled?|0(?![.\d]))"
 """A value that switches the named feature off ("FSDP: off", "dist_opt=0")."""
 _NOT_BEFORE = re.compile(rf"\b({NEGATOR}|disabled?)([\s_-]+(using|use|used|with|of|the))*[\s_-]*$")
 """A negation just before a name, perhaps through a verb ("not using", "without the")."""
-_NOT_AFTER = re.compile(rf"\s*[(:=]?\s*{OFF}\b")
+_NOT_AFTER = re.compile(rf"\s*[(:=]?\s*({OFF}\b|(is |was |were )?(not used|unused)\b)")
+"""A switch just after a name: "compile=False", "FlashAttention disabled", "AsyncTP not
+used"."""
 
 
 def mentions(text: str, pattern: str) -> bool:
