@@ -132,6 +132,10 @@ def test_seq_parallel_spellings(tmp_path: Path) -> None:
         assert prepare({**row, "seq_parallel": cell, "tp": "2"}, "x").fixed["sp"] is on
     for cell, on in (("sequence parallel", True), ("no SP", False), ("\u2705\ufe0f", True)):
         assert prepare({**row, "seq_parallel": cell, "tp": "2"}, "x").fixed["sp"] is on
+    for cell, on in (("SP=off", False), ("SP (Megatron)", True)):
+        assert prepare({**row, "seq_parallel": cell, "tp": "2"}, "x").fixed["sp"] is on
+    with pytest.raises(Exception, match="seq_parallel='SP: maybe'"):
+        prepare({**row, "seq_parallel": "SP: maybe"}, "x")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,9 @@
   CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute;
               Mamba-2 mixers all-to-all their input to head shards and back (exposed).
   EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine);
-              ep_overlap of them hidden behind other micro-batches' compute.
+              ep_overlap of them hidden behind other micro-batches' compute, at most the
+              compute the CP ring does not already hide behind (each second of compute
+              hides one second of communication; the DP collectives get what is left).
   PP comm     one activation send forward and one gradient send backward per chunk.
 :mod:`gpuscale.perf.step` adds them to the micro-batch's stage time.
 """

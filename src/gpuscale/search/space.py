@@ -5,7 +5,8 @@ micro-batch, recomputation, sequence parallelism, optimizer sharding, TP overlap
 context and expert parallelism, hybrid sharding (each ZeRO-3/FSDP plan again with its
 states sharded within one scale-up domain and replicated across domains), and, with
 ``--pp-split balanced`` or ``account``, each pipelined plan again with its layers so
-placed. Structural knobs (TP, CP, PP, VPP, EP, DP, micro-batch) are listed in Python
+placed. Interleaving takes every degree that divides a stage's layers (NVIDIA's recipes
+run up to 24). Structural knobs (TP, CP, PP, VPP, EP, DP, micro-batch) are listed in Python
 (thousands of tuples); the switch knobs (recompute x SP x sharding x overlap) are crossed
 with NumPy into one :class:`Plans` of arrays. DP may leave GPUs idle when no exact
 factorisation exists: its candidates are the divisors of the global batch within a factor

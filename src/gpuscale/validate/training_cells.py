@@ -100,14 +100,14 @@ def read_seq_parallel(cell: str) -> bool | None:
     first = re.split(r"[\s(,;:]+", text, maxsplit=1)[0]
     if first in TRUTHY + FALSY:
         return first in TRUTHY
-    said = re.fullmatch(rf"{SP_NAME}\s*[(:=]?\s*(?P<v>[^()]*?)\)?", text)
     if re.fullmatch(rf"(no|not|without|w/o)\s+{SP_NAME}", text):
         return False
+    # the name alone or with a remark in brackets ("SP (Megatron)"), or switched ("SP=off")
+    said = re.fullmatch(rf"{SP_NAME}\s*(\([^()]*\)|[:=]\s*(?P<v>\S+))?", text)
+    if said and said.group("v") in (None, *TRUTHY):
+        return True
     if said and said.group("v") in FALSY:
         return False
-    if said and (said.group("v") in ("", *TRUTHY) or not re.search(r"\d", said.group("v"))):
-        # the name alone, switched on, or with a remark ("SP (Megatron)")
-        return True
     raise UnsupportedRowError(
         f"seq_parallel={cell!r}: one of {', '.join(TRUTHY + FALSY)}, or 'SP' / "
         "'sequence parallel' (on), 'no SP' (off)"

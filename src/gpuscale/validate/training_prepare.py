@@ -356,7 +356,6 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         notes.append(why)
         w = replace(w, pp_split=pp_split)
         fixed["split"] = PP_SPLITS.index(pp_split)
-    # a tick may carry the emoji presentation selector (U+FE0F), as GitHub tables write it
     sp = read_seq_parallel(row.get("seq_parallel", ""))
     if sp is not None:
         fixed["sp"] = sp
