@@ -137,6 +137,7 @@ def test_module_recompute_frees_what_the_modules_alone_keep() -> None:
         ("selective (layernorm, moe)", ("layernorm", "moe")),
         ("selective (norm, act)", ("layernorm", "moe_act")),
         ("Selective (core attention)", ("core_attn",)),
+        ("selective (+ MoE act)", ("core_attn", "moe_act")),  # added to the default
         ("selective", None),
         ("full", None),
     ],

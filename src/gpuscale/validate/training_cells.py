@@ -433,11 +433,15 @@ def read_recompute(cell: str) -> str:
 
 def read_recompute_modules(cell: str) -> tuple[str, ...] | None:
     """The modules a selective recompute cell names, as Megatron-Core's
-    ``--recompute-modules`` ("selective (layernorm, moe)"), or None when it names none."""
+    ``--recompute-modules`` ("selective (layernorm, moe)"), or None when it names none; a
+    list that begins with "+" adds to the default attention core ("selective (+ MoE
+    act)")."""
     found = re.search(r"selective\s*\(([^)]*)\)", cell, re.IGNORECASE)
     if found is None:
         return None
-    names = [re.sub(r"\s+", "_", n.strip()) for n in re.split(r"[,;/+]", found.group(1))]
+    added = found.group(1).strip().startswith("+")
+    parts = [n.strip() for n in re.split(r"[,;/+]", found.group(1)) if n.strip()]
+    names = [re.sub(r"\s+", "_", n) for n in (["core_attn"] if added else []) + parts]
     try:
         return parse_modules(names, "recompute")
     except InputError as exc:
