@@ -1171,3 +1171,12 @@ def test_an_mfu_under_a_percent_label_is_a_percentage() -> None:
 def test_tp_overlap_as_the_row_names_it(source: str, notes: str, overlap: bool | None) -> None:
     pr = prepare(_row(source=source, tp="4", notes=notes), "test")
     assert pr.fixed.get("tp_overlap") is overlap
+
+
+def test_a_low_precision_for_a_part_of_the_model_is_said() -> None:
+    # "BF16 (MXFP8 experts)": FP8 GEMMs priced throughout, and the reason says so
+    pr = prepare(_row(gpu="GB200", precision="BF16 (MXFP8 experts)"), "test")
+    assert pr.workload.precision == "fp8"
+    assert "a part of the model in fp8, priced as fp8 GEMMs throughout" in "; ".join(pr.notes)
+    plain = prepare(_row(gpu="GB200", precision="BF16 w/ FP8 GEMMs"), "test")
+    assert not any("a part of the model" in n for n in plain.notes)

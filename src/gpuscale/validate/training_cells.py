@@ -227,7 +227,18 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
         precision = "fp16"
     else:
         raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
+    if precision in ("fp8", "fp4") and PART_IN_LOW_PRECISION.search(prec_raw):
+        notes.append(
+            f"precision {cell!r}: a part of the model in {precision}, priced as {precision} "
+            "GEMMs throughout"
+        )
     return precision
+
+
+PART_IN_LOW_PRECISION = re.compile(
+    r"(fp8|fp4|float8)[^,;)]*\b(experts?|moe|mlps?|ffns?|attention|layers?)\b"
+)
+"""A low precision a cell gives to a part of the model only ("BF16 (MXFP8 experts)")."""
 
 
 _OPT_SHARD = r"(optimi[sz]er[\w\s,&+/-]{0,40}?shard|shard\w*[\s_-]*optimi[sz]er)"
