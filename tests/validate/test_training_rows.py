@@ -1180,3 +1180,10 @@ def test_a_low_precision_for_a_part_of_the_model_is_said() -> None:
     assert "a part of the model in fp8, priced as fp8 GEMMs throughout" in "; ".join(pr.notes)
     plain = prepare(_row(gpu="GB200", precision="BF16 w/ FP8 GEMMs"), "test")
     assert not any("a part of the model" in n for n in plain.notes)
+
+
+def test_a_batch_cell_in_tokens_is_read_in_sequences() -> None:
+    # "4M tokens" in the batch column: 4 x 2^20 / 8,192 = 512 sequences, and the reason says so
+    pr = prepare(_row(global_batch_seqs="4M tokens", seq_len="8192"), "test")
+    assert pr.workload.global_batch == 512
+    assert "global batch '4M tokens': 512 sequences of 8192 tokens" in pr.notes

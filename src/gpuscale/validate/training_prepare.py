@@ -41,6 +41,7 @@ from gpuscale.validate.training_cells import (
 from gpuscale.validate.training_model import UnsupportedRowError, model_for
 from gpuscale.validate.training_rows import (
     absent_degrees,
+    batch_cell_in_tokens,
     megatron_split,
     nics_per_node,
     nvlink_domain,
@@ -224,9 +225,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if gpu_note:
         notes.insert(0, gpu_note)
     n_gpus = count(row, "num_gpus", where)
-    seq, gbs, from_notes = sizes_from_notes(
-        row.get("notes", ""), count(row, "seq_len", where), count(row, "global_batch_seqs", where)
-    )
+    seq_cell = count(row, "seq_len", where)
+    in_tokens = batch_cell_in_tokens(row.get("global_batch_seqs", ""), seq_cell)
+    if in_tokens is not None:
+        notes.append(in_tokens[1])
+    gbs_cell = in_tokens[0] if in_tokens else count(row, "global_batch_seqs", where)
+    seq, gbs, from_notes = sizes_from_notes(row.get("notes", ""), seq_cell, gbs_cell)
     notes.extend(from_notes)
     dp_stated, mbs_stated = count(row, "dp", where), count(row, "micro_batch", where)
     batch_assumed = False

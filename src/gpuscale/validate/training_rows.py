@@ -196,6 +196,23 @@ def sizes_from_notes(
     return seq, gbs, notes
 
 
+_TOKENS_CELL = re.compile(r"\s*(\d[\d,]*(?:\.\d+)?)\s*([kmb])?\s*tok(?:en)?s?\s*", re.IGNORECASE)
+
+
+def batch_cell_in_tokens(cell: str, seq: float | None) -> tuple[float, str] | None:
+    """The sequences a ``global_batch_seqs`` cell gives in tokens ("4M tokens", "4,194,304
+    tokens") and the rule said, or None when the cell is no such figure or the sequence
+    is not stated (read as the notes' batches are: :func:`_sequences`)."""
+    found = _TOKENS_CELL.fullmatch(cell)
+    if found is None or not seq:
+        return None
+    scale = {"k": 2**10, "m": 2**20, "b": 2**30}.get((found.group(2) or "").lower(), 1)
+    n = _sequences(float(found.group(1).replace(",", "")), scale, seq)
+    if n is None:
+        return None
+    return n, f"global batch {cell.strip()!r}: {n:.0f} sequences of {seq:g} tokens"
+
+
 def _sequences(said: float, scale: int, seq: float) -> float | None:
     """Sequences of ``seq`` tokens in a batch the notes give in tokens (``said`` times a K,
     M or B suffix's binary ``scale``), or None when it is less than one. A suffixed figure
