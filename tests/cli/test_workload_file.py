@@ -80,7 +80,7 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "seqlen: 8192",  # the key it stands for is then missing, but the typo is the error
             "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
             "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
-            "zero3_gathers, grad_accumulation, pp_split, elementwise, ep_dispatch, "
+            "zero3_gathers, grad_accumulation, pp_p2p, pp_split, elementwise, ep_dispatch, "
             "recompute_modules, "
             "fp8_param_gather, cuda_graphs, loss, mtp, memory_headroom, shard_group, system, "
             "tokens",
@@ -678,6 +678,26 @@ def test_gradient_accumulation_comes_from_the_file_and_a_bad_flag_is_one_line(
     assert r.stderr.strip() == (
         "error: grad-accumulation='fp32' is invalid: one of fused, separate"
     ), r.stderr
+
+
+def test_blocking_pipeline_transfers_come_from_the_file_and_a_bad_flag_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "bloom.yaml"
+    job.write_text(
+        "model: bloom-176b\ngpu: a100-sxm-80gb\ngpus: 384\nglobal_batch: 2048\npp_p2p: blocking\n"
+    )
+    fixed = ["--tp", "4", "--pp", "12", "--mbs", "2", "--recompute", "full", "--zero", "zero1"]
+    blocking = _best_plan(capsys, "estimate", job, *fixed)
+    overlapped = _best_plan(capsys, "estimate", job, *fixed, "--pp-p2p", "overlapped")
+    assert (blocking["pp_p2p"], overlapped["pp_p2p"]) == ("blocking", "overlapped")
+    pp_b = blocking["step_time_breakdown_s"]["pp_comm_s"]
+    pp_o = overlapped["step_time_breakdown_s"]["pp_comm_s"]
+    assert pp_b > pp_o > 0.0
+    assert blocking["step_time_s"] > overlapped["step_time_s"]
+    r = gpuscale("train", "estimate", "--workload", str(job), "--pp-p2p", "async")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "error: pp-p2p='async' is invalid: one of overlapped, blocking"
 
 
 def test_the_pipeline_split_from_the_file_and_the_flag(

@@ -863,3 +863,17 @@ def test_a_slower_gpu_never_shortens_the_step(job: tuple[Any, ...], plan: dict[s
     comm = ("ep_comm_s", "cp_comm_s", "dp_comm_s")
     saved = sum(float(getattr(fast, t)[0] - getattr(slow, t)[0]) for t in comm)
     assert 0.0 < saved <= grown * (1 + 1e-9)
+
+
+def test_blocking_pipeline_transfers_are_not_hidden() -> None:
+    # DeepSpeed's pipeline engine sends and receives synchronously: the two transfers a
+    # chunk and micro-batch are all exposed, where Megatron's schedules hide pp_overlap
+    from gpuscale.cli.train_workload import build_workload
+
+    cal = CAL.replace(pp_overlap=0.75)
+    w = build_workload("llama3-70b", "h100-sxm", 64, 4096, 128, None, None)
+    p = Plans.of(tp=8, pp=4, dp=2, mbs=1)
+    hidden = step_breakdown(w, p, cal).pp_comm_s[0]
+    blocking = step_breakdown(replace(w, pp_p2p="blocking"), p, cal).pp_comm_s[0]
+    assert float(hidden) > 0.0
+    assert float(blocking) == pytest.approx(float(hidden) / (1.0 - 0.75), rel=1e-12)

@@ -1187,3 +1187,26 @@ def test_a_batch_cell_in_tokens_is_read_in_sequences() -> None:
     pr = prepare(_row(global_batch_seqs="4M tokens", seq_len="8192"), "test")
     assert pr.workload.global_batch == 512
     assert "global batch '4M tokens': 512 sequences of 8192 tokens" in pr.notes
+
+
+def test_deepspeeds_pipeline_engine_blocks_its_transfers() -> None:
+    # a row naming DeepSpeed's pipeline engine: its sends and receives block the stages;
+    # Megatron-DeepSpeed alone may run Megatron's schedules and keeps them overlapped
+    named = _row(source="BigScience", pp="4", notes="DeepSpeed's pipeline engine and ZeRO-1")
+    pr = prepare(named, "test")
+    assert pr.workload.pp_p2p == "blocking"
+    assert "pipeline sends and receives block the stages (DeepSpeed's pipeline engine)" in (
+        pr.notes
+    )
+    plain = prepare(
+        _row(
+            model="GPT 3.6B (Megatron-DeepSpeed)",
+            pp="4",
+            layers="30",
+            hidden="3072",
+            heads="32",
+            vocab="51200",
+        ),
+        "test",
+    )
+    assert plain.workload.pp_p2p == "overlapped"

@@ -66,6 +66,14 @@ AccumOpt = Annotated[
         "micro-batch: DeepSpeed's BF16 optimizer).",
     ),
 ]
+PpP2pOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pp-p2p",
+        help="How pipeline stages send and receive: overlapped (Megatron's schedules; "
+        "default) or blocking (DeepSpeed's pipeline engine: each transfer stalls the stage).",
+    ),
+]
 PpSplitOpt = Annotated[
     str | None,
     typer.Option(

@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "attention": None,  # unfused on Volta, the fused kernel from Ampere on
     "zero3_gathers": "coalesced",
     "grad_accumulation": "fused",
+    "pp_p2p": "overlapped",
     "pp_split": "even",
     "elementwise": "fused",
     "ep_dispatch": "hierarchical",
@@ -119,6 +120,7 @@ def build_workload(
     memory_headroom: float | None = None,
     shard_group: int = 0,
     grad_accumulation: str = "fused",
+    pp_p2p: str = "overlapped",
     pp_split: str = "even",
 ) -> Workload:
     g = get_gpu(gpu)
@@ -172,6 +174,7 @@ def build_workload(
         memory_headroom=0.0 if memory_headroom is None else memory_headroom,
         shard_group=shard_group,
         grad_accumulation=grad_accumulation,
+        pp_p2p=pp_p2p,
         pp_split=pp_split,
         recompute_modules=(
             parse_modules(recompute_modules.split(","))

@@ -405,6 +405,11 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             "the gradients accumulate in a pass of their own, as DeepSpeed's BF16 optimizer "
             "does; Megatron-LM fuses it into the weight-gradient GEMMs"
         )
+    if w.pp_p2p == "blocking":
+        notes.append(
+            "pipeline sends and receives block the stages, as DeepSpeed's pipeline engine runs "
+            "them; Megatron-LM's schedules overlap them"
+        )
     if w.zero3_gathers == "per-param":
         notes.append("per-parameter ZeRO-3 gathers are DeepSpeed's; Megatron-FSDP coalesces them")
     if w.elementwise == "eager" or w.loss_kind == "eager":

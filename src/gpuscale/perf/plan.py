@@ -51,6 +51,13 @@ collective per parameter tensor, driven from Python module hooks, as DeepSpeed's
 (``zero3_param_gather_Bps``) however fast the links are, and activation recomputation
 gathers the weights a third time."""
 
+PP_P2P = ("overlapped", "blocking")
+"""How pipeline stages send and receive activations and gradients: ``overlapped``, as
+Megatron's schedules do (batched non-blocking sends and receives, ``pp_overlap`` of them
+hidden behind compute); ``blocking``, as DeepSpeed's pipeline engine does (its
+``runtime/pipe/p2p.py`` sends and receives synchronously, ``async_op`` must be False): each
+transfer stalls the stage, nothing hides it."""
+
 GRAD_ACCUMULATION = ("fused", "separate")
 """How gradients accumulate over a step's micro-batches: ``fused``, in the weight-gradient
 GEMMs themselves (Megatron-Core's gradient-accumulation fusion writes fp32 main gradients;
@@ -136,6 +143,8 @@ class Workload:
     (1 - headroom) x the memory the driver reports."""
     grad_accumulation: str = "fused"
     """One of :data:`GRAD_ACCUMULATION`."""
+    pp_p2p: str = "overlapped"
+    """One of :data:`PP_P2P`."""
     pp_split: str = "even"
     """One of :data:`PP_SPLITS`: the placement ``train estimate`` prices, and the one
     ``train search`` tries beside the even split (each plan carries its own, ``Plans.split``)."""
@@ -224,6 +233,7 @@ class Workload:
                 "fp8-param-gather", True, f"fp8 or fp4 precision (not {self.precision})"
             )
         self._choice("grad_accumulation", "grad-accumulation", GRAD_ACCUMULATION)
+        self._choice("pp_p2p", "pp-p2p", PP_P2P)
         self._choice("pp_split", "pp-split", PP_SPLITS)
         self._choice("zero3_gathers", "zero3-gathers", ZERO3_GATHERS)
         g = self.shard_group

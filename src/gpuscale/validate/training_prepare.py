@@ -96,6 +96,12 @@ class PreparedRow:
 PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
 """Names of parameter-efficient fine-tuning in a row's stack text."""
 
+DEEPSPEED_PIPELINE = (
+    r"deepspeed'?s? pipe(line)?[ -]?(engine|module|parallel(ism)?)|pipelineengine|pipelinemodule"
+)
+"""How a row names DeepSpeed's pipeline engine (PipelineModule / PipelineEngine), whose
+sends and receives block the stages."""
+
 TP_OVERLAP_NAMED = (
     r"tp[_ -]?comm[_ -]?overlap|tp[_ -]overlap|userbuffers?|async[ -]?tp"
     r"|\b(tp|tensor[ -]parallel)(/sp)? (communication|collectives?) (is |are )?"
@@ -292,6 +298,12 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     accumulation, why = grad_accumulation(row, precision)
     if why:
         notes.append(why)
+    # DeepSpeed's pipeline engine sends and receives synchronously (runtime/pipe/p2p.py),
+    # where the row names that engine: Megatron-DeepSpeed may run Megatron's own schedules
+    # (vTrain's Megatron-DeepSpeed runs fit overlapped transfers)
+    blocking = mentions(text, DEEPSPEED_PIPELINE)
+    if blocking and count(row, "pp", where) != 1:
+        notes.append("pipeline sends and receives block the stages (DeepSpeed's pipeline engine)")
     fp8_gather = precision in ("fp8", "fp4") and mentions(text, FP8_PARAM_GATHER)
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
@@ -323,6 +335,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         fp8_param_gather=fp8_gather,
         cuda_graphs=graphs,
         grad_accumulation=accumulation,
+        pp_p2p="blocking" if blocking else "overlapped",
         shard_group=shard_group,
     )
     fixed: dict[str, Any] = {}
