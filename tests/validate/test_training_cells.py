@@ -508,6 +508,8 @@ def test_model_releases_of_the_same_shape(name: str, key: str) -> None:
         ("p4d.24xlarge", "a100-sxm-40gb"),
         ("p5en.48xlarge", "h200"),
         ("p4de", "a100-sxm-80gb"),
+        ("AWS p4de", "a100-sxm-80gb"),  # the cloud's name before the instance type
+        ("Google Cloud A3 Mega", "h100-sxm"),
     ],
 )
 def test_cloud_instances_name_their_gpus(name: str, key: str) -> None:

@@ -51,6 +51,10 @@ def _lookup(name: str, entries: dict[str, E], index: dict[str, str], field: str)
     return entries[key]
 
 
+_CLOUD = re.compile(r"^\s*(aws|amazon(\s+ec2)?|ec2|gcp|google\s+cloud|azure)\s+", re.IGNORECASE)
+"""A cloud provider's name before an instance type."""
+
+
 def get_gpu(name: str, field: str = "gpu") -> GPU:
     """A catalog GPU by key or alias, else by description (see :func:`_gpu_by_description`).
 
@@ -59,9 +63,11 @@ def get_gpu(name: str, field: str = "gpu") -> GPU:
     :class:`InputError` that suggests the closest catalog keys (:func:`_unknown_gpu`).
     """
     index = _gpu_index()
-    key = index.get(_norm(name)) or index.get(_compact(name))
-    if key is not None and not any(_word_fits(t, key) is False for t in _tokens(name)):
-        return gpus()[key]
+    # a cloud's name before its instance type ("AWS p4de", "Google Cloud A3 Mega")
+    for said in dict.fromkeys((name, _CLOUD.sub("", name))):
+        key = index.get(_norm(said)) or index.get(_compact(said))
+        if key is not None and not any(_word_fits(t, key) is False for t in _tokens(said)):
+            return gpus()[key]
     key = _gpu_by_description(name)
     if key is None:
         raise _unknown_gpu(field, name)
