@@ -32,6 +32,16 @@ CP_MIN_SEQ = 4096
 together): shorter shards leave the ring's exchange exposed."""
 
 
+def cp_degrees(seq_len: int) -> list[int]:
+    """The context-parallel degrees the search tries for a sequence: 1, and those that cut
+    it into two load-balanced chunks a rank of at least CP_MIN_SEQ tokens together."""
+    return [
+        c
+        for c in (1, 2, 4, 8, 16, 32)
+        if c == 1 or (seq_len % (2 * c) == 0 and seq_len // c >= CP_MIN_SEQ)
+    ]
+
+
 def _powers_of_two(n: int) -> list[int]:
     """1, 2, 4, ... up to n."""
     return [1 << k for k in range(n.bit_length()) if 1 << k <= n]
@@ -65,14 +75,7 @@ def enumerate_plans(
             and all(heads % t == 0 and (kv % t == 0 or t % kv == 0) for heads, kv in kinds)
         ],
     )
-    cps = opts(
-        "cp",
-        [
-            c
-            for c in (1, 2, 4, 8, 16, 32)
-            if (w.seq_len % (2 * c) == 0 and w.seq_len // c >= CP_MIN_SEQ) or c == 1
-        ],
-    )
+    cps = opts("cp", cp_degrees(w.seq_len))
     # pipeline degrees that split the layers evenly, or evenly once the embedding and the
     # output layer count as one layer each (Megatron's account-for-embedding/loss split),
     # and the powers of two with uneven stages (Megatron's first/last-stage layer counts:

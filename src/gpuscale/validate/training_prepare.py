@@ -23,7 +23,7 @@ from gpuscale.perf.recompute import op_sac_modelled
 from gpuscale.perf.transformer import (
     model_flops_per_token,
 )
-from gpuscale.search.space import CP_MIN_SEQ
+from gpuscale.search.space import cp_degrees
 from gpuscale.validate.numbers import count, num, positive
 from gpuscale.validate.training_cells import (
     CONVENTIONS,
@@ -50,7 +50,6 @@ from gpuscale.validate.training_rows import (
     zero3_gathers,
 )
 from gpuscale.validate.training_stack import (
-    DEEPSPEED_TRAINER,
     attention_kernel,
     cuda_graphs,
     elementwise_kernels,
@@ -58,7 +57,9 @@ from gpuscale.validate.training_stack import (
     grad_accumulation,
     mentions,
     pipeline_split,
+    pp_transfers,
     stack_text,
+    tp_overlap,
 )
 
 HFU_RATIO_FULL_RECOMPUTE = 1.2
@@ -95,27 +96,6 @@ class PreparedRow:
 
 PEFT = r"\b(q?lora|peft|adapter[- ](tuning|fine-tuning)|prefix[- ]tuning)\b"
 """Names of parameter-efficient fine-tuning in a row's stack text."""
-
-DEEPSPEED_PIPELINE = (
-    r"deepspeed'?s? pipe(line)?[ -]?(engine|module|parallel(ism)?)|pipelineengine|pipelinemodule"
-)
-"""How a row names DeepSpeed's pipeline engine (PipelineModule / PipelineEngine), whose
-sends and receives block the stages."""
-
-TP_OVERLAP_NAMED = (
-    r"tp[_ -]?comm[_ -]?overlap|tp[_ -]overlap|userbuffers?|async[ -]?tp"
-    r"|\b(tp|tensor[ -]parallel)(/sp)? (communication|collectives?) (is |are )?"
-    r"(fused into and )?overlapped"
-    r"|\boverlap(ping|ped|s)? (the )?(tp|tensor[ -]parallel)(/sp)? (communication|collectives?)"
-)
-"""How a row names TP communication overlapped with the GEMMs (Megatron's
---tp-comm-overlap, Transformer Engine's userbuffers, torchtitan's AsyncTP, "TP/SP
-communication fused into and overlapped with the FFN GEMMs")."""
-TP_OVERLAP_OFF = re.compile(r"tp[_ -]?comm[_ -]?overlap\s*[:=]\s*(false|0|off|no)\b")
-"""A row that switches Megatron's TP overlap off (``tp_comm_overlap=False``)."""
-TP_OVERLAP_STACKS = re.compile(r"megatron|mcore|\bnemo\b|nemotron|megascale")
-"""Stacks of the Megatron family, which overlap TP communication where configured to: a
-row naming one leaves the overlap to the plan search."""
 
 FP8_PARAM_GATHER = r"fp[48][_ -]param[_ -]gather|float8[_ -]all[_ -]gather"
 """How a row names low-precision parameter gathers (Megatron's --fp8-param-gather and
@@ -298,12 +278,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     accumulation, why = grad_accumulation(row, precision)
     if why:
         notes.append(why)
-    # DeepSpeed's pipeline engine sends and receives synchronously (runtime/pipe/p2p.py),
-    # where the row names that engine: Megatron-DeepSpeed may run Megatron's own schedules
-    # (vTrain's Megatron-DeepSpeed runs fit overlapped transfers)
-    blocking = mentions(text, DEEPSPEED_PIPELINE)
-    if blocking and count(row, "pp", where) != 1:
-        notes.append("pipeline sends and receives block the stages (DeepSpeed's pipeline engine)")
+    p2p, why = pp_transfers(row)
+    if why and degrees[1] != 1:
+        notes.append(why)
     fp8_gather = precision in ("fp8", "fp4") and mentions(text, FP8_PARAM_GATHER)
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
@@ -335,7 +312,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         fp8_param_gather=fp8_gather,
         cuda_graphs=graphs,
         grad_accumulation=accumulation,
-        pp_p2p="blocking" if blocking else "overlapped",
+        pp_p2p=p2p,
         shard_group=shard_group,
     )
     fixed: dict[str, Any] = {}
@@ -466,19 +443,10 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         fixed["tp_overlap"] = True
         notes.append("TP communication overlapped with GEMMs (the recipes' tp_comm_overlap)")
     if "tp_overlap" not in fixed and not recipes and fixed.get("tp") != 1:
-        # overlapping TP collectives with the GEMMs is a feature of a stack (Megatron's and
-        # Transformer Engine's userbuffers, MegaScale's fused kernels, torch's AsyncTP), not
-        # of the plan: on where the row names it, the search's choice on the Megatron
-        # family's stacks, off on the others (DeepSpeed, nanotron, Hugging Face, ...)
-        if TP_OVERLAP_OFF.search(text):
-            fixed["tp_overlap"] = False
-            notes.append("TP communication not overlapped with GEMMs, as the row says")
-        elif mentions(text, TP_OVERLAP_NAMED):
-            fixed["tp_overlap"] = True
-            notes.append("TP communication overlapped with GEMMs, as the row names")
-        elif not TP_OVERLAP_STACKS.search(text) or re.search(DEEPSPEED_TRAINER, text):
-            fixed["tp_overlap"] = False
-            notes.append("TP communication not overlapped with GEMMs (no overlap named)")
+        overlap, why = tp_overlap(row)
+        if overlap is not None:
+            fixed["tp_overlap"] = overlap
+            notes.append(why)
     free = [k for k in ("tp", "pp", "dp", "mbs", "recompute", "sharding") if k not in fixed]
     # the knobs a search sets only where they can matter: context parallelism, experts
     # over ranks (an MoE model), interleaving (under a pipeline), sequence parallelism
@@ -486,7 +454,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     free += [
         name
         for key, name, matters in (
-            ("cp", "cp", w.seq_len % 2 == 0 and w.seq_len // 2 >= CP_MIN_SEQ),
+            ("cp", "cp", len(cp_degrees(w.seq_len)) > 1),
             ("ep", "ep", w.model.is_moe),
             ("vpp", "vpp", fixed.get("pp") != 1),
             ("sp", "sequence parallelism", fixed.get("tp") != 1),

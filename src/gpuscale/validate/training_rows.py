@@ -152,6 +152,17 @@ _BATCH_TOKENS_IN_NOTES = re.compile(
 )
 
 
+BINARY_SCALE = {
+    "k": 2**10,
+    "thousand": 2**10,
+    "m": 2**20,
+    "million": 2**20,
+    "b": 2**30,
+    "billion": 2**30,
+}
+"""A token count's suffix in binary units, as the papers that quote batches use them."""
+
+
 def _global_batch_tokens(text: str) -> re.Match[str] | None:
     """The first batch in tokens the notes give that is the global one, not a micro-,
     mini-, local or per-GPU batch ("micro batch = 16384 tokens")."""
@@ -180,15 +191,7 @@ def sizes_from_notes(
         gbs = float(hit.group(1).replace(",", ""))
         notes.append(f"global batch from the notes: {gbs:g} sequences")
     if gbs is None and seq is not None and (hit := _global_batch_tokens(text)):
-        unit = (hit.group(2) or "").lower()
-        scale = {
-            "k": 2**10,
-            "thousand": 2**10,
-            "m": 2**20,
-            "million": 2**20,
-            "b": 2**30,
-            "billion": 2**30,
-        }.get(unit, 1)
+        scale = BINARY_SCALE.get((hit.group(2) or "").lower(), 1)
         said = float(hit.group(1).replace(",", ""))
         gbs = _sequences(said, scale, seq)
         if gbs is not None:
@@ -206,7 +209,7 @@ def batch_cell_in_tokens(cell: str, seq: float | None) -> tuple[float, str] | No
     found = _TOKENS_CELL.fullmatch(cell)
     if found is None or not seq:
         return None
-    scale = {"k": 2**10, "m": 2**20, "b": 2**30}.get((found.group(2) or "").lower(), 1)
+    scale = BINARY_SCALE.get((found.group(2) or "").lower(), 1)
     n = _sequences(float(found.group(1).replace(",", "")), scale, seq)
     if n is None:
         return None

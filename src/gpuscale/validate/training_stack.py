@@ -211,3 +211,54 @@ def pipeline_split(row: dict[str, str], pp: int) -> tuple[str, str]:
             "counted (balanced split)"
         )
     return "even", ""
+
+
+DEEPSPEED_PIPELINE = (
+    r"deepspeed'?s? pipe(line)?[ -]?(engine|module|parallel(ism)?)|pipelineengine|pipelinemodule"
+)
+"""How a row names DeepSpeed's pipeline engine (PipelineModule / PipelineEngine), whose
+sends and receives block the stages."""
+
+TP_OVERLAP_NAMED = (
+    r"tp[_ -]?comm[_ -]?overlap|tp[_ -]overlap|userbuffers?|async[ -]?tp"
+    r"|\b(tp|tensor[ -]parallel)(/sp)? (communication|collectives?) (is |are )?"
+    r"(fused into and )?overlapped"
+    r"|\boverlap(ping|ped|s)? (the )?(tp|tensor[ -]parallel)(/sp)? (communication|collectives?)"
+)
+"""How a row names TP communication overlapped with the GEMMs (Megatron's
+--tp-comm-overlap, Transformer Engine's userbuffers, torchtitan's AsyncTP, "TP/SP
+communication fused into and overlapped with the FFN GEMMs")."""
+TP_OVERLAP_OFF = re.compile(r"tp[_ -]?comm[_ -]?overlap\s*[:=]\s*(false|0|off|no)\b")
+"""A row that switches Megatron's TP overlap off (``tp_comm_overlap=False``)."""
+TP_OVERLAP_STACKS = re.compile(r"megatron|mcore|\bnemo\b|nemotron|megascale")
+"""Stacks of the Megatron family, which overlap TP communication where configured to: a
+row naming one leaves the overlap to the plan search."""
+
+
+def pp_transfers(row: dict[str, str]) -> tuple[str, str]:
+    """How a row's pipeline stages send and receive (``Workload.pp_p2p``), and why.
+    DeepSpeed's pipeline engine does it synchronously (its ``runtime/pipe/p2p.py`` refuses
+    ``async_op``), where the row names that engine; Megatron-DeepSpeed alone may run
+    Megatron's own schedules (vTrain's Megatron-DeepSpeed runs fit overlapped transfers)."""
+    if mentions(stack_text(row), DEEPSPEED_PIPELINE):
+        return (
+            "blocking",
+            "pipeline sends and receives block the stages (DeepSpeed's pipeline engine)",
+        )
+    return "overlapped", ""
+
+
+def tp_overlap(row: dict[str, str]) -> tuple[bool | None, str]:
+    """Whether a row's TP collectives overlap the GEMMs, and why; None leaves it to the plan
+    search. Overlap is a feature of a stack (Megatron's and Transformer Engine's
+    userbuffers, MegaScale's fused kernels, torch's AsyncTP), not of the plan: on where the
+    row names it, the search's choice on the Megatron family's stacks, off on the others
+    (DeepSpeed, nanotron, Hugging Face, ...)."""
+    text = stack_text(row)
+    if TP_OVERLAP_OFF.search(text):
+        return False, "TP communication not overlapped with GEMMs, as the row says"
+    if mentions(text, TP_OVERLAP_NAMED):
+        return True, "TP communication overlapped with GEMMs, as the row names"
+    if not TP_OVERLAP_STACKS.search(text) or re.search(DEEPSPEED_TRAINER, text):
+        return False, "TP communication not overlapped with GEMMs (no overlap named)"
+    return None, ""
