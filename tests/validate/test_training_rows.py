@@ -42,6 +42,10 @@ from gpuscale.validate.training_stack import (
         ("some H100 run", "FlashAttention-3 kernels", "hopper", "fused"),
         ("llm-foundry", "Megatron-style run, attention via cuDNN", "hopper", "fused"),
         ("Megatron-DeepSpeed", "Hugging Face tokenizer", "ampere", "unfused"),
+        # SDPA's cuDNN backend, named, is the fused kernel (PyTorch's default on Hopper)
+        ("plain PyTorch", "attention through SDPA, cuDNN backend", "hopper", "fused"),
+        ("torchtitan", "SDPA with the cuDNN backend", "hopper", "fused"),
+        ("plain PyTorch", "attention through SDPA", "hopper", "flash2"),
     ],
 )
 def test_attention_kernel_follows_the_stack(
@@ -885,6 +889,31 @@ def test_negated_or_incidental_stack_names_do_not_count(
 )
 def test_a_negated_compile_is_eager(notes: str, mode: str) -> None:
     assert elementwise_kernels({"source": "torchtitan", "notes": notes})[0] == mode
+
+
+@pytest.mark.parametrize(
+    ("notes", "elementwise", "loss"),
+    [
+        ("eager PyTorch ops for RMSNorm, RoPE and SwiGLU; eager cross-entropy", "eager", "eager"),
+        ("blocks compiled with torch.compile; eager cross-entropy", "fused", "eager"),
+        ("blocks compiled with torch.compile", "fused", None),
+        # "eager execution" says no CUDA graphs, nothing of the kernels
+        ("eager execution (no CUDA graphs), selective recompute", "fused", None),
+        ("the optimizer step, data loading and logging stay eager", "fused", None),
+        ("the loss ran eager", "fused", "eager"),
+        ("no eager cross-entropy: Megatron's fused loss", "fused", None),
+    ],
+)
+def test_eager_ops_and_an_eager_loss_are_read_where_named(
+    notes: str, elementwise: str, loss: str | None
+) -> None:
+    from gpuscale.validate.training_stack import loss_kernel
+
+    row = {"source": "plain PyTorch on one GPU", "notes": notes}
+    assert elementwise_kernels(row)[0] == elementwise
+    got, why = loss_kernel(row)
+    assert got == loss
+    assert bool(why) == (loss is not None)
 
 
 def test_deepspeed_named_in_the_sharding_cell_selects_its_gathers() -> None:

@@ -55,6 +55,7 @@ from gpuscale.validate.training_stack import (
     elementwise_kernels,
     ep_dispatch,
     grad_accumulation,
+    loss_kernel,
     mentions,
     pipeline_split,
     pp_transfers,
@@ -271,7 +272,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         _check_rate(rate, figure, gpu, precision)
     (attention, why_a), (gathers, why_g) = attention_kernel(row, gpu.arch), zero3_gathers(row)
     (elementwise, why_e), (graphs, why_c) = elementwise_kernels(row), cuda_graphs(row)
-    notes.extend(why for why in (why_a, why_g, why_e, why_c) if why)
+    loss, why_l = loss_kernel(row)
+    notes.extend(why for why in (why_a, why_g, why_e, why_l, why_c) if why)
     dispatch, why = ep_dispatch(row)
     if why and model.is_moe:
         notes.append(why)
@@ -308,6 +310,7 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         attention=attention,
         zero3_gathers=gathers,
         elementwise=elementwise,
+        loss=loss,
         ep_dispatch=dispatch,
         fp8_param_gather=fp8_gather,
         cuda_graphs=graphs,

@@ -60,9 +60,14 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     softmax kernel) unless flash attention is named: that is the path Korthikanti et al.'s
     5as/h activation term describes. Stacks built on the flash-attn package (FLASH2_STACKS)
     run FlashAttention-2; a row naming FlashAttention-3 or cuDNN, or naming no stack, gets
-    the GPU's fastest fused kernel.
+    the GPU's fastest fused kernel. A row naming cuDNN or FlashAttention-3 gets the fused
+    kernel whatever its stack: SDPA's cuDNN backend is PyTorch's default on Hopper in
+    recent releases (it ran at twice the FlashAttention-2 backend's rate on an H200 with
+    PyTorch 2.11: ``benchmarks/measured/``).
     """
     text = stack_text(row)
+    if mentions(text, r"flash-?attention-?3|\bfa3\b|cudnn"):
+        return "fused", "attention: FlashAttention-3 / cuDNN fused kernels, as the row names"
     if "torchtitan" in text or "sdpa" in text:
         return "flash2", "attention: PyTorch SDPA (FlashAttention-2 kernels)"
     if (
@@ -71,8 +76,6 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
         and not mentions(text, r"flash")
     ):
         return "unfused", "attention: Megatron's unfused softmax path (no flash attention named)"
-    if mentions(text, r"flash-?attention-?3|\bfa3\b|cudnn"):
-        return "fused", "attention: FlashAttention-3 / cuDNN fused kernels, as the row names"
     if mentions(text, FLASH2_STACKS):
         return "flash2", "attention: FlashAttention-2-class kernels (flash-attn or Triton)"
     return "fused", ""
@@ -85,9 +88,28 @@ def elementwise_kernels(row: dict[str, str]) -> tuple[str, str]:
     SwiGLU run eagerly, one kernel per op. Megatron-based stacks use fused kernels.
     """
     text = stack_text(row)
-    if "torchtitan" in text and not mentions(text, r"(torch\.)?compile"):
+    if mentions(text, r"(torch\.)?compile"):
+        return "fused", ""
+    if mentions(text, EAGER_OPS):
+        return "eager", "elementwise: eager PyTorch ops, as the row names"
+    if "torchtitan" in text:
         return "eager", "elementwise: eager PyTorch ops (torchtitan without torch.compile)"
     return "fused", ""
+
+
+EAGER_OPS = r"eager[ -](pytorch|elementwise|ops?\b)|pytorch eager"
+"""Elementwise work named as run op by op ("eager PyTorch ops"); a bare "eager" may mean
+no CUDA graphs ("eager execution"), which says nothing of the kernels."""
+EAGER_LOSS = r"eager[ -](cross[ -]?entropy|loss)|(cross[ -]?entropy|loss) (runs |ran )?eager"
+
+
+def loss_kernel(row: dict[str, str]) -> tuple[str | None, str]:
+    """How the cross-entropy ran where the row says so apart from the other elementwise
+    work (a compiled model whose loss stays PyTorch's op by op); None: as the elementwise
+    kernels."""
+    if mentions(stack_text(row), EAGER_LOSS):
+        return "eager", "loss: PyTorch's op-by-op cross-entropy, as the row names"
+    return None, ""
 
 
 HIERARCHICAL_DISPATCH = (
