@@ -246,7 +246,11 @@ def check_attention(clock: Clock, smoke: bool) -> list[dict[str, Any]]:
         "cudnn": [SDPBackend.CUDNN_ATTENTION],
     }
     rows = []
-    cases = [(1, 4, 2, 128, 32)] if smoke else [(1, 32, 8, 128, 4096), (1, 32, 8, 128, 8192)]
+    # (batch, heads, kv heads, head dim, sequence): the same tokens a call from 1K to 32K
+    seqs = (1024, 2048, 4096, 8192, 16384, 32768)
+    cases = [(1, 4, 2, 128, 32)] if smoke else [(32768 // q, 32, 8, 128, q) for q in seqs]
+    if not smoke:  # head dimension 64 at the same width (64 heads)
+        cases += [(1, 64, 16, 64, 4096), (1, 64, 16, 64, 8192)]
     for b, heads, kv, d, s in cases:
         for name, kinds in backends.items():
             row: dict[str, Any] = {"backend": name, "batch": b, "heads": heads, "kv_heads": kv}
@@ -401,6 +405,9 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="JSON file the figures are written to")
     ap.add_argument("--budget-s", type=float, default=300.0, help="skip sections after this")
     ap.add_argument("--smoke", action="store_true", help="toy sizes, any device")
+    ap.add_argument(
+        "--only", default="", help="comma-separated section names or prefixes (default: all)"
+    )
     a = ap.parse_args()
     t_start = time.perf_counter()
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -432,6 +439,7 @@ def main() -> None:
         ("llama3.2-1b", 8192, 2, 2, False, False),
         ("llama3.2-1b", 4096, 1, 8, False, False),
         ("llama3.2-1b", 2048, 8, 2, False, False),
+        ("llama3.2-1b", 16384, 1, 2, False, False),
         ("llama3.2-3b", 4096, 2, 2, False, False),
         ("llama3.2-3b", 4096, 2, 2, True, False),
         ("llama3.2-1b", 4096, 4, 2, False, True),
@@ -449,6 +457,8 @@ def main() -> None:
             )
         )
     res["sections"] = {}
+    only = [x.strip() for x in a.only.split(",") if x.strip()]
+    sections = [(n, f) for n, f in sections if not only or any(n.startswith(o) for o in only)]
     for name, fn in sections:
         elapsed = time.perf_counter() - t_start
         if elapsed > a.budget_s:
@@ -490,7 +500,7 @@ def summary(res: dict[str, Any]) -> dict[str, Any]:
             out["copy TB/s"] = round(r["read_plus_write_tb_s"], 2)
         elif name == "attention":
             out["attention fwd+bwd TFLOP/s"] = {
-                f"{x['backend']} s{x['seq']}": round(x["fwd_bwd_tflops"])
+                f"{x['backend']} s{x['seq']} d{x['head_dim']}": round(x["fwd_bwd_tflops"])
                 if "error" not in x
                 else x["error"][:80]
                 for x in r
