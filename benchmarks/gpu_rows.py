@@ -1,0 +1,219 @@
+"""Turn the training steps ``benchmarks/gpu_checks.py`` measured into validation rows.
+
+    python benchmarks/gpu_rows.py MEASURED.json [MORE.json ...] \\
+        --training benchmarks/heldout/training_measured_h200.csv \\
+        --memory benchmarks/heldout/memory_measured_h200.csv [--gpu h200]
+
+The training file has ``training_runs.csv``'s columns (tokens/s per GPU, the stack named in
+the notes as validate reads it: SDPA's cuDNN kernel, eager or compiled elementwise work, an
+eager cross-entropy); the memory file has ``memory_published.csv``'s, one row for the
+allocated and one for the reserved peak. Score them with ``gpuscale validate training
+--runs`` and ``gpuscale validate memory --runs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from gpuscale.catalog import get_gpu, get_model
+
+TRAINING_COLUMNS = [
+    "id",
+    "source",
+    "model",
+    "params_b",
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "heads",
+    "kv_heads",
+    "vocab",
+    "seq_len",
+    "global_batch_seqs",
+    "micro_batch",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "seq_parallel",
+    "recompute",
+    "dist_optimizer_or_zero",
+    "precision",
+    "intra_node_link",
+    "inter_node",
+    "measured_tflops_per_gpu",
+    "measured_mfu",
+    "measured_step_time_s",
+    "measured_tokens_per_s_per_gpu",
+    "target",
+    "flop_convention",
+    "notes",
+]
+MEMORY_COLUMNS = [
+    "id",
+    "source",
+    "model",
+    "gpu",
+    "num_gpus",
+    "seq_len",
+    "global_batch",
+    "micro_batch",
+    "tp",
+    "pp",
+    "vpp",
+    "cp",
+    "sp",
+    "sharding",
+    "recompute",
+    "recompute_modules",
+    "precision",
+    "compile",
+    "elementwise",
+    "loss",
+    "metric",
+    "measured_gib",
+    "notes",
+]
+STACK = (
+    "a Llama-shaped decoder written in plain PyTorch (random tokens, no data loader), fp32 "
+    "weights under bf16 autocast, fused AdamW; attention through SDPA with causal masking "
+    "and GQA, whose default backend on this GPU and PyTorch is cuDNN (its fused kernel; "
+    "gpu_checks.py times it beside the flash backend); "
+)
+
+
+def steps(paths: list[Path]) -> list[tuple[dict[str, Any], str]]:
+    """(measured training case, source) of every file, in order."""
+    out = []
+    for path in paths:
+        d = json.loads(path.read_text())
+        source = (
+            f"gpuscale benchmarks/gpu_checks.py on one {d['device']} "
+            f"({d['nvml_device'].get('power_limit_w', '?')} W, driver "
+            f"{d['nvml_device'].get('driver', '?')}), PyTorch {d['torch']}; {path.name}"
+        )
+        for name, sec in d["sections"].items():
+            if name.startswith("train") and "result" in sec:
+                out.append((sec["result"], source))
+    return out
+
+
+def tag(r: dict[str, Any]) -> str:
+    mode = "compiled" if r["compiled"] else "eager"
+    return f"{r['model']}-s{r['seq']}-mbs{r['mbs']}x{r['micro_batches']}-{r['recompute']}-{mode}"
+
+
+def stack_notes(r: dict[str, Any]) -> str:
+    kernels = (
+        "each decoder block compiled with torch.compile (norms, RoPE and SwiGLU fused)"
+        if r["compiled"]
+        else "eager PyTorch ops for RMSNorm, RoPE and SwiGLU"
+    )
+    rc = "; every block under torch.utils.checkpoint" if r["recompute"] == "full" else ""
+    return f"{STACK}{kernels}; eager cross-entropy over fp32 logits{rc}"
+
+
+def training_row(r: dict[str, Any], source: str, gpu: str) -> dict[str, Any]:
+    m = get_model(r["model"])
+    return {
+        "id": f"measured-{gpu}-{tag(r)}",
+        "source": source,
+        "model": m.name,
+        "params_b": f"{r['params'] / 1e9:.4f}",
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "ffn_hidden": m.ffn_hidden,
+        "heads": m.heads,
+        "kv_heads": m.kv_heads,
+        "vocab": m.vocab,
+        "seq_len": r["seq"],
+        "global_batch_seqs": r["mbs"] * r["micro_batches"],
+        "micro_batch": r["mbs"],
+        "gpu": gpu,
+        "num_gpus": 1,
+        "tp": 1,
+        "pp": 1,
+        "dp": 1,
+        "cp": 1,
+        "recompute": r["recompute"],
+        "dist_optimizer_or_zero": "none",
+        "precision": "bf16",
+        "measured_step_time_s": f"{r['step_s']:.4f}",
+        "measured_tokens_per_s_per_gpu": f"{r['tokens_per_s']:.0f}",
+        "target": "tokens_per_s_per_gpu",
+        "notes": (
+            f"Measured: {stack_notes(r)}; {r['micro_batches']} micro-batches of {r['mbs']} a "
+            f"step; the median step of 6 after 2."
+        ),
+    }
+
+
+def memory_rows(r: dict[str, Any], source: str, gpu: str) -> list[dict[str, Any]]:
+    rows = []
+    for metric, key in (
+        ("allocated_peak", "peak_allocated_gib"),
+        ("reserved_peak", "peak_reserved_gib"),
+    ):
+        rows.append(
+            {
+                "id": f"measured-{gpu}-{tag(r)}-{metric.split('_')[0]}",
+                "source": source,
+                "model": r["model"],
+                "gpu": gpu,
+                "num_gpus": 1,
+                "seq_len": r["seq"],
+                "global_batch": r["mbs"] * r["micro_batches"],
+                "micro_batch": r["mbs"],
+                "sharding": "none",
+                "recompute": r["recompute"],
+                "precision": "bf16",
+                "compile": "blocks" if r["compiled"] else "no",
+                "elementwise": "fused" if r["compiled"] else "eager",
+                "loss": "eager",
+                "metric": metric,
+                "measured_gib": f"{r[key]:.2f}",
+                "notes": (
+                    f"Measured: {stack_notes(r)}. At the peak: fp32 weights (4 bytes a "
+                    "parameter), autocast's 16-bit weight copies (2), fp32 gradients (4) and "
+                    "AdamW's two fp32 moments (8), 18 bytes as gpuscale counts Megatron's "
+                    "16-bit weights, fp32 gradients, master weights and moments."
+                ),
+            }
+        )
+    return rows
+
+
+def write(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, columns, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)  # whole or not at all
+    print(f"{path}: {len(rows)} rows")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("measured", nargs="+", type=Path, help="gpu_checks.py JSON files")
+    ap.add_argument("--training", type=Path, required=True, help="training CSV to write")
+    ap.add_argument("--memory", type=Path, required=True, help="memory CSV to write")
+    ap.add_argument("--gpu", default="h200", help="catalog GPU the steps ran on")
+    a = ap.parse_args()
+    get_gpu(a.gpu)  # an unknown name stops here, with the closest ones
+    gpu = a.gpu
+    cases = steps(a.measured)
+    write(a.training, TRAINING_COLUMNS, [training_row(r, s, gpu) for r, s in cases])
+    write(a.memory, MEMORY_COLUMNS, [row for r, s in cases for row in memory_rows(r, s, gpu)])
+
+
+if __name__ == "__main__":
+    main()
