@@ -61,9 +61,9 @@ def attention_rows(res: list[dict[str, Any]], gpu_name: str, cal: Calibration) -
     for x in res:
         if "error" in x:
             continue
-        # Llama 3 8B's attention: 32 heads of 128, 8 KV heads, as the benchmark's shape
-        model = get_model("llama3-8b")
-        assert (model.heads, model.kv_heads) == (x["heads"], x["kv_heads"])
+        # Llama 3 8B's layer with the benchmark's heads (32 of 128 and 8 KV, or 64 of 64)
+        shape = {"heads": x["heads"], "kv_heads": x["kv_heads"], "head_dim": x["head_dim"]}
+        model = get_model("llama3-8b").model_copy(update=shape)
         for kind in ("fused", "flash2"):
             w = Workload(
                 model,
@@ -87,7 +87,7 @@ def attention_rows(res: list[dict[str, Any]], gpu_name: str, cal: Calibration) -
                 cal,
             )
             pred = float(fwd[0] + bwd[0])
-            out.append((x["backend"], x["seq"], kind, x["fwd_bwd_s"], pred))
+            out.append((x["backend"], x["seq"], x["head_dim"], kind, x["fwd_bwd_s"], pred))
     return out
 
 
@@ -104,7 +104,29 @@ def main() -> None:
     con = Console()
     con.print(f"{d['device']} (torch {d['torch']}, CUDA {d.get('cuda')}) against {gpu.name}")
 
-    rows = gemm_rows(d["sections"]["matmul"]["result"], gpu, cal)
+    sections = {k: v["result"] for k, v in d["sections"].items() if "result" in v}
+    if "matmul" in sections:
+        gemm_table(con, gemm_rows(sections["matmul"], gpu, cal), a.shapes)
+    if "attention" in sections:
+        attention_table(con, sections["attention"], a.gpu, cal)
+    if "hbm" in sections:
+        hbm = sections["hbm"]
+        priced = gpu.hbm_tb_per_s * cal.hbm_eff
+        con.print(
+            f"HBM: copy measured {hbm['read_plus_write_tb_s']:.2f} TB/s (read + write); "
+            f"memory-bound terms priced at {priced:.2f} TB/s ({gpu.hbm_tb_per_s} x hbm_eff "
+            f"{cal.hbm_eff:.3f}): {100 * (hbm['read_plus_write_tb_s'] / priced - 1):+.1f} %"
+        )
+    nv = d.get("nvml", {}).get("sections", {}).get("matmul")
+    if nv:
+        con.print(
+            f"NVML during the GEMMs: {nv['power_w_mean']:.0f} W mean, {nv['power_w_max']:.0f} W "
+            f"peak of {d['nvml_device'].get('power_limit_w')} W; SM clock {nv['sm_mhz_mean']:.0f} "
+            f"MHz mean, {nv['sm_mhz_min']} MHz lowest, of {d['nvml_device'].get('max_sm_mhz')}"
+        )
+
+
+def gemm_table(con: Console, rows: list[dict[str, Any]], shapes: bool) -> None:
     t = Table(title="GEMMs: predicted / measured time - 1 (negative: predicted faster)")
     for c in ("precision", "case", "shapes", "median error %", "mean |error| %", "worst %"):
         t.add_column(c, justify="right")
@@ -123,7 +145,7 @@ def main() -> None:
                 f"{100 * worst:+.0f}",
             )
     con.print(t)
-    if a.shapes:
+    if shapes:
         s = Table(title="each GEMM (TFLOP/s)")
         for c in (
             "precision",
@@ -156,37 +178,24 @@ def main() -> None:
             )
         con.print(s)
 
-    t = Table(title="attention, causal, head dim 128, 32 heads / 8 KV: forward + backward")
-    for c in ("SDPA backend", "seq", "model's kernel", "measured ms", "predicted ms", "error %"):
+
+def attention_table(con: Console, res: list[dict[str, Any]], gpu: str, cal: Calibration) -> None:
+    t = Table(title="causal attention, forward + backward")
+    cols = ("SDPA backend", "seq", "head dim", "model's kernel", "measured ms", "predicted ms")
+    for c in (*cols, "error %"):
         t.add_column(c, justify="right")
-    for backend, seq, kind, meas, pred in attention_rows(
-        d["sections"]["attention"]["result"], a.gpu, cal
-    ):
+    for backend, seq, hd, kind, meas, pred in attention_rows(res, gpu, cal):
         if (backend == "flash") == (kind == "flash2"):
             t.add_row(
                 backend,
                 str(seq),
+                str(hd),
                 kind,
                 f"{1e3 * meas:.3f}",
                 f"{1e3 * pred:.3f}",
                 f"{100 * (pred / meas - 1):+.1f}",
             )
     con.print(t)
-
-    hbm = d["sections"]["hbm"]["result"]
-    priced = gpu.hbm_tb_per_s * cal.hbm_eff
-    con.print(
-        f"HBM: copy measured {hbm['read_plus_write_tb_s']:.2f} TB/s (read + write); "
-        f"memory-bound terms priced at {priced:.2f} TB/s ({gpu.hbm_tb_per_s} x hbm_eff "
-        f"{cal.hbm_eff:.3f}): {100 * (hbm['read_plus_write_tb_s'] / priced - 1):+.1f} %"
-    )
-    nv = d.get("nvml", {}).get("sections", {}).get("matmul")
-    if nv:
-        con.print(
-            f"NVML during the GEMMs: {nv['power_w_mean']:.0f} W mean, {nv['power_w_max']:.0f} W "
-            f"peak of {d['nvml_device'].get('power_limit_w')} W; SM clock {nv['sm_mhz_mean']:.0f} "
-            f"MHz mean, {nv['sm_mhz_min']} MHz lowest, of {d['nvml_device'].get('max_sm_mhz')}"
-        )
 
 
 if __name__ == "__main__":
