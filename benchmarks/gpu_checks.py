@@ -7,11 +7,14 @@ skipped, with its reason in the output, once the time budget is spent:
 
 - ``matmul``: 16-bit GEMMs of square sizes (the achievable fraction of peak, MAMF) and the
   forward, data-gradient and weight-gradient GEMMs of Llama 3 8B and 70B layers at tensor
-  parallel 1, 2, 4 and 8 (the shapes ``perf/kernels.py::gemm_s`` prices); FP8 GEMMs
-  (``torch._scaled_mm``, per-tensor scales) where the GPU has them;
+  parallel 1, 2, 4 and 8 (the shapes ``perf/kernels.py::gemm_s`` prices); the same in FP8
+  (``torch._scaled_mm``, per-tensor scales, as Transformer Engine's default recipe runs all
+  three) where the GPU has FP8 tensor cores;
 - ``hbm``: a device-to-device copy (bytes read + written per second);
-- ``attention``: PyTorch's ``scaled_dot_product_attention``, causal, head dimension 128,
-  forward and forward + backward, by backend;
+- ``attention``: PyTorch's ``scaled_dot_product_attention``, causal, GQA, 32K tokens a
+  call from 1K to 32K a sequence at head dimension 128 and at 4K and 8K at 64, forward and
+  forward + backward (the input gradients, none accumulated), by backend, and the backend
+  PyTorch picks by default;
 - ``train``: training steps of Llama-shaped decoders written in plain PyTorch (fp32
   weights, bf16 autocast, fused AdamW, eager cross-entropy): step time, tokens/s and the
   peak and static memory the caching allocator reports, with and without full
@@ -83,6 +86,19 @@ class Clock:
         return statistics.median(times)
 
 
+def nvml_handle(nv: Any) -> Any:
+    """NVML's handle of the GPU torch runs on: by its UUID (NVML counts GPUs in its own
+    order, whatever CUDA_VISIBLE_DEVICES says), by index where torch gives no UUID."""
+    dev = torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(dev), "uuid", None)
+    if uuid is not None:
+        try:
+            return nv.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except Exception:
+            pass
+    return nv.nvmlDeviceGetHandleByIndex(dev)
+
+
 class Nvml:
     """Samples power, SM clock and memory used every 50 ms, tagged with the section."""
 
@@ -96,7 +112,7 @@ class Nvml:
 
             pynvml.nvmlInit()
             self._nv = pynvml
-            self._h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            self._h = nvml_handle(pynvml)
         except Exception as e:  # no NVML on this machine: sections run unsampled
             self.error = f"{type(e).__name__}: {e}"
             self._nv = None
@@ -207,8 +223,6 @@ def check_matmul(clock: Clock, smoke: bool, fp8: bool) -> dict[str, Any]:
         return out
     one = torch.ones((), device=DEV, dtype=torch.float32)
     for row in gemm_shapes(smoke):
-        if row["case"] == "wgrad":  # the weight gradient stays 16-bit in Transformer Engine
-            continue
         m, n, k = row["m"], row["n"], row["k"]
         a = rand(m, k, dtype=torch.float8_e4m3fn)
         b = rand(n, k, dtype=torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants
@@ -250,7 +264,7 @@ def check_attention(clock: Clock, smoke: bool) -> list[dict[str, Any]]:
     seqs = (1024, 2048, 4096, 8192, 16384, 32768)
     cases = [(1, 4, 2, 128, 32)] if smoke else [(32768 // q, 32, 8, 128, q) for q in seqs]
     if not smoke:  # head dimension 64 at the same width (64 heads)
-        cases += [(1, 64, 16, 64, 4096), (1, 64, 16, 64, 8192)]
+        cases += [(32768 // q, 64, 16, 64, q) for q in (4096, 8192)]
     for b, heads, kv, d, s in cases:
         for name, kinds in backends.items():
             row: dict[str, Any] = {"backend": name, "batch": b, "heads": heads, "kv_heads": kv}
@@ -266,16 +280,31 @@ def check_attention(clock: Clock, smoke: bool) -> list[dict[str, Any]]:
             try:
                 with sdpa_kernel(kinds) if kinds else contextlib.nullcontext():
                     row["fwd_s"] = clock.median_s(fwd)
-                    row["fwd_bwd_s"] = clock.median_s(lambda fwd=fwd, go=go: fwd().backward(go))
+                    row["fwd_bwd_s"] = clock.median_s(
+                        lambda fwd=fwd, go=go, qkv=(q, k, v): torch.autograd.grad(fwd(), qkv, go)
+                    )
             except Exception as e:
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 rows.append(row)
                 continue
+            if name == "default":
+                row["chosen"] = sdpa_choice(q, k, v)
             f = attention_flops(b, heads, s, d)
             row["fwd_tflops"] = f / row["fwd_s"] / 1e12
             row["fwd_bwd_tflops"] = 3.5 * f / row["fwd_bwd_s"] / 1e12  # backward = 2.5 x fwd
             rows.append(row)
     return rows
+
+
+def sdpa_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+    """The backend PyTorch's SDPA picks for these inputs by default (its own dispatcher)."""
+    from torch.nn.attention import SDPBackend
+
+    try:
+        idx = torch._fused_sdp_choice(q, k, v, is_causal=True, enable_gqa=True)
+        return str(SDPBackend(idx).name).lower()
+    except Exception as e:
+        return f"unknown ({type(e).__name__}: {e})"[:120]
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -374,6 +403,7 @@ def train_case(
         row["static_gib"] = torch.cuda.memory_allocated() / 2**30
         torch.cuda.reset_peak_memory_stats()
     row["step_s"] = Clock(1, 1, steps).median_s(step)
+    row["steps_timed"], row["steps_untimed"] = steps, 2  # the first step and one warm-up
     if DEV.type == "cuda":
         row["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         row["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30

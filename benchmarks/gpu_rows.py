@@ -82,27 +82,64 @@ MEMORY_COLUMNS = [
     "measured_gib",
     "notes",
 ]
-STACK = (
-    "a Llama-shaped decoder written in plain PyTorch (random tokens, no data loader), fp32 "
-    "weights under bf16 autocast, fused AdamW; attention through SDPA with causal masking "
-    "and GQA, whose default backend on this GPU and PyTorch is cuDNN (its fused kernel; "
-    "gpu_checks.py times it beside the flash backend); "
-)
+BACKENDS = {
+    "cudnn_attention": "SDPA's cuDNN backend",
+    "flash_attention": "SDPA's flash backend (FlashAttention-2)",
+    "efficient_attention": "SDPA's memory-efficient backend",
+}
+"""What a run's notes say of the SDPA backend PyTorch picked, as validate reads it."""
 
 
-def steps(paths: list[Path]) -> list[tuple[dict[str, Any], str]]:
-    """(measured training case, source) of every file, in order."""
-    out = []
+class RowsError(SystemExit):
+    """A file that cannot give rows: one line naming it and why."""
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    files = []
     for path in paths:
         d = json.loads(path.read_text())
+        if d.get("smoke"):
+            raise RowsError(f"{path}: a --smoke run (toy sizes), not a measurement")
+        files.append({**d, "path": path})
+    return files
+
+
+def sdpa_backend(files: list[dict[str, Any]], override: str | None) -> str:
+    """The backend SDPA picked by default, as recorded by a file of the same device and
+    PyTorch (gpu_checks.py's attention section), or as given."""
+    if override is not None:
+        return override
+    seen = {
+        x["chosen"]
+        for d in files
+        for x in d["sections"].get("attention", {}).get("result", [])
+        if x.get("backend") == "default" and "chosen" in x
+    }
+    if len(seen) != 1:
+        found = f"record {' and '.join(sorted(seen))}" if seen else "record none"
+        raise RowsError(
+            f"--sdpa-backend: SDPA's default backend is needed and the files {found}; "
+            f"name one of {', '.join(BACKENDS)}"
+        )
+    return seen.pop()
+
+
+def steps(files: list[dict[str, Any]], gpu: str | None, backend: str) -> list[dict[str, Any]]:
+    """The measured training cases of every file, in order, with their source and stack."""
+    devices = {(d["device"], d["torch"]) for d in files}
+    if len(devices) != 1:
+        raise RowsError(f"the files come from more than one device or PyTorch: {devices}")
+    out = []
+    for d in files:
+        catalog = get_gpu(gpu, "--gpu").key if gpu else get_gpu(d["device"], "device").key
         source = (
             f"gpuscale benchmarks/gpu_checks.py on one {d['device']} "
             f"({d['nvml_device'].get('power_limit_w', '?')} W, driver "
-            f"{d['nvml_device'].get('driver', '?')}), PyTorch {d['torch']}; {path.name}"
+            f"{d['nvml_device'].get('driver', '?')}), PyTorch {d['torch']}; {d['path'].name}"
         )
         for name, sec in d["sections"].items():
             if name.startswith("train") and "result" in sec:
-                out.append((sec["result"], source))
+                out.append({**sec["result"], "source": source, "gpu": catalog, "sdpa": backend})
     return out
 
 
@@ -118,14 +155,26 @@ def stack_notes(r: dict[str, Any]) -> str:
         else "eager PyTorch ops for RMSNorm, RoPE and SwiGLU"
     )
     rc = "; every block under torch.utils.checkpoint" if r["recompute"] == "full" else ""
-    return f"{STACK}{kernels}; eager cross-entropy over fp32 logits{rc}"
+    backend = BACKENDS.get(r["sdpa"], r["sdpa"])
+    return (
+        "a Llama-shaped decoder written in plain PyTorch (random tokens, no data loader), fp32 "
+        f"weights under bf16 autocast, fused AdamW; attention through {backend}, PyTorch's "
+        f"default on this GPU, with causal masking and GQA; {kernels}; "
+        f"eager cross-entropy over fp32 logits{rc}"
+    )
 
 
-def training_row(r: dict[str, Any], source: str, gpu: str) -> dict[str, Any]:
+def timing(r: dict[str, Any]) -> str:
+    if "steps_timed" in r:
+        return f"the median step of {r['steps_timed']} after {r['steps_untimed']}"
+    return "the median of the timed steps"
+
+
+def training_row(r: dict[str, Any]) -> dict[str, Any]:
     m = get_model(r["model"])
     return {
-        "id": f"measured-{gpu}-{tag(r)}",
-        "source": source,
+        "id": f"measured-{r['gpu']}-{tag(r)}",
+        "source": r["source"],
         "model": m.name,
         "params_b": f"{r['params'] / 1e9:.4f}",
         "layers": m.layers,
@@ -137,7 +186,7 @@ def training_row(r: dict[str, Any], source: str, gpu: str) -> dict[str, Any]:
         "seq_len": r["seq"],
         "global_batch_seqs": r["mbs"] * r["micro_batches"],
         "micro_batch": r["mbs"],
-        "gpu": gpu,
+        "gpu": r["gpu"],
         "num_gpus": 1,
         "tp": 1,
         "pp": 1,
@@ -151,12 +200,12 @@ def training_row(r: dict[str, Any], source: str, gpu: str) -> dict[str, Any]:
         "target": "tokens_per_s_per_gpu",
         "notes": (
             f"Measured: {stack_notes(r)}; {r['micro_batches']} micro-batches of {r['mbs']} a "
-            f"step; the median step of 6 after 2."
+            f"step; {timing(r)}."
         ),
     }
 
 
-def memory_rows(r: dict[str, Any], source: str, gpu: str) -> list[dict[str, Any]]:
+def memory_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for metric, key in (
         ("allocated_peak", "peak_allocated_gib"),
@@ -164,10 +213,10 @@ def memory_rows(r: dict[str, Any], source: str, gpu: str) -> list[dict[str, Any]
     ):
         rows.append(
             {
-                "id": f"measured-{gpu}-{tag(r)}-{metric.split('_')[0]}",
-                "source": source,
+                "id": f"measured-{r['gpu']}-{tag(r)}-{metric.split('_')[0]}",
+                "source": r["source"],
                 "model": r["model"],
-                "gpu": gpu,
+                "gpu": r["gpu"],
                 "num_gpus": 1,
                 "seq_len": r["seq"],
                 "global_batch": r["mbs"] * r["micro_batches"],
@@ -206,13 +255,19 @@ def main() -> None:
     ap.add_argument("measured", nargs="+", type=Path, help="gpu_checks.py JSON files")
     ap.add_argument("--training", type=Path, required=True, help="training CSV to write")
     ap.add_argument("--memory", type=Path, required=True, help="memory CSV to write")
-    ap.add_argument("--gpu", default="h200", help="catalog GPU the steps ran on")
+    ap.add_argument("--gpu", help="catalog GPU (default: the device the files name)")
+    ap.add_argument(
+        "--sdpa-backend",
+        choices=sorted(BACKENDS),
+        help="SDPA's default backend (default: as an attention section of the files records)",
+    )
     a = ap.parse_args()
-    get_gpu(a.gpu)  # an unknown name stops here, with the closest ones
-    gpu = a.gpu
-    cases = steps(a.measured)
-    write(a.training, TRAINING_COLUMNS, [training_row(r, s, gpu) for r, s in cases])
-    write(a.memory, MEMORY_COLUMNS, [row for r, s in cases for row in memory_rows(r, s, gpu)])
+    if a.gpu is not None:
+        get_gpu(a.gpu)  # an unknown name stops here, with the closest ones
+    files = load(a.measured)
+    cases = steps(files, a.gpu, sdpa_backend(files, a.sdpa_backend))
+    write(a.training, TRAINING_COLUMNS, [training_row(r) for r in cases])
+    write(a.memory, MEMORY_COLUMNS, [row for r in cases for row in memory_rows(r)])
 
 
 if __name__ == "__main__":

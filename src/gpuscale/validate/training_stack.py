@@ -22,11 +22,17 @@ NEGATOR = r"(no|not|without|w/o|non)"
 """A word before a feature's name that says it was not used ("without ZeRO")."""
 OFF = r"(off|false|no|none|disabled?|0(?![.\d]))"
 """A value that switches the named feature off ("FSDP: off", "dist_opt=0")."""
-_NOT_BEFORE = re.compile(rf"\b({NEGATOR}|disabled?)([\s_-]+(using|use|used|with|of|the))*[\s_-]*$")
-"""A negation just before a name, perhaps through a verb ("not using", "without the")."""
-_NOT_AFTER = re.compile(rf"\s*[(:=]?\s*({OFF}\b|(is |was |were )?(not used|unused)\b)")
+_NOT_BEFORE = re.compile(
+    rf"\b({NEGATOR}|disabled?|whether)([\s_-]+(using|use|used|with|of|the))*[\s_-]*$"
+)
+"""A negation just before a name, perhaps through a verb ("not using", "without the"), or
+a question that claims nothing ("whether torch.compile was on is not stated")."""
+_NOT_AFTER = re.compile(
+    rf"\s*[(:=]?\s*({OFF}\b|(is |was |were )?(not used|unused)\b"
+    rf"|(and|,) [\w.-]+ (are |were )?(not used|unused|{OFF})\b)"
+)
 """A switch just after a name: "compile=False", "FlashAttention disabled", "AsyncTP not
-used"."""
+used", also through a short list ("torch.compile and float8 not used")."""
 
 
 def mentions(text: str, pattern: str) -> bool:
@@ -66,7 +72,7 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     PyTorch 2.11: ``benchmarks/measured/``).
     """
     text = stack_text(row)
-    if mentions(text, r"flash-?attention-?3|\bfa3\b|cudnn"):
+    if mentions(text, FUSED_ATTENTION):
         return "fused", "attention: FlashAttention-3 / cuDNN fused kernels, as the row names"
     if "torchtitan" in text or "sdpa" in text:
         return "flash2", "attention: PyTorch SDPA (FlashAttention-2 kernels)"
@@ -79,6 +85,14 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     if mentions(text, FLASH2_STACKS):
         return "flash2", "attention: FlashAttention-2-class kernels (flash-attn or Triton)"
     return "fused", ""
+
+
+FUSED_ATTENTION = (
+    r"flash-?attention-?3|\bfa3\b|cudnn[ _-]*(sdpa|attention|fused|backend|fmha|flash)"
+    r"|(sdpa|attention)[^.;]{0,40}\bcudnn\b(?![ _-]*(layer ?norm|frontend|version|\d))"
+)
+"""FlashAttention-3, or cuDNN named as the attention kernel ("SDPA's cuDNN backend",
+"attention via cuDNN"): a cuDNN version or its layer norm says nothing of attention."""
 
 
 def elementwise_kernels(row: dict[str, str]) -> tuple[str, str]:
@@ -97,7 +111,7 @@ def elementwise_kernels(row: dict[str, str]) -> tuple[str, str]:
     return "fused", ""
 
 
-EAGER_OPS = r"eager[ -](pytorch|elementwise|ops?\b)|pytorch eager"
+EAGER_OPS = r"eager[ -](pytorch|elementwise|ops?\b)|pytorch eager (ops?|kernels)\b"
 """Elementwise work named as run op by op ("eager PyTorch ops"); a bare "eager" may mean
 no CUDA graphs ("eager execution"), which says nothing of the kernels."""
 EAGER_LOSS = r"eager[ -](cross[ -]?entropy|loss)|(cross[ -]?entropy|loss) (runs |ran )?eager"
