@@ -46,6 +46,9 @@ from gpuscale.validate.training_stack import (
         ("plain PyTorch", "attention through SDPA, cuDNN backend", "hopper", "fused"),
         ("torchtitan", "SDPA with the cuDNN backend", "hopper", "fused"),
         ("plain PyTorch", "attention through SDPA", "hopper", "flash2"),
+        # a cuDNN version names no attention kernel
+        ("torchtitan", "NGC 24.05 (CUDA 12.4, cuDNN 9.1)", "hopper", "flash2"),
+        ("Megatron-LM", "PyTorch 1.8, cuDNN 8.1", "ampere", "unfused"),
     ],
 )
 def test_attention_kernel_follows_the_stack(
@@ -885,6 +888,8 @@ def test_negated_or_incidental_stack_names_do_not_count(
         ("torchtitan without torch.compile", "eager"),
         ("compile=False", "eager"),
         ("torch.compile", "fused"),
+        ("torch.compile and float8 not used", "eager"),
+        ("compile false; whether torch.compile was on is not stated", "eager"),
     ],
 )
 def test_a_negated_compile_is_eager(notes: str, mode: str) -> None:
@@ -900,6 +905,7 @@ def test_a_negated_compile_is_eager(notes: str, mode: str) -> None:
         # "eager execution" says no CUDA graphs, nothing of the kernels
         ("eager execution (no CUDA graphs), selective recompute", "fused", None),
         ("the optimizer step, data loading and logging stay eager", "fused", None),
+        ("PyTorch eager execution, no CUDA graphs", "fused", None),
         ("the loss ran eager", "fused", "eager"),
         ("no eager cross-entropy: Megatron's fused loss", "fused", None),
     ],
