@@ -65,11 +65,10 @@ def attention_kernel(row: dict[str, str], arch: str) -> tuple[str, str]:
     and Megatron-DeepSpeed on Volta/Ampere ran the unfused path (batched GEMMs + fused
     softmax kernel) unless flash attention is named: that is the path Korthikanti et al.'s
     5as/h activation term describes. Stacks built on the flash-attn package (FLASH2_STACKS)
-    run FlashAttention-2; a row naming FlashAttention-3 or cuDNN, or naming no stack, gets
-    the GPU's fastest fused kernel. A row naming cuDNN or FlashAttention-3 gets the fused
-    kernel whatever its stack: SDPA's cuDNN backend is PyTorch's default on Hopper in
-    recent releases (it ran at twice the FlashAttention-2 backend's rate on an H200 with
-    PyTorch 2.11: ``benchmarks/measured/``).
+    run FlashAttention-2; a row naming no stack gets the GPU's fastest fused kernel, and so
+    does a row naming FlashAttention-3 or cuDNN as its attention kernel, whatever its stack:
+    SDPA's cuDNN backend is PyTorch's default on Hopper in recent releases (on an H200 with
+    PyTorch 2.11 it ran at 1.6-1.75 x the flash backend's rate: ``benchmarks/measured/``).
     """
     text = stack_text(row)
     if mentions(text, FUSED_ATTENTION):
