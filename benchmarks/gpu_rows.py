@@ -20,68 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.catalog import get_gpu, get_model
+from gpuscale.validate.memory import OPTIONAL as MEMORY_OPTIONAL
+from gpuscale.validate.memory import REQUIRED as MEMORY_REQUIRED
+from gpuscale.validate.training_cells import COLUMNS
 
-TRAINING_COLUMNS = [
-    "id",
-    "source",
-    "model",
-    "params_b",
-    "layers",
-    "hidden",
-    "ffn_hidden",
-    "heads",
-    "kv_heads",
-    "vocab",
-    "seq_len",
-    "global_batch_seqs",
-    "micro_batch",
-    "gpu",
-    "num_gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "seq_parallel",
-    "recompute",
-    "dist_optimizer_or_zero",
-    "precision",
-    "intra_node_link",
-    "inter_node",
-    "measured_tflops_per_gpu",
-    "measured_mfu",
-    "measured_step_time_s",
-    "measured_tokens_per_s_per_gpu",
-    "target",
-    "flop_convention",
-    "notes",
-]
-MEMORY_COLUMNS = [
-    "id",
-    "source",
-    "model",
-    "gpu",
-    "num_gpus",
-    "seq_len",
-    "global_batch",
-    "micro_batch",
-    "tp",
-    "pp",
-    "vpp",
-    "cp",
-    "sp",
-    "sharding",
-    "recompute",
-    "recompute_modules",
-    "precision",
-    "compile",
-    "elementwise",
-    "loss",
-    "metric",
-    "measured_gib",
-    "notes",
-]
+TRAINING_COLUMNS = list(COLUMNS)
+_MEMORY = [c for c in (*MEMORY_REQUIRED, *MEMORY_OPTIONAL) if c not in ("id", "source", "notes")]
+MEMORY_COLUMNS = ["id", "source", *_MEMORY, "notes"]
+"""Each file's schema, as validate reads it (``validate/training_cells.py``, ``memory.py``)."""
+
 BACKENDS = {
     "cudnn_attention": "SDPA's cuDNN backend",
     "flash_attention": "SDPA's flash backend (FlashAttention-2)",
