@@ -31,32 +31,45 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.catalog import GPU, Model, get_gpu, get_model, system_for_gpu
 from gpuscale.cli._common import load_calibration
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.kernels import attention_core_s, gemm_s
+from gpuscale.perf.kernels import (
+    attention_core_s,
+    gemm_s,
+    low_precision_speedup,
+    sustained_peak16,
+)
 from gpuscale.perf.plan import Workload
 
 DEFAULT = Path(__file__).parent / "measured" / "h200_2026-12-04.json"
 
 
-def gemm_rows(res: dict[str, Any], gpu: Any, cal: Calibration) -> list[dict[str, Any]]:
+def _workload(gpu: GPU, model: Model, seq: int, precision: str, attention: str) -> Workload:
+    """One GPU's job of ``model`` as the step model sees it (its kernels' rates are the
+    GPU's, whatever the job around them)."""
+    system = system_for_gpu(gpu)
+    fabric = Fabric.from_system(system, 8)
+    return Workload(model, gpu, system, fabric, 8, seq, 8, precision, attention=attention)
+
+
+def gemm_rows(res: dict[str, Any], gpu: GPU, cal: Calibration) -> list[dict[str, Any]]:
     out = []
+    llama = get_model("llama3-8b")
     for prec in ("bf16", "fp8"):
-        peak = gpu.peak_tflops["bf16"] * 1e12 * gpu.matmul_eff
-        if prec == "fp8":
-            peak *= cal.fp8_gemm_speedup
+        # the rate the step prices GEMMs at: the sustained 16-bit peak x the part's MAMF
+        # fraction x the precision's speed-up
+        speedup = low_precision_speedup(_workload(gpu, llama, 4096, prec, "fused"), cal)
+        peak = sustained_peak16(gpu) * gpu.matmul_eff * speedup
         for x in res[prec]:
             pred = float(gemm_s(x["m"], x["n"], x["k"], 1, peak, gpu.sms, cal))
             out.append({**x, "precision": prec, "pred_s": pred, "err": pred / x["s"] - 1.0})
     return out
 
 
-def attention_rows(res: list[dict[str, Any]], gpu_name: str, cal: Calibration) -> list[Any]:
+def attention_rows(res: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[Any]:
     """The model's forward + backward seconds of the measured shape (one layer, one
     sequence, no tensor parallelism) next to each SDPA backend's."""
-    gpu = get_gpu(gpu_name)
-    system = system_for_gpu(gpu)
     out = []
     for x in res:
         if "error" in x:
@@ -65,25 +78,15 @@ def attention_rows(res: list[dict[str, Any]], gpu_name: str, cal: Calibration) -
         shape = {"heads": x["heads"], "kv_heads": x["kv_heads"], "head_dim": x["head_dim"]}
         model = get_model("llama3-8b").model_copy(update=shape)
         for kind in ("fused", "flash2"):
-            w = Workload(
-                model,
-                gpu,
-                system,
-                Fabric.from_system(system, 8),
-                8,
-                x["seq"],
-                8,
-                "bf16",
-                attention=kind,
-            )
+            w = _workload(gpu, model, x["seq"], "bf16", kind)
             one = np.array([1.0])
             fwd, bwd = attention_core_s(
                 w,
                 one * x["batch"],
                 one * x["seq"],
                 one,
-                gpu.peak_tflops["bf16"] * 1e12,
-                gpu.hbm_tb_per_s * 1e12 * cal.hbm_eff,
+                sustained_peak16(gpu),
+                gpu.hbm_bw_Bps * cal.hbm_eff,
                 cal,
             )
             pred = float(fwd[0] + bwd[0])
@@ -108,10 +111,10 @@ def main() -> None:
     if "matmul" in sections:
         gemm_table(con, gemm_rows(sections["matmul"], gpu, cal), a.shapes)
     if "attention" in sections:
-        attention_table(con, sections["attention"], a.gpu, cal)
+        attention_table(con, sections["attention"], gpu, cal)
     if "hbm" in sections:
         hbm = sections["hbm"]
-        priced = gpu.hbm_tb_per_s * cal.hbm_eff
+        priced = gpu.hbm_bw_Bps * cal.hbm_eff / 1e12
         con.print(
             f"HBM: copy measured {hbm['read_plus_write_tb_s']:.2f} TB/s (read + write); "
             f"memory-bound terms priced at {priced:.2f} TB/s ({gpu.hbm_tb_per_s} x hbm_eff "
@@ -179,7 +182,7 @@ def gemm_table(con: Console, rows: list[dict[str, Any]], shapes: bool) -> None:
         con.print(s)
 
 
-def attention_table(con: Console, res: list[dict[str, Any]], gpu: str, cal: Calibration) -> None:
+def attention_table(con: Console, res: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> None:
     t = Table(title="causal attention, forward + backward")
     cols = ("SDPA backend", "seq", "head dim", "model's kernel", "measured ms", "predicted ms")
     for c in (*cols, "error %"):

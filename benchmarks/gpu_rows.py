@@ -71,14 +71,18 @@ def sdpa_backend(files: list[dict[str, Any]], override: str | None) -> str:
     return seen.pop()
 
 
-def steps(files: list[dict[str, Any]], gpu: str | None, backend: str) -> list[dict[str, Any]]:
-    """The measured training cases of every file, in order, with their source and stack."""
+def catalog_gpu(files: list[dict[str, Any]], gpu: str | None) -> str:
+    """The catalog key of the one device the files were measured on (``gpu`` if given)."""
     devices = {(d["device"], d["torch"]) for d in files}
     if len(devices) != 1:
         raise RowsError(f"the files come from more than one device or PyTorch: {devices}")
+    return get_gpu(gpu, "--gpu").key if gpu else get_gpu(files[0]["device"], "device").key
+
+
+def steps(files: list[dict[str, Any]], gpu: str, backend: str) -> list[dict[str, Any]]:
+    """The measured training cases of every file, in order, with their source and stack."""
     out = []
     for d in files:
-        catalog = get_gpu(gpu, "--gpu").key if gpu else get_gpu(d["device"], "device").key
         source = (
             f"gpuscale benchmarks/gpu_checks.py on one {d['device']} "
             f"({d['nvml_device'].get('power_limit_w', '?')} W, driver "
@@ -86,7 +90,7 @@ def steps(files: list[dict[str, Any]], gpu: str | None, backend: str) -> list[di
         )
         for name, sec in d["sections"].items():
             if name.startswith("train") and "result" in sec:
-                out.append({**sec["result"], "source": source, "gpu": catalog, "sdpa": backend})
+                out.append({**sec["result"], "source": source, "gpu": gpu, "sdpa": backend})
     return out
 
 
@@ -209,10 +213,8 @@ def main() -> None:
         help="SDPA's default backend (default: as an attention section of the files records)",
     )
     a = ap.parse_args()
-    if a.gpu is not None:
-        get_gpu(a.gpu)  # an unknown name stops here, with the closest ones
     files = load(a.measured)
-    cases = steps(files, a.gpu, sdpa_backend(files, a.sdpa_backend))
+    cases = steps(files, catalog_gpu(files, a.gpu), sdpa_backend(files, a.sdpa_backend))
     write(a.training, TRAINING_COLUMNS, [training_row(r) for r in cases])
     write(a.memory, MEMORY_COLUMNS, [row for r in cases for row in memory_rows(r)])
 

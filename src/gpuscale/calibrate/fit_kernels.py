@@ -31,7 +31,7 @@ from gpuscale.calibrate.calibration import Calibration, default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.catalog.model_parts import Mamba
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.kernels import scan_s
+from gpuscale.perf.kernels import scan_s, sustained_peak16
 from gpuscale.perf.plan import Workload
 
 MIN_TOKENS = 4096
@@ -61,7 +61,7 @@ def ssd_rates(cal: Calibration | None = None) -> list[tuple[int, float, float]]:
         system = system_for_gpu(gpu)
         tokens = int(row["tokens"])
         w = Workload(model, gpu, system, Fabric.from_system(system, 1), 1, tokens, 1)
-        peak16 = gpu.peak_flops("bf16") * gpu.clock_fraction  # as the training step has it
+        peak16 = sustained_peak16(gpu)  # as the training step has it
         bw = gpu.hbm_bw_Bps * base.hbm_eff
         secs = scan_s(w, np.array([float(tokens)]), np.array([1.0]), peak16, bw, base)
         out.append((tokens, float(row["tokens_per_s"]), tokens / float(secs[0])))

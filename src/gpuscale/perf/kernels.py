@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import Model
+from gpuscale.catalog import GPU, Model
 from gpuscale.perf.attn_kinds import attn_kinds
 from gpuscale.perf.plan import FloatArrayT, Workload
 from gpuscale.perf.transformer import (
@@ -38,6 +38,13 @@ UNFUSED_DROPOUT_FWD_BYTES = 5.0
 UNFUSED_DROPOUT_BWD_BYTES = 5.0
 """Of those, what the attention dropout adds (its read, mask and write, forward and
 backward): a model trained without dropout does not pay them."""
+
+
+def sustained_peak16(gpu: GPU) -> float:
+    """The part's dense 16-bit peak FLOP/s (bf16, fp16 on a part without it) at the clock it
+    sustains: a power-capped part runs below its rated clock (``GPU.clock_fraction``)."""
+    half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+    return gpu.peak_flops(half) * gpu.clock_fraction
 
 
 def gemm_s(

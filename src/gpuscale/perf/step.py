@@ -60,6 +60,7 @@ from gpuscale.perf.kernels import (
     gemm_s,
     low_precision_speedup,
     scan_s,
+    sustained_peak16,
 )
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
@@ -165,8 +166,7 @@ def step_breakdown(
     heads = stages.head + m.mtp_layers / p.pp
     mb = p.microbatches(w).astype(np.float64)
 
-    peak16 = w.gpu.peak_flops("bf16" if "bf16" in w.gpu.peak_tflops else "fp16")
-    peak16 *= w.gpu.clock_fraction  # a power-capped part sustains a lower clock
+    peak16 = sustained_peak16(w.gpu)
     mm16 = peak16 * w.gpu.matmul_eff  # the GEMM rate the part can reach (MAMF)
     gemm_peak = mm16 * low_precision_speedup(w, cal)
     bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
