@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.catalog import get_gpu, get_model
+from gpuscale.errors import InputError
 from gpuscale.validate.memory import OPTIONAL as MEMORY_OPTIONAL
 from gpuscale.validate.memory import REQUIRED as MEMORY_REQUIRED
 from gpuscale.validate.training_cells import COLUMNS
@@ -214,7 +215,11 @@ def main() -> None:
     )
     a = ap.parse_args()
     files = load(a.measured)
-    cases = steps(files, catalog_gpu(files, a.gpu), sdpa_backend(files, a.sdpa_backend))
+    try:
+        gpu = catalog_gpu(files, a.gpu)
+    except InputError as e:  # an unknown GPU: one line, with the closest catalog names
+        raise RowsError(f"error: {e}") from None
+    cases = steps(files, gpu, sdpa_backend(files, a.sdpa_backend))
     write(a.training, TRAINING_COLUMNS, [training_row(r) for r in cases])
     write(a.memory, MEMORY_COLUMNS, [row for r in cases for row in memory_rows(r)])
 
