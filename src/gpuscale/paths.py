@@ -3,7 +3,9 @@ is wrong (a directory, no such file, a device, a name too long for the system)."
 
 from __future__ import annotations
 
+import os
 import stat
+import tempfile
 from pathlib import Path
 
 from gpuscale.errors import InputError
@@ -36,3 +38,45 @@ def require_file(path: Path, field: str, what: str) -> None:
             "other": "not a regular file (a device, pipe or socket)",
         }[kind]
         raise InputError(field, str(path), f"{said}; give {what}")
+
+
+def writable_target(path: Path, field: str) -> Path:
+    """The file an output at ``path`` is written to (a symlink's target); an error before any
+    work when its directory is missing or not writable, or it is a directory or a device."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop, an unreadable component
+        raise InputError(field, str(path), "a file path that resolves") from None
+    parent = target.parent
+    kind = path_kind(target, field) if path_kind(parent, field) == "dir" else "no directory"
+    if kind in ("no directory", "dir"):
+        raise InputError(field, str(path), "a file path in an existing directory")
+    if kind == "other":  # a device, a FIFO, a socket
+        raise InputError(field, str(path), "a new or a regular file")
+    if not os.access(parent, os.W_OK):
+        raise InputError(field, str(path), f"a file path in a writable directory ({parent})")
+    return target
+
+
+def write_atomic(path: Path, text: str, field: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed into place, so that a
+    failed write leaves nothing (and an existing file whole); an unwritable path is an
+    :class:`InputError` naming ``field``."""
+    target = writable_target(path, field)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(field, str(path), f"a writable file path ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # as an ordinary new file, not mkstemp's 0600
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(field, str(path), f"a writable file path ({exc.strerror})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -45,13 +46,22 @@ def loss(runs: Path, cal: Calibration) -> float:
     return sum(float(v["mape_pct"] or 0.0) for v in s.values())
 
 
-def fit(runs: Path, start: Calibration, rounds: int = 6, points: int = 21) -> Calibration:
-    """Bounded coordinate search: each round scans every constant on a shrinking grid."""
+def fit(
+    runs: Path,
+    start: Calibration,
+    rounds: int = 6,
+    points: int = 21,
+    constants: Sequence[str] | None = None,
+    on_eval: Callable[[float], None] | None = None,
+) -> Calibration:
+    """Bounded coordinate search: each round scans every constant (of ``constants`` when
+    given) on a shrinking grid; ``on_eval`` hears each evaluation's loss."""
     cal = start
     best = loss(runs, cal)
-    width = {k: hi - lo for k, (lo, hi) in BOUNDS.items()}
+    keys = {k: b for k, b in BOUNDS.items() if constants is None or k in constants}
+    width = {k: hi - lo for k, (lo, hi) in keys.items()}
     for _ in range(rounds):
-        for key, (lo, hi) in BOUNDS.items():
+        for key, (lo, hi) in keys.items():
             centre = getattr(cal, key)
             grid = np.linspace(
                 max(lo, centre - width[key] / 2), min(hi, centre + width[key] / 2), points
@@ -59,6 +69,8 @@ def fit(runs: Path, start: Calibration, rounds: int = 6, points: int = 21) -> Ca
             for v in grid:
                 trial = cal.replace(**{key: float(v)})
                 val = loss(runs, trial)
+                if on_eval is not None:
+                    on_eval(val)
                 if val < best - 1e-9:
                     best, cal = val, trial
             width[key] /= 3.0

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
@@ -115,17 +116,25 @@ def objective(s: dict[str, float]) -> float:
 
 
 def fit(
-    cases: list[_Case], start: Calibration, rounds: int = 4, verbose: bool = True
+    cases: list[_Case],
+    start: Calibration,
+    rounds: int = 4,
+    verbose: bool = True,
+    constants: Sequence[str] | None = None,
+    on_eval: Callable[[float], None] | None = None,
 ) -> Calibration:
+    """Coordinate descent in log space over the keys of :data:`BOUNDS` (of ``constants`` when
+    given); ``on_eval`` hears each evaluation's objective."""
+    keys = {k: b for k, b in BOUNDS.items() if constants is None or k in constants}
     # constants at zero (no prior fit) start inside their range
     cal = start.replace(
-        **{k: math.sqrt(lo * hi) for k, (lo, hi) in BOUNDS.items() if getattr(start, k) <= 0.0}
+        **{k: math.sqrt(lo * hi) for k, (lo, hi) in keys.items() if getattr(start, k) <= 0.0}
     )
     best = objective(scores(cases, cal))
     step = 0.4  # log-space step
     for rnd in range(rounds):
         improved = False
-        for key, (lo, hi) in BOUNDS.items():
+        for key, (lo, hi) in keys.items():
             for direction in (+1.0, -1.0):
                 while True:
                     cur = getattr(cal, key)
@@ -135,6 +144,8 @@ def fit(
                         break
                     trial = cal.replace(**{key: trial_v})
                     val = objective(scores(cases, trial))
+                    if on_eval is not None:
+                        on_eval(val)
                     if val < best - 1e-6:
                         best, cal, improved = val, trial, True
                         if verbose:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,10 @@ def _soft_l1(r: np.ndarray, scale: float) -> float:
     return float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
 
 
+Residuals = Callable[..., np.ndarray]
+""":func:`_residuals`'s signature: (x, base, pairs, names, lo, hi) -> log errors."""
+
+
 def _scan(
     x: np.ndarray,
     base: Calibration,
@@ -123,16 +128,17 @@ def _scan(
     lo: np.ndarray,
     hi: np.ndarray,
     scale: float,
+    residuals: Residuals = _residuals,
 ) -> np.ndarray:
     """One pass of coordinate scanning over :data:`SCAN`: each constant moves to the point of
     its range with the lowest loss, the others held."""
     x = x.copy()
-    best = _soft_l1(_residuals(x, base, pairs, names, lo, hi), scale)
+    best = _soft_l1(residuals(x, base, pairs, names, lo, hi), scale)
     for i in range(len(names)):
         for v in SCAN:
             trial = x.copy()
             trial[i] = v
-            loss = _soft_l1(_residuals(trial, base, pairs, names, lo, hi), scale)
+            loss = _soft_l1(residuals(trial, base, pairs, names, lo, hi), scale)
             if loss < best:
                 best, x = loss, trial
     return x
@@ -145,29 +151,52 @@ def _informed(name: str, cal: Calibration, pairs: list[tuple[PreparedRow, Plans]
     return any(predict(pr, pl, a) != predict(pr, pl, b) for pr, pl in pairs)
 
 
+def informed_constants(
+    path: Path, cal: Calibration, constants: Sequence[str] | None = None
+) -> tuple[list[str], int]:
+    """The keys of :data:`BOUNDS` (of ``constants`` when given) that move some prediction of
+    the file's runs under ``cal``'s plans, and the number of runs priced."""
+    pairs = _pairs(_rows(path), cal)
+    allowed = list(BOUNDS) if constants is None else [n for n in BOUNDS if n in constants]
+    return [n for n in allowed if _informed(n, cal, pairs)], len(pairs)
+
+
 def fit(
     path: Path,
     rounds: int = 2,
     loss_scale: float = LOSS_SCALE,
     start: Calibration | None = None,
+    constants: Sequence[str] | None = None,
+    on_eval: Callable[[float], None] | None = None,
 ) -> tuple[Calibration, float]:
     """Fitted constants and the mean |log error| they leave; ``start`` is where the search
-    begins (the shipped calibration unless given)."""
+    begins (the shipped calibration unless given), ``constants`` the keys of :data:`BOUNDS`
+    it may move (all of them unless given); ``on_eval`` hears each evaluation's mean |log
+    error| over the rows (a progress display)."""
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
+
+    def residuals(x: np.ndarray, *args: object) -> np.ndarray:
+        r = _residuals(x, *args)  # type: ignore[arg-type]
+        if on_eval is not None:
+            on_eval(float(np.mean(np.abs(r))) if r.size else 0.0)
+        return r
 
     rows = _rows(path)
     cal = start if start is not None else default_calibration()
+    allowed = list(BOUNDS) if constants is None else [n for n in BOUNDS if n in constants]
     for _ in range(rounds):
         pairs = _pairs(rows, cal)
         # a constant no row depends on (e.g. the DeepSpeed ZeRO-3 rate without a DeepSpeed
         # ZeRO-3 row) keeps its value: a flat direction gives the optimiser no information
-        names = [n for n in BOUNDS if _informed(n, cal, pairs)]
+        names = [n for n in allowed if _informed(n, cal, pairs)]
+        if not names:
+            break
         lo = np.array([BOUNDS[n][0] for n in names])
         hi = np.array([BOUNDS[n][1] for n in names])
         x0 = np.array([(getattr(cal, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
-        x0 = _scan(np.clip(x0, 1e-3, 1 - 1e-3), cal, pairs, names, lo, hi, loss_scale)
+        x0 = _scan(np.clip(x0, 1e-3, 1 - 1e-3), cal, pairs, names, lo, hi, loss_scale, residuals)
         res = least_squares(
-            _residuals,
+            residuals,
             x0,
             bounds=(0.0, 1.0),
             loss="soft_l1",

@@ -55,7 +55,7 @@ def _root(
 
 
 def _register() -> None:
-    from gpuscale.cli import bench, cluster, comm, export, infer, train, validate
+    from gpuscale.cli import bench, calibrate, cluster, comm, export, infer, train, validate
 
     app.add_typer(train.app, name="train", help="Training: memory, step time, MFU, plans, scaling.")
     app.add_typer(infer.app, name="infer", help="Inference: latency, throughput, sizing at an SLO.")
@@ -64,6 +64,9 @@ def _register() -> None:
     app.add_typer(bench.app, name="bench", help="Benchmarks on real hardware (torch.distributed).")
     app.add_typer(export.app, name="export", help="Launch files for Slurm and Kubernetes.")
     app.add_typer(validate.app, name="validate", help="Score predictions against published runs.")
+    app.add_typer(
+        calibrate.app, name="calibrate", help="Fit the models' constants to your own runs."
+    )
 
 
 _register()

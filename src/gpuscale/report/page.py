@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import jinja2
 from markupsafe import Markup, escape
 
-from gpuscale.errors import InputError
-from gpuscale.paths import path_kind
+from gpuscale.paths import writable_target, write_atomic
 
 HEAD = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -51,39 +48,9 @@ def template(body: str) -> jinja2.Template:
 def check_target(path: Path) -> Path:
     """The file a report at ``path`` is written to (a symlink's target); an error before any
     work when its directory is missing or not writable."""
-    try:
-        target = path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop, an unreadable component
-        raise InputError("html", str(path), "a file path that resolves") from None
-    parent = target.parent
-    kind = path_kind(target, "html") if path_kind(parent, "html") == "dir" else "no directory"
-    if kind in ("no directory", "dir"):
-        raise InputError("html", str(path), "a file path in an existing directory")
-    if kind == "other":  # a device, a FIFO, a socket
-        raise InputError("html", str(path), "a new or a regular file")
-    if not os.access(parent, os.W_OK):
-        raise InputError("html", str(path), f"a file path in a writable directory ({parent})")
-    return target
+    return writable_target(path, "html")
 
 
 def write_page(path: Path, html: str) -> None:
-    """Write ``html`` to ``path`` through a temporary file renamed into place, so that a
-    failed write leaves nothing; an unwritable path is an :class:`InputError`."""
-    target = check_target(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError("html", str(path), f"a writable file path ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # as an ordinary new file, not mkstemp's 0600
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError("html", str(path), f"a writable file path ({exc.strerror})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``html`` to ``path`` whole or not at all (:func:`gpuscale.paths.write_atomic`)."""
+    write_atomic(path, html, "html")

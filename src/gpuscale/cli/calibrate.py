@@ -1,0 +1,179 @@
+"""`gpuscale calibrate {training|collectives|inference} --runs FILE.csv [--out CAL.json]`.
+
+Fits the model's constants to a file of runs (the user's own measurements, in the columns
+`gpuscale validate` reads), prints the file's scores before and after and each constant's
+move, and merges the constants the runs inform into ``CAL.json``, which any command then
+reads with ``--calibration CAL.json`` (gpuscale/calibrate/fitting.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpuscale.calibrate.fitting import Fitted, check_out, check_runs, fit_runs, write_out
+from gpuscale.cli._common import Cal, _num, emit_json, err, load_calibration, out
+from gpuscale.errors import InputError
+
+app = typer.Typer(no_args_is_help=True)
+
+Runs = Annotated[
+    Path,
+    typer.Option("--runs", help="CSV of runs, in the columns `gpuscale validate` reads."),
+]
+Out = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Calibration JSON to write the fitted constants into (created, or merged into: "
+        "its other keys kept). Without it nothing is written.",
+    ),
+]
+Constants = Annotated[
+    str | None,
+    typer.Option(
+        "--constants",
+        help="Comma-separated constants to fit (default: every one this kind of run fits).",
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
+
+SCORE_NAMES = {
+    "mape": "MAPE",
+    "median_abs_error": "median |error|",
+    "worst_abs_error": "worst |error|",
+    "busbw_GBps_mape": "busbw MAPE (large messages)",
+    "time_us_mape": "time MAPE (small messages)",
+    "throughput_mape": "throughput MAPE",
+    "ttft_mape": "TTFT MAPE",
+    "tpot_itl_mape": "TPOT/ITL MAPE",
+}
+
+
+def _names(constants: str | None) -> list[str] | None:
+    if constants is None:
+        return None
+    names = [c.strip() for c in constants.split(",") if c.strip()]
+    if not names:
+        raise InputError("--constants", constants, "comma-separated constant names")
+    return names
+
+
+def _calibrate(
+    kind: str,
+    runs: Path,
+    dest: Path | None,
+    constants: str | None,
+    as_json: bool,
+    calibration: Path | None,
+) -> None:
+    start = load_calibration(calibration)
+    said = _names(constants)
+    check_runs(kind, runs, said)  # a missing file or an unknown name fails before the fit
+    if dest is not None:
+        check_out(dest)  # so does an output the fit could not write
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    # the progress goes to stderr, and only to a terminal (a log gets the result alone)
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(f"calibrating on {runs.name}: pricing the runs")
+        seen = [0]
+
+        def step(loss: float) -> None:
+            seen[0] += 1
+            bar.update(
+                task,
+                description=f"calibrating on {runs.name}: {seen[0]:,} evaluations, loss {loss:.4g}",
+            )
+
+        fitted = fit_runs(kind, runs, start, said, on_eval=step)
+    if dest is not None:
+        write_out(fitted, dest)
+    if as_json:
+        emit_json(fitted.to_json(dest))
+        return
+    _print(fitted, dest, calibration)
+
+
+def _print(f: Fitted, dest: Path | None, calibration: Path | None) -> None:
+    origin = str(calibration) if calibration is not None else "the shipped calibration"
+    out.print(
+        f"[bold]{f.kind} constants fitted on {f.rows:,} run(s) of {f.runs}[/bold] "
+        f"(from {origin}; {f.evaluations:,} evaluations)"
+    )
+    scores = Table(title="the file's scores")
+    for col in ("score", "before %", "after %"):
+        scores.add_column(col, justify="left" if col == "score" else "right")
+    for key, before in f.before.items():
+        after = f.after.get(key)
+        scores.add_row(
+            SCORE_NAMES.get(key, key), f"{before:.2f}", "" if after is None else f"{after:.2f}"
+        )
+    out.print(scores)
+    consts = Table(title="constants")
+    for col in ("constant", "start", "fitted", "range", "note"):
+        consts.add_column(col, justify="left" if col in ("constant", "note") else "right")
+    bounds = {c["name"]: c for c in f.to_json(None)["constants"]}
+    for name in f.asked:
+        c = bounds[name]
+        rng = f"{c['lower_bound']:.4g} - {c['upper_bound']:.4g}"
+        if name not in f.informed:
+            note = "no run depends on it: kept, not written"
+            consts.add_row(name, _num(c["start"]), "", rng, note)
+            continue
+        edge = f.at_bound(name)
+        note = f"at its {edge} bound" if edge else ""
+        consts.add_row(name, _num(c["start"]), _num(c["fitted"]), rng, note)
+    out.print(consts)
+    notes = []
+    if f.underdetermined():
+        notes.append(
+            f"{f.rows} run(s) for {len(f.informed)} fitted constants: the fit can match these "
+            "runs without the constants meaning what they say. Add runs that differ in "
+            "sequence, micro-batch, model size or GPU count, or fit fewer (--constants)."
+        )
+    if any(f.at_bound(n) for n in f.informed):
+        notes.append(
+            "A constant at a bound of its physical range is pushed there by something the "
+            "model does not price for these runs; the others fitted with it absorb the rest."
+        )
+    if dest is None:
+        notes.append("Nothing written: --out CAL.json stores the fitted constants.")
+    else:
+        notes.append(
+            f"Wrote {len(f.informed)} constant(s) to {dest}; --calibration {dest} prices "
+            "any command with them (the constants not in it keep their shipped values)."
+        )
+    for n in notes:
+        out.print(n, soft_wrap=True)
+
+
+def _command(kind: str, doc: str) -> None:
+    """Register ``gpuscale calibrate KIND`` (each kind has the same options)."""
+
+    def command(
+        runs: Runs,
+        dest: Out = None,
+        constants: Constants = None,
+        json: Json = False,
+        calibration: Cal = None,
+    ) -> None:
+        _calibrate(kind, runs, dest, constants, json, calibration)
+
+    command.__doc__ = doc
+    app.command(kind)(command)
+
+
+for _kind, _doc in (
+    (
+        "training",
+        "Training steps (tokens/s or TFLOP/s per GPU): GEMM, attention and HBM efficiency, "
+        "FP8 speed-up, overlaps and fixed costs.",
+    ),
+    ("collectives", "Collective benchmarks (nccl-tests style): link efficiencies and latencies."),
+    ("inference", "LLM serving results: inference GEMM, attention and HBM efficiency, overheads."),
+):
+    _command(_kind, _doc)
