@@ -128,10 +128,12 @@ def _scan(
     lo: np.ndarray,
     hi: np.ndarray,
     scale: float,
-    residuals: Residuals = _residuals,
+    residuals: Residuals | None = None,
 ) -> np.ndarray:
     """One pass of coordinate scanning over :data:`SCAN`: each constant moves to the point of
-    its range with the lowest loss, the others held."""
+    its range with the lowest loss, the others held (``residuals``: :func:`_residuals`
+    unless given)."""
+    residuals = residuals if residuals is not None else _residuals
     x = x.copy()
     best = _soft_l1(residuals(x, base, pairs, names, lo, hi), scale)
     for i in range(len(names)):
