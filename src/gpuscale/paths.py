@@ -70,9 +70,13 @@ def write_atomic(path: Path, text: str, field: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # as an ordinary new file, not mkstemp's 0600
+        if target.exists():  # a file replaced keeps its permissions
+            mode = stat.S_IMODE(target.stat().st_mode)
+        else:  # an ordinary new file, not mkstemp's 0600
+            mask = os.umask(0)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)

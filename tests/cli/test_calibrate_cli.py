@@ -43,7 +43,7 @@ def test_training_fits_only_the_constants_asked_and_writes_only_them(tmp_path: P
     written = json.loads(out.read_text())
     assert sorted(written) == ["attn_eff", "step_overhead_s"]
     assert res["written_to"] == str(out)
-    assert res["rows_priced"] == 9
+    assert res["rows_scored"] == 9
     assert [c["name"] for c in res["constants"]] == ["attn_eff", "step_overhead_s"]
     # the shipped constants price these single-GPU steps 18 % slow (README); fitted, the
     # attention runs faster and the fixed cost a step is smaller, as measured
@@ -57,16 +57,41 @@ def test_training_fits_only_the_constants_asked_and_writes_only_them(tmp_path: P
     assert rep.stats()["mape_pct"] == pytest.approx(res["score_after_pct"]["mape"], abs=0.01)
 
 
-def test_the_fit_merges_into_an_existing_calibration(tmp_path: Path) -> None:
+def test_the_fit_starts_from_and_merges_into_an_existing_calibration(tmp_path: Path) -> None:
+    # the output already holds a GEMM ceiling of its own (a training constant the fit is not
+    # asked to move) and a collectives constant: the fit starts from both, keeps both, and
+    # the file it writes prices the runs as the fit scored them
     out = tmp_path / "cal.json"
-    out.write_text(json.dumps({"scaleup_eff": 0.9, "attn_eff": 0.3}))
+    out.write_text(json.dumps({"scaleup_eff": 0.9, "gemm_eff_max": 0.75, "attn_eff": 0.3}))
     r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--constants", TWO,
-                 "--out", str(out))  # fmt: skip
+                 "--out", str(out), "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
     data = json.loads(out.read_text())
-    assert data["scaleup_eff"] == 0.9  # another kind's key, kept
+    assert data["scaleup_eff"] == 0.9 and data["gemm_eff_max"] == 0.75
     assert data["attn_eff"] != 0.3  # refitted
-    assert "Wrote 2 constant(s)" in r.stdout
+    assert res["written"] == data
+    start = {c["name"]: c["start"] for c in res["constants"]}
+    assert start["attn_eff"] == 0.3  # the fit started from the file's value
+    rep = validate_training(MEASURED, Calibration.load(out))
+    assert rep.stats()["mape_pct"] == pytest.approx(res["score_after_pct"]["mape"], abs=0.01)
+
+
+def test_a_start_calibration_is_written_with_the_fit(tmp_path: Path) -> None:
+    start, out = tmp_path / "start.json", tmp_path / "cal.json"
+    start.write_text(json.dumps({"gemm_eff_max": 0.75, "hbm_eff": 0.7}))
+    r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--constants", TWO,
+                 "--calibration", str(start), "--out", str(out), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    data = json.loads(out.read_text())
+    assert sorted(data) == ["attn_eff", "gemm_eff_max", "hbm_eff", "step_overhead_s"]
+    rep = validate_training(MEASURED, Calibration.load(out))
+    assert rep.stats()["mape_pct"] == pytest.approx(res["score_after_pct"]["mape"], abs=0.01)
+    # the before score is the start's, not the shipped constants'
+    assert res["score_before_pct"]["mape"] == pytest.approx(
+        validate_training(MEASURED, Calibration.load(start)).stats()["mape_pct"], abs=0.01
+    )
 
 
 def test_a_constant_no_run_informs_is_an_error_naming_those_they_do(tmp_path: Path) -> None:
@@ -83,6 +108,7 @@ def test_a_constant_no_run_informs_is_an_error_naming_those_they_do(tmp_path: Pa
         (["--constants", "attn_ef"], ("--constants='attn_ef'", "did you mean attn_eff")),
         (["--constants", " , "], ("--constants=' , '", "comma-separated")),
         (["--out", "/no/such/dir/cal.json"], ("--out=", "existing directory")),
+        (["--constants", "scaleup_eff"], ("--constants='scaleup_eff'", "a collectives constant")),
     ],
 )
 def test_bad_options_fail_before_the_fit(args: list[str], needles: tuple[str, ...]) -> None:
@@ -99,8 +125,27 @@ def test_an_output_that_is_not_a_calibration_is_refused_and_left_alone(tmp_path:
     out = tmp_path / "cal.json"
     out.write_text('{"not_a_constant": 1}\n')
     r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--out", str(out))
-    assert_one_line_error(r, "not_a_constant", "unknown constant")
+    # a constant is named by the file that holds it, as a workload file's keys are
+    assert_one_line_error(r, f"{out}:not_a_constant=1", "unknown constant")
     assert out.read_text() == '{"not_a_constant": 1}\n'
+    out.write_text("not json")
+    r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--out", str(out))
+    assert_one_line_error(r, "--out=", "JSON")
+    assert out.read_text() == "not json"
+
+
+def test_a_file_with_no_run_to_score_is_one_line(tmp_path: Path) -> None:
+    # a well-formed row whose stated degrees need 2 GPUs where it ran on 1: skipped
+    head, first = MEASURED.read_text().splitlines()[:2]
+    row = dict(zip(head.split(","), next(csv.reader([first])), strict=True))
+    row.update(tp="2", pp="1", dp="1", num_gpus="1")
+    runs = tmp_path / "runs.csv"
+    with runs.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    r = gpuscale("calibrate", "training", "--runs", str(runs))
+    assert_one_line_error(r, "--runs=", "no run in it can be scored")
 
 
 def test_collectives_fit_the_link_efficiency_a_large_message_measures(tmp_path: Path) -> None:
@@ -115,8 +160,11 @@ def test_collectives_fit_the_link_efficiency_a_large_message_measures(tmp_path: 
     start = default_calibration()
     (row,) = validate_collectives(runs, start).scored
     assert row.predicted is not None and row.measured is not None
-    fitted = fit_runs("collectives", runs, start, ["scaleup_eff"])
+    fitted = fit_runs("collectives", runs, None, ["scaleup_eff"])
     assert fitted.informed == ("scaleup_eff",)
+    for other in bounds_of("collectives"):  # only the constant asked for moves
+        if other != "scaleup_eff":
+            assert getattr(fitted.cal, other) == getattr(start, other)
     expect = start.scaleup_eff * row.measured / row.predicted
     assert fitted.cal.scaleup_eff == pytest.approx(expect, rel=0.01)
     assert fitted.after["busbw_GBps_mape"] < 1.0 < fitted.before["busbw_GBps_mape"]
@@ -125,12 +173,69 @@ def test_collectives_fit_the_link_efficiency_a_large_message_measures(tmp_path: 
 def test_bounds_and_underdetermination_are_reported() -> None:
     cal = default_calibration()
     lo, hi = bounds_of("training")["step_overhead_s"]
+    both = ("step_overhead_s", "attn_eff")
     f = Fitted(
-        "training", MEASURED, 1, cal, cal.replace(step_overhead_s=lo, attn_eff=0.5),
-        ("step_overhead_s", "attn_eff"), ("step_overhead_s", "attn_eff"), {}, {}, 0,
+        "training", MEASURED, 2, cal, {"hbm_eff": 0.9},
+        cal.replace(step_overhead_s=lo, attn_eff=0.5), both, both, {}, {}, 0,
     )  # fmt: skip
     assert f.at_bound("step_overhead_s") == "lower"
     assert f.at_bound("attn_eff") is None
-    assert f.underdetermined()  # one run, two constants
+    assert f.underdetermined()  # two runs, two constants
     assert f.values() == {"step_overhead_s": lo, "attn_eff": 0.5}
+    assert f.written() == {"hbm_eff": 0.9, "step_overhead_s": lo, "attn_eff": 0.5}
     assert hi > lo
+    # an inference constant fitted in log space: 3 x its lower bound of 1e-5 is not at it
+    lo_d, _ = bounds_of("inference")["decode_step_overhead_s"]
+    g = Fitted(
+        "inference", MEASURED, 30, cal, {}, cal.replace(decode_step_overhead_s=3 * lo_d),
+        ("decode_step_overhead_s",), ("decode_step_overhead_s",), {}, {}, 0,
+    )  # fmt: skip
+    assert g.at_bound("decode_step_overhead_s") is None
+    assert not g.underdetermined()
+    # a constant that started on a bound and stayed there is not reported as pushed there
+    h = Fitted("training", MEASURED, 9, cal.replace(step_overhead_s=lo),
+               {}, cal.replace(step_overhead_s=lo), both, both, {}, {}, 0)  # fmt: skip
+    assert h.at_bound("step_overhead_s") is None
+
+
+# two offline TensorRT-LLM runs of Llama 3 8B on one H100 in FP8 (the shape of the
+# validation file's rows), 200 requests each
+OFFLINE = {
+    "id": "a",
+    "source": "a",
+    "engine": "TensorRT-LLM 0.14",
+    "model": "llama3-8b",
+    "precision": "fp8",
+    "gpu": "H100-SXM5-80GB",
+    "num_gpus": "1",
+    "tp": "1",
+    "pp": "1",
+    "input_len": "128",
+    "output_len": "128",
+    "request_rate": "offline",
+    "metric_throughput_tokens_per_s": "10000",
+    "throughput_kind": "output_total",
+    "notes": "200 requests",
+}
+
+
+def test_inference_fits_only_the_constant_asked_and_scores_as_validate(tmp_path: Path) -> None:
+    from gpuscale.validate.inference import validate_inference
+    from gpuscale.validate.inference_rows import SCHEMA
+
+    runs = tmp_path / "runs.csv"
+    rows = [OFFLINE, {**OFFLINE, "id": "b", "output_len": "1024", "input_len": "1024"}]
+    with runs.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(SCHEMA), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    start = default_calibration()
+    fitted = fit_runs("inference", runs, None, ["inf_hbm_eff"])
+    assert fitted.informed == ("inf_hbm_eff",)
+    for other in bounds_of("inference"):
+        if other != "inf_hbm_eff":
+            assert getattr(fitted.cal, other) == getattr(start, other)
+    assert fitted.cal.inf_hbm_eff != start.inf_hbm_eff
+    rep = validate_inference(runs, fitted.cal)
+    assert fitted.after["throughput_mape"] == pytest.approx(rep.stats()["mape_pct"])
+    assert fitted.after["throughput_mape"] < fitted.before["throughput_mape"]

@@ -160,10 +160,7 @@ class Calibration:
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
-        data = read_json(path, "calibration", "a calibration JSON file")
-        if not isinstance(data, dict):
-            raise InputError("calibration", str(path), "a JSON object of constant -> value")
-        return cls.from_dict({**default_calibration().to_dict(), **data}, str(path))
+        return cls.from_dict({**default_calibration().to_dict(), **file_keys(path)}, str(path))
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -186,6 +183,16 @@ def _range(name: str) -> tuple[float, float, bool]:
     if name.endswith(_DIVISORS):
         return 0.0, math.inf, True
     return 0.0, math.inf, False  # latencies, fixed costs, bytes
+
+
+def file_keys(path: Path, field: str = "calibration") -> dict[str, float]:
+    """The constants a calibration file holds, each checked (name, finite value, physical
+    range) as :meth:`Calibration.load` checks them; ``field`` names the option in errors."""
+    data = read_json(path, field, "a calibration JSON file")
+    if not isinstance(data, dict):
+        raise InputError(field, str(path), "a JSON object of constant -> value")
+    Calibration.from_dict({**default_calibration().to_dict(), **data}, str(path))
+    return {k: float(v) for k, v in data.items()}
 
 
 @cache

@@ -3,10 +3,12 @@
 ``gpuscale calibrate training|collectives|inference --runs FILE --out CAL.json`` fits the
 constants a kind of run informs (training steps: GEMM, attention and HBM efficiency, overlaps,
 fixed costs; collectives: link efficiencies and latencies; serving: the inference
-efficiencies and overheads) on the file as a whole, scores the file before and after, and
-writes only the constants the runs moved into ``CAL.json``, over what that file already
-holds: a file holding some keys is read over the shipped constants (``--calibration``), so
-constants no run of the file informs keep following the shipped calibration.
+efficiencies and overheads) on the file as a whole and scores the file before and after, as
+``gpuscale validate`` scores it. The fit starts from the shipped constants overlaid by
+``CAL.json``'s when it exists and then by ``--calibration``'s when given; ``CAL.json`` is
+written with those constants and the fitted ones over them, so ``--calibration CAL.json``
+prices every command as the fit scored the file (a calibration file is read over the shipped
+constants: the constants it does not hold keep the shipped values).
 """
 
 from __future__ import annotations
@@ -19,16 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.calibrate import fit_collectives, fit_inference, fit_training
-from gpuscale.calibrate.calibration import Calibration
+from gpuscale.calibrate.calibration import Calibration, default_calibration, file_keys
 from gpuscale.errors import InputError, unknown
 from gpuscale.paths import require_file, writable_target, write_atomic
+from gpuscale.validate.report import ValidationReport
 
 KINDS = ("training", "collectives", "inference")
 """The kinds of runs gpuscale calibrates on, each with its own file schema
 (shared/validation/README.md) and constants."""
 
 BOUND_EDGE = 1e-3
-"""A fitted constant within this share of its range from a bound is reported as at it."""
+"""A fitted constant within this share of its range from a bound is reported as at it (the
+share of the log range for a constant whose bounds are both above zero: the inference fit
+moves them in log space)."""
 
 OnEval = Callable[[float], None]
 
@@ -49,8 +54,14 @@ def pick_constants(kind: str, said: Sequence[str] | None) -> list[str]:
     if not said:
         return list(known)
     for name in said:
-        if name not in known:
-            raise unknown("--constants", name, known)
+        if name in known:
+            continue
+        other = [k for k in KINDS if k != kind and name in bounds_of(k)]
+        if other:
+            raise InputError(
+                "--constants", name, f"a {other[0]} constant; {kind} fits {', '.join(known)}"
+            )
+        raise unknown("--constants", name, known)
     return [n for n in known if n in said]
 
 
@@ -61,31 +72,38 @@ class Fitted:
     kind: str
     runs: Path
     rows: int
-    """Runs priced (scored) in the file."""
+    """Runs of the file scored."""
     start: Calibration
+    base: dict[str, float]
+    """The constants the start holds over the shipped ones (from the output file and
+    ``--calibration``): written with the fitted ones."""
     cal: Calibration
     asked: tuple[str, ...]
     """The constants the fit could move."""
     informed: tuple[str, ...]
-    """Of those, the ones some run's prediction depends on: the ones fitted (and written)."""
+    """Of those, the ones some run's prediction depends on: the ones fitted."""
     before: dict[str, float]
     after: dict[str, float]
     """The file's scores (per cent) under the starting and the fitted constants."""
     evaluations: int
 
     def at_bound(self, name: str) -> str | None:
-        """``"lower"`` or ``"upper"`` when the fitted value sits at that physical bound."""
+        """``"lower"`` or ``"upper"`` when the fit moved the constant to that bound of its
+        physical range (not when it started there and stayed)."""
         lo, hi = bounds_of(self.kind)[name]
-        v = float(getattr(self.cal, name))
-        edge = BOUND_EDGE * (hi - lo)
-        if v <= lo + edge:
-            return "lower"
-        if v >= hi - edge:
-            return "upper"
-        return None
+        v, v0 = float(getattr(self.cal, name)), float(getattr(self.start, name))
+        if v == v0:
+            return None
+        if lo > 0.0:  # a range fitted in log space
+            edge = BOUND_EDGE * math.log(hi / lo)
+            near_lo, near_hi = math.log(v / lo) <= edge, math.log(hi / v) <= edge
+        else:
+            edge = BOUND_EDGE * (hi - lo)
+            near_lo, near_hi = v <= lo + edge, v >= hi - edge
+        return "lower" if near_lo else "upper" if near_hi else None
 
     def underdetermined(self) -> bool:
-        """Fewer runs than constants fitted: the runs can be matched without the constants
+        """No more runs than constants fitted: the runs can be matched without the constants
         meaning what they say."""
         return self.rows <= len(self.informed)
 
@@ -93,12 +111,16 @@ class Fitted:
         """The fitted constants as written: six significant digits."""
         return {n: float(f"{float(getattr(self.cal, n)):.6g}") for n in self.informed}
 
+    def written(self) -> dict[str, float]:
+        """What the output file holds: the start's constants, the fitted ones over them."""
+        return {**self.base, **self.values()}
+
     def to_json(self, out: Path | None) -> dict[str, Any]:
         bounds = bounds_of(self.kind)
         return {
             "kind": self.kind,
             "runs": str(self.runs),
-            "rows_priced": self.rows,
+            "rows_scored": self.rows,
             "evaluations": self.evaluations,
             "score_before_pct": self.before,
             "score_after_pct": self.after,
@@ -116,6 +138,7 @@ class Fitted:
                 for n in self.asked
             ],
             "written_to": str(out) if out is not None else None,
+            "written": self.written() if out is not None else None,
         }
 
 
@@ -150,12 +173,26 @@ class _Kind:
     """What the generic fit needs of one kind of run, bound to its file and start."""
 
     rows: Callable[[], int]
-    """Runs of the file the model prices."""
+    """Runs of the file scored under the start."""
     informed: Callable[[list[str]], list[str]]
     """Of the constants given, those some prediction depends on."""
     fit: Callable[[list[str], _Counter], Calibration]
     score: Callable[[Calibration], dict[str, float]]
-    """The file's scores, per cent."""
+    """The file's scores, per cent, as ``gpuscale validate`` gives them."""
+
+
+def _scored_ids(report: ValidationReport) -> int:
+    return len({r.id for r in report.scored})
+
+
+def _by_metric(report: ValidationReport) -> dict[str, float]:
+    """MAPE per compared figure (``busbw_GBps_mape``, ``ttft_mape``, ...)."""
+    out = {}
+    for metric, rows in report.by_metric().items():
+        mape = report.stats(rows)["mape_pct"]
+        if rows and mape is not None:
+            out[f"{metric}_mape"] = float(mape)
+    return out
 
 
 def _training(runs: Path, start: Calibration) -> _Kind:
@@ -168,7 +205,7 @@ def _training(runs: Path, start: Calibration) -> _Kind:
         return {k: float(st[v] or 0.0) for k, v in keys.items()}
 
     return _Kind(
-        rows=lambda: fit_training.informed_constants(runs, start, [])[1],
+        rows=lambda: len(validate_training(runs, start).scored),
         informed=lambda names: fit_training.informed_constants(runs, start, names)[0],
         fit=lambda names, count: fit_training.fit(
             runs, start=start, constants=names, on_eval=count
@@ -178,71 +215,59 @@ def _training(runs: Path, start: Calibration) -> _Kind:
 
 
 def _collectives(runs: Path, start: Calibration) -> _Kind:
-    from gpuscale.validate.collectives import scores, validate_collectives
-
-    def score(c: Calibration) -> dict[str, float]:
-        out = {}
-        for metric, v in scores(validate_collectives(runs, c)).items():
-            if v["n"] and v["mape_pct"] is not None:
-                out[f"{metric}_mape"] = float(v["mape_pct"])
-        return out
+    from gpuscale.validate.collectives import validate_collectives
 
     def loss(c: Calibration) -> float:
         return fit_collectives.loss(runs, c)
 
     return _Kind(
-        rows=lambda: len(validate_collectives(runs, start).scored),
+        rows=lambda: _scored_ids(validate_collectives(runs, start)),
         informed=lambda names: _informed_by_loss(names, start, loss, "collectives"),
         fit=lambda names, count: fit_collectives.fit(runs, start, constants=names, on_eval=count),
-        score=score,
+        score=lambda c: _by_metric(validate_collectives(runs, c)),
     )
 
 
 def _inference(runs: Path, start: Calibration) -> _Kind:
+    from gpuscale.validate.inference import validate_inference
+
+    # the fit simulates long offline runs with fewer requests (fit_inference's speed cap);
+    # the scores are validate's, on every request
     cases = fit_inference.load_cases(runs)
 
     def objective(c: Calibration) -> float:
         return fit_inference.objective(fit_inference.scores(cases, c))
 
-    # the scores the file has figures for (a file of offline runs has no TTFT)
-    has = {
-        "throughput": any(c.throughput is not None for c in cases),
-        "ttft": any(c.ttft_ms is not None for c in cases),
-        "tpot_itl": any(c.itl_ms is not None for c in cases),
-    }
-
-    def score(c: Calibration) -> dict[str, float]:
-        got = fit_inference.scores(cases, c)
-        return {f"{k}_mape": v for k, v in got.items() if has.get(k, True)}
-
     return _Kind(
-        rows=lambda: len(cases),
+        rows=lambda: _scored_ids(validate_inference(runs, start)),
         informed=lambda names: _informed_by_loss(names, start, objective, "inference"),
         fit=lambda names, count: fit_inference.fit(
             cases, start, verbose=False, constants=names, on_eval=count
         ),
-        score=score,
+        score=lambda c: _by_metric(validate_inference(runs, c)),
     )
 
 
-def check_out(out: Path) -> None:
-    """Refuse an output the fit could not write, before the fit runs: a path outside an
-    existing writable folder, or an existing file that is not a calibration (the fitted
-    constants are merged into it)."""
-    target = writable_target(out, "--out")
-    if target.exists():
-        Calibration.load(target)  # its keys and values checked as --calibration's are
+def start_keys(out: Path | None, calibration: Path | None) -> dict[str, float]:
+    """The constants a fit starts from over the shipped ones: the output file's, when it
+    exists (the fit is merged into it), then ``--calibration``'s over them. Either file
+    must be a calibration (names, finite values, physical ranges), else an error naming its
+    option before any fitting."""
+    keys: dict[str, float] = {}
+    if out is not None:
+        target = writable_target(out, "--out")
+        if target.exists():
+            keys.update(file_keys(target, "--out"))
+    if calibration is not None:
+        keys.update(file_keys(calibration, "--calibration"))
+    return keys
 
 
 def write_out(fitted: Fitted, out: Path) -> None:
-    """Merge the fitted constants into ``out`` (its other keys kept), whole or not at all."""
-    data: dict[str, Any] = {}
-    target = writable_target(out, "--out")
-    if target.exists():
-        loaded = json.loads(target.read_text())
-        data = dict(loaded) if isinstance(loaded, dict) else {}
-    data.update(fitted.values())
-    write_atomic(out, json.dumps(data, indent=2, sort_keys=True) + "\n", "--out")
+    """Write the start's constants and the fitted ones over them to ``out``, whole or not
+    at all (an existing file's other constants were part of the start)."""
+    text = json.dumps(fitted.written(), indent=2, sort_keys=True) + "\n"
+    write_atomic(out, text, "--out")
 
 
 def check_runs(kind: str, runs: Path, constants: Sequence[str] | None) -> list[str]:
@@ -257,13 +282,17 @@ def check_runs(kind: str, runs: Path, constants: Sequence[str] | None) -> list[s
 def fit_runs(
     kind: str,
     runs: Path,
-    start: Calibration,
+    base: dict[str, float] | None = None,
     constants: Sequence[str] | None = None,
     on_eval: OnEval | None = None,
+    shown: str | None = None,
 ) -> Fitted:
     """Fit ``kind``'s constants (``constants`` of them when given) on the file ``runs`` as a
-    whole, starting from ``start``."""
+    whole, starting from the shipped constants with ``base`` over them; ``shown`` is the
+    constants as the user wrote them, for errors."""
     names = check_runs(kind, runs, constants)
+    base = dict(base or {})
+    start = Calibration.from_dict({**default_calibration().to_dict(), **base})
     k = {"training": _training, "collectives": _collectives, "inference": _inference}[kind](
         runs, start
     )
@@ -272,7 +301,7 @@ def fit_runs(
         raise InputError(
             "--runs",
             str(runs),
-            f"no run in it can be priced (each row's reason: gpuscale validate {kind} "
+            f"no run in it can be scored (each row's reason: gpuscale validate {kind} "
             f"--runs {runs})",
         )
     informed = k.informed(names)
@@ -280,16 +309,16 @@ def fit_runs(
         every = k.informed(list(bounds_of(kind)))
         those = f"they inform {', '.join(every)}" if every else "they inform none"
         raise InputError(
-            "--constants", ",".join(constants), f"no prediction of {runs.name}'s runs depends on "
-            f"them; {those}"
+            "--constants", shown if shown is not None else ",".join(constants),
+            f"no prediction of {runs.name}'s runs depends on them; {those}",
         )  # fmt: skip
     if not informed:
         raise InputError(
-            "--runs", str(runs), f"no prediction of its runs depends on a {kind} constant"
+            "--runs", str(runs), f"no prediction of its runs depends on any {kind} constant"
         )
     count = _Counter(on_eval)
     cal = k.fit(informed, count)
     return Fitted(
-        kind, runs, rows, start, cal, tuple(names), tuple(informed),
+        kind, runs, rows, start, base, cal, tuple(names), tuple(informed),
         k.score(start), k.score(cal), count.n,
     )  # fmt: skip

@@ -15,8 +15,8 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuscale.calibrate.fitting import Fitted, check_out, check_runs, fit_runs, write_out
-from gpuscale.cli._common import Cal, _num, emit_json, err, load_calibration, out
+from gpuscale.calibrate.fitting import Fitted, check_runs, fit_runs, start_keys, write_out
+from gpuscale.cli._common import _num, emit_json, err, out
 from gpuscale.errors import InputError
 
 app = typer.Typer(no_args_is_help=True)
@@ -41,6 +41,14 @@ Constants = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
+Start = Annotated[
+    Path | None,
+    typer.Option(
+        "--calibration",
+        help="Calibration JSON to start from, over the shipped constants (and over --out's "
+        "when that file exists).",
+    ),
+]
 
 SCORE_NAMES = {
     "mape": "MAPE",
@@ -71,11 +79,11 @@ def _calibrate(
     as_json: bool,
     calibration: Path | None,
 ) -> None:
-    start = load_calibration(calibration)
     said = _names(constants)
     check_runs(kind, runs, said)  # a missing file or an unknown name fails before the fit
-    if dest is not None:
-        check_out(dest)  # so does an output the fit could not write
+    # so do an output it could not write and a start file that is not a calibration
+    base = start_keys(dest, calibration)
+    merged = dest is not None and dest.exists()  # the fit starts from its constants too
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     # the progress goes to stderr, and only to a terminal (a log gets the result alone)
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
@@ -89,17 +97,27 @@ def _calibrate(
                 description=f"calibrating on {runs.name}: {seen[0]:,} evaluations, loss {loss:.4g}",
             )
 
-        fitted = fit_runs(kind, runs, start, said, on_eval=step)
+        fitted = fit_runs(kind, runs, base, said, on_eval=step, shown=constants)
     if dest is not None:
         write_out(fitted, dest)
     if as_json:
         emit_json(fitted.to_json(dest))
         return
-    _print(fitted, dest, calibration)
+    _print(fitted, dest, calibration, merged)
 
 
-def _print(f: Fitted, dest: Path | None, calibration: Path | None) -> None:
-    origin = str(calibration) if calibration is not None else "the shipped calibration"
+def _origin(dest: Path | None, calibration: Path | None, merged: bool) -> str:
+    """Where the fit started, in words."""
+    parts = ["the shipped calibration"]
+    if merged and dest is not None:
+        parts.append(f"{dest}'s constants")
+    if calibration is not None:
+        parts.append(f"{calibration}'s")
+    return ", then ".join(parts)
+
+
+def _print(f: Fitted, dest: Path | None, calibration: Path | None, merged: bool) -> None:
+    origin = _origin(dest, calibration, merged)
     out.print(
         f"[bold]{f.kind} constants fitted on {f.rows:,} run(s) of {f.runs}[/bold] "
         f"(from {origin}; {f.evaluations:,} evaluations)"
@@ -121,7 +139,7 @@ def _print(f: Fitted, dest: Path | None, calibration: Path | None) -> None:
         c = bounds[name]
         rng = f"{c['lower_bound']:.4g} - {c['upper_bound']:.4g}"
         if name not in f.informed:
-            note = "no run depends on it: kept, not written"
+            note = "no run depends on it: not fitted"
             consts.add_row(name, _num(c["start"]), "", rng, note)
             continue
         edge = f.at_bound(name)
@@ -143,9 +161,11 @@ def _print(f: Fitted, dest: Path | None, calibration: Path | None) -> None:
     if dest is None:
         notes.append("Nothing written: --out CAL.json stores the fitted constants.")
     else:
+        held = len(f.written())
         notes.append(
-            f"Wrote {len(f.informed)} constant(s) to {dest}; --calibration {dest} prices "
-            "any command with them (the constants not in it keep their shipped values)."
+            f"Wrote {held} constant(s) to {dest} (the {len(f.informed)} fitted over those the "
+            f"fit started from); --calibration {dest} prices any command as the fit scored "
+            "this file (the constants not in it keep their shipped values)."
         )
     for n in notes:
         out.print(n, soft_wrap=True)
@@ -159,7 +179,7 @@ def _command(kind: str, doc: str) -> None:
         dest: Out = None,
         constants: Constants = None,
         json: Json = False,
-        calibration: Cal = None,
+        calibration: Start = None,
     ) -> None:
         _calibrate(kind, runs, dest, constants, json, calibration)
 
