@@ -21,9 +21,11 @@ skipped, with its reason in the output, once the time budget is spent:
   recomputation, eager and with each block compiled;
 - ``nvml``: power, SM clock and memory used, sampled through NVML during every section.
 
-``benchmarks/gpu_measured.py`` sets these figures beside gpuscale's predictions. Random
-inputs throughout: zeros run faster on Hopper (less switching power). ``--smoke`` runs
-every section at toy sizes on whatever device there is (the CPU too) to check the script.
+``gpuscale validate kernels --runs FILE.json`` (and ``benchmarks/gpu_measured.py``, by
+case) sets these figures beside gpuscale's predictions; ``gpuscale calibrate kernels``
+fits the kernel constants on them. Random inputs throughout: zeros run faster on Hopper
+(less switching power). ``--smoke`` runs every section at toy sizes on whatever device
+there is (the CPU too) to check the script.
 """
 
 from __future__ import annotations

@@ -26,71 +26,37 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import GPU, Model, get_gpu, get_model, system_for_gpu
+from gpuscale.catalog import GPU, get_gpu
 from gpuscale.cli._common import load_calibration
-from gpuscale.perf.comm import Fabric
-from gpuscale.perf.kernels import (
-    attention_core_s,
-    gemm_s,
-    low_precision_speedup,
-    sustained_peak16,
-)
-from gpuscale.perf.plan import Workload
+from gpuscale.validate import kernels
 
 DEFAULT = Path(__file__).parent / "measured" / "h200_2026-12-04.json"
 
 
-def _workload(gpu: GPU, model: Model, seq: int, precision: str, attention: str) -> Workload:
-    """One GPU's job of ``model`` as the step model sees it (its kernels' rates are the
-    GPU's, whatever the job around them)."""
-    system = system_for_gpu(gpu)
-    fabric = Fabric.from_system(system, 8)
-    return Workload(model, gpu, system, fabric, 8, seq, 8, precision, attention=attention)
-
-
-def gemm_rows(res: dict[str, Any], gpu: GPU, cal: Calibration) -> list[dict[str, Any]]:
+def gemm_rows(d: dict[str, Any], gpu: GPU, cal: Calibration) -> list[dict[str, Any]]:
+    """Each measured GEMM with the model's time (``gpuscale.validate.kernels``)."""
     out = []
-    llama = get_model("llama3-8b")
-    for prec in ("bf16", "fp8"):
-        # the rate the step prices GEMMs at: the sustained 16-bit peak x the part's MAMF
-        # fraction x the precision's speed-up
-        speedup = low_precision_speedup(_workload(gpu, llama, 4096, prec, "fused"), cal)
-        peak = sustained_peak16(gpu) * gpu.matmul_eff * speedup
-        for x in res[prec]:
-            pred = float(gemm_s(x["m"], x["n"], x["k"], 1, peak, gpu.sms, cal))
-            out.append({**x, "precision": prec, "pred_s": pred, "err": pred / x["s"] - 1.0})
+    for r in kernels.gemm_rows([{**d, "path": Path("measured")}], gpu, cal):
+        x = dict(r.detail)
+        prec = r.metric.split("_")[1]
+        err = float(r.predicted or 0.0) / float(r.measured or 1.0) - 1.0
+        out.append({**x, "s": r.measured, "precision": prec, "pred_s": r.predicted, "err": err})
     return out
 
 
-def attention_rows(res: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[Any]:
-    """The model's forward + backward seconds of the measured shape (one layer, one
-    sequence, no tensor parallelism) next to each SDPA backend's."""
+def attention_rows(d: dict[str, Any], gpu: GPU, cal: Calibration) -> list[Any]:
+    """The model's forward + backward seconds of each measured attention shape, with the
+    kernel it prices the SDPA backend as (``gpuscale.validate.kernels``)."""
     out = []
-    for x in res:
-        if "error" in x:
-            continue
-        # Llama 3 8B's layer with the benchmark's heads (32 of 128 and 8 KV, or 64 of 64)
-        shape = {"heads": x["heads"], "kv_heads": x["kv_heads"], "head_dim": x["head_dim"]}
-        model = get_model("llama3-8b").model_copy(update=shape)
-        for kind in ("fused", "flash2"):
-            w = _workload(gpu, model, x["seq"], "bf16", kind)
-            one = np.array([1.0])
-            fwd, bwd = attention_core_s(
-                w,
-                one * x["batch"],
-                one * x["seq"],
-                one,
-                sustained_peak16(gpu),
-                gpu.hbm_bw_Bps * cal.hbm_eff,
-                cal,
-            )
-            pred = float(fwd[0] + bwd[0])
-            out.append((x["backend"], x["seq"], x["head_dim"], kind, x["fwd_bwd_s"], pred))
+    for r in kernels.attention_rows([{**d, "path": Path("measured")}], gpu, cal):
+        if r.status == "scored":
+            x = r.detail
+            backend = r.id.split("-")[1]
+            out.append((backend, x["seq"], x["head_dim"], x["kernel"], r.measured, r.predicted))
     return out
 
 
@@ -109,9 +75,9 @@ def main() -> None:
 
     sections = {k: v["result"] for k, v in d["sections"].items() if "result" in v}
     if "matmul" in sections:
-        gemm_table(con, gemm_rows(sections["matmul"], gpu, cal), a.shapes)
+        gemm_table(con, gemm_rows(d, gpu, cal), a.shapes)
     if "attention" in sections:
-        attention_table(con, sections["attention"], gpu, cal)
+        attention_table(con, d, gpu, cal)
     if "hbm" in sections:
         hbm = sections["hbm"]
         priced = gpu.hbm_bw_Bps * cal.hbm_eff / 1e12
@@ -182,22 +148,21 @@ def gemm_table(con: Console, rows: list[dict[str, Any]], shapes: bool) -> None:
         con.print(s)
 
 
-def attention_table(con: Console, res: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> None:
+def attention_table(con: Console, d: dict[str, Any], gpu: GPU, cal: Calibration) -> None:
     t = Table(title="causal attention, forward + backward")
     cols = ("SDPA backend", "seq", "head dim", "model's kernel", "measured ms", "predicted ms")
     for c in (*cols, "error %"):
         t.add_column(c, justify="right")
-    for backend, seq, hd, kind, meas, pred in attention_rows(res, gpu, cal):
-        if (backend == "flash") == (kind == "flash2"):
-            t.add_row(
-                backend,
-                str(seq),
-                str(hd),
-                kind,
-                f"{1e3 * meas:.3f}",
-                f"{1e3 * pred:.3f}",
-                f"{100 * (pred / meas - 1):+.1f}",
-            )
+    for backend, seq, hd, kind, meas, pred in attention_rows(d, gpu, cal):
+        t.add_row(
+            backend,
+            str(seq),
+            str(hd),
+            kind,
+            f"{1e3 * meas:.3f}",
+            f"{1e3 * pred:.3f}",
+            f"{100 * (pred / meas - 1):+.1f}",
+        )
     con.print(t)
 
 

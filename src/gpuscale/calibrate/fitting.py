@@ -20,15 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscale.calibrate import fit_collectives, fit_inference, fit_training
+from gpuscale.calibrate import fit_collectives, fit_gpu_kernels, fit_inference, fit_training
 from gpuscale.calibrate.calibration import Calibration, default_calibration, file_keys
 from gpuscale.errors import InputError, unknown
 from gpuscale.paths import require_file, writable_target, write_atomic
 from gpuscale.validate.report import ValidationReport
 
-KINDS = ("training", "collectives", "inference")
-"""The kinds of runs gpuscale calibrates on, each with its own file schema
-(shared/validation/README.md) and constants."""
+KINDS = ("training", "collectives", "inference", "kernels")
+"""The kinds of runs gpuscale calibrates on, each with its own files and constants: the
+validation CSVs' schemas (shared/validation/README.md) for the first three, the JSON of
+``benchmarks/gpu_checks.py`` (one or more files of one GPU) for kernels."""
 
 BOUND_EDGE = 1e-3
 """A fitted constant within this share of its range from a bound is reported as at it (the
@@ -44,6 +45,7 @@ def bounds_of(kind: str) -> dict[str, tuple[float, float]]:
         "training": fit_training.BOUNDS,
         "collectives": fit_collectives.BOUNDS,
         "inference": fit_inference.BOUNDS,
+        "kernels": fit_gpu_kernels.BOUNDS,
     }
     return dict(table[kind])
 
@@ -70,7 +72,7 @@ class Fitted:
     """A calibration fitted on a file of runs, and what it changed."""
 
     kind: str
-    runs: Path
+    runs: tuple[Path, ...]
     rows: int
     """Runs of the file scored."""
     start: Calibration
@@ -119,7 +121,7 @@ class Fitted:
         bounds = bounds_of(self.kind)
         return {
             "kind": self.kind,
-            "runs": str(self.runs),
+            "runs": [str(p) for p in self.runs],
             "rows_scored": self.rows,
             "evaluations": self.evaluations,
             "score_before_pct": self.before,
@@ -195,7 +197,8 @@ def _by_metric(report: ValidationReport) -> dict[str, float]:
     return out
 
 
-def _training(runs: Path, start: Calibration) -> _Kind:
+def _training(paths: tuple[Path, ...], start: Calibration) -> _Kind:
+    (runs,) = paths
     from gpuscale.validate.training import validate_training
 
     def score(c: Calibration) -> dict[str, float]:
@@ -214,7 +217,8 @@ def _training(runs: Path, start: Calibration) -> _Kind:
     )
 
 
-def _collectives(runs: Path, start: Calibration) -> _Kind:
+def _collectives(paths: tuple[Path, ...], start: Calibration) -> _Kind:
+    (runs,) = paths
     from gpuscale.validate.collectives import validate_collectives
 
     def loss(c: Calibration) -> float:
@@ -228,7 +232,8 @@ def _collectives(runs: Path, start: Calibration) -> _Kind:
     )
 
 
-def _inference(runs: Path, start: Calibration) -> _Kind:
+def _inference(paths: tuple[Path, ...], start: Calibration) -> _Kind:
+    (runs,) = paths
     from gpuscale.validate.inference import validate_inference
 
     # the fit simulates long offline runs with fewer requests (fit_inference's speed cap);
@@ -245,6 +250,23 @@ def _inference(runs: Path, start: Calibration) -> _Kind:
             cases, start, verbose=False, constants=names, on_eval=count
         ),
         score=lambda c: _by_metric(validate_inference(runs, c)),
+    )
+
+
+def _kernels(paths: tuple[Path, ...], start: Calibration, gpu: str | None) -> _Kind:
+    from gpuscale.validate.kernels import load_measurements, measured_gpu, validate_kernels
+
+    files = load_measurements(list(paths))
+    part = measured_gpu(files, gpu)
+
+    def loss(c: Calibration) -> float:
+        return fit_gpu_kernels.loss(files, part, c)
+
+    return _Kind(
+        rows=lambda: len(fit_gpu_kernels.priced(files, part, start)),
+        informed=lambda names: _informed_by_loss(names, start, loss, "kernels"),
+        fit=lambda names, count: fit_gpu_kernels.fit(files, part, start, names, count),
+        score=lambda c: _by_metric(validate_kernels(list(paths), c, gpu)),
     )
 
 
@@ -270,39 +292,54 @@ def write_out(fitted: Fitted, out: Path) -> None:
     write_atomic(out, text, "--out")
 
 
-def check_runs(kind: str, runs: Path, constants: Sequence[str] | None) -> list[str]:
+def check_runs(kind: str, runs: Sequence[Path], constants: Sequence[str] | None) -> list[str]:
     """The constants to fit, after the checks a fit can make before it starts: the kind,
-    the runs file, the constants' names."""
+    the runs files (one CSV, or kernels' gpu_checks.py JSON files), the constants' names."""
     if kind not in KINDS:
         raise InputError("kind", kind, f"one of {', '.join(KINDS)}")
-    require_file(runs, "--runs", "a CSV file of runs (shared/validation/README.md's columns)")
+    if kind != "kernels" and len(runs) != 1:
+        raise InputError("--runs", ", ".join(map(str, runs)), f"one CSV file of {kind} runs")
+    what = (
+        "a JSON file written by benchmarks/gpu_checks.py"
+        if kind == "kernels"
+        else "a CSV file of runs (shared/validation/README.md's columns)"
+    )
+    for path in runs:
+        require_file(path, "--runs", what)
     return pick_constants(kind, constants)
 
 
 def fit_runs(
     kind: str,
-    runs: Path,
+    runs: Path | Sequence[Path],
     base: dict[str, float] | None = None,
     constants: Sequence[str] | None = None,
     on_eval: OnEval | None = None,
     shown: str | None = None,
+    gpu: str | None = None,
 ) -> Fitted:
-    """Fit ``kind``'s constants (``constants`` of them when given) on the file ``runs`` as a
-    whole, starting from the shipped constants with ``base`` over them; ``shown`` is the
-    constants as the user wrote them, for errors."""
-    names = check_runs(kind, runs, constants)
+    """Fit ``kind``'s constants (``constants`` of them when given) on the file(s) ``runs``
+    as a whole, starting from the shipped constants with ``base`` over them; ``shown`` is
+    the constants as the user wrote them, for errors; ``gpu`` the catalog GPU kernels were
+    measured on (default: the device their files name)."""
+    paths = (runs,) if isinstance(runs, Path) else tuple(runs)
+    names = check_runs(kind, paths, constants)
     base = dict(base or {})
     start = Calibration.from_dict({**default_calibration().to_dict(), **base})
-    k = {"training": _training, "collectives": _collectives, "inference": _inference}[kind](
-        runs, start
-    )
+    if kind == "kernels":
+        k = _kernels(paths, start, gpu)
+    else:
+        k = {"training": _training, "collectives": _collectives, "inference": _inference}[kind](
+            paths, start
+        )
+    label = ", ".join(p.name for p in paths)
     rows = k.rows()
     if rows == 0:
         raise InputError(
             "--runs",
-            str(runs),
+            ", ".join(map(str, paths)),
             f"no run in it can be scored (each row's reason: gpuscale validate {kind} "
-            f"--runs {runs})",
+            f"--runs {' --runs '.join(map(str, paths))})",
         )
     informed = k.informed(names)
     if not informed and constants:
@@ -310,15 +347,15 @@ def fit_runs(
         those = f"they inform {', '.join(every)}" if every else "they inform none"
         raise InputError(
             "--constants", shown if shown is not None else ",".join(constants),
-            f"no prediction of {runs.name}'s runs depends on them; {those}",
+            f"no prediction of {label}'s runs depends on them; {those}",
         )  # fmt: skip
     if not informed:
         raise InputError(
-            "--runs", str(runs), f"no prediction of its runs depends on any {kind} constant"
+            "--runs", label, f"no prediction of its runs depends on any {kind} constant"
         )
     count = _Counter(on_eval)
     cal = k.fit(informed, count)
     return Fitted(
-        kind, runs, rows, start, base, cal, tuple(names), tuple(informed),
+        kind, paths, rows, start, base, cal, tuple(names), tuple(informed),
         k.score(start), k.score(cal), count.n,
     )  # fmt: skip

@@ -26,6 +26,18 @@ PIPED_WIDTH = 200
 Cal = Annotated[
     Path | None, typer.Option("--calibration", help="Calibration JSON (default: the fitted one).")
 ]
+# a GPU's measured kernels, shared by `validate kernels` and `calibrate kernels`
+KernelRuns = Annotated[
+    list[Path],
+    typer.Option(
+        "--runs",
+        help="JSON written by benchmarks/gpu_checks.py on one GPU (repeat for more files).",
+    ),
+]
+KernelGpu = Annotated[
+    str | None,
+    typer.Option("--gpu", help="Catalog GPU measured (default: the device the files name)."),
+]
 # nccl-tests' size sweep and element type, shared by `comm estimate` and `bench collectives`
 MinBytes = Annotated[
     str, typer.Option("-b", "--minbytes", help="Smallest message size (bytes; 8, 1K, 1M).")

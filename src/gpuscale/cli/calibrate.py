@@ -16,7 +16,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuscale.calibrate.fitting import Fitted, check_runs, fit_runs, start_keys, write_out
-from gpuscale.cli._common import _num, emit_json, err, out
+from gpuscale.cli._common import KernelGpu, KernelRuns, _num, emit_json, err, out
 from gpuscale.errors import InputError
 
 app = typer.Typer(no_args_is_help=True)
@@ -59,6 +59,10 @@ SCORE_NAMES = {
     "throughput_mape": "throughput MAPE",
     "ttft_mape": "TTFT MAPE",
     "tpot_itl_mape": "TPOT/ITL MAPE",
+    "gemm_bf16_s_mape": "BF16 GEMM time MAPE",
+    "gemm_fp8_s_mape": "FP8 GEMM time MAPE",
+    "attention_s_mape": "attention time MAPE",
+    "hbm_copy_s_mape": "HBM copy time MAPE",
 }
 
 
@@ -73,11 +77,12 @@ def _names(constants: str | None) -> list[str] | None:
 
 def _calibrate(
     kind: str,
-    runs: Path,
+    runs: list[Path],
     dest: Path | None,
     constants: str | None,
     as_json: bool,
     calibration: Path | None,
+    gpu: str | None = None,
 ) -> None:
     said = _names(constants)
     check_runs(kind, runs, said)  # a missing file or an unknown name fails before the fit
@@ -87,17 +92,18 @@ def _calibrate(
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     # the progress goes to stderr, and only to a terminal (a log gets the result alone)
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task(f"calibrating on {runs.name}: pricing the runs")
+        label = ", ".join(p.name for p in runs)
+        task = bar.add_task(f"calibrating on {label}: pricing the runs")
         seen = [0]
 
         def step(loss: float) -> None:
             seen[0] += 1
             bar.update(
                 task,
-                description=f"calibrating on {runs.name}: {seen[0]:,} evaluations, loss {loss:.4g}",
+                description=f"calibrating on {label}: {seen[0]:,} evaluations, loss {loss:.4g}",
             )
 
-        fitted = fit_runs(kind, runs, base, said, on_eval=step, shown=constants)
+        fitted = fit_runs(kind, runs, base, said, on_eval=step, shown=constants, gpu=gpu)
     if dest is not None:
         write_out(fitted, dest)
     if as_json:
@@ -119,7 +125,8 @@ def _origin(dest: Path | None, calibration: Path | None, merged: bool) -> str:
 def _print(f: Fitted, dest: Path | None, calibration: Path | None, merged: bool) -> None:
     origin = _origin(dest, calibration, merged)
     out.print(
-        f"[bold]{f.kind} constants fitted on {f.rows:,} run(s) of {f.runs}[/bold] "
+        f"[bold]{f.kind} constants fitted on {f.rows:,} run(s) of "
+        f"{', '.join(map(str, f.runs))}[/bold] "
         f"(from {origin}; {f.evaluations:,} evaluations)"
     )
     scores = Table(title="the file's scores")
@@ -181,7 +188,7 @@ def _command(kind: str, doc: str) -> None:
         json: Json = False,
         calibration: Start = None,
     ) -> None:
-        _calibrate(kind, runs, dest, constants, json, calibration)
+        _calibrate(kind, [runs], dest, constants, json, calibration)
 
     command.__doc__ = doc
     app.command(kind)(command)
@@ -197,3 +204,17 @@ for _kind, _doc in (
     ("inference", "LLM serving results: inference GEMM, attention and HBM efficiency, overheads."),
 ):
     _command(_kind, _doc)
+
+
+@app.command("kernels")
+def kernels(
+    runs: KernelRuns,
+    gpu: KernelGpu = None,
+    dest: Out = None,
+    constants: Constants = None,
+    json: Json = False,
+    calibration: Start = None,
+) -> None:
+    """One GPU's measured GEMMs, attention and HBM copy: GEMM efficiency and shape, FP8
+    speed-up, attention and HBM efficiency."""
+    _calibrate("kernels", runs, dest, constants, json, calibration, gpu)

@@ -1,4 +1,4 @@
-"""`gpuscale validate {training|memory|inference|collectives} --runs FILE.csv [--json]`.
+"""`gpuscale validate {training|memory|inference|collectives|kernels} --runs FILE [--json]`.
 
 The contract (shared/validation/README.md): predict every row, print per-row predicted,
 measured and signed error, then rows scored / skipped (with reasons), MAPE, median and
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from gpuscale.cli._common import Cal, load_calibration, print_validation
+from gpuscale.cli._common import Cal, KernelGpu, KernelRuns, load_calibration, print_validation
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -51,3 +51,16 @@ def collectives(runs: Runs, json: Json = False, calibration: Cal = None) -> None
     from gpuscale.validate.collectives import validate_collectives
 
     print_validation(validate_collectives(runs, load_calibration(calibration)), json)
+
+
+@app.command("kernels")
+def kernels(
+    runs: KernelRuns,
+    gpu: KernelGpu = None,
+    json: Json = False,
+    calibration: Cal = None,
+) -> None:
+    """One GPU's measured GEMMs, attention and HBM copy against the kernel model (times)."""
+    from gpuscale.validate.kernels import validate_kernels
+
+    print_validation(validate_kernels(runs, load_calibration(calibration), gpu), json)

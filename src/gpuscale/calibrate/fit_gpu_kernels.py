@@ -1,0 +1,101 @@
+"""Fit the kernel constants on one GPU's measured kernels (``benchmarks/gpu_checks.py``).
+
+``gpuscale calibrate kernels --runs MEASURED.json`` moves the constants the measured GEMMs,
+attention and HBM copy inform (``validate/kernels.py`` prices each measurement) so that the
+kernels' predicted times match the measured ones as a whole: the loss is the soft-L1 of the
+log errors, each kind of measurement (BF16 GEMMs, FP8 GEMMs, attention, the copy) weighted
+as one whatever its count, so that a hundred GEMM shapes do not drown the one copy. The
+bounds are the training fit's (``fit_training.BOUNDS``): the same constants price the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gpuscale.calibrate.calibration import Calibration
+from gpuscale.calibrate.fit_training import BOUNDS as TRAINING_BOUNDS
+from gpuscale.calibrate.fit_training import LOSS_SCALE
+from gpuscale.catalog import GPU
+from gpuscale.validate.kernels import attention_rows, gemm_rows, hbm_rows
+from gpuscale.validate.report import RowResult
+
+BOUNDS: dict[str, tuple[float, float]] = {
+    k: TRAINING_BOUNDS[k]
+    for k in (
+        "gemm_eff_max",
+        "gemm_half_dim",
+        "gemm_tile",
+        "fp8_gemm_speedup",
+        "attn_eff",
+        "attn_flash2_rel",
+        "hbm_eff",
+    )
+}
+
+
+def priced(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[RowResult]:
+    """The scored rows of every measurement under ``cal``."""
+    rows = gemm_rows(files, gpu, cal) + attention_rows(files, gpu, cal) + hbm_rows(files, gpu, cal)
+    return [r for r in rows if r.status == "scored"]
+
+
+def _log_error(r: RowResult) -> float:
+    return float(np.log(float(r.predicted or 0.0) / float(r.measured or 1.0)))
+
+
+def weighted_log_errors(rows: list[RowResult]) -> np.ndarray:
+    """log(predicted / measured) per row, scaled by 1 / sqrt(rows of its kind): each kind of
+    measurement weighs as one in the sum of squares."""
+    count: dict[str, int] = {}
+    for r in rows:
+        count[r.metric] = count.get(r.metric, 0) + 1
+    return np.array([_log_error(r) / np.sqrt(count[r.metric]) for r in rows])
+
+
+def loss(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> float:
+    """Sum over the kinds of measurement of their mean |log error|."""
+    by: dict[str, list[float]] = {}
+    for r in priced(files, gpu, cal):
+        by.setdefault(r.metric, []).append(abs(_log_error(r)))
+    return float(sum(np.mean(v) for v in by.values()))
+
+
+def fit(
+    files: list[dict[str, Any]],
+    gpu: GPU,
+    start: Calibration,
+    constants: Sequence[str],
+    on_eval: Callable[[float], None] | None = None,
+) -> Calibration:
+    """The constants ``constants`` (keys of :data:`BOUNDS`) fitted from ``start``."""
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]
+
+    names = [n for n in BOUNDS if n in constants]
+    if not names:
+        return start
+    lo = np.array([BOUNDS[n][0] for n in names])
+    hi = np.array([BOUNDS[n][1] for n in names])
+
+    def cal_at(x: np.ndarray) -> Calibration:
+        return start.replace(**dict(zip(names, lo + x * (hi - lo), strict=True)))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        r = weighted_log_errors(priced(files, gpu, cal_at(x)))
+        if on_eval is not None:
+            on_eval(float(np.sum(np.abs(r))))
+        return r
+
+    x0 = np.array([(getattr(start, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
+    res = least_squares(
+        residuals,
+        np.clip(x0, 1e-3, 1 - 1e-3),
+        bounds=(0.0, 1.0),
+        loss="soft_l1",
+        f_scale=LOSS_SCALE,
+        diff_step=1e-3,
+        max_nfev=200,
+    )
+    return cal_at(res.x)

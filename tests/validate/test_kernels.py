@@ -1,0 +1,103 @@
+"""`gpuscale validate kernels` and `calibrate kernels`: one GPU's measured GEMMs, attention
+and HBM copy (benchmarks/gpu_checks.py's JSON) against the kernel model, and the kernel
+constants fitted on them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from cli_runner import run_cli
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.calibrate.fitting import fit_runs
+from gpuscale.catalog import get_gpu
+from gpuscale.validate.kernels import validate_kernels
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "benchmarks/measured/h200_2026-12-04.json"
+ATTENTION = ROOT / "benchmarks/measured/h200_2026-12-04_attention.json"
+CAL = default_calibration()
+
+
+def test_a_square_gemm_is_priced_by_hand() -> None:
+    rep = validate_kernels([KERNELS], CAL)
+    (row,) = [r for r in rep.rows if r.id == "gemm-bf16-square-4096x4096x4096"]
+    h200 = get_gpu("h200")
+    # 989.4 TFLOP/s dense BF16 x the H200's MAMF fraction 0.803; efficiency gemm_eff_max x
+    # K / (K + gemm_half_dim), times the last wave's fill: ceil(4096 / tile)^2 output tiles
+    # over 132 SMs
+    tiles = math.ceil(4096 / CAL.gemm_tile) ** 2
+    wave = tiles / (math.ceil(tiles / h200.sms) * h200.sms)
+    eff = CAL.gemm_eff_max * 4096 / (4096 + CAL.gemm_half_dim) * wave
+    expect = 2 * 4096**3 / (989.4e12 * 0.803 * eff)
+    assert row.predicted == pytest.approx(expect, rel=1e-9)
+    assert row.measured == pytest.approx(2 * 4096**3 / 779.94e12, rel=1e-3)  # 780 TFLOP/s
+
+
+def test_the_stored_h200_measurements_against_the_model() -> None:
+    rep = validate_kernels([KERNELS, ATTENTION], CAL)
+    by = {m: len(rows) for m, rows in rep.by_metric().items()}
+    assert by == {"gemm_bf16_s": 100, "gemm_fp8_s": 68, "attention_s": 20, "hbm_copy_s": 2}
+    # the copy: 2 x 4 GiB read and written in 2.0045 ms is 4.285 TB/s, against 4.8 TB/s x
+    # hbm_eff priced: the model's time is that ratio - 1
+    (hbm,) = [r for r in rep.scored if r.id == "hbm-copy-h200_2026-12-04"]
+    assert hbm.error_pct == pytest.approx(100 * (4.2853 / (4.8 * CAL.hbm_eff) - 1), abs=0.05)
+    # SDPA's default backend: these files do not record which one ran
+    skipped = [r for r in rep.rows if r.status == "skipped"]
+    assert len(skipped) == 10
+    assert all(r.id.startswith("attention-default") for r in skipped)
+
+
+def test_the_default_backend_is_priced_as_the_one_recorded(tmp_path: Path) -> None:
+    d = json.loads(ATTENTION.read_text())
+    res = d["sections"]["attention"]["result"]
+    for x in res:
+        if x["backend"] == "default":
+            x["chosen"] = "cudnn_attention"
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(d))
+    rows = {r.id: r for r in validate_kernels([path], CAL).scored}
+    dflt, cudnn = rows["attention-default-s4096-d128"], rows["attention-cudnn-s4096-d128"]
+    assert dflt.detail["kernel"] == "fused"
+    assert dflt.predicted == pytest.approx(cudnn.predicted)
+
+
+def test_calibrating_the_kernels_fits_what_each_measurement_says() -> None:
+    fitted = fit_runs("kernels", [KERNELS, ATTENTION])
+    assert set(fitted.informed) == {
+        "gemm_eff_max", "gemm_half_dim", "gemm_tile", "fp8_gemm_speedup", "attn_eff",
+        "attn_flash2_rel", "hbm_eff",
+    }  # fmt: skip
+    for metric, before in fitted.before.items():
+        assert fitted.after[metric] < before, metric
+    # the copy alone informs hbm_eff: the measured bandwidth over the catalog's 4.8 TB/s
+    # (4.285 and 4.271 TB/s in the two files)
+    assert fitted.cal.hbm_eff == pytest.approx((4.2853 + 4.2707) / 2 / 4.8, rel=0.005)
+    # FP8 GEMMs (no fast accumulation) ran 1.5-2.0 x the BF16 rate: below the shipped 2.0
+    assert fitted.cal.fp8_gemm_speedup < CAL.fp8_gemm_speedup
+
+
+def _one_line(args: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> None:
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    for n in needles:
+        assert n in line, (n, line)
+
+
+def test_bad_kernel_files_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    smoke = tmp_path / "smoke.json"
+    smoke.write_text(json.dumps({"smoke": True, "sections": {}, "device": "cpu"}))
+    _one_line(["validate", "kernels", "--runs", str(smoke)], capsys, "--runs=", "--smoke")
+    text = tmp_path / "x.json"
+    text.write_text("not json")
+    _one_line(["calibrate", "kernels", "--runs", str(text)], capsys, "--runs=", "JSON")
+    args = ["validate", "kernels", "--runs", str(KERNELS), "--gpu", "h2000"]
+    _one_line(args, capsys, "--gpu='h2000'")
+    # a CSV kind takes one file
+    args = ["calibrate", "training", "--runs", str(KERNELS), "--runs", str(ATTENTION)]
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "Traceback" not in err
