@@ -152,6 +152,10 @@ def collectives(
         measured = jsonlib.loads(path.read_text())
     result: dict[str, Any] = {"measured": measured}
     if fabric is not None:
+        from gpuscale.validate.collectives_bench import cluster_record
+
+        # what `validate collectives` and `calibrate collectives` price the file on
+        result["cluster"] = cluster_record(system, nodes, model)
         rows = compare(measured, fabric, cal)
         result["versus_model"] = rows
         print("# measured (out-of-place) vs gpuscale model")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
+from gpuscale.paths import require_file
 from gpuscale.perf.comm import Fabric, busbw_factor, estimate
 from gpuscale.units import GB
 from gpuscale.validate.collectives_fabric import row_fabric
@@ -302,6 +303,13 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
 
 
 def validate_collectives(path: Path, cal: Calibration) -> ValidationReport:
+    """The rows of a CSV of published benchmarks, or of the JSON `gpuscale bench
+    collectives --json` wrote (``collectives_bench.py``)."""
+    if path.suffix.lower() == ".json":
+        from gpuscale.validate.collectives_bench import bench_rows
+
+        require_file(path, "--runs", "a CSV of collective benchmarks or a bench JSON file")
+        return ValidationReport("collectives", bench_rows(path, cal))
     table = read_rows(path, REQUIRED)
     rows = [predict_row(r, f"{path.name}:line {ln}", cal) for ln, r in table]
     return ValidationReport("collectives", rows, unread_columns(table, (*REQUIRED, *OPTIONAL)))
