@@ -19,6 +19,7 @@ from gpuscale.validate.collectives import validate_collectives
 
 CAL = default_calibration()
 GiB = 2**30
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench(tmp_path: Path, backend: str = "nccl", cluster: object = None) -> Path:
@@ -99,3 +100,41 @@ def test_the_bench_records_the_cluster_it_priced(
     # a CPU run is Gloo's: read, and every row skipped with that reason
     rep = validate_collectives(out, CAL)
     assert rep.rows and not rep.scored
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda d: d["measured"].update(ranks="eight"), "measured.ranks='eight'"),
+        (lambda d: d["measured"].update(ranks=1), "measured.ranks=1"),
+        (lambda d: d["measured"].update(ranks=64), "at most the cluster's 8 GPUs"),
+        (lambda d: d["measured"].update(op="x"), "measured.op='x'"),
+        (lambda d: d["measured"].update(rows=[]), "measured.rows=[]"),
+        (lambda d: d["measured"]["rows"].append("x"), "measured.rows="),
+        (lambda d: d["measured"]["rows"][0].update(size_bytes=1e400), "rows[0]:size_bytes"),
+        (lambda d: d["measured"].update(backend=None), "measured.backend=None"),
+    ],
+)
+def test_malformed_bench_files_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: object, needle: str
+) -> None:
+    path = _bench(tmp_path)
+    d = json.loads(path.read_text())
+    edit(d)  # type: ignore[operator]
+    path.write_text(json.dumps(d))
+    code, out, err = run_cli(["validate", "collectives", "--runs", str(path)], capsys)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert needle in line, line
+
+
+def test_a_cluster_yaml_travels_inside_the_bench_file(tmp_path: Path) -> None:
+    from gpuscale.topology import load_cluster_spec
+    from gpuscale.validate.collectives_bench import cluster_record
+
+    yaml = ROOT / "examples/clusters/dgx-h100-superpod-4su.yaml"
+    rec = cluster_record(None, None, yaml)
+    path = _bench(tmp_path, cluster=rec)
+    (row,) = validate_collectives(path, CAL).scored
+    est = estimate("all_reduce", 8 * GiB, 8, load_cluster_spec(yaml).to_fabric(), CAL)
+    assert row.predicted == pytest.approx(float(est.busbw_Bps) / 1e9)

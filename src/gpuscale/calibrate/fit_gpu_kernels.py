@@ -2,10 +2,12 @@
 
 ``gpuscale calibrate kernels --runs MEASURED.json`` moves the constants the measured GEMMs,
 attention and HBM copy inform (``validate/kernels.py`` prices each measurement) so that the
-kernels' predicted times match the measured ones as a whole: the loss is the soft-L1 of the
-log errors, each kind of measurement (BF16 GEMMs, FP8 GEMMs, attention, the copy) weighted
-as one whatever its count, so that a hundred GEMM shapes do not drown the one copy. The
-bounds are the training fit's (``fit_training.BOUNDS``): the same constants price the step.
+kernels' predicted times match the measured ones as a whole. The loss is the soft-L1 of
+each row's log error (``fit_training.LOSS_SCALE``), averaged within each kind of
+measurement (BF16 GEMMs, FP8 GEMMs, attention, the copy) and summed over the kinds: each
+kind weighs as one whatever its count, so that a hundred GEMM shapes do not drown the one
+copy. The bounds are the training fit's (``fit_training.BOUNDS``): the same constants
+price the step.
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 
-def priced(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[RowResult]:
+def priced(
+    files: list[dict[str, Any]], gpu: GPU, cal: Calibration, sdpa_backend: str | None = None
+) -> list[RowResult]:
     """The scored rows of every measurement under ``cal``."""
-    rows = gemm_rows(files, gpu, cal) + attention_rows(files, gpu, cal) + hbm_rows(files, gpu, cal)
+    rows = gemm_rows(files, gpu, cal) + attention_rows(files, gpu, cal, sdpa_backend)
+    rows += hbm_rows(files, gpu, cal)
     return [r for r in rows if r.status == "scored"]
 
 
@@ -46,21 +51,25 @@ def _log_error(r: RowResult) -> float:
     return float(np.log(float(r.predicted or 0.0) / float(r.measured or 1.0)))
 
 
-def weighted_log_errors(rows: list[RowResult]) -> np.ndarray:
-    """log(predicted / measured) per row, scaled by 1 / sqrt(rows of its kind): each kind of
-    measurement weighs as one in the sum of squares."""
+def residuals(rows: list[RowResult], scale: float = LOSS_SCALE) -> np.ndarray:
+    """Per row, the square root of its soft-L1 loss 2 s^2 (sqrt(1 + (e / s)^2) - 1) divided
+    by its kind's count, signed as its log error e: their sum of squares is the sum over
+    the kinds of measurement of each kind's mean soft-L1 loss."""
     count: dict[str, int] = {}
     for r in rows:
         count[r.metric] = count.get(r.metric, 0) + 1
-    return np.array([_log_error(r) / np.sqrt(count[r.metric]) for r in rows])
+    e = np.array([_log_error(r) for r in rows])
+    n = np.array([count[r.metric] for r in rows], dtype=np.float64)
+    rho = 2.0 * scale**2 * (np.sqrt(1.0 + (e / scale) ** 2) - 1.0)
+    out: np.ndarray = np.sign(e) * np.sqrt(rho / n)
+    return out
 
 
-def loss(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> float:
-    """Sum over the kinds of measurement of their mean |log error|."""
-    by: dict[str, list[float]] = {}
-    for r in priced(files, gpu, cal):
-        by.setdefault(r.metric, []).append(abs(_log_error(r)))
-    return float(sum(np.mean(v) for v in by.values()))
+def loss(
+    files: list[dict[str, Any]], gpu: GPU, cal: Calibration, sdpa_backend: str | None = None
+) -> float:
+    """The fit's objective: the sum over the kinds of measurement of their mean soft-L1."""
+    return float(np.sum(residuals(priced(files, gpu, cal, sdpa_backend)) ** 2))
 
 
 def fit(
@@ -69,6 +78,7 @@ def fit(
     start: Calibration,
     constants: Sequence[str],
     on_eval: Callable[[float], None] | None = None,
+    sdpa_backend: str | None = None,
 ) -> Calibration:
     """The constants ``constants`` (keys of :data:`BOUNDS`) fitted from ``start``."""
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
@@ -82,19 +92,17 @@ def fit(
     def cal_at(x: np.ndarray) -> Calibration:
         return start.replace(**dict(zip(names, lo + x * (hi - lo), strict=True)))
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        r = weighted_log_errors(priced(files, gpu, cal_at(x)))
+    def objective(x: np.ndarray) -> np.ndarray:
+        r = residuals(priced(files, gpu, cal_at(x), sdpa_backend))
         if on_eval is not None:
-            on_eval(float(np.sum(np.abs(r))))
+            on_eval(float(np.sum(r**2)))
         return r
 
     x0 = np.array([(getattr(start, n) - lo[i]) / (hi[i] - lo[i]) for i, n in enumerate(names)])
     res = least_squares(
-        residuals,
+        objective,
         np.clip(x0, 1e-3, 1 - 1e-3),
         bounds=(0.0, 1.0),
-        loss="soft_l1",
-        f_scale=LOSS_SCALE,
         diff_step=1e-3,
         max_nfev=200,
     )

@@ -253,20 +253,24 @@ def _inference(paths: tuple[Path, ...], start: Calibration) -> _Kind:
     )
 
 
-def _kernels(paths: tuple[Path, ...], start: Calibration, gpu: str | None) -> _Kind:
+def _kernels(
+    paths: tuple[Path, ...], start: Calibration, gpu: str | None, sdpa_backend: str | None
+) -> _Kind:
     from gpuscale.validate.kernels import load_measurements, measured_gpu, validate_kernels
 
     files = load_measurements(list(paths))
     part = measured_gpu(files, gpu)
 
     def loss(c: Calibration) -> float:
-        return fit_gpu_kernels.loss(files, part, c)
+        return fit_gpu_kernels.loss(files, part, c, sdpa_backend)
 
     return _Kind(
-        rows=lambda: len(fit_gpu_kernels.priced(files, part, start)),
+        rows=lambda: len(fit_gpu_kernels.priced(files, part, start, sdpa_backend)),
         informed=lambda names: _informed_by_loss(names, start, loss, "kernels"),
-        fit=lambda names, count: fit_gpu_kernels.fit(files, part, start, names, count),
-        score=lambda c: _by_metric(validate_kernels(list(paths), c, gpu)),
+        fit=lambda names, count: fit_gpu_kernels.fit(
+            files, part, start, names, count, sdpa_backend
+        ),
+        score=lambda c: _by_metric(validate_kernels(list(paths), c, gpu, sdpa_backend)),
     )
 
 
@@ -298,12 +302,11 @@ def check_runs(kind: str, runs: Sequence[Path], constants: Sequence[str] | None)
     if kind not in KINDS:
         raise InputError("kind", kind, f"one of {', '.join(KINDS)}")
     if kind != "kernels" and len(runs) != 1:
-        raise InputError("--runs", ", ".join(map(str, runs)), f"one CSV file of {kind} runs")
-    what = (
-        "a JSON file written by benchmarks/gpu_checks.py"
-        if kind == "kernels"
-        else "a CSV file of runs (shared/validation/README.md's columns)"
-    )
+        raise InputError("--runs", ", ".join(map(str, runs)), f"one file of {kind} runs")
+    what = {
+        "kernels": "a JSON file written by benchmarks/gpu_checks.py",
+        "collectives": "a CSV of collective benchmarks or gpuscale bench collectives' JSON",
+    }.get(kind, "a CSV file of runs (shared/validation/README.md's columns)")
     for path in runs:
         require_file(path, "--runs", what)
     return pick_constants(kind, constants)
@@ -317,17 +320,19 @@ def fit_runs(
     on_eval: OnEval | None = None,
     shown: str | None = None,
     gpu: str | None = None,
+    sdpa_backend: str | None = None,
 ) -> Fitted:
     """Fit ``kind``'s constants (``constants`` of them when given) on the file(s) ``runs``
     as a whole, starting from the shipped constants with ``base`` over them; ``shown`` is
     the constants as the user wrote them, for errors; ``gpu`` the catalog GPU kernels were
-    measured on (default: the device their files name)."""
+    measured on (default: the device their files name) and ``sdpa_backend`` the backend
+    SDPA's default ran where their files do not record it."""
     paths = (runs,) if isinstance(runs, Path) else tuple(runs)
     names = check_runs(kind, paths, constants)
     base = dict(base or {})
     start = Calibration.from_dict({**default_calibration().to_dict(), **base})
     if kind == "kernels":
-        k = _kernels(paths, start, gpu)
+        k = _kernels(paths, start, gpu, sdpa_backend)
     else:
         k = {"training": _training, "collectives": _collectives, "inference": _inference}[kind](
             paths, start

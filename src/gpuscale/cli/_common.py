@@ -38,6 +38,14 @@ KernelGpu = Annotated[
     str | None,
     typer.Option("--gpu", help="Catalog GPU measured (default: the device the files name)."),
 ]
+SdpaBackend = Annotated[
+    str | None,
+    typer.Option(
+        "--sdpa-backend",
+        help="The backend SDPA's default ran (cudnn_attention, flash_attention, ...), for "
+        "files that do not record it.",
+    ),
+]
 # nccl-tests' size sweep and element type, shared by `comm estimate` and `bench collectives`
 MinBytes = Annotated[
     str, typer.Option("-b", "--minbytes", help="Smallest message size (bytes; 8, 1K, 1M).")

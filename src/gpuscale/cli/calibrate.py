@@ -16,13 +16,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuscale.calibrate.fitting import Fitted, check_runs, fit_runs, start_keys, write_out
-from gpuscale.cli._common import KernelGpu, KernelRuns, _num, emit_json, err, out
+from gpuscale.cli._common import KernelGpu, KernelRuns, SdpaBackend, _num, emit_json, err, out
 from gpuscale.errors import InputError
 
 app = typer.Typer(no_args_is_help=True)
 
 Runs = Annotated[
-    Path,
+    list[Path],
     typer.Option("--runs", help="CSV of runs, in the columns `gpuscale validate` reads."),
 ]
 Out = Annotated[
@@ -83,8 +83,12 @@ def _calibrate(
     as_json: bool,
     calibration: Path | None,
     gpu: str | None = None,
+    sdpa_backend: str | None = None,
 ) -> None:
+    from gpuscale.validate.kernels import check_sdpa_backend
+
     said = _names(constants)
+    check_sdpa_backend(sdpa_backend)
     check_runs(kind, runs, said)  # a missing file or an unknown name fails before the fit
     # so do an output it could not write and a start file that is not a calibration
     base = start_keys(dest, calibration)
@@ -103,7 +107,9 @@ def _calibrate(
                 description=f"calibrating on {label}: {seen[0]:,} evaluations, loss {loss:.4g}",
             )
 
-        fitted = fit_runs(kind, runs, base, said, on_eval=step, shown=constants, gpu=gpu)
+        fitted = fit_runs(
+            kind, runs, base, said, step, constants, gpu=gpu, sdpa_backend=sdpa_backend
+        )
     if dest is not None:
         write_out(fitted, dest)
     if as_json:
@@ -188,7 +194,7 @@ def _command(kind: str, doc: str) -> None:
         json: Json = False,
         calibration: Start = None,
     ) -> None:
-        _calibrate(kind, [runs], dest, constants, json, calibration)
+        _calibrate(kind, runs, dest, constants, json, calibration)
 
     command.__doc__ = doc
     app.command(kind)(command)
@@ -210,6 +216,7 @@ for _kind, _doc in (
 def kernels(
     runs: KernelRuns,
     gpu: KernelGpu = None,
+    sdpa_backend: SdpaBackend = None,
     dest: Out = None,
     constants: Constants = None,
     json: Json = False,
@@ -217,4 +224,4 @@ def kernels(
 ) -> None:
     """One GPU's measured GEMMs, attention and HBM copy: GEMM efficiency and shape, FP8
     speed-up, attention and HBM efficiency."""
-    _calibrate("kernels", runs, dest, constants, json, calibration, gpu)
+    _calibrate("kernels", runs, dest, constants, json, calibration, gpu, sdpa_backend)

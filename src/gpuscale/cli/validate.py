@@ -12,7 +12,14 @@ from typing import Annotated
 
 import typer
 
-from gpuscale.cli._common import Cal, KernelGpu, KernelRuns, load_calibration, print_validation
+from gpuscale.cli._common import (
+    Cal,
+    KernelGpu,
+    KernelRuns,
+    SdpaBackend,
+    load_calibration,
+    print_validation,
+)
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -57,10 +64,12 @@ def collectives(runs: Runs, json: Json = False, calibration: Cal = None) -> None
 def kernels(
     runs: KernelRuns,
     gpu: KernelGpu = None,
+    sdpa_backend: SdpaBackend = None,
     json: Json = False,
     calibration: Cal = None,
 ) -> None:
     """One GPU's measured GEMMs, attention and HBM copy against the kernel model (times)."""
     from gpuscale.validate.kernels import validate_kernels
 
-    print_validation(validate_kernels(runs, load_calibration(calibration), gpu), json)
+    cal = load_calibration(calibration)
+    print_validation(validate_kernels(runs, cal, gpu, sdpa_backend), json)

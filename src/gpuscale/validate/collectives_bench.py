@@ -12,13 +12,14 @@ a measurement of the fabric the model prices: its rows are skipped.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import get_system
 from gpuscale.errors import InputError
-from gpuscale.perf.comm import Fabric, estimate
+from gpuscale.perf.comm import OPS, Fabric, estimate
 from gpuscale.units import GB
 from gpuscale.validate.collectives import LARGE_BYTES
 from gpuscale.validate.report import RowResult, signed_error_pct
@@ -30,22 +31,30 @@ TORCH_HARNESS = (
 
 
 def cluster_record(system: str | None, nodes: int | None, cluster: Path | None) -> dict[str, Any]:
-    """What the bench writes of the cluster it priced (``bench collectives --json``)."""
+    """What the bench writes of the cluster it priced (``bench collectives --json``): the
+    catalog system and node count, or the cluster YAML's own mapping (the file then prices
+    the same wherever it is moved)."""
     if cluster is not None:
-        return {"cluster_file": str(cluster.resolve())}
+        from gpuscale.spec.files import read_yaml
+
+        return {"cluster_spec": read_yaml(cluster, "--model", "a cluster YAML file")}
     return {"system": system, "nodes": nodes}
 
 
 def _fabric(rec: Any, path: Path) -> Fabric:
-    if isinstance(rec, dict) and isinstance(rec.get("cluster_file"), str):
-        from gpuscale.topology import load_cluster_spec
+    where = f"{path.name}:cluster"
+    if isinstance(rec, dict) and "cluster_spec" in rec:
+        from gpuscale.topology.spec import parse_cluster_spec
 
-        return load_cluster_spec(Path(rec["cluster_file"])).to_fabric()
-    if isinstance(rec, dict) and isinstance(rec.get("system"), str):
-        system = get_system(rec["system"], field=f"{path.name}:cluster.system")
+        spec = rec["cluster_spec"]
+        if not isinstance(spec, dict):
+            raise InputError(f"{where}.cluster_spec", spec, "a cluster spec mapping")
+        return parse_cluster_spec(spec).to_fabric()
+    if isinstance(rec, dict) and "system" in rec:
+        system = get_system(str(rec["system"]), field=f"{where}.system")
         nodes = rec.get("nodes")
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise InputError(f"{path.name}:cluster.nodes", nodes, "a node count of at least 1")
+            raise InputError(f"{where}.nodes", nodes, "a node count of at least 1")
         return Fabric.from_system(system, total_gpus=nodes * system.gpus_per_node)
     raise InputError(
         "--runs",
@@ -57,9 +66,30 @@ def _fabric(rec: Any, path: Path) -> Fabric:
 
 def _positive(x: dict[str, Any], key: str, where: str) -> float:
     v = x.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-        raise InputError(f"{where}:{key}", v, "a positive number")
-    return float(v)
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+        return float(v)
+    raise InputError(f"{where}:{key}", v, "a finite number above zero")
+
+
+def _sweep(d: Any, path: Path) -> tuple[dict[str, Any], str, int, list[dict[str, Any]]]:
+    """The measured sweep of a bench file, checked: its op, ranks and rows."""
+    measured = d.get("measured") if isinstance(d, dict) else None
+    if not isinstance(measured, dict):
+        raise InputError("--runs", str(path), "the JSON `gpuscale bench collectives --json` wrote")
+    where = f"{path.name}:measured"
+    op = measured.get("op")
+    if op not in OPS:
+        raise InputError(f"{where}.op", op, f"one of {', '.join(OPS)}")
+    n = measured.get("ranks")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise InputError(f"{where}.ranks", n, f"a whole number of ranks, at least 2 for {op}")
+    rows = measured.get("rows")
+    if not isinstance(rows, list) or not rows or not all(isinstance(x, dict) for x in rows):
+        raise InputError(f"{where}.rows", rows, "a non-empty list of the sweep's rows")
+    backend = measured.get("backend")
+    if backend not in ("nccl", "gloo"):
+        raise InputError(f"{where}.backend", backend, "nccl or gloo, as the bench records it")
+    return measured, str(op), n, rows
 
 
 def bench_rows(path: Path, cal: Calibration) -> list[RowResult]:
@@ -68,18 +98,19 @@ def bench_rows(path: Path, cal: Calibration) -> list[RowResult]:
         d = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError("--runs", str(path), f"a JSON file ({exc})") from None
-    measured = d.get("measured") if isinstance(d, dict) else None
-    if not isinstance(measured, dict) or not isinstance(measured.get("rows"), list):
-        raise InputError("--runs", str(path), "the JSON `gpuscale bench collectives --json` wrote")
+    measured, op, n, sweep = _sweep(d, path)
     fabric = _fabric(d.get("cluster"), path)
-    op, n = str(measured.get("op")), int(measured.get("ranks") or 0)
-    src = f"gpuscale bench collectives ({measured.get('backend')}, {path.name})"
+    if n > fabric.total_gpus:
+        raise InputError(
+            f"{path.name}:measured.ranks", n, f"at most the cluster's {fabric.total_gpus} GPUs"
+        )
+    src = f"gpuscale bench collectives ({measured['backend']}, {path.name})"
     out: list[RowResult] = []
-    for i, x in enumerate(measured["rows"]):
+    for i, x in enumerate(sweep):
         where = f"{path.name}:measured.rows[{i}]"
         size = _positive(x, "size_bytes", where)
         rid = f"{op}-{n}-{int(size)}"
-        if measured.get("backend") != "nccl":
+        if measured["backend"] == "gloo":
             why = "measured with Gloo through host memory: the model prices NCCL on the fabric"
             out.append(RowResult.skip(rid, why, group=src))
             continue
