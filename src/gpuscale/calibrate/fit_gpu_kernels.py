@@ -81,19 +81,33 @@ def fit(
     sdpa_backend: str | None = None,
 ) -> Calibration:
     """The constants ``constants`` (keys of :data:`BOUNDS`) fitted from ``start``."""
+    return fit_rows(
+        lambda c: priced(files, gpu, c, sdpa_backend), start, constants, BOUNDS, on_eval
+    )
+
+
+def fit_rows(
+    priced_rows: Callable[[Calibration], list[RowResult]],
+    start: Calibration,
+    constants: Sequence[str],
+    bounds: dict[str, tuple[float, float]],
+    on_eval: Callable[[float], None] | None = None,
+) -> Calibration:
+    """The constants ``constants`` (keys of ``bounds``) that minimise :func:`residuals` of
+    the rows ``priced_rows`` gives under each trial calibration, from ``start``."""
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
-    names = [n for n in BOUNDS if n in constants]
+    names = [n for n in bounds if n in constants]
     if not names:
         return start
-    lo = np.array([BOUNDS[n][0] for n in names])
-    hi = np.array([BOUNDS[n][1] for n in names])
+    lo = np.array([bounds[n][0] for n in names])
+    hi = np.array([bounds[n][1] for n in names])
 
     def cal_at(x: np.ndarray) -> Calibration:
         return start.replace(**dict(zip(names, lo + x * (hi - lo), strict=True)))
 
     def objective(x: np.ndarray) -> np.ndarray:
-        r = residuals(priced(files, gpu, cal_at(x), sdpa_backend))
+        r = residuals(priced_rows(cal_at(x)))
         if on_eval is not None:
             on_eval(float(np.sum(r**2)))
         return r

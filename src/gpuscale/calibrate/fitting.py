@@ -1,10 +1,11 @@
-"""Calibrating the models to a file of runs: one interface over the three fits.
+"""Calibrating the models to a file of runs: one interface over the fits.
 
-``gpuscale calibrate training|collectives|inference --runs FILE --out CAL.json`` fits the
-constants a kind of run informs (training steps: GEMM, attention and HBM efficiency, overlaps,
-fixed costs; collectives: link efficiencies and latencies; serving: the inference
-efficiencies and overheads) on the file as a whole and scores the file before and after, as
-``gpuscale validate`` scores it. The fit starts from the shipped constants overlaid by
+``gpuscale calibrate training|collectives|inference|kernels|memory --runs FILE --out
+CAL.json`` fits the constants a kind of run informs (training steps: GEMM, attention and HBM
+efficiency, overlaps, fixed costs; collectives: link efficiencies and latencies; serving:
+the inference efficiencies and overheads; a GPU's microbenchmarks: the kernel constants;
+measured peak memory: the allocator's share and the workspace) on the file as a whole and
+scores the file before and after, as ``gpuscale validate`` scores it. The fit starts from the shipped constants overlaid by
 ``CAL.json``'s when it exists and then by ``--calibration``'s when given; ``CAL.json`` is
 written with those constants and the fitted ones over them, so ``--calibration CAL.json``
 prices every command as the fit scored the file (a calibration file is read over the shipped
@@ -24,12 +25,13 @@ from gpuscale.calibrate import fit_collectives, fit_gpu_kernels, fit_inference, 
 from gpuscale.calibrate.calibration import Calibration, default_calibration, file_keys
 from gpuscale.errors import InputError, unknown
 from gpuscale.paths import require_file, writable_target, write_atomic
-from gpuscale.validate.report import ValidationReport
+from gpuscale.validate.report import RowResult, ValidationReport
 
-KINDS = ("training", "collectives", "inference", "kernels")
+KINDS = ("training", "collectives", "inference", "kernels", "memory")
 """The kinds of runs gpuscale calibrates on, each with its own files and constants: the
 validation CSVs' schemas (shared/validation/README.md) for the first three, the JSON of
-``benchmarks/gpu_checks.py`` (one or more files of one GPU) for kernels."""
+``benchmarks/gpu_checks.py`` (one or more files of one GPU) for kernels, and measured
+peak memory (``validate/memory.py``'s columns) for memory."""
 
 BOUND_EDGE = 1e-3
 """A fitted constant within this share of its range from a bound is reported as at it (the
@@ -37,6 +39,13 @@ share of the log range for a constant whose bounds are both above zero: the infe
 moves them in log space)."""
 
 OnEval = Callable[[float], None]
+
+MEMORY_BOUNDS: dict[str, tuple[float, float]] = {
+    # the caching allocator's fragmentation and temporaries on top of the activations
+    "mem_activation_overhead": (1.0, 2.0),
+    # CUDA context, NCCL and cuBLAS workspaces (device-used rows only)
+    "mem_reserved_bytes": (0.0, 16.0 * 2**30),
+}
 
 
 def bounds_of(kind: str) -> dict[str, tuple[float, float]]:
@@ -46,6 +55,7 @@ def bounds_of(kind: str) -> dict[str, tuple[float, float]]:
         "collectives": fit_collectives.BOUNDS,
         "inference": fit_inference.BOUNDS,
         "kernels": fit_gpu_kernels.BOUNDS,
+        "memory": MEMORY_BOUNDS,
     }
     return dict(table[kind])
 
@@ -274,6 +284,27 @@ def _kernels(
     )
 
 
+def _memory(paths: tuple[Path, ...], start: Calibration) -> _Kind:
+    from gpuscale.validate.memory import validate_memory
+
+    (runs,) = paths
+
+    def scored(c: Calibration) -> list[RowResult]:
+        return validate_memory(runs, c).scored
+
+    def loss(c: Calibration) -> float:
+        return float(sum(fit_gpu_kernels.residuals(scored(c)) ** 2))
+
+    return _Kind(
+        rows=lambda: _scored_ids(validate_memory(runs, start)),
+        informed=lambda names: _informed_by_loss(names, start, loss, "memory"),
+        fit=lambda names, count: fit_gpu_kernels.fit_rows(
+            scored, start, names, MEMORY_BOUNDS, count
+        ),
+        score=lambda c: _by_metric(validate_memory(runs, c)),
+    )
+
+
 def start_keys(out: Path | None, calibration: Path | None) -> dict[str, float]:
     """The constants a fit starts from over the shipped ones: the output file's, when it
     exists (the fit is merged into it), then ``--calibration``'s over them. Either file
@@ -334,9 +365,12 @@ def fit_runs(
     if kind == "kernels":
         k = _kernels(paths, start, gpu, sdpa_backend)
     else:
-        k = {"training": _training, "collectives": _collectives, "inference": _inference}[kind](
-            paths, start
-        )
+        k = {
+            "training": _training,
+            "collectives": _collectives,
+            "inference": _inference,
+            "memory": _memory,
+        }[kind](paths, start)
     label = ", ".join(p.name for p in paths)
     rows = k.rows()
     if rows == 0:

@@ -63,6 +63,7 @@ SCORE_NAMES = {
     "gemm_fp8_s_mape": "FP8 GEMM time MAPE",
     "attention_s_mape": "attention time MAPE",
     "hbm_copy_s_mape": "HBM copy time MAPE",
+    "peak_memory_gib_mape": "peak memory MAPE",
 }
 
 
@@ -208,6 +209,11 @@ for _kind, _doc in (
     ),
     ("collectives", "Collective benchmarks (nccl-tests style): link efficiencies and latencies."),
     ("inference", "LLM serving results: inference GEMM, attention and HBM efficiency, overheads."),
+    (
+        "memory",
+        "Measured per-GPU peak memory of training runs: the allocator's share over the "
+        "activations and the CUDA/NCCL workspace.",
+    ),
 ):
     _command(_kind, _doc)
 
