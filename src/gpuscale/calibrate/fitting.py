@@ -5,11 +5,12 @@ CAL.json`` fits the constants a kind of run informs (training steps: GEMM, atten
 efficiency, overlaps, fixed costs; collectives: link efficiencies and latencies; serving:
 the inference efficiencies and overheads; a GPU's microbenchmarks: the kernel constants;
 measured peak memory: the allocator's share and the workspace) on the file as a whole and
-scores the file before and after, as ``gpuscale validate`` scores it. The fit starts from the shipped constants overlaid by
-``CAL.json``'s when it exists and then by ``--calibration``'s when given; ``CAL.json`` is
-written with those constants and the fitted ones over them, so ``--calibration CAL.json``
-prices every command as the fit scored the file (a calibration file is read over the shipped
-constants: the constants it does not hold keep the shipped values).
+scores the file before and after, as ``gpuscale validate`` scores it. The fit starts from
+the shipped constants overlaid by ``CAL.json``'s when it exists and then by
+``--calibration``'s when given; ``CAL.json`` is written with those constants and the fitted
+ones over them, so ``--calibration CAL.json`` prices every command as the fit scored the
+file (a calibration file is read over the shipped constants: the constants it does not hold
+keep the shipped values).
 """
 
 from __future__ import annotations
