@@ -1,9 +1,10 @@
-"""`gpuscale calibrate {training|collectives|inference} --runs FILE.csv [--out CAL.json]`.
+"""`gpuscale calibrate {training|collectives|inference|kernels|memory} --runs FILE [--out F]`.
 
 Fits the model's constants to a file of runs (the user's own measurements, in the columns
-`gpuscale validate` reads), prints the file's scores before and after and each constant's
-move, and merges the constants the runs inform into ``CAL.json``, which any command then
-reads with ``--calibration CAL.json`` (gpuscale/calibrate/fitting.py).
+`gpuscale validate` reads; a GPU's microbenchmarks as benchmarks/gpu_checks.py writes them),
+prints the file's scores before and after and each constant's move, and writes ``CAL.json``
+with the constants the fit started from and the fitted ones over them, which any command
+then reads with ``--calibration CAL.json`` (gpuscale/calibrate/fitting.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ Out = Annotated[
     Path | None,
     typer.Option(
         "--out",
-        help="Calibration JSON to write the fitted constants into (created, or merged into: "
-        "its other keys kept). Without it nothing is written.",
+        help="Calibration JSON to write the fitted constants into (created; or, when it "
+        "exists, the fit starts from its constants and keeps them). Without it nothing is "
+        "written.",
     ),
 ]
 Constants = Annotated[
@@ -132,7 +134,7 @@ def _origin(dest: Path | None, calibration: Path | None, merged: bool) -> str:
 def _print(f: Fitted, dest: Path | None, calibration: Path | None, merged: bool) -> None:
     origin = _origin(dest, calibration, merged)
     out.print(
-        f"[bold]{f.kind} constants fitted on {f.rows:,} run(s) of "
+        f"[bold]{f.kind} constants fitted on {f.rows:,} scored row(s) of "
         f"{', '.join(map(str, f.runs))}[/bold] "
         f"(from {origin}; {f.evaluations:,} evaluations)"
     )
@@ -163,9 +165,10 @@ def _print(f: Fitted, dest: Path | None, calibration: Path | None, merged: bool)
     notes = []
     if f.underdetermined():
         notes.append(
-            f"{f.rows} run(s) for {len(f.informed)} fitted constants: the fit can match these "
-            "runs without the constants meaning what they say. Add runs that differ in "
-            "sequence, micro-batch, model size or GPU count, or fit fewer (--constants)."
+            f"{f.rows} scored row(s) for {len(f.informed)} fitted constants: the fit can match "
+            "them without the constants meaning what they say. Add runs that differ in what "
+            "each constant prices (sequence, micro-batch, model size, GPU count, message "
+            "size), or fit fewer (--constants)."
         )
     if any(f.at_bound(n) for n in f.informed):
         notes.append(
