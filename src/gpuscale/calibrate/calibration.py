@@ -149,7 +149,7 @@ class Calibration:
                 raise InputError(
                     f"{origin}:{k}", v, f"unknown constant; known: {', '.join(sorted(known))}"
                 )
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v):
                 raise InputError(f"{origin}:{k}", v, "a finite number is required")
             lo, hi, lo_open = _range(k)
             if v < lo or (lo_open and v == lo) or v > hi:
@@ -170,6 +170,14 @@ _FRACTIONS = ("_eff", "_eff_max")
 """Achieved fractions of a peak: (0, 1]."""
 _DIVISORS = ("_rel", "_speedup", "_half_dim", "_tile", "_Bps", "_overhead")
 """Constants a time is divided or scaled by: above zero."""
+
+
+def _finite(v: float) -> bool:
+    """A finite number, an integer too large for a float counting as not finite."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _range(name: str) -> tuple[float, float, bool]:

@@ -34,10 +34,10 @@ validation CSVs' schemas (shared/validation/README.md) for the first three, the 
 ``benchmarks/gpu_checks.py`` (one or more files of one GPU) for kernels, and measured
 peak memory (``validate/memory.py``'s columns) for memory."""
 
-BOUND_EDGE = 1e-3
-"""A fitted constant within this share of its range from a bound is reported as at it (the
-share of the log range for a constant whose bounds are both above zero: the inference fit
-moves them in log space)."""
+BOUND_EDGE = 1e-2
+"""A fitted constant within this share of its range from a bound is reported as at it (of
+the log range for the inference constants, which their fit moves in log space): the
+bounded least-squares fits stop just inside a bound they are pushed against."""
 
 OnEval = Callable[[float], None]
 
@@ -101,19 +101,18 @@ class Fitted:
     evaluations: int
 
     def at_bound(self, name: str) -> str | None:
-        """``"lower"`` or ``"upper"`` when the fit moved the constant to that bound of its
-        physical range (not when it started there and stayed)."""
+        """``"lower"`` or ``"upper"`` when the fit moved the constant to within
+        :data:`BOUND_EDGE` of that bound of its physical range, in the space the fit searched
+        (log for the inference constants), and not when it started there and stayed."""
         lo, hi = bounds_of(self.kind)[name]
         v, v0 = float(getattr(self.cal, name)), float(getattr(self.start, name))
         if v == v0:
             return None
-        if lo > 0.0:  # a range fitted in log space
-            edge = BOUND_EDGE * math.log(hi / lo)
-            near_lo, near_hi = math.log(v / lo) <= edge, math.log(hi / v) <= edge
+        if self.kind == "inference":  # a coordinate search in log space
+            x = math.log(v / lo) / math.log(hi / lo)
         else:
-            edge = BOUND_EDGE * (hi - lo)
-            near_lo, near_hi = v <= lo + edge, v >= hi - edge
-        return "lower" if near_lo else "upper" if near_hi else None
+            x = (v - lo) / (hi - lo)
+        return "lower" if x <= BOUND_EDGE else "upper" if x >= 1.0 - BOUND_EDGE else None
 
     def underdetermined(self) -> bool:
         """No more runs than constants fitted: the runs can be matched without the constants
@@ -373,13 +372,16 @@ def fit_runs(
             "memory": _memory,
         }[kind](paths, start)
     label = ", ".join(p.name for p in paths)
+    extra = "".join(
+        f" {flag} {v}" for flag, v in (("--gpu", gpu), ("--sdpa-backend", sdpa_backend)) if v
+    )
     rows = k.rows()
     if rows == 0:
         raise InputError(
             "--runs",
             ", ".join(map(str, paths)),
             f"no run in it can be scored (each row's reason: gpuscale validate {kind} "
-            f"--runs {' --runs '.join(map(str, paths))})",
+            f"--runs {' --runs '.join(map(str, paths))}{extra})",
         )
     informed = k.informed(names)
     if not informed and constants:

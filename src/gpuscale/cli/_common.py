@@ -42,8 +42,8 @@ SdpaBackend = Annotated[
     str | None,
     typer.Option(
         "--sdpa-backend",
-        help="The backend SDPA's default ran (cudnn_attention, flash_attention, ...), for "
-        "files that do not record it.",
+        help="The backend SDPA's default ran, for files that do not record it: "
+        "cudnn_attention, flash_attention, efficient_attention or math.",
     ),
 ]
 # nccl-tests' size sweep and element type, shared by `comm estimate` and `bench collectives`

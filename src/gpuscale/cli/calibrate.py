@@ -22,10 +22,6 @@ from gpuscale.errors import InputError
 
 app = typer.Typer(no_args_is_help=True)
 
-Runs = Annotated[
-    list[Path],
-    typer.Option("--runs", help="CSV of runs, in the columns `gpuscale validate` reads."),
-]
 Out = Annotated[
     Path | None,
     typer.Option(
@@ -188,11 +184,11 @@ def _print(f: Fitted, dest: Path | None, calibration: Path | None, merged: bool)
         out.print(n, soft_wrap=True)
 
 
-def _command(kind: str, doc: str) -> None:
+def _command(kind: str, doc: str, runs_help: str) -> None:
     """Register ``gpuscale calibrate KIND`` (each kind has the same options)."""
 
     def command(
-        runs: Runs,
+        runs: list[Path] = typer.Option(..., "--runs", help=runs_help),  # noqa: B008
         dest: Out = None,
         constants: Constants = None,
         json: Json = False,
@@ -204,21 +200,35 @@ def _command(kind: str, doc: str) -> None:
     app.command(kind)(command)
 
 
-for _kind, _doc in (
+_VALIDATE_COLUMNS = "in the columns `gpuscale validate {}` reads (the option once)"
+for _kind, _doc, _runs in (
     (
         "training",
         "Training steps (tokens/s or TFLOP/s per GPU): GEMM, attention and HBM efficiency, "
         "FP8 speed-up, overlaps and fixed costs.",
+        "CSV of training runs " + _VALIDATE_COLUMNS.format("training"),
     ),
-    ("collectives", "Collective benchmarks (nccl-tests style): link efficiencies and latencies."),
-    ("inference", "LLM serving results: inference GEMM, attention and HBM efficiency, overheads."),
+    (
+        "collectives",
+        "Collective benchmarks (nccl-tests style): link efficiencies and latencies.",
+        "CSV of collective benchmarks "
+        + _VALIDATE_COLUMNS.format("collectives")
+        + ", or the JSON `gpuscale bench collectives --json` wrote",
+    ),
+    (
+        "inference",
+        "LLM serving results: inference GEMM, attention and HBM efficiency, overheads.",
+        "CSV of serving results " + _VALIDATE_COLUMNS.format("inference"),
+    ),
     (
         "memory",
-        "Measured per-GPU peak memory of training runs: the allocator's share over the "
-        "activations and the CUDA/NCCL workspace.",
+        "Measured per-GPU peak memory of training runs: the factor on the activations "
+        "(the allocator's margin and what the model does not count of the stack's "
+        "activations) and the CUDA/NCCL workspace.",
+        "CSV of measured peaks " + _VALIDATE_COLUMNS.format("memory"),
     ),
 ):
-    _command(_kind, _doc)
+    _command(_kind, _doc, _runs)
 
 
 @app.command("kernels")
@@ -231,6 +241,5 @@ def kernels(
     json: Json = False,
     calibration: Start = None,
 ) -> None:
-    """One GPU's measured GEMMs, attention and HBM copy: GEMM efficiency and shape, FP8
-    speed-up, attention and HBM efficiency."""
+    """A GPU's measured GEMMs, attention and copy: GEMM, FP8, attention, HBM constants."""
     _calibrate("kernels", runs, dest, constants, json, calibration, gpu, sdpa_backend)

@@ -52,8 +52,18 @@ def inference(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
     print_validation(validate_inference(runs, load_calibration(calibration)), json)
 
 
+BenchRuns = Annotated[
+    Path,
+    typer.Option(
+        "--runs",
+        help="CSV of collective benchmarks (validation schema), or the JSON `gpuscale bench "
+        "collectives --json` wrote.",
+    ),
+]
+
+
 @app.command("collectives")
-def collectives(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
+def collectives(runs: BenchRuns, json: Json = False, calibration: Cal = None) -> None:
     """Collective benchmarks (nccl-tests style): busbw for large messages, time for small."""
     from gpuscale.validate.collectives import validate_collectives
 

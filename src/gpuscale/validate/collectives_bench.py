@@ -20,6 +20,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.catalog import get_system
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import OPS, Fabric, estimate
+from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.units import GB
 from gpuscale.validate.collectives import LARGE_BYTES
 from gpuscale.validate.report import RowResult, signed_error_pct
@@ -49,12 +50,16 @@ def _fabric(rec: Any, path: Path) -> Fabric:
         spec = rec["cluster_spec"]
         if not isinstance(spec, dict):
             raise InputError(f"{where}.cluster_spec", spec, "a cluster spec mapping")
-        return parse_cluster_spec(spec).to_fabric()
+        try:
+            return parse_cluster_spec(spec).to_fabric()
+        except InputError as exc:  # named as the spec's key inside this file
+            raise InputError(f"{where}.cluster_spec.{exc.field}", exc.value, exc.valid) from None
     if isinstance(rec, dict) and "system" in rec:
         system = get_system(str(rec["system"]), field=f"{where}.system")
         nodes = rec.get("nodes")
-        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise InputError(f"{where}.nodes", nodes, "a node count of at least 1")
+        top = MAX_GPUS // system.gpus_per_node
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= top:
+            raise InputError(f"{where}.nodes", nodes, f"a node count from 1 to {top:,}")
         return Fabric.from_system(system, total_gpus=nodes * system.gpus_per_node)
     raise InputError(
         "--runs",
@@ -109,6 +114,8 @@ def bench_rows(path: Path, cal: Calibration) -> list[RowResult]:
     for i, x in enumerate(sweep):
         where = f"{path.name}:measured.rows[{i}]"
         size = _positive(x, "size_bytes", where)
+        if not size.is_integer():
+            raise InputError(f"{where}:size_bytes", x.get("size_bytes"), "a whole byte count")
         rid = f"{op}-{n}-{int(size)}"
         if measured["backend"] == "gloo":
             why = "measured with Gloo through host memory: the model prices NCCL on the fabric"

@@ -189,7 +189,7 @@ def _kernel(x: dict[str, Any], sdpa_backend: str | None) -> tuple[str | None, st
     SDPA's default, the backend it ran."""
     backend = str(x.get("backend", ""))
     if backend == "default":
-        chosen = x.get("chosen", sdpa_backend)
+        chosen = x.get("chosen") or sdpa_backend
         if chosen is None:
             return None, "which backend SDPA's default ran is not recorded (--sdpa-backend)"
         backend = SDPA_CHOICE.get(str(chosen), str(chosen))
