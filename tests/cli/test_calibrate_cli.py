@@ -253,3 +253,10 @@ def test_memory_fits_the_allocator_share_the_measured_peaks_say() -> None:
     assert fitted.after["peak_memory_gib_mape"] < fitted.before["peak_memory_gib_mape"]
     rep = validate_memory(runs, fitted.cal)
     assert rep.stats()["mape_pct"] == pytest.approx(fitted.after["peak_memory_gib_mape"])
+
+
+def test_a_value_too_large_for_a_float_is_one_line(tmp_path: Path) -> None:
+    start = tmp_path / "start.json"
+    start.write_text('{"step_overhead_s": ' + "9" * 400 + "}")
+    r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--calibration", str(start))
+    assert_one_line_error(r, "step_overhead_s", "a finite number is required")

@@ -64,6 +64,13 @@ def test_the_default_backend_is_priced_as_the_one_recorded(tmp_path: Path) -> No
     dflt, cudnn = rows["attention-default-s4096-d128@a"], rows["attention-cudnn-s4096-d128@a"]
     assert dflt.detail["kernel"] == "fused"
     assert dflt.predicted == pytest.approx(cudnn.predicted)
+    # a choice recorded as null, as the stored files' missing one: --sdpa-backend says
+    for x in res:
+        if x["backend"] == "default":
+            x["chosen"] = None
+    path.write_text(json.dumps(d))
+    by = {r.id: r for r in validate_kernels([path], CAL, sdpa_backend="flash_attention").rows}
+    assert by["attention-default-s4096-d128@a"].detail["kernel"] == "flash2"
     # the stored files predate the record: --sdpa-backend says what the default ran
     by = {r.id: r for r in validate_kernels([ATTENTION], CAL, sdpa_backend="flash_attention").rows}
     assert by["attention-default-s4096-d128@h200_2026-12-04_attention"].detail["kernel"] == "flash2"
