@@ -186,3 +186,50 @@ def collectives(
             ) from None
     if rc != 0:
         raise typer.Exit(rc)
+
+
+@app.command("storage")
+def storage(
+    path: Annotated[
+        Path, typer.Option("--path", help="Directory on the storage to measure (files removed).")
+    ],
+    size: Annotated[
+        str, typer.Option("--size", help="Bytes written in all (4G; K/M/G = 1024^n).")
+    ] = "4G",
+    files: Annotated[int, typer.Option("--files", help="Files (checkpoint shards).")] = 8,
+    processes: Annotated[
+        int, typer.Option("--processes", help="Processes writing and reading at once.")
+    ] = 8,
+    block: Annotated[str, typer.Option("--block", help="Bytes per write/read call.")] = "16M",
+    json: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON.")] = None,
+) -> None:
+    """Checkpoint-like writes (fsync) then reads on one node: aggregate GB/s."""
+    from rich.console import Console
+
+    from gpuscale.bench.storage import check_args, run
+    from gpuscale.bench.sweep import parse_size
+    from gpuscale.paths import writable_target, write_atomic
+    from gpuscale.units import fmt_rate
+
+    total, blk = parse_size(size, "--size"), parse_size(block, "--block")
+    check_args(path, total, files, processes, blk)
+    if json is not None:
+        writable_target(json, "--json")
+    err = Console(stderr=True)
+    with err.status("writing", spinner="dots") as status:
+        res = run(path, total, files, processes, blk, lambda p: status.update(f"{p}ing"))
+    print(
+        f"# {res.total_bytes:,} bytes as {res.files} files from {res.processes} processes, "
+        f"{res.block_bytes:,} bytes a call, under {res.path}"
+    )
+    cached = "" if res.cache_dropped else "  (cached pages not dropped: may be memory)"
+    print(f"write (fsync'd) {res.write_s:8.3f} s  {fmt_rate(res.write_Bps, 'B/s')}")
+    print(f"read            {res.read_s:8.3f} s  {fmt_rate(res.read_Bps, 'B/s')}{cached}")
+    print(
+        f"# one node's rates: gpuscale train estimate ... --storage-write-bw "
+        f"{res.write_Bps / 1e9:.3g}GB/s --storage-read-bw {res.read_Bps / 1e9:.3g}GB/s prices a "
+        "job on one node; many nodes write up to that many times this, until the storage "
+        "system's own limit"
+    )
+    if json is not None:
+        write_atomic(json, jsonlib.dumps(res.to_json(), indent=2) + "\n", "--json")
