@@ -16,6 +16,7 @@ Torch-free: it runs on any host.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 import uuid
@@ -30,6 +31,8 @@ from gpuscale.paths import path_kind
 
 MAX_PROCESSES = 256
 """Most writer processes one host runs (a mistyped count would fork thousands)."""
+WARMUP_S = 0.05
+"""Each worker's first task, untimed: every writer process is running before the clock starts."""
 HEADROOM = 1.1
 """Free space the benchmark needs over its bytes (file system metadata, other writers)."""
 
@@ -143,8 +146,12 @@ def run(
     size = total // files
     tag = uuid.uuid4().hex[:8]
     names = [str(path / f".gpuscale-storage-{tag}-{i:05d}") for i in range(files)]
+    # fresh interpreters (a fork would copy the caller's threads: a progress display's),
+    # all started before the clock does
+    ctx = multiprocessing.get_context("spawn")
     try:
-        with ProcessPoolExecutor(max_workers=processes) as pool:
+        with ProcessPoolExecutor(max_workers=processes, mp_context=ctx) as pool:
+            list(pool.map(time.sleep, [WARMUP_S] * processes))
             if on_phase is not None:
                 on_phase("write")
             t0 = time.perf_counter()
