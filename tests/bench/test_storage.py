@@ -101,3 +101,28 @@ def test_bad_options_are_one_line(
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
     assert needle in line
+
+
+def test_a_storage_error_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """Files capped at 1 MiB (RLIMIT_FSIZE, inherited by the writers): the 4 MiB shards fail
+    with EFBIG, as a full or quota-capped file system fails a checkpoint."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MiB, MiB))
+
+    data, out = tmp_path / "data", tmp_path / "r.json"
+    data.mkdir()
+    cmd = [sys.executable, "-c", "from gpuscale.cli import main; main()", "bench", "storage"]
+    cmd += ["--path", str(data), "--size", "8M", "--files", "2", "--processes", "2"]
+    r = subprocess.run(
+        [*cmd, "--block", "1M", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, preexec_fn=cap, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "--path=" in line and "File too large" in line
+    assert list(data.iterdir()) == [] and not out.exists()

@@ -217,7 +217,8 @@ def storage(
         writable_target(json, "--json")
     err = Console(stderr=True)
     with err.status("writing", spinner="dots") as status:
-        res = run(path, total, files, processes, blk, lambda p: status.update(f"{p}ing"))
+        doing = {"write": "writing", "read": "reading"}
+        res = run(path, total, files, processes, blk, lambda p: status.update(doing[p]))
     print(
         f"# {res.total_bytes:,} bytes as {res.files} files from {res.processes} processes, "
         f"{res.block_bytes:,} bytes a call, under {res.path}"
