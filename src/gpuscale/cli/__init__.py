@@ -61,7 +61,7 @@ def _register() -> None:
     app.add_typer(infer.app, name="infer", help="Inference: latency, throughput, sizing at an SLO.")
     app.add_typer(comm.app, name="comm", help="Collective communication cost on a cluster.")
     app.add_typer(cluster.app, name="cluster", help="Cluster specs: topology, BOM, bandwidth.")
-    app.add_typer(bench.app, name="bench", help="Benchmarks on real hardware (torch.distributed).")
+    app.add_typer(bench.app, name="bench", help="Real hardware: collectives, storage.")
     app.add_typer(export.app, name="export", help="Launch files for Slurm and Kubernetes.")
     app.add_typer(validate.app, name="validate", help="Score predictions against published runs.")
     app.add_typer(
