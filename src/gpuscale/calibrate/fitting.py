@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscale.calibrate import fit_collectives, fit_gpu_kernels, fit_inference, fit_training
+from gpuscale.calibrate import fit_collectives, fit_inference, fit_rows, fit_training
 from gpuscale.calibrate.calibration import Calibration, default_calibration, file_keys
 from gpuscale.errors import InputError, unknown
 from gpuscale.paths import require_file, writable_target, write_atomic
-from gpuscale.validate.report import RowResult, ValidationReport
+from gpuscale.validate.report import ValidationReport
 
 KINDS = ("training", "collectives", "inference", "kernels", "memory")
 """The kinds of runs gpuscale calibrates on, each with its own files and constants: the
@@ -39,14 +39,8 @@ BOUND_EDGE = 1e-2
 the log range for the inference constants, which their fit moves in log space): the
 bounded least-squares fits stop just inside a bound they are pushed against."""
 
-OnEval = Callable[[float], None]
-
-MEMORY_BOUNDS: dict[str, tuple[float, float]] = {
-    # the caching allocator's fragmentation and temporaries on top of the activations
-    "mem_activation_overhead": (1.0, 2.0),
-    # CUDA context, NCCL and cuBLAS workspaces (device-used rows only)
-    "mem_reserved_bytes": (0.0, 16.0 * 2**30),
-}
+OnEval = Callable[[int, float], None]
+"""Hears each evaluation of a fit: how many so far, and its loss (a progress display)."""
 
 
 def bounds_of(kind: str) -> dict[str, tuple[float, float]]:
@@ -55,8 +49,8 @@ def bounds_of(kind: str) -> dict[str, tuple[float, float]]:
         "training": fit_training.BOUNDS,
         "collectives": fit_collectives.BOUNDS,
         "inference": fit_inference.BOUNDS,
-        "kernels": fit_gpu_kernels.BOUNDS,
-        "memory": MEMORY_BOUNDS,
+        "kernels": fit_rows.KERNEL_BOUNDS,
+        "memory": fit_rows.MEMORY_BOUNDS,
     }
     return dict(table[kind])
 
@@ -164,7 +158,7 @@ class _Counter:
     def __call__(self, loss: float) -> None:
         self.n += 1
         if self._on_eval is not None:
-            self._on_eval(loss)
+            self._on_eval(self.n, loss)
 
 
 def _informed_by_loss(
@@ -180,23 +174,6 @@ def _informed_by_loss(
     return out
 
 
-@dataclass(frozen=True)
-class _Kind:
-    """What the generic fit needs of one kind of run, bound to its file and start."""
-
-    rows: Callable[[], int]
-    """Runs of the file scored under the start."""
-    informed: Callable[[list[str]], list[str]]
-    """Of the constants given, those some prediction depends on."""
-    fit: Callable[[list[str], _Counter], Calibration]
-    score: Callable[[Calibration], dict[str, float]]
-    """The file's scores, per cent, as ``gpuscale validate`` gives them."""
-
-
-def _scored_ids(report: ValidationReport) -> int:
-    return len({r.id for r in report.scored})
-
-
 def _by_metric(report: ValidationReport) -> dict[str, float]:
     """MAPE per compared figure (``busbw_GBps_mape``, ``ttft_mape``, ...)."""
     out = {}
@@ -207,23 +184,38 @@ def _by_metric(report: ValidationReport) -> dict[str, float]:
     return out
 
 
+def _overall(report: ValidationReport) -> dict[str, float]:
+    """A training file's MAPE, median and worst |error| over all its rows."""
+    st = report.stats()
+    keys = {"mape": "mape_pct", "median_abs_error": "median_abs_error_pct"}
+    keys["worst_abs_error"] = "max_abs_error_pct"
+    return {k: float(st[v] or 0.0) for k, v in keys.items()}
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What the generic fit needs of one kind of run, bound to its file and start."""
+
+    report: Callable[[Calibration], ValidationReport]
+    """The file's rows under a calibration, as ``gpuscale validate`` gives them."""
+    informed: Callable[[list[str]], list[str]]
+    """Of the constants given, those some prediction depends on."""
+    fit: Callable[[list[str], _Counter], Calibration]
+    score: Callable[[ValidationReport], dict[str, float]] = _by_metric
+    """A report's scores, per cent."""
+
+
 def _training(paths: tuple[Path, ...], start: Calibration) -> _Kind:
     (runs,) = paths
     from gpuscale.validate.training import validate_training
 
-    def score(c: Calibration) -> dict[str, float]:
-        st = validate_training(runs, c).stats()
-        keys = {"mape": "mape_pct", "median_abs_error": "median_abs_error_pct"}
-        keys["worst_abs_error"] = "max_abs_error_pct"
-        return {k: float(st[v] or 0.0) for k, v in keys.items()}
-
     return _Kind(
-        rows=lambda: len(validate_training(runs, start).scored),
+        report=lambda c: validate_training(runs, c),
         informed=lambda names: fit_training.informed_constants(runs, start, names)[0],
         fit=lambda names, count: fit_training.fit(
             runs, start=start, constants=names, on_eval=count
         )[0],
-        score=score,
+        score=_overall,
     )
 
 
@@ -235,10 +227,9 @@ def _collectives(paths: tuple[Path, ...], start: Calibration) -> _Kind:
         return fit_collectives.loss(runs, c)
 
     return _Kind(
-        rows=lambda: _scored_ids(validate_collectives(runs, start)),
+        report=lambda c: validate_collectives(runs, c),
         informed=lambda names: _informed_by_loss(names, start, loss, "collectives"),
         fit=lambda names, count: fit_collectives.fit(runs, start, constants=names, on_eval=count),
-        score=lambda c: _by_metric(validate_collectives(runs, c)),
     )
 
 
@@ -254,55 +245,46 @@ def _inference(paths: tuple[Path, ...], start: Calibration) -> _Kind:
         return fit_inference.objective(fit_inference.scores(cases, c))
 
     return _Kind(
-        rows=lambda: _scored_ids(validate_inference(runs, start)),
+        report=lambda c: validate_inference(runs, c),
         informed=lambda names: _informed_by_loss(names, start, objective, "inference"),
         fit=lambda names, count: fit_inference.fit(
             cases, start, verbose=False, constants=names, on_eval=count
         ),
-        score=lambda c: _by_metric(validate_inference(runs, c)),
+    )
+
+
+def _row_fit(
+    kind: str, report: Callable[[Calibration], ValidationReport], start: Calibration
+) -> _Kind:
+    """A kind fitted on its scored rows themselves (``fit_rows``): kernels, memory."""
+
+    def loss(c: Calibration) -> float:
+        return fit_rows.loss(report(c).scored)
+
+    return _Kind(
+        report=report,
+        informed=lambda names: _informed_by_loss(names, start, loss, kind),
+        fit=lambda names, count: fit_rows.fit_rows(
+            lambda c: report(c).scored, start, names, bounds_of(kind), count
+        ),
     )
 
 
 def _kernels(
     paths: tuple[Path, ...], start: Calibration, gpu: str | None, sdpa_backend: str | None
 ) -> _Kind:
-    from gpuscale.validate.kernels import load_measurements, measured_gpu, validate_kernels
+    from gpuscale.validate.kernels import kernel_report, load_measurements, measured_gpu
 
-    files = load_measurements(list(paths))
+    files = load_measurements(list(paths))  # read once, priced under every trial
     part = measured_gpu(files, gpu)
-
-    def loss(c: Calibration) -> float:
-        return fit_gpu_kernels.loss(files, part, c, sdpa_backend)
-
-    return _Kind(
-        rows=lambda: len(fit_gpu_kernels.priced(files, part, start, sdpa_backend)),
-        informed=lambda names: _informed_by_loss(names, start, loss, "kernels"),
-        fit=lambda names, count: fit_gpu_kernels.fit(
-            files, part, start, names, count, sdpa_backend
-        ),
-        score=lambda c: _by_metric(validate_kernels(list(paths), c, gpu, sdpa_backend)),
-    )
+    return _row_fit("kernels", lambda c: kernel_report(files, part, c, sdpa_backend), start)
 
 
 def _memory(paths: tuple[Path, ...], start: Calibration) -> _Kind:
+    (runs,) = paths
     from gpuscale.validate.memory import validate_memory
 
-    (runs,) = paths
-
-    def scored(c: Calibration) -> list[RowResult]:
-        return validate_memory(runs, c).scored
-
-    def loss(c: Calibration) -> float:
-        return float(sum(fit_gpu_kernels.residuals(scored(c)) ** 2))
-
-    return _Kind(
-        rows=lambda: _scored_ids(validate_memory(runs, start)),
-        informed=lambda names: _informed_by_loss(names, start, loss, "memory"),
-        fit=lambda names, count: fit_gpu_kernels.fit_rows(
-            scored, start, names, MEMORY_BOUNDS, count
-        ),
-        score=lambda c: _by_metric(validate_memory(runs, c)),
-    )
+    return _row_fit("memory", lambda c: validate_memory(runs, c), start)
 
 
 def start_keys(out: Path | None, calibration: Path | None) -> dict[str, float]:
@@ -375,7 +357,8 @@ def fit_runs(
     extra = "".join(
         f" {flag} {v}" for flag, v in (("--gpu", gpu), ("--sdpa-backend", sdpa_backend)) if v
     )
-    rows = k.rows()
+    before = k.report(start)
+    rows = len({r.id for r in before.scored})
     if rows == 0:
         raise InputError(
             "--runs",
@@ -399,5 +382,5 @@ def fit_runs(
     cal = k.fit(informed, count)
     return Fitted(
         kind, paths, rows, start, base, cal, tuple(names), tuple(informed),
-        k.score(start), k.score(cal), count.n,
+        k.score(before), k.score(k.report(cal)), count.n,
     )  # fmt: skip

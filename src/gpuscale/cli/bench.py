@@ -206,15 +206,14 @@ def storage(
     """Checkpoint-like writes (fsync) then reads on one node: aggregate GB/s."""
     from rich.console import Console
 
-    from gpuscale.bench.storage import check_args, run
+    from gpuscale.bench.storage import run
     from gpuscale.bench.sweep import parse_size
-    from gpuscale.paths import writable_target, write_atomic
+    from gpuscale.paths import write_atomic
     from gpuscale.units import fmt_rate
 
     total, blk = parse_size(size, "--size"), parse_size(block, "--block")
-    check_args(path, total, files, processes, blk)
     if json is not None:
-        writable_target(json, "--json")
+        check_output_file(json, "--json")  # as the collectives benchmark's, before any write
     err = Console(stderr=True)
     with err.status("writing", spinner="dots") as status:
         doing = {"write": "writing", "read": "reading"}

@@ -97,13 +97,11 @@ def _calibrate(
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
         label = ", ".join(p.name for p in runs)
         task = bar.add_task(f"calibrating on {label}: pricing the runs")
-        seen = [0]
 
-        def step(loss: float) -> None:
-            seen[0] += 1
+        def step(evaluations: int, loss: float) -> None:
             bar.update(
                 task,
-                description=f"calibrating on {label}: {seen[0]:,} evaluations, loss {loss:.4g}",
+                description=f"calibrating on {label}: {evaluations:,} evaluations, loss {loss:.4g}",
             )
 
         fitted = fit_runs(
@@ -146,17 +144,14 @@ def _print(f: Fitted, dest: Path | None, calibration: Path | None, merged: bool)
     consts = Table(title="constants")
     for col in ("constant", "start", "fitted", "range", "note"):
         consts.add_column(col, justify="left" if col in ("constant", "note") else "right")
-    bounds = {c["name"]: c for c in f.to_json(None)["constants"]}
-    for name in f.asked:
-        c = bounds[name]
+    for c in f.to_json(None)["constants"]:  # the rows the JSON gives, in words
         rng = f"{c['lower_bound']:.4g} - {c['upper_bound']:.4g}"
-        if name not in f.informed:
+        if not c["informed"]:
             note = "no run depends on it: not fitted"
-            consts.add_row(name, _num(c["start"]), "", rng, note)
+            consts.add_row(c["name"], _num(c["start"]), "", rng, note)
             continue
-        edge = f.at_bound(name)
-        note = f"at its {edge} bound" if edge else ""
-        consts.add_row(name, _num(c["start"]), _num(c["fitted"]), rng, note)
+        note = f"at its {c['at_bound']} bound" if c["at_bound"] else ""
+        consts.add_row(c["name"], _num(c["start"]), _num(c["fitted"]), rng, note)
     out.print(consts)
     notes = []
     if f.underdetermined():

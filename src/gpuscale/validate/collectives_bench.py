@@ -12,7 +12,6 @@ a measurement of the fabric the model prices: its rows are skipped.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from gpuscale.perf.comm import OPS, Fabric, estimate
 from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.units import GB
 from gpuscale.validate.collectives import LARGE_BYTES
+from gpuscale.validate.numbers import json_positive
 from gpuscale.validate.report import RowResult, signed_error_pct
 
 TORCH_HARNESS = (
@@ -69,13 +69,6 @@ def _fabric(rec: Any, path: Path) -> Fabric:
     )
 
 
-def _positive(x: dict[str, Any], key: str, where: str) -> float:
-    v = x.get(key)
-    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
-        return float(v)
-    raise InputError(f"{where}:{key}", v, "a finite number above zero")
-
-
 def _sweep(d: Any, path: Path) -> tuple[dict[str, Any], str, int, list[dict[str, Any]]]:
     """The measured sweep of a bench file, checked: its op, ranks and rows."""
     measured = d.get("measured") if isinstance(d, dict) else None
@@ -113,7 +106,7 @@ def bench_rows(path: Path, cal: Calibration) -> list[RowResult]:
     out: list[RowResult] = []
     for i, x in enumerate(sweep):
         where = f"{path.name}:measured.rows[{i}]"
-        size = _positive(x, "size_bytes", where)
+        size = json_positive(x, "size_bytes", where)
         if not size.is_integer():
             raise InputError(f"{where}:size_bytes", x.get("size_bytes"), "a whole byte count")
         rid = f"{op}-{n}-{int(size)}"
@@ -133,10 +126,10 @@ def bench_rows(path: Path, cal: Calibration) -> list[RowResult]:
             "protocol": str(est.protocol),
         }
         if size >= LARGE_BYTES:
-            meas, pred = _positive(x, "oop_busbw", where), float(est.busbw_Bps) / GB
+            meas, pred = json_positive(x, "oop_busbw", where), float(est.busbw_Bps) / GB
             metric, status, reason = "busbw_GBps", "scored", ""
         else:
-            meas, pred = _positive(x, "oop_time_us", where), float(est.time_s) * 1e6
+            meas, pred = json_positive(x, "oop_time_us", where), float(est.time_s) * 1e6
             metric, status, reason = "time_us", "reported", TORCH_HARNESS
         out.append(
             RowResult(

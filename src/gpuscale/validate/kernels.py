@@ -25,7 +25,6 @@ the same shape stay two rows.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from gpuscale.paths import require_file
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.kernels import attention_core_s, gemm_s, low_precision_speedup, sustained_peak16
 from gpuscale.perf.plan import Workload
+from gpuscale.validate.numbers import json_number, json_positive
 from gpuscale.validate.report import RowResult, ValidationReport, signed_error_pct
 
 SDPA_KERNELS = {"cudnn": "fused", "flash": "flash2"}
@@ -69,24 +69,9 @@ def _objs(v: Any, where: str) -> list[dict[str, Any]]:
     return v
 
 
-def _finite(v: Any) -> float | None:
-    """``v`` as a float when it is a finite JSON number (not a boolean), else None."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return float(v)
-
-
-def _num(x: dict[str, Any], key: str, where: str) -> float:
-    """A measured figure: a finite number above zero."""
-    v = _finite(x.get(key))
-    if v is None or not v > 0:
-        raise InputError(f"{where}:{key}", x.get(key), "a finite number above zero")
-    return v
-
-
 def _size(x: dict[str, Any], key: str, where: str, top: int = 1 << 40) -> int:
     """A shape: a whole number from 1 to ``top``."""
-    v = _finite(x.get(key))
+    v = json_number(x.get(key))
     if v is None or not v.is_integer() or not 1 <= v <= top:
         raise InputError(f"{where}:{key}", x.get(key), f"a whole number from 1 to {top:,}")
     return int(v)
@@ -173,7 +158,7 @@ def gemm_rows(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[R
             for i, x in enumerate(shapes):
                 at = f"{where}.{prec}[{i}]"
                 m, n, k = (_size(x, c, at) for c in ("m", "n", "k"))
-                s = _num(x, "s", at)
+                s = json_positive(x, "s", at)
                 pred = float(gemm_s(m, n, k, 1, peak, gpu.sms, cal))
                 case = str(x.get("case", ""))
                 rid = f"gemm-{prec}-{case}-{m}x{n}x{k}@{path.stem}"
@@ -217,7 +202,7 @@ def attention_rows(
             heads, kv, hd = (_size(x, c, at, 1024) for c in ("heads", "kv_heads", "head_dim"))
             if heads % kv:
                 raise InputError(f"{at}:kv_heads", kv, f"a divisor of heads ({heads})")
-            s = _num(x, "fwd_bwd_s", at)
+            s = json_positive(x, "fwd_bwd_s", at)
             # Llama 3 8B's layer with the benchmark's heads
             model = get_model("llama3-8b").model_copy(
                 update={"heads": heads, "kv_heads": kv, "head_dim": hd}
@@ -239,7 +224,7 @@ def hbm_rows(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[Ro
     out = []
     for path, res, where in _results(files, "hbm"):
         res = _obj(res, where)
-        moved, s = _num(res, "bytes_copied", where), _num(res, "s", where)
+        moved, s = json_positive(res, "bytes_copied", where), json_positive(res, "s", where)
         # a copy reads and writes every byte, at the bandwidth the memory-bound terms get
         pred = 2.0 * moved / (gpu.hbm_bw_Bps * cal.hbm_eff)
         detail: dict[str, object] = {"bytes_copied": moved, "file": path.name}
@@ -263,11 +248,17 @@ def validate_kernels(
     ``sdpa_backend`` is the backend SDPA's default ran where a file does not record it."""
     check_sdpa_backend(sdpa_backend)
     files = load_measurements(paths)
-    part = measured_gpu(files, gpu)
-    rows = gemm_rows(files, part, cal) + attention_rows(files, part, cal, sdpa_backend)
-    rows += hbm_rows(files, part, cal)
-    if not rows:
+    rep = kernel_report(files, measured_gpu(files, gpu), cal, sdpa_backend)
+    if not rep.rows:
         raise InputError(
             "--runs", ", ".join(map(str, paths)), "files with matmul, attention or hbm results"
         )
-    return ValidationReport("kernels", rows)
+    return rep
+
+
+def kernel_report(
+    files: list[dict[str, Any]], gpu: GPU, cal: Calibration, sdpa_backend: str | None = None
+) -> ValidationReport:
+    """The rows of loaded measurement files (:func:`load_measurements`) on ``gpu``."""
+    rows = gemm_rows(files, gpu, cal) + attention_rows(files, gpu, cal, sdpa_backend)
+    return ValidationReport("kernels", rows + hbm_rows(files, gpu, cal))

@@ -191,3 +191,19 @@ def count(row: dict[str, str], col: str, where: str) -> int | None:
     if not 1 <= v <= MAX_GPUS or not v.is_integer():
         raise SkipRow(f"{col}={row[col]!r}: must be a whole number from 1 to {MAX_GPUS:,}")
     return int(v)
+
+
+def json_number(v: object) -> float | None:
+    """``v`` as a float when it is a finite JSON number (not a boolean), else None."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def json_positive(x: dict[str, object], key: str, where: str) -> float:
+    """A measured figure of a JSON object: a finite number above zero, else an
+    :class:`InputError` naming ``where:key``."""
+    v = json_number(x.get(key))
+    if v is None or not v > 0:
+        raise InputError(f"{where}:{key}", x.get(key), "a finite number above zero")
+    return v

@@ -1,30 +1,28 @@
-"""Fit the kernel constants on one GPU's measured kernels (``benchmarks/gpu_checks.py``).
+"""Fit constants on scored validation rows: a GPU's measured kernels, measured peak memory.
 
-``gpuscale calibrate kernels --runs MEASURED.json`` moves the constants the measured GEMMs,
-attention and HBM copy inform (``validate/kernels.py`` prices each measurement) so that the
-kernels' predicted times match the measured ones as a whole. The loss is the soft-L1 of
-each row's log error (``fit_training.LOSS_SCALE``), averaged within each kind of
-measurement (BF16 GEMMs, FP8 GEMMs, attention, the copy) and summed over the kinds: each
-kind weighs as one whatever its count, so that a hundred GEMM shapes do not drown the one
-copy. The bounds are the training fit's (``fit_training.BOUNDS``): the same constants
-price the step.
+``gpuscale calibrate kernels`` (``benchmarks/gpu_checks.py``'s GEMMs, attention and HBM
+copy, priced by ``validate/kernels.py``) and ``gpuscale calibrate memory`` (measured peaks,
+``validate/memory.py``) move their constants so that the rows' predictions match the
+measured figures as a whole. The loss is the soft-L1 of each row's log error
+(``fit_training.LOSS_SCALE``), averaged within each kind of measurement (BF16 GEMMs, FP8
+GEMMs, attention, the copy; a memory file's peaks) and summed over the kinds: each kind
+weighs as one whatever its count, so that a hundred GEMM shapes do not drown the one copy.
+The kernel constants' bounds are the training fit's (``fit_training.BOUNDS``): the same
+constants price the step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from gpuscale.calibrate.calibration import Calibration
 from gpuscale.calibrate.fit_training import BOUNDS as TRAINING_BOUNDS
 from gpuscale.calibrate.fit_training import LOSS_SCALE
-from gpuscale.catalog import GPU
-from gpuscale.validate.kernels import attention_rows, gemm_rows, hbm_rows
 from gpuscale.validate.report import RowResult
 
-BOUNDS: dict[str, tuple[float, float]] = {
+KERNEL_BOUNDS: dict[str, tuple[float, float]] = {
     k: TRAINING_BOUNDS[k]
     for k in (
         "gemm_eff_max",
@@ -36,15 +34,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
         "hbm_eff",
     )
 }
-
-
-def priced(
-    files: list[dict[str, Any]], gpu: GPU, cal: Calibration, sdpa_backend: str | None = None
-) -> list[RowResult]:
-    """The scored rows of every measurement under ``cal``."""
-    rows = gemm_rows(files, gpu, cal) + attention_rows(files, gpu, cal, sdpa_backend)
-    rows += hbm_rows(files, gpu, cal)
-    return [r for r in rows if r.status == "scored"]
+MEMORY_BOUNDS: dict[str, tuple[float, float]] = {
+    # the caching allocator's fragmentation and temporaries on top of the activations
+    "mem_activation_overhead": (1.0, 2.0),
+    # CUDA context, NCCL and cuBLAS workspaces (device-used rows only)
+    "mem_reserved_bytes": (0.0, 16.0 * 2**30),
+}
 
 
 def _log_error(r: RowResult) -> float:
@@ -65,25 +60,9 @@ def residuals(rows: list[RowResult], scale: float = LOSS_SCALE) -> np.ndarray:
     return out
 
 
-def loss(
-    files: list[dict[str, Any]], gpu: GPU, cal: Calibration, sdpa_backend: str | None = None
-) -> float:
+def loss(rows: list[RowResult]) -> float:
     """The fit's objective: the sum over the kinds of measurement of their mean soft-L1."""
-    return float(np.sum(residuals(priced(files, gpu, cal, sdpa_backend)) ** 2))
-
-
-def fit(
-    files: list[dict[str, Any]],
-    gpu: GPU,
-    start: Calibration,
-    constants: Sequence[str],
-    on_eval: Callable[[float], None] | None = None,
-    sdpa_backend: str | None = None,
-) -> Calibration:
-    """The constants ``constants`` (keys of :data:`BOUNDS`) fitted from ``start``."""
-    return fit_rows(
-        lambda c: priced(files, gpu, c, sdpa_backend), start, constants, BOUNDS, on_eval
-    )
+    return float(np.sum(residuals(rows) ** 2))
 
 
 def fit_rows(
@@ -94,7 +73,7 @@ def fit_rows(
     on_eval: Callable[[float], None] | None = None,
 ) -> Calibration:
     """The constants ``constants`` (keys of ``bounds``) that minimise :func:`residuals` of
-    the rows ``priced_rows`` gives under each trial calibration, from ``start``."""
+    the scored rows ``priced_rows`` gives under each trial calibration, from ``start``."""
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
     names = [n for n in bounds if n in constants]
