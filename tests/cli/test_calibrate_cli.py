@@ -1,4 +1,5 @@
-"""`gpuscale calibrate training|collectives|inference`: the constants a file of runs informs
+"""`gpuscale calibrate` through the command line (training and memory runs; collectives and
+inference in tests/validate/test_calibrate_kinds.py): the constants a file of runs informs
 are fitted, scored before and after, and merged into the output file whole or not at all;
 every user error is one line and exit code 2, before any fitting."""
 
@@ -13,25 +14,11 @@ from test_train_cli import assert_one_line_error, gpuscale
 
 from gpuscale.calibrate import Calibration, default_calibration
 from gpuscale.calibrate.fitting import Fitted, bounds_of, fit_runs
-from gpuscale.validate.collectives import OPTIONAL, REQUIRED, validate_collectives
 from gpuscale.validate.training import validate_training
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "benchmarks/heldout/training_measured_h200.csv"
 TWO = "attn_eff,step_overhead_s"
-# an nccl-tests all-reduce of 8 GiB inside one DGX H100 (busbw as such boxes measure it)
-ALL_REDUCE = {
-    "id": "ar",
-    "source": "https://github.com/NVIDIA/nccl-tests",
-    "system": "DGX H100",
-    "gpu": "H100-SXM5-80GB",
-    "num_nodes": "1",
-    "gpus_per_node": "8",
-    "intra_node": "NVLink4",
-    "collective": "all_reduce",
-    "message_bytes": "8589934592",
-    "busbw_gbps": "400",
-}
 
 
 def test_training_fits_only_the_constants_asked_and_writes_only_them(tmp_path: Path) -> None:
@@ -148,28 +135,6 @@ def test_a_file_with_no_run_to_score_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(r, "--runs=", "no run in it can be scored")
 
 
-def test_collectives_fit_the_link_efficiency_a_large_message_measures(tmp_path: Path) -> None:
-    # one 8 GiB all-reduce inside a DGX H100: its bus bandwidth is the NVLink rate times
-    # scaleup_eff (latency is nothing at that size), so the fit scales scaleup_eff by the
-    # measured / predicted ratio and then predicts the row exactly
-    runs = tmp_path / "runs.csv"
-    with runs.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[*REQUIRED, *OPTIONAL])
-        w.writeheader()
-        w.writerow(ALL_REDUCE)
-    start = default_calibration()
-    (row,) = validate_collectives(runs, start).scored
-    assert row.predicted is not None and row.measured is not None
-    fitted = fit_runs("collectives", runs, None, ["scaleup_eff"])
-    assert fitted.informed == ("scaleup_eff",)
-    for other in bounds_of("collectives"):  # only the constant asked for moves
-        if other != "scaleup_eff":
-            assert getattr(fitted.cal, other) == getattr(start, other)
-    expect = start.scaleup_eff * row.measured / row.predicted
-    assert fitted.cal.scaleup_eff == pytest.approx(expect, rel=0.01)
-    assert fitted.after["busbw_GBps_mape"] < 1.0 < fitted.before["busbw_GBps_mape"]
-
-
 def test_bounds_and_underdetermination_are_reported() -> None:
     cal = default_calibration()
     lo, hi = bounds_of("training")["step_overhead_s"]
@@ -196,49 +161,6 @@ def test_bounds_and_underdetermination_are_reported() -> None:
     h = Fitted("training", MEASURED, 9, cal.replace(step_overhead_s=lo),
                {}, cal.replace(step_overhead_s=lo), both, both, {}, {}, 0)  # fmt: skip
     assert h.at_bound("step_overhead_s") is None
-
-
-# two offline TensorRT-LLM runs of Llama 3 8B on one H100 in FP8 (the shape of the
-# validation file's rows), 200 requests each
-OFFLINE = {
-    "id": "a",
-    "source": "a",
-    "engine": "TensorRT-LLM 0.14",
-    "model": "llama3-8b",
-    "precision": "fp8",
-    "gpu": "H100-SXM5-80GB",
-    "num_gpus": "1",
-    "tp": "1",
-    "pp": "1",
-    "input_len": "128",
-    "output_len": "128",
-    "request_rate": "offline",
-    "metric_throughput_tokens_per_s": "10000",
-    "throughput_kind": "output_total",
-    "notes": "200 requests",
-}
-
-
-def test_inference_fits_only_the_constant_asked_and_scores_as_validate(tmp_path: Path) -> None:
-    from gpuscale.validate.inference import validate_inference
-    from gpuscale.validate.inference_rows import SCHEMA
-
-    runs = tmp_path / "runs.csv"
-    rows = [OFFLINE, {**OFFLINE, "id": "b", "output_len": "1024", "input_len": "1024"}]
-    with runs.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(SCHEMA), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    start = default_calibration()
-    fitted = fit_runs("inference", runs, None, ["inf_hbm_eff"])
-    assert fitted.informed == ("inf_hbm_eff",)
-    for other in bounds_of("inference"):
-        if other != "inf_hbm_eff":
-            assert getattr(fitted.cal, other) == getattr(start, other)
-    assert fitted.cal.inf_hbm_eff != start.inf_hbm_eff
-    rep = validate_inference(runs, fitted.cal)
-    assert fitted.after["throughput_mape"] == pytest.approx(rep.stats()["mape_pct"])
-    assert fitted.after["throughput_mape"] < fitted.before["throughput_mape"]
 
 
 def test_memory_fits_the_allocator_share_the_measured_peaks_say() -> None:
