@@ -17,11 +17,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpuscale.calibrate import default_calibration
+from gpuscale.calibrate import Calibration, default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.comm.model import collective_time_s
-from gpuscale.perf.kernels import attention_core_s
+from gpuscale.perf.kernels import attention_core_s, gemm_s
 from gpuscale.perf.plan import SHARDING, Plans, Workload
 from gpuscale.perf.stage_params import params_per_gpu
 from gpuscale.perf.step import StepBreakdown, step_breakdown
@@ -291,7 +291,12 @@ def test_fp8_never_slower_on_h100(plan: dict[str, Any]) -> None:
 
 
 def _core(
-    attention: str, gpu: str, seq: int = 4096, model: str = "gpt3-175b", tp: int = 8
+    attention: str,
+    gpu: str,
+    seq: int = 4096,
+    model: str = "gpt3-175b",
+    tp: int = 8,
+    cal: Calibration = CAL,
 ) -> tuple[float, float]:
     """Attention core seconds (forward, backward) of one layer and one sequence per GPU."""
     g = get_gpu(gpu)
@@ -299,7 +304,7 @@ def _core(
     fabric = Fabric.from_system(s, 8)
     w = Workload(get_model(model), g, s, fabric, 8, seq, 8, "bf16", attention)
     one = np.array([1.0])
-    fwd, bwd = attention_core_s(w, one, one * seq, one * tp, g.peak_flops("bf16"), 1e12, CAL)
+    fwd, bwd = attention_core_s(w, one, one * seq, one * tp, g.peak_flops("bf16"), 1e12, cal)
     return float(fwd[0]), float(bwd[0])
 
 
@@ -424,7 +429,7 @@ def test_fused_attention_slows_with_a_short_head_dimension() -> None:
     # GPT-OSS 120B: 64 heads of 64, causal, on one H100 at s = 4096
     fwd, bwd = _core("fused", "h100-sxm", model="gpt-oss-120b", tp=1)
     peak = get_gpu("h100-sxm").peak_flops("bf16")
-    k = CAL.gemm_half_dim
+    k = CAL.attn_half_dim
     eff = CAL.attn_eff * (64 / (64 + k)) / (128 / (128 + k))
     # QK^T and PV over 64 x 64 widths; half of the 36 layers see all 4096 / 2 keys per query
     # (causal), the other half a sliding window of 128: 128 - 128^2 / (2 x 4096) keys
@@ -432,6 +437,30 @@ def test_fused_attention_slows_with_a_short_head_dimension() -> None:
     assert fwd == pytest.approx(flops / (peak * eff), rel=1e-9)
     assert bwd == pytest.approx(2.5 * fwd)
     assert eff < CAL.attn_eff
+
+
+def test_attention_and_the_gemms_have_their_own_short_dimension_penalties() -> None:
+    # attn_half_dim prices a Hopper kernel's short head, gemm_half_dim a GEMM's short K:
+    # moving either leaves the other's time as it was
+    def rate(d: float, k: float) -> float:
+        return d / (d + k)
+
+    base, _ = _core("fused", "h100-sxm", model="gpt-oss-120b", tp=1)
+    short, _ = _core(
+        "fused", "h100-sxm", model="gpt-oss-120b", tp=1, cal=CAL.replace(attn_half_dim=32.0)
+    )
+    k = CAL.attn_half_dim
+    # head dimension 64 at 64 / (64 + k) over 128 / (128 + k) of 128's rate: with k = 32,
+    # (2 / 3) / (4 / 5) = 0.83x (the H200's cuDNN calls ran at 0.80-0.87x)
+    assert rate(64, 32) / rate(128, 32) == pytest.approx(5 / 6)
+    assert base / short == pytest.approx(
+        (rate(64, 32) / rate(128, 32)) / (rate(64, k) / rate(128, k))
+    )
+    gemm_moved = CAL.replace(gemm_half_dim=32.0)
+    assert _core("fused", "h100-sxm", model="gpt-oss-120b", tp=1, cal=gemm_moved)[0] == base
+    sms = get_gpu("h100-sxm").sms
+    gemm = gemm_s(8192.0, 4096.0, 1024.0, 1.0, 1e15, sms, CAL)
+    assert gemm_s(8192.0, 4096.0, 1024.0, 1.0, 1e15, sms, CAL.replace(attn_half_dim=32.0)) == gemm
 
 
 def test_ampere_flash_attention_loses_less_on_a_short_head() -> None:

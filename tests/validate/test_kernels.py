@@ -86,7 +86,7 @@ def test_calibrating_the_kernels_fits_what_each_measurement_says() -> None:
     fitted = fit_runs("kernels", [KERNELS, ATTENTION])
     assert set(fitted.informed) == {
         "gemm_eff_max", "gemm_half_dim", "gemm_tile", "fp8_gemm_speedup", "attn_eff",
-        "attn_flash2_rel", "hbm_eff",
+        "attn_flash2_rel", "hbm_eff", "attn_half_dim",
     }  # fmt: skip
     for metric, before in fitted.before.items():
         assert fitted.after[metric] < before, metric

@@ -47,6 +47,13 @@ class Calibration:
     """FlashAttention-2 on Hopper and newer, relative to the fused kernel: FA2 reaches about
     35 % of H100's peak where FlashAttention-3 reaches 75 % (Shah et al. 2024, arXiv
     2407.08608, sec. 1), 35 / 75 = 0.47. On Ampere and older FA2 is the fused kernel (1.0)."""
+    attn_half_dim: float = 256.0
+    """Head dimension at which a Hopper or Blackwell flash-attention kernel's rate halves,
+    eff ~ d / (d + d_half) (its QK^T reduces over the head dimension, as a GEMM over K;
+    ``attn_eff`` is the rate at 128). The shipped value is the training fit's
+    ``gemm_half_dim``: that fit priced both with one constant and cannot tell them apart.
+    ``gpuscale calibrate kernels`` fits it apart from the GEMMs' on measured attention calls
+    of another head dimension than 128 (an H200's cuDNN kernels put it at 22-43)."""
     ssd_eff: float = 1.0
     """Mamba-2's chunked-scan (SSD) Triton kernels: achieved fraction of the rate gpuscale's
     composition of their block GEMMs and HBM traffic gives (``perf.kernels.scan_s``), from a

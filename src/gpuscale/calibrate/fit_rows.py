@@ -8,7 +8,8 @@ measured figures as a whole. The loss is the soft-L1 of each row's log error
 GEMMs, attention, the copy; a memory file's peaks) and summed over the kinds: each kind
 weighs as one whatever its count, so that a hundred GEMM shapes do not drown the one copy.
 The kernel constants' bounds are the training fit's (``fit_training.BOUNDS``): the same
-constants price the step.
+constants price the step. Attention's head-dimension half point (``attn_half_dim``) is
+fitted here only: the training runs cannot tell it from the GEMMs' ``gemm_half_dim``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ KERNEL_BOUNDS: dict[str, tuple[float, float]] = {
         "attn_flash2_rel",
         "hbm_eff",
     )
-}
+} | {"attn_half_dim": TRAINING_BOUNDS["gemm_half_dim"]}
 MEMORY_BOUNDS: dict[str, tuple[float, float]] = {
     # the caching allocator's fragmentation and temporaries on top of the activations
     "mem_activation_overhead": (1.0, 2.0),

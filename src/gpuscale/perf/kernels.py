@@ -79,7 +79,7 @@ def gemm_s(
 # 2023, FlashAttention-2, A100 forward + backward benchmarks): d / (d + 22) gives 0.87.
 # Hopper and Blackwell kernels (FlashAttention-3, cuDNN) lose more on short heads, about
 # 0.7x at 64 (Shah et al. 2024, FlashAttention-3, H100 benchmarks), as a GEMM's
-# reduction does: they use gemm_half_dim (0.64x at 64).
+# reduction does: they use the calibration's attn_half_dim (0.64x at 64 as shipped).
 AMPERE_ATTN_HALF_DIM = 22.0
 
 
@@ -173,7 +173,7 @@ def _core_s(
     # cores (K / (K + K_half)); attn_eff is the efficiency at head dimension 128
     d = qk_w / m.heads
     old_arch = w.gpu.arch in ("volta", "ampere")
-    hd_half = AMPERE_ATTN_HALF_DIM if old_arch else cal.gemm_half_dim
+    hd_half = AMPERE_ATTN_HALF_DIM if old_arch else cal.attn_half_dim
     eff = cal.attn_eff * (d / (d + hd_half)) / (128.0 / (128.0 + hd_half))
     if w.attention == "flash2" and w.gpu.arch in ("hopper", "blackwell"):
         eff *= cal.attn_flash2_rel
