@@ -13,7 +13,7 @@ are its blocks, each costed by its kind):
               the GPU's FP4/FP8 peak ratio (the same fraction of their peak as FP8's);
               the output layer and the MoE router stay 16-bit (perf/step_gemms.py).
   attention   fused (flash) kernels at attn_eff of the 16-bit peak for head dimension 128,
-              scaled by d / (d + gemm_half_dim) for head dimension d as a GEMM's reduction
+              scaled by d / (d + attn_half_dim) for head dimension d as a GEMM's reduction
               (d + 22 on Ampere's FlashAttention-2; FlashAttention-2 on Hopper and newer at
               attn_flash2_rel of the fused kernels), times the GPU's attention_rel
               (Blackwell Ultra's faster exponential units: 1.35);
