@@ -12,7 +12,8 @@ skipped, with its reason in the output, once the time budget is spent:
   three) where the GPU has FP8 tensor cores;
 - ``hbm``: a device-to-device copy (bytes read + written per second);
 - ``attention``: PyTorch's ``scaled_dot_product_attention``, causal, GQA, 32K tokens a
-  call from 1K to 32K a sequence at head dimension 128 and at 4K and 8K at 64, forward and
+  call from 1K to 32K a sequence at head dimension 128 and at 4K and 8K at 64 and 256 (what
+  ``gpuscale calibrate kernels`` fits attention's head-dimension penalty on), forward and
   forward + backward (the input gradients, none accumulated), by backend, and the backend
   PyTorch picks by default;
 - ``train``: training steps of Llama-shaped decoders written in plain PyTorch (fp32
@@ -270,8 +271,9 @@ def check_attention(clock: Clock, smoke: bool) -> list[dict[str, Any]]:
     # (batch, heads, kv heads, head dim, sequence): the same tokens a call from 1K to 32K
     seqs = (1024, 2048, 4096, 8192, 16384, 32768)
     cases = [(1, 4, 2, 128, 32)] if smoke else [(32768 // q, 32, 8, 128, q) for q in seqs]
-    if not smoke:  # head dimension 64 at the same width (64 heads)
+    if not smoke:  # head dimensions 64 (64 heads) and 256 (16 heads) at the same width
         cases += [(32768 // q, 64, 16, 64, q) for q in (4096, 8192)]
+        cases += [(32768 // q, 16, 4, 256, q) for q in (4096, 8192)]
     for b, heads, kv, d, s in cases:
         for name, kinds in backends.items():
             row: dict[str, Any] = {"backend": name, "batch": b, "heads": heads, "kv_heads": kv}
