@@ -91,6 +91,9 @@ def test_the_command_prints_the_flags_that_price_a_job(
         (["--path", "/no/such/dir"], "--path='/no/such/dir'"),
         (["--size", "lots"], "--size='lots'"),
         (["--block", "0"], "--block="),
+        (["--path", ""], "--path=''"),  # not the current directory
+        (["--size", "0.5"], "a whole number of bytes"),
+        (["--size", "9" * 400], "up to 1024T"),  # a float's infinity, not a traceback
     ],
 )
 def test_bad_options_are_one_line(
@@ -126,3 +129,30 @@ def test_a_storage_error_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     (line,) = r.stderr.strip().splitlines()
     assert "--path=" in line and "File too large" in line
     assert list(data.iterdir()) == [] and not out.exists()
+
+
+def test_fewer_files_than_the_default_processes_take_one_process_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "r.json"
+    data.mkdir()
+    args = ["bench", "storage", "--path", str(data), "--size", "4M", "--files", "2"]
+    code, _, err = run_cli([*args, "--block", "1M", "--json", str(out)], capsys)
+    assert code == 0, err
+    assert json.loads(out.read_text())["processes"] == 2
+
+
+def test_a_writer_that_dies_is_not_blamed_on_the_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer process killed (by the out-of-memory killer, say) breaks the pool: the
+    error names --processes, not --path, and the files are still removed."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    def broken(*_: object, **__: object) -> list[float]:
+        raise BrokenProcessPool("A child process terminated abruptly")
+
+    monkeypatch.setattr(storage, "_span", broken)
+    with pytest.raises(InputError, match=r"--processes=2 .*ended abruptly"):
+        run(tmp_path, 4 * MiB, files=2, processes=2, block=MiB)
+    assert list(tmp_path.iterdir()) == []

@@ -114,6 +114,7 @@ def test_gpuscale_imports_without_torch() -> None:
 def test_sweep_sizes_counts_and_bandwidths_by_hand() -> None:
     assert parse_size("8", "-b") == 8 and parse_size("64K", "-b") == 65536
     assert parse_size("1G", "-e") == 2**30
+    assert parse_size("1.5G", "-e") == 3 * 2**29 and parse_size("0.5K", "-b") == 512
     assert size_sweep(8, 1024, 4) == [8, 32, 128, 512]
     assert count_for("all_gather", 4096, 4, 4) == 256  # per-rank count: 4096/4/4
     assert row_size("all_gather", 256, 4, 4) == 4096

@@ -113,7 +113,7 @@ def test_an_output_that_is_not_a_calibration_is_refused_and_left_alone(tmp_path:
     out.write_text('{"not_a_constant": 1}\n')
     r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--out", str(out))
     # a constant is named by the file that holds it, as a workload file's keys are
-    assert_one_line_error(r, f"{out}:not_a_constant=1", "unknown constant")
+    assert_one_line_error(r, f"--out {out}:not_a_constant=1", "unknown constant")
     assert out.read_text() == '{"not_a_constant": 1}\n'
     out.write_text("not json")
     r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--out", str(out))

@@ -124,6 +124,12 @@ def test_bad_kernel_files_are_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     _one_line(args, capsys, "--runs=", "one file of training runs")
     _one_line(["validate", "kernels", "--runs", str(KERNELS), "--runs", str(KERNELS)], capsys,
               "each file once")  # fmt: skip
+    # a copy under another folder: its rows would take the same names (they carry the file's)
+    (tmp_path / "copy").mkdir()
+    copy = tmp_path / "copy" / KERNELS.name
+    copy.write_text(KERNELS.read_text())
+    _one_line(["validate", "kernels", "--runs", str(KERNELS), "--runs", str(copy)], capsys,
+              "files of different names")  # fmt: skip
     _one_line(["validate", "kernels", "--runs", str(KERNELS), "--sdpa-backend", "cudnn"], capsys,
               "--sdpa-backend='cudnn'", "cudnn_attention")  # fmt: skip
 

@@ -233,8 +233,14 @@ def run(
             "--processes", processes, f"as many processes as this host starts in "
             f"{READY_TIMEOUT_S:g} s",
         ) from None  # fmt: skip
-    except (OSError, BrokenProcessPool) as exc:
-        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    except BrokenProcessPool:
+        # a worker killed (the kernel's out-of-memory killer, a signal): not the storage's
+        raise InputError(
+            "--processes", processes, "writers this host keeps running: one ended abruptly "
+            "(out of memory? fewer --processes or a smaller --block)",
+        ) from None  # fmt: skip
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
         raise InputError(
             "--path", str(path), f"a directory that takes {total:,} bytes of writes and reads "
             f"({why})",

@@ -56,9 +56,15 @@ def parse_size(text: str, field: str) -> int:
     if not m:
         raise InputError(field, text, "a byte count such as 8, 64K, 1M or 8G (K/M/G = 1024^n)")
     value = float(m.group(1)) * _MULT[m.group(2).upper()]
-    if value <= 0:
-        raise InputError(field, text, "a positive byte count")
+    if not 0 < value <= MAX_BYTES:
+        raise InputError(field, text, "a positive byte count up to 1024T")
+    if value != int(value):
+        raise InputError(field, text, "a whole number of bytes (0.5K is 512, 0.5 is not one)")
     return int(value)
+
+
+MAX_BYTES = float(2**50)
+"""Largest size a sweep or a storage run takes (1024T): beyond any device or file system."""
 
 
 MAX_SIZES = 10_000

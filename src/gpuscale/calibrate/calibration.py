@@ -206,7 +206,8 @@ def file_keys(path: Path, field: str = "calibration") -> dict[str, float]:
     data = read_json(path, field, "a calibration JSON file")
     if not isinstance(data, dict):
         raise InputError(field, str(path), "a JSON object of constant -> value")
-    Calibration.from_dict({**default_calibration().to_dict(), **data}, str(path))
+    origin = str(path) if field == "calibration" else f"{field} {path}"
+    Calibration.from_dict({**default_calibration().to_dict(), **data}, origin)
     return {k: float(v) for k, v in data.items()}
 
 

@@ -191,15 +191,19 @@ def collectives(
 @app.command("storage")
 def storage(
     path: Annotated[
-        Path, typer.Option("--path", help="Directory on the storage to measure (files removed).")
+        str, typer.Option("--path", help="Directory on the storage to measure (files removed).")
     ],
     size: Annotated[
         str, typer.Option("--size", help="Bytes written in all (4G; K/M/G = 1024^n).")
     ] = "4G",
     files: Annotated[int, typer.Option("--files", help="Files (checkpoint shards).")] = 8,
     processes: Annotated[
-        int, typer.Option("--processes", help="Processes writing and reading at once.")
-    ] = 8,
+        int | None,
+        typer.Option(
+            "--processes",
+            help="Processes writing and reading at once (default: 8, or --files if fewer).",
+        ),
+    ] = None,
     block: Annotated[str, typer.Option("--block", help="Bytes per write/read call.")] = "16M",
     json: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON.")] = None,
 ) -> None:
@@ -211,13 +215,16 @@ def storage(
     from gpuscale.paths import write_atomic
     from gpuscale.units import fmt_rate
 
+    if not path.strip():  # an empty --path would otherwise measure the current directory
+        raise InputError("--path", path, "a directory on the storage to measure")
     total, blk = parse_size(size, "--size"), parse_size(block, "--block")
+    procs = processes if processes is not None else min(8, files)
     if json is not None:
         check_output_file(json, "--json")  # as the collectives benchmark's, before any write
     err = Console(stderr=True)
     with err.status("writing", spinner="dots") as status:
         doing = {"write": "writing", "read": "reading"}
-        res = run(path, total, files, processes, blk, lambda p: status.update(doing[p]))
+        res = run(Path(path), total, files, procs, blk, lambda p: status.update(doing[p]))
     print(
         f"# {res.total_bytes:,} bytes as {res.files} files from {res.processes} processes, "
         f"{res.block_bytes:,} bytes a call, under {res.path}"

@@ -82,11 +82,15 @@ def load_measurements(paths: list[Path], field: str = "--runs") -> list[dict[str
     ``--smoke`` run (toy sizes), each file once."""
     files = []
     seen: set[Path] = set()
+    stems: set[str] = set()
     for path in paths:
         require_file(path, field, "a JSON file written by benchmarks/gpu_checks.py")
         if path.resolve() in seen:
             raise InputError(field, str(path), "each file once (its rows would count twice)")
+        if path.stem in stems:  # row ids carry the file's name
+            raise InputError(field, str(path), "files of different names (rows are named by it)")
         seen.add(path.resolve())
+        stems.add(path.stem)
         try:
             d = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
