@@ -182,3 +182,13 @@ def test_a_value_too_large_for_a_float_is_one_line(tmp_path: Path) -> None:
     start.write_text('{"step_overhead_s": ' + "9" * 400 + "}")
     r = gpuscale("calibrate", "training", "--runs", str(MEASURED), "--calibration", str(start))
     assert_one_line_error(r, "step_overhead_s", "a finite number is required")
+
+
+def test_a_start_that_prices_runs_at_infinity_is_named(tmp_path: Path) -> None:
+    # a speed-up of 1e300 is in fp8_gemm_speedup's range (above zero) but prices every FP8
+    # GEMM at zero time: the error names the start, not the constants it would fit
+    start = tmp_path / "start.json"
+    start.write_text('{"fp8_gemm_speedup": 1e300}\n')
+    kernels = ROOT / "benchmarks/measured/h200_2026-12-04.json"
+    r = gpuscale("calibrate", "kernels", "--runs", str(kernels), "--calibration", str(start))
+    assert_one_line_error(r, "--calibration/--out='fp8_gemm_speedup=1e+300'", "zero or infinity")

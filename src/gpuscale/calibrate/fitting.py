@@ -366,6 +366,16 @@ def fit_runs(
             f"no run in it can be scored (each row's reason: gpuscale validate {kind} "
             f"--runs {' --runs '.join(map(str, paths))}{extra})",
         )
+    priced = [r.predicted for r in before.scored]
+    if not all(v is not None and 0.0 < v < math.inf for v in priced):
+        # a start at an extreme of a constant's range (1e300 a speed-up, 1e-300 an
+        # efficiency): every fit would move nothing, not for want of runs
+        moved = ", ".join(f"{n}={v:g}" for n, v in sorted(base.items())) or "the shipped ones"
+        raise InputError(
+            "--calibration/--out", moved,
+            "constants that price the runs at a finite, non-zero time: these price some at "
+            "zero or infinity",
+        )  # fmt: skip
     informed = k.informed(names)
     if not informed and constants:
         every = k.informed(list(bounds_of(kind)))
