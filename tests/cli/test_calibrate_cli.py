@@ -32,13 +32,14 @@ def test_training_fits_only_the_constants_asked_and_writes_only_them(tmp_path: P
     assert res["written_to"] == str(out)
     assert res["rows_scored"] == 9
     assert [c["name"] for c in res["constants"]] == ["attn_eff", "step_overhead_s"]
-    # the shipped constants price these single-GPU steps 18 % slow (README); fitted, the
-    # attention runs faster and the fixed cost a step is smaller, as measured
-    assert res["score_before_pct"]["mape"] == pytest.approx(18.0, abs=0.5)
-    assert res["score_after_pct"]["mape"] < 5.0
+    # the shipped constants price these single-GPU steps 7.8 % slow (README); fitted, the
+    # attention runs faster (cuDNN's kernel on the H200, as measured) and the fixed cost a
+    # step stays a few per cent of the 0.56-0.99 s steps
+    assert res["score_before_pct"]["mape"] == pytest.approx(7.8, abs=0.5)
+    assert res["score_after_pct"]["mape"] < 3.0
     shipped = default_calibration()
     assert written["attn_eff"] > shipped.attn_eff
-    assert written["step_overhead_s"] < shipped.step_overhead_s
+    assert written["step_overhead_s"] < 0.05
     # the file it wrote prices the runs as the fit scored them
     rep = validate_training(MEASURED, Calibration.load(out))
     assert rep.stats()["mape_pct"] == pytest.approx(res["score_after_pct"]["mape"], abs=0.01)
@@ -136,7 +137,7 @@ def test_a_file_with_no_run_to_score_is_one_line(tmp_path: Path) -> None:
 
 
 def test_bounds_and_underdetermination_are_reported() -> None:
-    cal = default_calibration()
+    cal = default_calibration().replace(step_overhead_s=0.1)  # a start inside the range
     lo, hi = bounds_of("training")["step_overhead_s"]
     both = ("step_overhead_s", "attn_eff")
     f = Fitted(

@@ -117,7 +117,7 @@ def test_megatron_bridge_full_iteration_recipes_fit_without_the_host_costs(
 ) -> None:
     """Megatron-Bridge's 26.06-26.08 MXFP8 recipes for Qwen3 and DeepSeek-V3 on GB200/GB300
     replay whole steps (their rows cite the recipe): priced without the host's fixed costs
-    they come within -16 to +5 %; the same rows with the recipe's scope removed are 18-45 %
+    they come within -18 to +4 %; the same rows with the recipe's scope removed are 18-45 %
     slow."""
     from gpuscale.validate.training import validate_training
 
@@ -136,7 +136,7 @@ def test_megatron_bridge_full_iteration_recipes_fit_without_the_host_costs(
     with_graphs = validate_training(graphed, CAL).scored
     without = validate_training(eager, CAL).scored
     assert len(with_graphs) == len(without) == 15
-    assert all(-17.0 < (r.error_pct or 0.0) < 5.0 for r in with_graphs)
+    assert all(-18.0 < (r.error_pct or 0.0) < 4.0 for r in with_graphs)
     assert all((r.error_pct or 0.0) < -18.0 for r in without)
 
 

@@ -116,6 +116,12 @@ class Calibration:
     layer_overhead_s: float = 0.0
     """Fixed forward cost per transformer layer and micro-batch (kernel launches and small
     kernels between GEMMs); the backward pays twice that."""
+    host_layer_s: float = 0.0
+    """Host time to issue one transformer layer's forward kernels (the framework's Python,
+    the kernel launches); the backward issues twice that, a recomputed forward once more.
+    The host runs ahead of the GPU, so this costs nothing while the GPU's work is longer;
+    a micro-batch whose GPU work is shorter than its host time takes the host time (the
+    GPU waits on the launches: small models, high TP, small micro-batches)."""
     tp_overlap_slowdown: float = 0.05
     """Compute slow-down when TP communication overlaps GEMMs (SMs given to comm kernels)."""
     # --- memory ---

@@ -4,11 +4,13 @@
 
 Minimises the mean absolute log error of all scored rows together over a handful of
 physically meaningful constants (GEMM and attention efficiency, HBM efficiency, the FP8
-speed-up, DP overlap and fixed per-micro-batch / per-step costs), within physical bounds.
-Plans of rows with unstated degrees are re-chosen after each round. Each round first scans
-every constant over a few points of its range, one at a time, then refines all together.
-A constant that no row's prediction depends on (a feature absent from the file) keeps its
-value. Writes the fitted keys into ``calibration.json`` (other keys are kept).
+speed-up, DP overlap and fixed per-micro-batch and per-layer costs), within physical
+bounds. Plans of rows with unstated degrees are re-chosen after each round. Each round first
+scans every constant over a few points of its range, one at a time, then refines all
+together. A constant that no row's prediction depends on (a feature absent from the file)
+keeps its value. The host's two constants (:data:`HOST_CONSTANTS`) are then fitted the same
+way on short steps (:data:`SHORT_STEP_RUNS`). Writes the fitted keys into
+``calibration.json`` (other keys are kept).
 """
 
 from __future__ import annotations
@@ -55,7 +57,24 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "moe_layer_overhead_s": (0.0, 0.005),
     "moe_expert_overhead_s": (0.0, 0.0005),
     "step_overhead_s": (0.0, 0.3),
+    # a layer's forward issues some 20-40 kernels: 2 ms is 50-100 us of the host's time for
+    # each, more than an eager framework spends; after the cost a step (see HOST_CONSTANTS)
+    "host_layer_s": (0.0, 0.002),
 }
+
+HOST_CONSTANTS = ("step_overhead_s", "host_layer_s")
+"""The host's fixed cost a step and its time to issue a layer, fitted on short steps: the
+validation file's steps (0.4-60 s, most of them several seconds) cannot tell a cost a step
+from the costs a token (a fit moves ``step_overhead_s`` to what evens out its rows' other
+misses), and none of its runs waits on the host's launches. The cost a step comes first in
+the fit's scan: the launch time is a floor under each micro-batch, so the loss is flat in it
+wherever the floor does not bind, and only a scan point where it binds can move it."""
+
+REPO = Path(__file__).resolve().parents[3]
+SHORT_STEP_RUNS = REPO / "benchmarks" / "calibration" / "training_vtrain_single.csv"
+"""vTrain's 1,440 measured single-node runs (GPT models of 0.2-1.3 B parameters on 2-8 A100
+GPUs, 60-1,600 ms a step, TP/PP/DP 1-8, micro-batches of 1-8): the runs where the host's
+costs show (README beside it)."""
 
 LOSS_SCALE = 0.03
 """Log-error beyond which a row's pull grows linearly (soft-L1), not quadratically: small,
@@ -210,9 +229,12 @@ def fit(
         cal = cal.replace(**dict(zip(names, lo + res.x * (hi - lo), strict=True)))
     # the error the fitted constants leave with the plans they choose themselves (the last
     # round's plans were chosen under the constants it started from)
+    return cal, _mean_log_error(rows, cal)
+
+
+def _mean_log_error(rows: list[PreparedRow], cal: Calibration) -> float:
     errs = [abs(np.log(predict(pr, pl, cal) / pr.measured)) for pr, pl in _pairs(rows, cal)]
-    err = float(np.mean(errs)) if errs else float("nan")
-    return cal, err
+    return float(np.mean(errs)) if errs else float("nan")
 
 
 def main() -> None:
@@ -224,13 +246,32 @@ def main() -> None:
         "--write", action="store_true", help="store them in the shipped calibration.json"
     )
     ap.add_argument(
+        "--short-steps",
+        type=Path,
+        default=SHORT_STEP_RUNS,
+        help=f"runs that fit the host's constants ({', '.join(HOST_CONSTANTS)})",
+    )
+    ap.add_argument(
         "--loss-scale",
         type=float,
         default=LOSS_SCALE,
         help="log-error beyond which a row's pull grows linearly (soft-L1), not quadratically",
     )
     args = ap.parse_args()
-    cal, err = fit(args.runs, loss_scale=args.loss_scale)
+    for path in (args.runs, args.short_steps):
+        if not path.is_file():
+            ap.error(f"no such file: {path}")
+    # the host's constants on the short steps, the others on the file with those held, and
+    # the host's again under the file's constants (the short steps' GEMMs and attention are
+    # priced with them; the file barely moves with the host's launch time)
+    others = [n for n in BOUNDS if n not in HOST_CONSTANTS]
+    scale = args.loss_scale
+    cal, _ = fit(args.short_steps, rounds=1, loss_scale=scale, constants=HOST_CONSTANTS)
+    cal, _ = fit(args.runs, loss_scale=scale, start=cal, constants=others)
+    cal, host_err = fit(args.short_steps, 1, scale, start=cal, constants=HOST_CONSTANTS)
+    err = _mean_log_error(_rows(args.runs), cal)
+    names = ", ".join(HOST_CONSTANTS)
+    print(f"{names} on {args.short_steps.name}: mean |log error| {host_err:.4f}")
     dest: Path | None = Path(__file__).with_name("calibration.json") if args.write else args.out
     if dest is None:
         print(f"mean |log error| {err:.4f} (--out FILE or --write to store the constants)")

@@ -328,9 +328,10 @@ def print_estimate(
             f"fixed overhead ({100 * fixed:.0f} % of the step) is time the GPUs spend beyond "
             "their kernels' work, its constants fitted on published runs: each layer's small "
             "kernels at their minimum time and launch, an MoE layer's router, token counts "
-            "sent to the host and permutation, and the framework's loop per micro-batch and "
-            "per step; --cuda-graphs prices a step replayed whole as CUDA graphs, without "
-            "the host's part"
+            "sent to the host and permutation, the framework's loop per micro-batch and "
+            "per step, and the GPUs waiting on the host's launches where a micro-batch's "
+            "kernels take less time than issuing them; --cuda-graphs prices a step replayed "
+            "whole as CUDA graphs, without the host's part"
         )
     notes += [f"Megatron-LM flags: {n}" for n in mlm.notes]
     if train_tokens is not None and s["time_to_train_s"] is not None and failures is None:

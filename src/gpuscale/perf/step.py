@@ -38,6 +38,10 @@ are its blocks, each costed by its kind):
               per-parameter gathers (DeepSpeed) no faster than zero3_param_gather_Bps.
   Grad accum  a separate fp32 accumulation pass after each micro-batch's backward
               (DeepSpeed's BF16 optimizer; perf/data_parallel.py), in the stage time.
+  Host floor  a micro-batch takes at least the host's time to issue it: host_layer_s per
+              layer forward, twice that backward, once more for a recomputed forward (the
+              host runs ahead of the GPU, so it shows only where the GPU's work is shorter);
+              the GPU's wait is overhead.
 The iteration is m x (per-micro-batch stage time) + bubble (p - 1)/v x that time
 + exposed data-parallel communication + optimizer step + fixed overhead (per step, per
 micro-batch, and layer_overhead_s per layer and pass: kernel launches and small kernels).
@@ -122,7 +126,8 @@ class StepBreakdown:
     overhead_s: FloatArray
     """Fixed costs: each layer's small kernels at their minimum time and launch, per pass;
     an MoE layer's host work (router, token counts, permutation); the framework's loop per
-    micro-batch and per step (the host's parts gone under whole-step CUDA graphs)."""
+    micro-batch and per step; the GPU waiting on the host's launches where a micro-batch's
+    work is shorter than their issue (the host's parts gone under whole-step CUDA graphs)."""
 
     @property
     def step_s(self) -> FloatArray:
@@ -333,6 +338,12 @@ def step_breakdown(
         + accum_mb
         + mb_fixed
     )
+    # the host issues a layer's forward kernels in host_layer_s, its backward in twice that,
+    # a recomputed forward again; it runs ahead of the GPU, so a micro-batch takes at least
+    # that long: the GPU waits on the launches when its own work is shorter
+    host_mb = host * layers_stage_mtp * cal.host_layer_s * (3.0 + full_frac)
+    wait_mb = np.maximum(host_mb - t_mb, 0.0)
+    t_mb = t_mb + wait_mb
     bubble = (p.pp - 1) / p.vpp * t_mb
 
     dp_comm, optimizer = data_parallel_s(
@@ -362,5 +373,5 @@ def step_breakdown(
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
         grad_accum_s=mb * accum_mb,
-        overhead_s=z + step_fixed + mb * (mb_fixed + fixed_mb),
+        overhead_s=z + step_fixed + mb * (mb_fixed + fixed_mb + wait_mb),
     )

@@ -202,7 +202,7 @@ TERM_MEANING = {
     "grad_accum_s": "an fp32 pass over the gradients after each micro-batch (DeepSpeed's BF16 "
     "optimizer)",
     "overhead_s": "fixed costs: kernel launches, small kernels, the host's work per layer, "
-    "micro-batch and step",
+    "micro-batch and step, and waiting on the host where it issues kernels slower than they run",
 }
 """What each step-time term counts, as the page explains it."""
 
