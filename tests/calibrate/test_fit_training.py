@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from gpuscale.calibrate import default_calibration
-from gpuscale.calibrate.fit_training import _informed, _rows
+from gpuscale.calibrate.fit_training import (
+    BOUNDS,
+    HOST_CONSTANTS,
+    SHORT_STEP_RUNS,
+    _informed,
+    _rows,
+)
 from gpuscale.validate.training import choose_plan
 
 CAL = default_calibration()
@@ -86,3 +92,26 @@ def test_the_scan_leaves_a_shallow_valley_for_the_deeper_one(
     x = fit_training._scan(np.array([0.84, 0.5]), CAL, [], ["a", "b"], lo, hi, 0.03)
     assert x[0] == 0.25  # the scan point in the deep valley
     assert x[1] == 0.5
+
+
+def test_the_host_constants_are_scanned_cost_a_step_first() -> None:
+    # the fit scans in BOUNDS' order: the launch time is a floor, flat wherever it does not
+    # bind, so the cost a step must have moved before its scan points are tried
+    order = list(BOUNDS)
+    assert HOST_CONSTANTS == ("step_overhead_s", "host_layer_s")
+    assert order.index("step_overhead_s") < order.index("host_layer_s")
+
+
+def test_the_short_steps_inform_the_launch_time_a_large_run_does_not(tmp_path: Path) -> None:
+    """vTrain's single-node runs move with the host's launch time; a 175B run does not."""
+    short = [(pr, choose_plan(pr, CAL)[0]) for pr in _rows(SHORT_STEP_RUNS)]
+    assert len(short) == 1424  # of 1,440: 16 skipped, each with its reason
+    assert _informed("host_layer_s", CAL, short)
+    big = _row(
+        model="gpt3-175b", gpu="A100-SXM4-80GB", num_gpus="1024", seq_len="2048",
+        global_batch_seqs="1536", tp="8", pp="16", dp="8", micro_batch="1", recompute="full",
+        measured_tokens_per_s_per_gpu="130",
+    )  # fmt: skip
+    pairs = [(pr, choose_plan(pr, CAL)[0]) for pr in _rows(_runs(tmp_path, [big]))]
+    assert len(pairs) == 1
+    assert not _informed("host_layer_s", CAL, pairs)

@@ -39,7 +39,7 @@ def test_training_fits_only_the_constants_asked_and_writes_only_them(tmp_path: P
     assert res["score_after_pct"]["mape"] < 3.0
     shipped = default_calibration()
     assert written["attn_eff"] > shipped.attn_eff
-    assert written["step_overhead_s"] < 0.05
+    assert 0.0 < written["step_overhead_s"] < 0.05  # moved from the shipped 0
     # the file it wrote prices the runs as the fit scored them
     rep = validate_training(MEASURED, Calibration.load(out))
     assert rep.stats()["mape_pct"] == pytest.approx(res["score_after_pct"]["mape"], abs=0.01)

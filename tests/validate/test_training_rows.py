@@ -1245,3 +1245,32 @@ def test_deepspeeds_pipeline_engine_blocks_its_transfers() -> None:
         "test",
     )
     assert plain.workload.pp_p2p == "overlapped"
+
+
+@pytest.mark.parametrize(
+    ("notes", "cell", "sp"),
+    [
+        # LLaMA's paper: "model and sequence parallelism" (Korthikanti et al.'s pairing)
+        ("Parallelism not stated (paper mentions model+sequence parallelism)", "", True),
+        ("tensor and sequence parallelism", "", True),
+        ("TP with sequence parallelism", "", True),
+        # a list of what a source does not state, or a run without it: not used
+        ("Not stated: recompute, sequence parallelism, distributed optimizer", "", None),
+        ("Not stated: tensor and sequence parallelism", "", None),
+        ("tensor parallel without sequence parallel", "", None),
+        ("no tensor and sequence parallelism", "", None),
+        ("no sequence parallelism", "", None),
+        # a launch script quoted from another version of a recipe says nothing of the run
+        (
+            "sequence parallelism not stated for this run (another version of the launch "
+            "script sets --sequence-parallel)",
+            "",
+            None,
+        ),
+        # the cell, where filled, is what the row says
+        ("model and sequence parallelism", "no", False),
+    ],
+)
+def test_sequence_parallelism_named_in_the_notes(notes: str, cell: str, sp: bool | None) -> None:
+    pr = prepare(_row(source="some paper", notes=notes, seq_parallel=cell), "test")
+    assert pr.fixed.get("sp") == sp

@@ -338,11 +338,15 @@ def step_breakdown(
         + accum_mb
         + mb_fixed
     )
-    # the host issues a layer's forward kernels in host_layer_s, its backward in twice that,
-    # a recomputed forward again; it runs ahead of the GPU, so a micro-batch takes at least
-    # that long: the GPU waits on the launches when its own work is shorter
-    host_mb = host * layers_stage_mtp * cal.host_layer_s * (3.0 + full_frac)
-    wait_mb = np.maximum(host_mb - t_mb, 0.0)
+    # the host issues a layer's forward kernels in host_layer_s (a hybrid's block in its
+    # share, as the small kernels' cost), its backward in twice that, a recomputed forward
+    # again (torchtitan's per-op checkpointing reruns most of a forward's launches); it runs
+    # ahead of the GPU, so a micro-batch takes at least that long, plus the framework's loop
+    # that the same host runs: the GPU waits on the launches when its own work is shorter
+    rerun = np.where(p.recompute == 1, 1.0 if "ops" in mods else 0.0, 0.0)
+    passes = 3.0 + full_frac + rerun
+    host_mb = host * layers_stage_mtp * sub * cal.host_layer_s * passes
+    wait_mb = np.maximum(host_mb - (t_mb - mb_fixed), 0.0)
     t_mb = t_mb + wait_mb
     bubble = (p.pp - 1) / p.vpp * t_mb
 

@@ -59,6 +59,7 @@ from gpuscale.validate.training_stack import (
     mentions,
     pipeline_split,
     pp_transfers,
+    sequence_parallel_named,
     stack_text,
     tp_overlap,
 )
@@ -354,6 +355,9 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         w = replace(w, pp_split=pp_split)
         fixed["split"] = PP_SPLITS.index(pp_split)
     sp = read_seq_parallel(row.get("seq_parallel", ""))
+    if sp is None and sequence_parallel_named(row):
+        sp = True
+        notes.append("sequence parallelism: on, as the row says the run used it")
     if sp is not None:
         fixed["sp"] = sp
         if fixed["sp"] and fixed.get("tp") == 1:

@@ -220,6 +220,33 @@ def cuda_graphs(row: dict[str, str]) -> tuple[bool, str]:
     return False, ""
 
 
+SEQUENCE_PARALLEL_USED = re.compile(
+    r"\b(model|tensor|tp)([ -]parallel(ism)?)?\s*(\+|and|with)\s*sequence[ -]parallel",
+    re.IGNORECASE,
+)
+"""How a row's text says its run used sequence parallelism where its seq_parallel cell is
+empty: tensor ("model") parallelism named with sequence parallelism, Korthikanti et al.'s
+pairing (LLaMA's paper: "model and sequence parallelism"). A launch script's
+``--sequence-parallel`` is not enough (a row may quote another version of the script), nor
+a clause that lists what the source does not state."""
+
+UNSTATED = re.compile(r"\b(not stated|unstated|not said|not given)\b", re.IGNORECASE)
+
+
+def sequence_parallel_named(row: dict[str, str]) -> bool:
+    """Whether the row's notes or source say its run used sequence parallelism: the pairing
+    named, not negated, and not in a clause (from the previous '.', ';' or '(') that says
+    what is not stated ("parallelism not stated (the paper mentions model and sequence
+    parallelism)" counts: the parenthesis says what the paper does state)."""
+    text = stack_text(row)
+    for m in SEQUENCE_PARALLEL_USED.finditer(text):
+        clause = re.split(r"[.;(]", text[: m.start()])[-1]
+        negated = _NOT_BEFORE.search(text[max(0, m.start() - 24) : m.start()])
+        if not (negated or UNSTATED.search(clause)):
+            return True
+    return False
+
+
 COST_BALANCED_STAGES = r"nanotron"
 """Stacks that place a pipeline's layers on its stages by their compute cost, the output
 layer counted: nanotron (``get_block_compute_costs``: a decoder layer's weights, V h for
