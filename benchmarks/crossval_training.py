@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuscale.calibrate.calibration import Calibration, default_calibration
-from gpuscale.calibrate.fit_training import BOUNDS, HOST_CONSTANTS, fit
+from gpuscale.calibrate.fit_training import FILE_CONSTANTS, HOST_CONSTANTS, fit
 from gpuscale.validate.training import source_group, validate_training
 
 
@@ -68,8 +68,7 @@ def _fold(
         # host's constants as shipped, fitted on short steps that are in no fold
         shipped = default_calibration()
         start = Calibration().replace(**{n: getattr(shipped, n) for n in HOST_CONSTANTS})
-        others = [n for n in BOUNDS if n not in HOST_CONSTANTS]
-        cal, _ = fit(train_csv, rounds=rounds, start=start, constants=others)
+        cal, _ = fit(train_csv, rounds=rounds, start=start, constants=FILE_CONSTANTS)
         report = validate_training(test_csv, cal)
     stats = report.stats()
     mape, worst = stats["mape_pct"], stats["max_abs_error_pct"]

@@ -70,6 +70,9 @@ misses), and none of its runs waits on the host's launches. The cost a step come
 the fit's scan: the launch time is a floor under each micro-batch, so the loss is flat in it
 wherever the floor does not bind, and only a scan point where it binds can move it."""
 
+FILE_CONSTANTS = tuple(n for n in BOUNDS if n not in HOST_CONSTANTS)
+"""The constants fitted on the validation file: all of :data:`BOUNDS` but the host's."""
+
 REPO = Path(__file__).resolve().parents[3]
 SHORT_STEP_RUNS = REPO / "benchmarks" / "calibration" / "training_vtrain_single.csv"
 """vTrain's 1,440 measured single-node runs (GPT models of 0.2-1.3 B parameters on 2-8 A100
@@ -264,11 +267,12 @@ def main() -> None:
     # the host's constants on the short steps, the others on the file with those held, and
     # the host's again under the file's constants (the short steps' GEMMs and attention are
     # priced with them; the file barely moves with the host's launch time)
-    others = [n for n in BOUNDS if n not in HOST_CONSTANTS]
     scale = args.loss_scale
     cal, _ = fit(args.short_steps, rounds=1, loss_scale=scale, constants=HOST_CONSTANTS)
-    cal, _ = fit(args.runs, loss_scale=scale, start=cal, constants=others)
-    cal, host_err = fit(args.short_steps, 1, scale, start=cal, constants=HOST_CONSTANTS)
+    cal, _ = fit(args.runs, loss_scale=scale, start=cal, constants=FILE_CONSTANTS)
+    cal, host_err = fit(
+        args.short_steps, rounds=1, loss_scale=scale, start=cal, constants=HOST_CONSTANTS
+    )
     err = _mean_log_error(_rows(args.runs), cal)
     names = ", ".join(HOST_CONSTANTS)
     print(f"{names} on {args.short_steps.name}: mean |log error| {host_err:.4f}")

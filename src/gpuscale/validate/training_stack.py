@@ -35,14 +35,18 @@ _NOT_AFTER = re.compile(
 used", also through a short list ("torch.compile and float8 not used")."""
 
 
+def _negated_before(text: str, start: int) -> bool:
+    """Whether a negation stands just before ``text[start:]`` (:data:`_NOT_BEFORE`)."""
+    return _NOT_BEFORE.search(text[max(0, start - 24) : start]) is not None
+
+
 def mentions(text: str, pattern: str) -> bool:
     """Whether ``text`` names ``pattern`` as used: "no flash attention", "without
     torch.compile", "compile=False" or "FlashAttention disabled" name it as not used."""
     for m in re.finditer(pattern, text):
-        before = text[max(0, m.start() - 24) : m.start()]
         # the rest of the name ("flash attention" after "flash") before the switch
         after = re.sub(r"^[\w.-]*(\s+attention)?", "", text[m.end() : m.end() + 40])
-        if not (_NOT_BEFORE.search(before) or _NOT_AFTER.match(after)):
+        if not (_negated_before(text, m.start()) or _NOT_AFTER.match(after)):
             return True
     return False
 
@@ -241,8 +245,7 @@ def sequence_parallel_named(row: dict[str, str]) -> bool:
     text = stack_text(row)
     for m in SEQUENCE_PARALLEL_USED.finditer(text):
         clause = re.split(r"[.;(]", text[: m.start()])[-1]
-        negated = _NOT_BEFORE.search(text[max(0, m.start() - 24) : m.start()])
-        if not (negated or UNSTATED.search(clause)):
+        if not (_negated_before(text, m.start()) or UNSTATED.search(clause)):
             return True
     return False
 
