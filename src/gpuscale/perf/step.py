@@ -17,7 +17,9 @@ are its blocks, each costed by its kind):
               (d + 22 on Ampere's FlashAttention-2; FlashAttention-2 on Hopper and newer at
               attn_flash2_rel of the fused kernels), times the GPU's attention_rel
               (Blackwell Ultra's faster exponential units: 1.35);
-              backward = 2.5 x forward (Dao 2023), causal masking halves the work.
+              backward = 2.5 x forward (Dao 2023), causal masking halves the work;
+              below the GPU's softmax_head_dim the exponentials set the pace (forward
+              x softmax_head_dim / d, backward x 0.4 softmax_head_dim / d, at least 1).
               Unfused (Megatron's original path): batched GEMMs over the full s x s
               scores + softmax/dropout bytes.
   memory-bound  norms, residuals (DeepSeek-V4's hyper-connections: n streams), dropout,
