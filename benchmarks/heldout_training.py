@@ -7,10 +7,11 @@ file; see its README for where each row comes from) with the shipped calibration
 fitted on ``training_runs.csv`` only (or the one ``--calibration FILE`` names), and prints
 one line per file: rows scored and skipped, MAPE, median and worst error, rows worse than
 25 %, and the mean signed error (a bias the fit cannot see); then the same figures over all
-files by kind of model (dense, MoE, hybrid Mamba-Transformer, hybrid Gated DeltaNet) and
-for FP4 runs (NVFP4, MXFP4), and per file how often, of two runs of one job with different
-plans, the plan predicted faster was measured faster (all pairs, and those predicted under
-5 % and 20 % or more apart). For per-row detail run
+files by kind of model (dense, MoE, hybrid Mamba-Transformer, hybrid Gated DeltaNet), for
+FP4 runs (NVFP4, MXFP4) and for MoE runs whose row names whole-step CUDA graphs (no host
+costs: the GPU work's error alone) and the others; and per file how often, of two runs of
+one job with different plans, the plan predicted faster was measured faster (all pairs,
+and those predicted under 5 % and 20 % or more apart). For per-row detail run
 ``gpuscale validate training --runs FILE``.
 """
 
@@ -31,6 +32,7 @@ from gpuscale.validate.ranking import GAP_EDGES
 from gpuscale.validate.training import validate_training
 from gpuscale.validate.training_model import model_for
 from gpuscale.validate.training_rows import model_kind
+from gpuscale.validate.training_stack import cuda_graphs
 
 HERE = Path(__file__).with_name("heldout")
 
@@ -51,6 +53,12 @@ def _kinds(row: dict[str, str]) -> list[str]:
     kinds = [model_kind(model)]
     if "fp4" in row.get("precision", "").lower():
         kinds.append("FP4 precision (NVFP4, MXFP4)")
+    if model.is_moe:
+        # where the host's fixed costs go: a step replayed whole as CUDA graphs has none,
+        # so its error is the GPU work's alone
+        graphs, _ = cuda_graphs(row)
+        how = "whole step as CUDA graphs" if graphs else "host-issued step"
+        kinds.append(f"with MoE layers: {how}")
     return kinds
 
 
