@@ -11,6 +11,8 @@ cores' time.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,23 @@ def test_gpt_oss_heads_cost_more_on_gb200_than_gb300_beyond_attention_rel() -> N
     assert f200 / f300 == pytest.approx(2.0 * rel, rel=1e-9)
     assert b200 / b300 == pytest.approx(rel, rel=1e-9)
     assert get_gpu("gb200").peak_flops("bf16") == get_gpu("gb300").peak_flops("bf16")
+
+
+def test_estimate_notes_the_softmax_bound() -> None:
+    from gpuscale.perf.training_notes import softmax_notes
+
+    def work(gpu: str, head_dim: int, attention: str = "fused") -> Workload:
+        g = get_gpu(gpu)
+        s = system_for_gpu(g)
+        w = Workload(_model(head_dim), g, s, Fabric.from_system(s, 8), 8, 4096, 8, "bf16")
+        return w if attention == "fused" else replace(w, attention=attention)
+
+    (note,) = softmax_notes(work("gb200", 64))
+    assert "heads of 64 are below the gb200's softmax balance of 128" in note
+    assert "2.0 x its tensor-core time)" in note  # the backward, 0.8 x, not bound
+    (note,) = softmax_notes(work("b200", 32))
+    assert "4.0 x its tensor-core time, the backward 1.6 x)" in note
+    assert softmax_notes(work("gb200", 128)) == []  # at the balance
+    assert softmax_notes(work("gb300", 64)) == []  # Blackwell Ultra balances at 64
+    assert softmax_notes(work("a100-sxm-80gb", 64)) == []  # no bound in the catalog
+    assert softmax_notes(work("gb200", 64, "unfused")) == []  # not a flash kernel

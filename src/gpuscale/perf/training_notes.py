@@ -16,6 +16,7 @@ from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, 
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.stages import Stages, head_layers, pipeline_stages
 from gpuscale.perf.storage import StorageCost, StoragePolicy
+from gpuscale.perf.transformer import attn_core_dims
 from gpuscale.units import fmt_bytes, fmt_time
 
 TIGHT = 0.95
@@ -150,6 +151,7 @@ class PlanNotes:
                 f"expert parallelism spans {domains} NVLink domains: a token crosses the "
                 f"network {how}"
             )
+        out.extend(softmax_notes(w))
         return out
 
     def plan_stages(self, i: int) -> Stages:
@@ -259,3 +261,23 @@ def _run_notes(
             "restarting; restart and reload faster, or run on fewer GPUs"
         )
     return out
+
+
+def softmax_notes(w: Workload) -> list[str]:
+    """Where the workload's attention runs at the pace of the GPU's exponential units (its
+    head dimension below the GPU's ``softmax_head_dim``, fused kernels)."""
+    bal = w.gpu.softmax_head_dim
+    m = w.model
+    if bal is None or w.attention == "unfused" or m.attn_layers == 0:
+        return []
+    qk_w, _ = attn_core_dims(m)
+    d = qk_w / m.heads
+    if d >= bal:
+        return []
+    bwd = max(1.0, 0.4 * bal / d)
+    return [
+        f"attention heads of {d:.0f} are below the {w.gpu.key}'s softmax balance of "
+        f"{bal:.0f}: its exponential units, one exponential a score against 4 x {d:.0f} "
+        f"FLOPs of the forward's GEMMs, set the forward's pace ({bal / d:.1f} x its "
+        f"tensor-core time{'' if bwd == 1.0 else f', the backward {bwd:.1f} x'})"
+    ]
