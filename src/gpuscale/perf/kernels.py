@@ -182,14 +182,19 @@ def _core_s(
     # sliding-window layers, the blocks beyond the window
     flops = 2.0 * mbs * s_loc * keys_per_query(m, w.seq_len) * (qk_w + v_w) / tp
     fwd = flops / (peak16 * eff)
-    # one exponential a score: the forward's against 4 d FLOPs of GEMMs, the backward's
-    # (P recomputed) against 10 d; below those head dimensions the special-function units,
-    # not the tensor cores, set the pace (B200's forward at d = 64 takes twice as long)
-    bal = w.gpu.softmax_head_dim or 0.0
-    fwd_exp = fwd * max(1.0, bal / d)
-    bwd_exp = FLASH_BWD_FACTOR * fwd * max(1.0, 0.4 * bal / d)
+    fwd_x, bwd_x = softmax_factors(w.gpu, d)
     merge_fwd, merge_bwd = _ring_merge_s(w, m, mbs, s_loc, tp, bw)
-    return fwd_exp + merge_fwd, bwd_exp + merge_bwd
+    return fwd * fwd_x + merge_fwd, FLASH_BWD_FACTOR * fwd * bwd_x + merge_bwd
+
+
+def softmax_factors(gpu: GPU, head_dim: float) -> tuple[float, float]:
+    """How many times its tensor-core time a flash-attention forward and backward take at
+    ``head_dim`` on ``gpu``: one exponential a score, the forward's against 4 d FLOPs of its
+    GEMMs, the backward's (P recomputed) against 10 d, so below the GPU's
+    ``softmax_head_dim`` (and 0.4 of it) the special-function units set the pace (B200's
+    forward at d = 64 takes twice as long); 1 where they do not."""
+    bal = gpu.softmax_head_dim or 0.0
+    return max(1.0, bal / head_dim), max(1.0, 0.4 * bal / head_dim)
 
 
 INDEXER_LOGIT_BYTES = 8.0

@@ -11,6 +11,7 @@ import numpy as np
 from gpuscale.catalog import Model
 from gpuscale.ops.reliability import Reliability
 from gpuscale.perf.comm import domains_hit
+from gpuscale.perf.kernels import softmax_factors
 from gpuscale.perf.memory import MemoryBreakdown
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
 from gpuscale.perf.recompute import DEFAULT_MODULES
@@ -272,12 +273,12 @@ def softmax_notes(w: Workload) -> list[str]:
         return []
     qk_w, _ = attn_core_dims(m)
     d = qk_w / m.heads
-    if d >= bal:
+    fwd, bwd = softmax_factors(w.gpu, d)
+    if fwd == 1.0:
         return []
-    bwd = max(1.0, 0.4 * bal / d)
     return [
         f"attention heads of {d:.0f} are below the {w.gpu.key}'s softmax balance of "
         f"{bal:.0f}: its exponential units, one exponential a score against 4 x {d:.0f} "
-        f"FLOPs of the forward's GEMMs, set the forward's pace ({bal / d:.1f} x its "
+        f"FLOPs of the forward's GEMMs, set the forward's pace ({fwd:.1f} x its "
         f"tensor-core time{'' if bwd == 1.0 else f', the backward {bwd:.1f} x'})"
     ]
