@@ -117,3 +117,15 @@ def test_estimate_notes_the_softmax_bound() -> None:
     assert softmax_notes(work("gb300", 64)) == []  # Blackwell Ultra balances at 64
     assert softmax_notes(work("a100-sxm-80gb", 64)) == []  # no bound in the catalog
     assert softmax_notes(work("gb200", 64, "unfused")) == []  # not a flash kernel
+
+
+def test_serving_prefill_attention_at_the_exponentials_pace() -> None:
+    from gpuscale.perf.inference import build_step_model
+    from gpuscale.perf.kv import precision_plan
+
+    gb200 = get_gpu("gb200")
+    m = _model(64)
+    bound = build_step_model(m, gb200, precision_plan(gb200, "bf16"), 1, 1, CAL)
+    free = build_step_model(m, _unbound(gb200), precision_plan(gb200, "bf16"), 1, 1, CAL)
+    assert bound.attn_rate_flops == pytest.approx(free.attn_rate_flops / 2.0, rel=1e-12)
+    assert free.attn_rate_flops == pytest.approx(2.5e15 * CAL.inf_attn_eff, rel=1e-12)

@@ -8,6 +8,8 @@ replica its time is
       + prefill attention FLOPs / (peak16 x attn_eff)                                  FMHA
       + max(KV bytes read / (HBM x hbm_eff), decode FLOPs / (peak16 x attn_eff))       decode attn
       + 2 x layers x all_reduce(T x hidden x 2 B)                                       TP comm
+    (attn_eff divided by the softmax factor where the heads are shorter than the GPU's
+    softmax_head_dim: kernels.softmax_factors)
       + step overhead + per-sequence overhead x sequences                             host
       + sequences x 2 x Mamba state bytes / HBM                     hybrid models' state
 
@@ -42,6 +44,7 @@ from gpuscale.perf.attn_kinds import attn_kinds, heads_said
 from gpuscale.perf.comm import Fabric, collective_time_s
 from gpuscale.perf.engines import EngineConfig
 from gpuscale.perf.inference_step import StepModel
+from gpuscale.perf.kernels import softmax_factors
 from gpuscale.perf.kv import (
     PrecisionPlan,
     indexer_key_bytes_per_token,
@@ -137,18 +140,20 @@ def build_step_model(
         / (d + cal.inf_gemm_half_dim)
     )
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-    attn_rate = gpu.peak_flops(half) * cal.inf_attn_eff
+    qk_dim = (
+        model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+        if model.mla is not None
+        else model.head_dim
+    )
+    # a forward's attention at the pace of the exponential units where the heads are
+    # shorter than the GPU's softmax balance (GPT-OSS's 64 on B200 and GB200: half rate)
+    attn_rate = gpu.peak_flops(half) * cal.inf_attn_eff / softmax_factors(gpu, qk_dim)[0]
     wb = precision.weight_bytes
     fixed_w = (
         pc.attention + pc.dense_mlp + pc.shared_experts
     ) * wb / gp + pc.lm_head * 2.0 / gp  # 16-bit LM head on the last stage, averaged over stages
     routed_w = pc.routed_experts * wb / gp
     # attention: QK^T and PV, 2 FLOPs per MAC -> 4 x heads x head_dim per pair and layer
-    qk_dim = (
-        model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-        if model.mla is not None
-        else model.head_dim
-    )
     v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
     attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
     window_pairs = None
