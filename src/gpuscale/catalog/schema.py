@@ -72,18 +72,11 @@ class GPU(_Entry):
     sms: int = Field(default=0, ge=0)
     """Streaming multiprocessors (compute units): the tiles of a GEMM are spread over them."""
     attention_rel: float = Field(default=1.0, gt=0)
-    """Flash-attention throughput relative to another part of the same architecture at the
-    same tensor-core peak. Blackwell Ultra (B300, GB300) doubles the special-function
-    units' exponential rate that bounds attention's softmax on Blackwell; NVIDIA measured
-    about 35 % more attention forward throughput than GB200 (FP8, DeepSeek-V3), so 1.35."""
+    """Flash-attention throughput over a part of the same architecture and tensor-core peak: 1.35
+    for Blackwell Ultra's doubled exponential units (~35 % faster forward than GB200, NVIDIA)."""
     softmax_head_dim: float | None = Field(default=None, gt=0)
-    """Head dimension below which a flash-attention forward waits on its softmax: the
-    kernel computes one exponential a score on the special-function units (MUFU.EX2)
-    against 4 d FLOPs of its two GEMMs on the tensor cores, so the two take equally long at
-    d = dense 16-bit tensor FLOPs a clock and SM / (4 x exponentials a clock and SM). H100:
-    4,096 / (4 x 16) = 64; B200 and GB200, whose tensor cores doubled while the units stayed
-    at 16 a clock (FlashAttention-4, Zadouri et al. 2026): 8,192 / 64 = 128; Blackwell Ultra
-    doubles the units: 64. Absent: no head dimension a model uses is bound by them."""
+    """Head dimension below which flash attention waits on its softmax's exponentials (see
+    :func:`gpuscale.perf.kernels.softmax_factors`: H100 and Blackwell Ultra 64, B200 128)."""
     matmul_eff: float = Field(gt=0, le=1)
     """Maximum achievable BF16 matmul FLOP/s over the dense peak (MAMF / peak): what the
     best-shaped GEMM reaches with the vendor BLAS at the clock the part sustains under load

@@ -189,10 +189,14 @@ def _core_s(
 
 def softmax_factors(gpu: GPU, head_dim: float) -> tuple[float, float]:
     """How many times its tensor-core time a flash-attention forward and backward take at
-    ``head_dim`` on ``gpu``: one exponential a score, the forward's against 4 d FLOPs of its
-    GEMMs, the backward's (P recomputed) against 10 d, so below the GPU's
-    ``softmax_head_dim`` (and 0.4 of it) the special-function units set the pace (B200's
-    forward at d = 64 takes twice as long); 1 where they do not."""
+    ``head_dim`` on ``gpu``: one exponential a score on the special-function units
+    (MUFU.EX2), the forward's against 4 d FLOPs of its GEMMs, the backward's (P recomputed)
+    against 10 d, so below the GPU's ``softmax_head_dim`` (and 0.4 of it) those units set
+    the pace; 1 where they do not. ``softmax_head_dim`` = dense 16-bit tensor FLOPs / (4 x
+    exponentials), both a clock and SM: H100 4,096 / (4 x 16) = 64; B200 and GB200, whose
+    tensor cores doubled while the units stayed at 16 a clock (FlashAttention-4, Zadouri et
+    al. 2026), 128, so their forward at d = 64 takes twice as long; Blackwell Ultra doubles
+    the units: 64. Absent from the catalog: no head dimension a model uses is bound."""
     bal = gpu.softmax_head_dim or 0.0
     return max(1.0, bal / head_dim), max(1.0, 0.4 * bal / head_dim)
 
