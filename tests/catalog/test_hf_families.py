@@ -383,6 +383,43 @@ def test_gemma3_multimodal_config_takes_the_text_defaults(tmp_path: Path) -> Non
     assert param_count(m) / 1e9 == pytest.approx(27.0, abs=0.1)
 
 
+def test_gemma3_text_configs_missing_their_heads_take_the_class_defaults(
+    tmp_path: Path,
+) -> None:
+    # google/gemma-3-12b-it's text_config states no head_dim (Gemma3TextConfig: 256) nor a
+    # context (131,072); gemma-3-4b-it's no heads either (8 query, 4 KV heads of 256)
+    text = {"model_type": "gemma3_text", "hidden_size": 3840, "intermediate_size": 15360}
+    text.update(num_attention_heads=16, num_hidden_layers=48, num_key_value_heads=8)
+    text.update(sliding_window=1024, rope_scaling={"factor": 8.0, "rope_type": "linear"})
+    m = load_hf_config(_write_cfg(tmp_path, {"model_type": "gemma3", "text_config": text}))
+    assert (m.head_dim, m.max_seq, m.window, m.window_layers) == (256, 131072, 1024, 40)
+    # per layer: q 3840 x 4096 + k, v 3840 x 2048 each + o 4096 x 3840 + GeGLU 3 x 3840 x
+    # 15360 = 224,133,120; x 48 + 262,208 x 3840 tied = 11,765,391,360 (norms 0.25 M more)
+    assert param_count(m) == pytest.approx(11_765_391_360, rel=1e-4)
+    small = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240}
+    small.update(num_hidden_layers=34, sliding_window=1024)
+    four = load_hf_config(_write_cfg(tmp_path, {"model_type": "gemma3", "text_config": small}))
+    assert (four.heads, four.kv_heads, four.head_dim) == (8, 4, 256)
+    # a key the file gives as null stays null: no window
+    none = load_hf_config(_write_cfg(tmp_path, {**small, "sliding_window": None}, "n.json"))
+    assert none.window == 0
+
+
+@pytest.mark.parametrize("model_type", ["phi3", "mixtral", "starcoder2"])
+def test_a_sliding_window_these_models_set_applies_to_every_layer(
+    tmp_path: Path, model_type: str
+) -> None:
+    # Phi3Attention, MixtralAttention, Starcoder2Attention pass config.sliding_window to
+    # every layer: Phi-3-mini-4k's 2,047 tokens; a null one (phi-4, Mixtral) is none
+    cfg = {"model_type": model_type, "hidden_size": 3072, "intermediate_size": 8192}
+    cfg.update(num_attention_heads=32, num_hidden_layers=32, vocab_size=32064)
+    if model_type == "starcoder2":  # keys gpuscale needs of a model_type it has no table for
+        cfg.update(hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True)
+    m = load_hf_config(_write_cfg(tmp_path, {**cfg, "sliding_window": 2047}))
+    assert (m.window, m.window_layers) == (2047, 32)
+    assert load_hf_config(_write_cfg(tmp_path, {**cfg, "sliding_window": None})).window == 0
+
+
 def test_a_top_level_tie_holds_for_the_text_model(tmp_path: Path) -> None:
     text = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192}
     text.update(num_attention_heads=32, num_hidden_layers=16, vocab_size=128256)

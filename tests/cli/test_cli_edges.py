@@ -187,3 +187,67 @@ def test_validate_exits_1_when_no_row_is_scored(
     runs.write_text(header + row.format(1) + row.format(2).replace(",-8,", ",8,"))
     code, out, _ = run_cli(["validate", "training", "--runs", str(runs), "--json"], capsys)
     assert code == 0 and json.loads(out)["scored"] == 1
+
+
+def test_a_default_value_an_error_is_about_says_it_is_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 1,024 GPUs data-parallel take at least 1,024 sequences; the default batch is 512
+    args = ["train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1024"]
+    line = _one_error(args, capsys)
+    assert "global-batch=512 is invalid: must be divisible by dp x micro-batch = 1024" in line
+    assert line.endswith("(512 is the default: give --global-batch)")
+    line = _one_error([*args, "--global-batch", "512"], capsys)
+    assert "default" not in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--tp-overlap"], "tp-overlap='on' is invalid: tp communication overlap needs tp > 1"),
+        (["--fp8-param-gather", "--precision", "fp8"], "fp8-param-gather='on' is invalid"),
+        (["--gpus", "64", "--global-batch", "64", "--pp", "64"], "pp=64 is invalid: pp x vpp"),
+    ],
+)
+def test_a_rule_one_flag_breaks_names_the_flag_and_the_plan(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _one_error(["train", "estimate", *SMALL, "--global-batch", "64", *flags], capsys)
+    assert named in line and "(plan TP1 " in line
+
+
+def test_tokens_beyond_any_training_run_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["train", "estimate", *SMALL, "--zero", "zero3", "--tokens"]
+    line = _one_error([*base, "1e30"], capsys)
+    assert "tokens='1e30' is invalid: at most 1e+16 tokens (10P)" in line
+    code, out, err = run_cli([*base, "10P"], capsys)
+    assert code == 0, err
+    assert "10P tokens" in out
+
+
+def test_a_shard_group_no_plan_can_split_into_is_refused_by_the_search(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 8 GPUs: dp x cp is 1, 2, 4 or 8, none a multiple of 3 above 3; the estimate refuses
+    # the same group for its one plan
+    args = ["train", "search", *SMALL, "--global-batch", "64", "--zero", "fsdp"]
+    line = _one_error([*args, "--shard-group", "3"], capsys)
+    assert "shard-group=3 is invalid" in line and "a divisor (2, 4), 8 or more" in line
+    code, _, err = run_cli([*args, "--shard-group", "4", "--top", "1"], capsys)
+    assert code == 0, err
+
+
+def test_a_sequence_beyond_a_learned_position_table_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GPT-2's 1,024 learned positions: no context extension reaches 4,096 without new rows
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12}
+    gpt2.update(vocab_size=50257, n_positions=1024)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(gpt2))
+    args = ["train", "estimate", "--model", str(path), "--gpu", "h100-sxm", "--gpus", "8"]
+    code, out, err = run_cli([*args, "--seq-len", "4096", "--global-batch", "64"], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "learned position table of 1,024 rows: a run at this length needs the table" in flat
+    assert "context-extension" not in flat

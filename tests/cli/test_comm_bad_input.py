@@ -56,3 +56,14 @@ def test_a_valid_members_per_domain_and_small_sizes_still_run(
     assert code == 0, err
     sizes = [int(ln.split()[0]) for ln in out.splitlines() if not ln.startswith("#")]
     assert sizes == [4, 8, 16, 32, 64]
+
+
+def test_the_least_step_factor_suggested_is_one_the_sweep_takes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 8 B to 8 GiB in at most 10,000 sizes: a factor of at least 2^30^(1/9,999) = 1.0020817,
+    # suggested rounded up to six figures (1.00209), never down (1.00208 gives 10,008)
+    code, _, err = run([*DGX2, "-b", "8", "-e", "8G", "-f", "1.00208"], capsys)
+    assert code == 2 and "gives 10,008 sizes" in err and "at least 1.00209)" in err
+    code, _, err = run([*DGX2, "-b", "8", "-e", "8G", "-f", "1.00209"], capsys)
+    assert code == 0, err

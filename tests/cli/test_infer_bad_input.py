@@ -241,3 +241,10 @@ def test_a_price_that_is_no_price_is_named(
 def test_the_shipped_prices_and_their_sources_still_load() -> None:
     prices = load_prices()
     assert prices["h100-sxm"] == 3.99 and all(v > 0 for v in prices.values())
+
+
+def test_requests_with_offline_is_refused_not_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*EST, "--input-len", "512", "--offline", "10", "--requests", "5"]
+    code, _, err = run(args, capsys)
+    assert code == 2
+    assert "requests=5 is invalid: not given with --offline, which simulates its 10" in err

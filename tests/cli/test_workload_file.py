@@ -745,3 +745,23 @@ def test_every_bundled_workload_names_catalog_parts_and_has_a_plan_that_fits(
     assert code == 0, err
     best = json.loads(out)["plans"][0]
     assert best["fits"] and best["gpus"] == job.gpus
+
+
+def test_a_relative_config_json_is_read_beside_the_workload_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192}
+    cfg.update(num_attention_heads=32, num_hidden_layers=16, vocab_size=128256)
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+    (folder / "job.yaml").write_text("model: cfg.json\ngpu: h100-sxm\ngpus: 8\n")
+    assert load_training_job(folder / "job.yaml").model == str(folder / "cfg.json")
+    monkeypatch.chdir(tmp_path)  # elsewhere: the file's folder still holds it
+    code, out, err = run_cli(["train", "estimate", "--workload", "jobs/job.yaml"], capsys)
+    # 16 x (4 x 2048^2 + 3 x 2048 x 8192) + 2 x 128,256 x 2048 untied = 1.6 B
+    assert code == 0 and "1.6 B parameters" in out, err
+    # a file that is not there is named by the path tried
+    (folder / "bad.yaml").write_text("model: gone.json\ngpu: h100-sxm\ngpus: 8\n")
+    code, _, err = run_cli(["train", "estimate", "--workload", "jobs/bad.yaml"], capsys)
+    assert code == 2 and "bad.yaml:model='jobs/gone.json' is invalid: no such file" in err

@@ -107,6 +107,18 @@ def test_out_that_cannot_be_created_or_written(capsys: Any, where: str) -> None:
     assert not Path(where, SBATCH).exists()
 
 
+def test_out_too_long_for_the_system_or_empty(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long = tmp_path / ("a" * 300) / "sub"  # a name past NAME_MAX (255 bytes)
+    err = _fail(capsys, "--out", str(long))
+    assert "--out=" in err and "a path the system can open (File name too long)" in err
+    monkeypatch.chdir(tmp_path)  # an empty --out is refused, not read as "."
+    err = _fail(capsys, "--out", "")
+    assert "out='' is invalid: empty" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
 def test_out_in_a_read_only_directory(tmp_path: Path, capsys: Any) -> None:
     ro = tmp_path / "ro"
@@ -132,7 +144,11 @@ def test_out_created_with_its_parents(tmp_path: Path) -> None:
 def test_bad_image_is_an_input_error(tmp_path: Path, capsys: Any, image: str) -> None:
     out = tmp_path / "out"
     err = _fail(capsys, "--out", str(out), "--image", image)
-    assert err.startswith(f"error: --image={image!r} is invalid: a container image reference")
+    if image.strip():
+        said = f"error: --image={image!r} is invalid: a container image reference"
+    else:  # an empty value, refused as every option's is
+        said = f"error: image={image!r} is invalid: empty: give a value (see --image"
+    assert err.startswith(said)
     assert not out.exists()
 
 

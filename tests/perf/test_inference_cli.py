@@ -110,6 +110,7 @@ def test_unreachable_slo_names_the_binding_constraint(capsys: pytest.CaptureFixt
     )
     assert code == 2
     assert "ttft-p99" in err and "x the target" in err
+    assert "ttft-p99='1.00 ms' is invalid" in err  # as given, not 0.001s
 
 
 def test_unreachable_tpot_is_reported(capsys: pytest.CaptureFixture[str]) -> None:

@@ -148,3 +148,10 @@ def test_a_tree_too_small_is_refused_before_its_switches_are_listed(
     with pytest.raises(InputError) as exc:
         load_cluster_spec(_spec(tmp_path, **changes))
     assert exc.value.field == field
+
+
+def test_a_partial_last_scalable_unit_is_said(tmp_path: Path, capsys: Any) -> None:
+    # 32 nodes in units of 5: six whole units and a seventh of 2 nodes, whose rail leaves
+    # are bought as a whole unit's
+    main(["cluster", "show", str(_spec(tmp_path, topology__nodes_per_su=5))])
+    assert "7 x 5 nodes (the last with 2)" in capsys.readouterr().out

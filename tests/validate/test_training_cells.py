@@ -79,6 +79,21 @@ def test_a_part_the_catalog_lacks_is_not_its_architectures_training_part(cell: s
         prepare(_row(gpu=cell, measured_tokens_per_s_per_gpu="300"), "test")
 
 
+@pytest.mark.parametrize(
+    ("cells", "reason"),
+    [
+        ({"gpu": "H1000"}, "gpu 'H1000' not in the catalog (did you mean h100-"),
+        ({"precision": "fp7"}, "precision 'fp7' not modelled (bf16, fp16, fp8"),
+        ({"recompute": "sometimes"}, "recompute 'sometimes' not modelled (none, selective"),
+        ({"dist_optimizer_or_zero": "zero9"}, "sharding 'zero9' not modelled (DDP, distrib"),
+    ],
+)
+def test_a_skipped_cell_says_what_is_read(cells: dict[str, str], reason: str) -> None:
+    with pytest.raises(SkipRow) as exc:
+        prepare(_row(**cells, measured_tokens_per_s_per_gpu="300"), "test")
+    assert reason in str(exc.value)
+
+
 def test_a_row_whose_degrees_use_fewer_gpus_than_it_states_is_skipped() -> None:
     # TP8 x PP4 x DP2 = 64 GPUs on a row of 128: its per-GPU figure counts other GPUs
     pr = prepare(_row(num_gpus="128", tp="8", pp="4", dp="2"), "test")

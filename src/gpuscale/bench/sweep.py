@@ -82,6 +82,8 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
         n = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
         if n > MAX_SIZES:
             least = (max_bytes / min_bytes) ** (1.0 / (MAX_SIZES - 1))
+            digits = 5 - math.floor(math.log10(least))  # six significant, rounded up
+            least = math.ceil(least * 10**digits) / 10**digits
             raise InputError(
                 "-f/--stepfactor",
                 factor,

@@ -67,8 +67,17 @@ architecture (the MLP class in ``models/<type>/modeling_<type>.py``), not by the
 name (Gemma's GeGLU is ``gelu`` or ``gelu_pytorch_tanh``)."""
 
 
-GEMMA3_VOCAB = 262208
-"""Gemma 3's vocabulary, Gemma3TextConfig's default (its multimodal files leave it out)."""
+GEMMA3_DEFAULTS: dict[str, int] = {
+    "vocab_size": 262208,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131072,
+    "sliding_window": 4096,
+}
+"""Gemma3TextConfig's defaults for the keys Google's multimodal files leave out of their
+text_config (gemma-3-4b states no heads, gemma-3-12b no head_dim, none a vocabulary or a
+context): transformers fills them in, so gpuscale does too; a key given as null stays null."""
 ERNIE_MOE_DEFAULTS: dict[str, int] = {
     "moe_num_experts": 64,
     "moe_k": 6,
@@ -145,9 +154,9 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         # text_config; a key the whole model states once (tie_word_embeddings) still holds
         top = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
         cfg = {**top, **text, "model_type": text.get("model_type", cfg.get("model_type", ""))}
-        if str(cfg["model_type"]).startswith("gemma3") and "vocab_size" not in cfg:
-            cfg["vocab_size"] = GEMMA3_VOCAB  # Gemma3TextConfig's default
     model_type = cfg.get("model_type", "")
+    if model_type in ("gemma3", "gemma3_text"):
+        cfg = {**GEMMA3_DEFAULTS, **cfg}
     if not isinstance(model_type, str):
         raise InputError(f"{where(path)}:model_type", str(model_type)[:60], "a name (llama, qwen3)")
     _refuse_unread(path, model_type)

@@ -37,7 +37,8 @@ def sliding_window(cfg: dict[str, Any], model_type: str, ints: Ints) -> tuple[in
     """(window, layers using it): from ``layer_types`` (GPT-OSS, Gemma) when listed, else
     Gemma 2's alternation, Gemma 3's and EXAONE-MoE's ``sliding_window_pattern``; with
     ``use_sliding_window: true`` the layers from ``max_window_layers`` on (Qwen2/3); every
-    layer for Mistral unless turned off. Qwen's ``sliding_window`` alone is off. K-EXAONE
+    layer for Mistral, Mixtral, Phi-3 and StarCoder2 (:data:`EVERY_LAYER`) unless turned
+    off. Qwen's ``sliding_window`` alone is off. K-EXAONE
     (``exaone_moe``) may also list a window per layer, ``sliding_windows``."""
     layers = ints("num_hidden_layers", "n_layer", "num_layers")
     if model_type == "exaone_moe":
@@ -61,14 +62,21 @@ def sliding_window(cfg: dict[str, Any], model_type: str, ints: Ints) -> tuple[in
         pattern_default = 4 if model_type == "exaone_moe" else 6
         every = ints("sliding_window_pattern", default=pattern_default, minimum=1)
         return window, layers - layers // every
-    use = ints.flag("use_sliding_window", model_type == "mistral")
-    if use and model_type != "mistral":
+    every_layer = model_type in EVERY_LAYER
+    use = ints.flag("use_sliding_window", every_layer)
+    if use and not every_layer:
         # Qwen2/3: layers from max_window_layers on use the window
         first = ints("max_window_layers")
         return window, max(layers - first, 0) if first else None
-    if model_type == "mistral" and use:
+    if every_layer and use:
         return window, None
     return 0, None
+
+
+EVERY_LAYER = ("mistral", "mixtral", "phi3", "starcoder2")
+"""model_types whose attention applies ``sliding_window`` in every layer when the file sets
+it (transformers' MistralAttention, MixtralAttention, Phi3Attention, Starcoder2Attention:
+Phi-3-mini-4k's 2,047 tokens)."""
 
 
 def _per_layer_windows(cfg: dict[str, Any], ints: Ints, layers: int) -> tuple[int, int | None]:

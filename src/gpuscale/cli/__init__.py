@@ -131,9 +131,9 @@ def _check_option_values(args: list[str]) -> None:
     hold any ``_``. An option given an empty value is refused too."""
     cmd: Any = typer.main.get_command(app)
     words = [a for a in args if not a.startswith("-")]
-    # the groups whose options read an empty value as their default (bench and export
-    # check their own, with messages of their own)
-    modelling = bool(words) and words[0] in ("train", "validate", "infer")
+    # the groups whose options read an empty value as their default or as the current
+    # directory (bench checks its own, with messages of its own)
+    modelling = bool(words) and words[0] in ("train", "validate", "infer", "export")
     while hasattr(cmd, "commands") and words and words[0] in cmd.commands:
         cmd = cmd.commands[words.pop(0)]
     params = getattr(cmd, "params", ())

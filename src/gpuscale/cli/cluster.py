@@ -47,7 +47,7 @@ def show(spec: Spec, json: Json = False) -> None:
             f"{r.tiers}-tier fat tree, "
             f"{'rail-optimized' if r.rail_optimized else 'not rail-optimized'}, {over}",
         ),
-        ("scalable units", f"{r.scalable_units} x {r.nodes_per_su} nodes, {r.pods} pod(s)"),
+        ("scalable units", _units(r.nodes, r.scalable_units, r.nodes_per_su, r.pods)),
         ("placement", f"{r.racks} racks in {r.rows} row(s), {r.power_feeds} power feeds"),
     ):
         s.add_row(k, v)
@@ -96,3 +96,11 @@ def show(spec: Spec, json: Json = False) -> None:
     out.print(h)
     for note in r.notes:
         out.print(f"note: {note}")
+
+
+def _units(nodes: int, units: int, per_unit: int, pods: int) -> str:
+    """The scalable units, the last one's nodes where it is partial (its rail leaves are
+    bought whole: the unit's size is the design's)."""
+    last = nodes - (units - 1) * per_unit
+    partial = f" (the last with {last})" if units > 1 and last < per_unit else ""
+    return f"{units} x {per_unit} nodes{partial}, {pods} pod(s)"

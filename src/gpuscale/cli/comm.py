@@ -39,7 +39,8 @@ def resolve_fabric(cluster: Path | None, system: str | None, nodes: int | None) 
 
         return load_cluster_spec(cluster).to_fabric()
     if system is None:
-        raise InputError("--cluster", None, "a cluster YAML, or --system NAME with --nodes N")
+        valid = "a cluster YAML, or --system NAME with --nodes N"
+        raise InputError("--cluster", "(missing)", valid)
     from gpuscale.catalog import get_system
 
     sys_ = get_system(system, field="--system")

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 DEFAULT_GPUS = ("h100-sxm", "h200", "b200")
 """`infer size` candidates when --gpus is not given (those without a price are skipped)."""
+DEFAULT_REQUESTS = 2000
+"""Requests a --qps or --concurrency simulation runs where --requests is not given."""
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -113,9 +115,13 @@ def estimate(
         int | None, typer.Option("--offline", help="N requests queued at t = 0 (up to 1,000,000).")
     ] = None,
     requests: Annotated[
-        int,
-        typer.Option("--requests", help="Requests simulated (qps/concurrency; up to 1,000,000)."),
-    ] = 2000,
+        int | None,
+        typer.Option(
+            "--requests",
+            help="Requests simulated with --qps or --concurrency (up to 1,000,000; default "
+            "2,000); --offline N simulates its N.",
+        ),
+    ] = None,
     engine: Engine = "trtllm",
     json: Json = False,
     calibration: Cal = None,
@@ -140,6 +146,11 @@ def estimate(
             or "none",
             "exactly one of --concurrency N, --qps R, --offline N",
         )
+    if offline is not None and requests is not None:
+        raise InputError(
+            "requests", requests, f"not given with --offline, which simulates its {offline}"
+        )
+    requests = DEFAULT_REQUESTS if requests is None else requests
     for n, v in (("input-len", input_len), ("output-len", output_len), ("tp", tp), ("pp", pp)):
         _positive(n, v)
     # bounded before the simulation allocates its arrays of requests

@@ -68,6 +68,9 @@ class Resolved:
     file_keys: dict[str, str] = field(default_factory=dict)
     """The keys whose value the workload file gave, each as its errors name it
     (``job.yaml:global_batch``)."""
+    defaulted: frozenset[str] = frozenset()
+    """The keys neither a flag nor the file gave (:data:`DEFAULTS`' value), which an error
+    about their value says."""
 
     def where(self, key: str) -> str:
         """The field an error about ``key``'s value names: the flag's, or file:key."""
@@ -76,17 +79,23 @@ class Resolved:
     @contextmanager
     def naming_file_values(self) -> Iterator[None]:
         """Errors about a value the workload file gave (a global batch that the plan's
-        DP x micro-batch does not divide) name the file and its key, not the flag."""
-        with _naming(self.file_keys):
+        DP x micro-batch does not divide) name the file and its key, not the flag; about a
+        default, say so."""
+        with _naming(self.file_keys, self.defaulted):
             yield
 
 
 @contextmanager
-def _naming(file_keys: dict[str, str]) -> Iterator[None]:
+def _naming(file_keys: dict[str, str], defaulted: frozenset[str] = frozenset()) -> Iterator[None]:
     try:
         yield
     except InputError as exc:
-        where = file_keys.get(exc.field.replace("-", "_"))
+        key = exc.field.replace("-", "_")
+        if key in defaulted:  # a value the user never gave: say where it came from
+            flag = "--" + exc.field.replace("_", "-")
+            said = f"{exc.valid} ({exc.value} is the default: give {flag})"
+            raise InputError(exc.field, exc.value, said) from None
+        where = file_keys.get(key)
         if where is None:
             raise
         raise InputError(where, exc.value, exc.valid) from None
@@ -184,6 +193,11 @@ def build_workload(
     )
 
 
+MAX_TOKENS = 1e16
+"""The most training tokens ``--tokens`` takes: 10P, hundreds of times the largest
+pre-training runs published (Llama 3's 15.6T, Qwen3's 36T)."""
+
+
 def parse_tokens(tokens: str | None) -> float | None:
     if tokens is None:
         return None
@@ -200,6 +214,8 @@ def parse_tokens(tokens: str | None) -> float | None:
         if exc.valid.startswith("a finite"):
             raise  # a number, but not a usable one (1e400): its own reason
         raise InputError("tokens", tokens, TOKENS_VALID) from None
+    if v > MAX_TOKENS:
+        raise InputError("tokens", tokens, f"at most {MAX_TOKENS:.0e} tokens (10P), e.g. 15T")
     whole = round(v)
     # 4.1T is 4,099,999,999,999.9995 in binary floating point: a whole count, rounded
     if v < 1 or abs(v - whole) > 1e-9 * v:
@@ -287,6 +303,7 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
     job = load_training_job(path) if path is not None else None
     values: dict[str, Any] = {}
     from_file: set[str] = set()
+    defaulted: set[str] = set()
     for key in (*REQUIRED, *DEFAULTS):
         value = flags.get(key)
         if value is None and job is not None and getattr(job, key) is not None:
@@ -301,6 +318,7 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
                     key, "(missing)", f"required: {flag}, or a --workload file with {key}"
                 )
             value = DEFAULTS[key]
+            defaulted.add(key)
         values[key] = value
     stored: dict[str, Any] = {}
     for key in (*STORAGE_KEYS, *FAILURE_KEYS):
@@ -313,7 +331,7 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
     if tokens_from_file:
         from_file.add("tokens")
     file_keys = {} if path is None else {k: f"{path.name}:{k}" for k in from_file}
-    with _naming(file_keys):
+    with _naming(file_keys, frozenset(defaulted)):
         w = build_workload(**values)
         policy = storage_policy(stored)
         failures = failure_policy(stored)
@@ -327,4 +345,5 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
                 "interval weighs saving against failures)",
             )
         tt = parse_tokens(job.tokens if tokens_from_file and job is not None else tokens)
-    return Resolved(w, tt, values["recompute_modules"], policy, failures, file_keys)
+    modules = values["recompute_modules"]
+    return Resolved(w, tt, modules, policy, failures, file_keys, frozenset(defaulted))

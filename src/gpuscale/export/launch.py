@@ -23,6 +23,7 @@ import yaml
 
 from gpuscale.errors import InputError, unknown
 from gpuscale.export import templates
+from gpuscale.paths import path_kind
 from gpuscale.topology.spec import ClusterSpec
 
 BENCHES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -220,7 +221,7 @@ def _missing_dirs(out: Path) -> list[Path]:
     """
     missing: list[Path] = []
     p = out
-    while not p.is_dir():
+    while path_kind(p, "--out") != "dir":  # a name too long for the system: an error
         if os.path.lexists(p):
             where = "it exists" if p == out else f"{p} exists"
             raise _out_error(out, f"a directory ({where} and is not a directory)")

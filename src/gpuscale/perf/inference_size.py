@@ -34,6 +34,7 @@ from gpuscale.sim.arrivals import check_qps, poisson
 from gpuscale.sim.results import ServingResult
 from gpuscale.sim.serving import simulate
 from gpuscale.spec.files import read_yaml
+from gpuscale.units import fmt_time
 
 SIM_REQUESTS = 1500
 """Requests per verification simulation (enough for a stable p99 at these loads)."""
@@ -257,16 +258,16 @@ def size(
         if t_best[0] > slo.ttft_p99_s:
             raise InputError(
                 "ttft-p99",
-                f"{slo.ttft_p99_s:g}s",
+                fmt_time(slo.ttft_p99_s),
                 f"unreachable: even unloaded the fastest prefill ({t_best[2]}) "
-                f"takes {t_best[0]:.3g}s, "
-                f"{t_best[0] / slo.ttft_p99_s:.2f}x the target",
+                f"takes {fmt_time(t_best[0])}, "
+                f"{t_best[0] / slo.ttft_p99_s:,.2f}x the target",
             )
         raise InputError(
             "tpot-p99",
-            f"{slo.tpot_p99_s:g}s",
+            fmt_time(slo.tpot_p99_s),
             f"unreachable: even at batch 1 the fastest decode step ({p_best[2]}) "
-            f"takes {p_best[1]:.3g}s, {p_best[1] / slo.tpot_p99_s:.2f}x the target",
+            f"takes {fmt_time(p_best[1])}, {p_best[1] / slo.tpot_p99_s:,.2f}x the target",
         )
     screened.sort(key=lambda s: (s[0], s[1].tp))
     considered: list[Candidate] = []

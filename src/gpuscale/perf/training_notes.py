@@ -43,7 +43,14 @@ class PlanNotes:
         """What the user should know about plan ``i`` that its figures do not say."""
         w, m = self.workload, self.workload.model
         out = []
-        if w.seq_len > m.max_seq:
+        if w.seq_len > m.max_seq and m.position == "learned":
+            # a learned position table has a row per position: longer sequences need new rows
+            out.append(
+                f"sequence {w.seq_len:,} is beyond {m.name}'s learned position table of "
+                f"{m.max_seq:,} rows: a run at this length needs the table grown (its weights "
+                "priced at their stated size)"
+            )
+        elif w.seq_len > m.max_seq:
             out.append(
                 f"sequence {w.seq_len:,} is beyond {m.name}'s trained context of "
                 f"{m.max_seq:,}: priced as a context-extension run"

@@ -392,7 +392,8 @@ def mtp_forward_flops_per_token(m: Model, seq_len: int, causal: bool = True) -> 
 
 
 def active_param_count(m: Model) -> int:
-    """Parameters touched per token (top-k routed experts)."""
+    """Parameters touched per token (top-k routed experts), the embedding tables counted in
+    full, as Mixtral's 12.9 B counts them (GPT-OSS's card leaves them out)."""
     return _params(m, m.top_k)
 
 

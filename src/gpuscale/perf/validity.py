@@ -258,9 +258,22 @@ def check_plan(w: Workload, p: Plans) -> None:
     _check_shard_group(w, p)
     ok, rules = validity(w, p)
     if not ok[0]:
+        # a rule that one flag breaks names that flag, with the plan beside it
+        flags = {
+            "tp communication overlap": ("tp-overlap", "on"),
+            "FP8 parameter gathers": ("fp8-param-gather", "on"),
+            "pp x vpp exceeds": ("vpp", vpp) if vpp > 1 else ("pp", pp),
+            "sequence parallel needs": ("sp", "on"),
+            "hybrid sharding": ("shard-group", int(shard_group_of(w, p)[0])),
+        }
         for mask, why in rules:
             if not mask[0]:
-                raise InputError("plan", p.label(0), why)
+                field, value = next(
+                    (f for start, f in flags.items() if why.startswith(start)), ("plan", None)
+                )
+                if value is None:
+                    raise InputError("plan", p.label(0), why)
+                raise InputError(field, value, f"{why} (plan {p.label(0)})")
 
 
 def _check_shard_group(w: Workload, p: Plans) -> None:

@@ -20,7 +20,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.training import TrainingEstimate, estimate
-from gpuscale.perf.validity import check_degrees, validity
+from gpuscale.perf.validity import check_degrees, divisors, validity
 from gpuscale.search.space import enumerate_plans
 from gpuscale.units import GiB
 
@@ -124,6 +124,7 @@ def search_plans(
     ok, rules = validity(w, plans)
     if not ok.any():
         raise InputError("plan", _fixed_text(fixed), _no_plan_reason(w, fixed, rules))
+    _check_shard_group(w, plans, ok, w.shard_group)
     if exact_gpus and (ok & (plans.gpus_used() == w.num_gpus)).any():
         ok &= plans.gpus_used() == w.num_gpus
     plans = plans.take(ok)
@@ -203,6 +204,25 @@ def _join_memory(mems: list[MemoryBreakdown]) -> MemoryBreakdown:
         mems, MemoryBreakdown, np.concatenate, capacity=mems[0].capacity
     )
     return out
+
+
+def _check_shard_group(w: Workload, plans: Plans, ok: np.ndarray, group: Any) -> None:
+    """A fixed hybrid-sharding group that no valid plan's data-parallel ranks split into
+    (every one would shard over all its ranks) is refused rather than read as a limit on
+    data parallelism."""
+    if not group or group >= w.num_gpus:
+        return
+    ranks = plans.dp[ok] * plans.cp[ok]
+    if (ranks > group).any():
+        return
+    fit = [g for g in divisors(w.num_gpus)[:-1] if g > 1]
+    raise InputError(
+        "shard-group",
+        group,
+        f"a group some plan's dp x cp data-parallel ranks split into: on {w.num_gpus:,} GPUs "
+        f"a divisor ({', '.join(map(str, fit[:8]))}{', ...' if len(fit) > 8 else ''}), "
+        f"{w.num_gpus:,} or more for full sharding, or 0",
+    )
 
 
 def _fixed_text(fixed: dict[str, Any] | None) -> str:

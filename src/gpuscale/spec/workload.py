@@ -2,7 +2,7 @@
 may be left out when a flag gives it; model, gpu and gpus must come from one or the other.
 
 name: llama3-70b pre-training
-model: llama3-70b          # catalog key or a config.json path
+model: llama3-70b          # catalog key or a config.json path (relative: beside this file)
 gpu: h100-sxm
 gpus: 1024
 seq_len: 8192              # default 2048
@@ -122,6 +122,12 @@ def load_training_job(path: Path) -> TrainingJob:
             raise InputError(f"{path.name}:{key}", shown, TEXT_VALID[key])
         if value is not None:
             data[key] = str(value)
+    model = data.get("model")
+    if isinstance(model, str) and model.endswith(".json") and not Path(model).is_absolute():
+        # a config.json named beside the workload file, as validate's files name theirs
+        beside = path.parent / model
+        if beside.exists() or not Path(model).exists():
+            data["model"] = str(beside)
     try:
         return TrainingJob.model_validate(data)
     except ValidationError as exc:

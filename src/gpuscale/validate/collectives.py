@@ -112,7 +112,8 @@ def read_algorithm(text: str) -> str | None:
     if key in NCCL_CHOOSES:
         return None
     if key not in _ALGOS:
-        raise SkipRowError(f"algorithm {text!r} not modelled")
+        valid = ", ".join(sorted(set(_ALGOS.values())))
+        raise SkipRowError(f"algorithm {text!r} not modelled (modelled: {valid}, or auto)")
     return _ALGOS[key]
 
 
@@ -209,7 +210,8 @@ def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
     op = read_op(row["collective"])
     try:
         if op is None:
-            raise SkipRowError(f"collective {row['collective']!r} not modelled")
+            valid = ", ".join(sorted(set(_OPS.values())))
+            raise SkipRowError(f"collective {row['collective']!r} not modelled ({valid})")
         nodes = count(row, "num_nodes", where)
         if nodes is None:
             raise SkipRowError("node count not stated")

@@ -35,8 +35,9 @@ def _gpu(name: str) -> GPU:
     bare = re.sub(r"\s*\(.*?\)\s*", " ", name).strip()
     try:
         return get_gpu(bare)
-    except InputError:
-        raise SkipRowError(f"GPU {name!r} not in the catalog") from None
+    except InputError as exc:
+        said = exc.valid.removeprefix("unknown; ")
+        raise SkipRowError(f"gpu {name!r} not in the catalog ({said})") from None
 
 
 _RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GbE|GBps|GB/s|G\b)"

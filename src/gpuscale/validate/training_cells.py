@@ -169,7 +169,8 @@ def read_gpu(cell: str) -> tuple[GPU, str]:
     architecture's name alone ("" otherwise)."""
     try:
         return get_gpu(cell), ""
-    except InputError:
+    except InputError as exc:
+        said = exc.valid.removeprefix("unknown; ")
         text = cell.lower()
         arch = re.search(rf"\b({'|'.join(ARCH_PARTS)})\b", text)
         # only vendor and architecture words outside brackets: "RTX 3090 (Ampere)" or
@@ -177,7 +178,7 @@ def read_gpu(cell: str) -> tuple[GPU, str]:
         outside = re.sub(r"\([^()]*\)|\[[^\[\]]*\]", " ", text)
         rest = re.sub(rf"\b({'|'.join(ARCH_PARTS)})\b", " ", outside)
         if arch is None or not ARCH_ONLY.fullmatch(rest):
-            raise UnsupportedRowError(f"GPU {cell!r} not in the catalog") from None
+            raise UnsupportedRowError(f"gpu {cell!r} not in the catalog ({said})") from None
         # an architecture without its part: the part LLM training at scale ran on
         gpu = get_gpu(ARCH_PARTS[arch.group(1)])
         return gpu, f"GPU {cell!r} names an architecture, not a part: {gpu.key} assumed"
@@ -226,7 +227,10 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
     elif re.search(r"fp16|float16|half", prec_raw) or LIGHTNING_FP16.fullmatch(prec_raw):
         precision = "fp16"
     else:
-        raise UnsupportedRowError(f"precision {prec_raw!r} not modelled")
+        raise UnsupportedRowError(
+            f"precision {prec_raw!r} not modelled (bf16, fp16, fp8 with its scaling, mxfp8, "
+            "fp4: nvfp4 or mxfp4)"
+        )
     if precision in ("fp8", "fp4") and PART_IN_LOW_PRECISION.search(prec_raw):
         notes.append(
             f"precision {cell!r}: a part of the model in {precision}, priced as {precision} "
@@ -359,7 +363,10 @@ def read_sharding(cell: str) -> int | None:
     for pattern, index in SHARD_SPELLINGS:
         if re.search(pattern, rest):
             return index
-    raise UnsupportedRowError(f"optimizer sharding {cell!r} not modelled")
+    raise UnsupportedRowError(
+        f"optimizer sharding {cell!r} not modelled (DDP, distributed optimizer, ZeRO-1/2/3, "
+        "FSDP full or hybrid shard, or empty)"
+    )
 
 
 _RECOMPUTE = (
@@ -439,7 +446,10 @@ def read_recompute(cell: str) -> str:
     ):
         if re.search(pattern, text):
             return mode
-    raise UnsupportedRowError(f"recompute {cell!r} not modelled")
+    raise UnsupportedRowError(
+        f"recompute {cell!r} not modelled (none, selective, full, partial with its layers, "
+        "or empty)"
+    )
 
 
 def read_recompute_modules(cell: str) -> tuple[str, ...] | None:
