@@ -17,7 +17,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Workload
 from gpuscale.report.scaling import scaling_figure, write_scaling_report
-from gpuscale.search.scaling import scaling_curve
+from gpuscale.search.scaling import ScalingPoint, scaling_curve
 
 SCALING = ("train", "scaling", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64")
 
@@ -153,3 +153,24 @@ def test_rates_net_of_run_costs_are_marked_as_such() -> None:
     assert scaling_header(False, "bf16")[4:6] == ("tok/s/GPU", "MFU (bf16 peak)")
     # with checkpoints priced the rates count their time: not a search's per-step rates
     assert scaling_header(True, "fp8")[4:7] == ("tok/s/GPU net", "MFU (fp8 peak) net", "goodput")
+
+
+def _point(gpus: int, tokens: float, eff: float) -> ScalingPoint:
+    g = {"compute_s": 1.0 / tokens}  # GPU-seconds a token, all compute
+    return ScalingPoint(gpus, 64, "TP1", gpus, 1.0, tokens, 0.5, eff, "", {}, g)
+
+
+def test_the_summary_names_the_point_with_the_most_tokens_per_gpu() -> None:
+    # a first point that barely fits (800 tok/s/GPU), a peak of 1,200 at 128 GPUs and 720
+    # at the last: efficiency 90 % against the first, 60 % of the peak
+    from gpuscale.report.cells import scaling_summary
+
+    pts = [_point(16, 800.0, 1.0), _point(128, 1200.0, 1.5), _point(1024, 720.0, 0.9)]
+    text = scaling_summary(pts)
+    assert text is not None
+    assert text.endswith(
+        ". The most tokens/s per GPU is at 128 GPUs (1,200); 1,024 GPUs reach 60.0% of it"
+    )
+    # the first or the last the best: nothing added
+    flat = scaling_summary([pts[0], pts[2], _point(2048, 700.0, 0.875)])
+    assert flat is not None and "The most tokens/s" not in flat

@@ -195,6 +195,20 @@ def test_explain_names_best_and_runner_up(mtnlg: tuple[Workload, SearchResult]) 
     assert text.count("saves") <= 1 and text.count("costs") <= 1
 
 
+def test_a_long_steps_gain_names_the_terms_that_make_it() -> None:
+    # a 186 s step won by 1.19 s: 987 ms less recomputation and 160 ms less bubble (a
+    # tenth of the net or more) are both named, though the bubble is under 0.1 % of the step
+    from gpuscale.search.explain import _itemised, least_itemised
+
+    least = least_itemised(186.0, 1.187)
+    assert least == pytest.approx(0.1187)
+    diffs = [("recompute_s", 0.987), ("bubble_s", 0.1605), ("overhead_s", 0.02)]
+    assert [k for k, _ in _itemised(diffs, 1.187, least)] == ["recompute_s", "bubble_s"]
+    # a short step keeps the per-mille floor; a tie, the hundred-thousandth
+    assert least_itemised(2.0, 0.5) == pytest.approx(2e-3)
+    assert least_itemised(2.0, 0.0) == pytest.approx(2e-5)
+
+
 def test_itemised_terms_leave_out_no_more_than_a_quarter_of_the_net() -> None:
     from gpuscale.search.explain import _itemised
 
@@ -270,7 +284,7 @@ def test_explain_says_when_a_plan_is_priced_at_its_uneven_split_bound() -> None:
     r = search_plans(w, CAL, {**fixed, "pp": 3})
     assert _bound(r, (r.best, r.best)) == (
         " Both are priced as if every pipeline chunk held as many layers as the fullest "
-        "(32 layers in 3 and in 3 chunks), a bound that overstates their compute and bubble "
+        "(32 layers in 3 chunks), a bound that overstates their compute and bubble "
         "(their layouts hold fewer on the last chunks)."
     )
     one = f" {r.estimate.plans.label(r.best)} is priced as if each of its 3 pipeline chunks held 11"

@@ -25,7 +25,7 @@ def scaling_header(run: bool, precision: str) -> tuple[str, ...]:
     rates = ("tok/s/GPU net", f"{mfu} net") if run else ("tok/s/GPU", mfu)
     return (
         "GPUs",
-        "batch",
+        "batch (seqs)",
         "best plan",
         "step",
         *rates,
@@ -79,7 +79,25 @@ def scaling_summary(pts: list[ScalingPoint]) -> str | None:
     return (
         f"From {first.gpus:,} to {last.gpus:,} GPUs, GPU-time per token changes "
         f"{total:+.1f}% (efficiency {100 * (last.efficiency or 0):.1f}%); by term, as a "
-        f"share of the first point's: {'; '.join(parts) or 'no term moves'}"
+        f"share of the first point's: {'; '.join(parts) or 'no term moves'}{_peak(pts)}"
+    )
+
+
+def _peak(pts: list[ScalingPoint]) -> str:
+    """Where a point between the first and the last gets the most tokens/s per GPU (the
+    first is often a plan that barely fits, so efficiency above 100 % follows): that point,
+    and the last point's throughput per GPU as a share of it; "" when the first or the
+    last is the best."""
+    fit = [p for p in pts if p.step_s is not None and p.tokens_per_s_per_gpu]
+    if len(fit) < 3:
+        return ""
+    best = max(fit, key=lambda p: p.tokens_per_s_per_gpu or 0.0)
+    if best is fit[0] or best is fit[-1]:
+        return ""
+    peak, last = best.tokens_per_s_per_gpu or 0.0, fit[-1].tokens_per_s_per_gpu or 0.0
+    return (
+        f". The most tokens/s per GPU is at {best.gpus:,} GPUs ({peak:,.0f}); "
+        f"{fit[-1].gpus:,} GPUs reach {100 * last / peak:.1f}% of it"
     )
 
 

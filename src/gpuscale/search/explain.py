@@ -51,7 +51,7 @@ def explain(result: SearchResult) -> str:
     saves: list[str] = []
     costs: list[str] = []
     net = float(e.step_s[r] - e.step_s[b])
-    moved = _itemised(diffs, net, 1e-3 * float(e.step_s[b]))
+    moved = _itemised(diffs, net, least_itemised(float(e.step_s[b]), net))
     for k, d in moved[:6]:
         (saves if d > 0 else costs).append(
             f"{abs(d) * 1e3:.1f} ms of {_TERM_WORDS.get(k, k.removesuffix('_s'))}"
@@ -119,9 +119,10 @@ def _bound(result: SearchResult, plans: tuple[int, int]) -> str:
     uneven = [(i, int(p.pp[i]) * int(p.vpp[i])) for i in plans if bound[i]]
     if len(uneven) == 2:
         (_, c1), (_, c2) = uneven
+        chunks = f"{c1} chunks" if c1 == c2 else f"{c1} chunks and in {c2}"
         return (
             f" Both are priced as if every pipeline chunk held as many layers as the fullest "
-            f"({layers} layers in {c1} and in {c2} chunks), a bound that overstates their "
+            f"({layers} layers in {chunks}), a bound that overstates their "
             "compute and bubble (their layouts hold fewer on the last chunks)."
         )
     return "".join(
@@ -130,6 +131,13 @@ def _bound(result: SearchResult, plans: tuple[int, int]) -> str:
         "last chunks, so its compute and bubble are overstated."
         for i, c in uneven
     )
+
+
+def least_itemised(step_s: float, net_s: float) -> float:
+    """The smallest change of a term the explanation names: a tenth of the net gain, or a
+    per-mille of the step where that is less (a long step's gain is made of terms small
+    beside the step), never under a hundred-thousandth of the step (noise)."""
+    return max(1e-5 * step_s, min(1e-3 * step_s, 0.1 * abs(net_s)))
 
 
 def _itemised(diffs: list[tuple[str, float]], net: float, least: float) -> list[tuple[str, float]]:
