@@ -30,7 +30,8 @@ def _scaling_table(mode: str, w: Workload, pts: list[ScalingPoint]) -> Table:
         title=f"{mode} scaling of {w.model.name} on {w.gpu.name}",
         caption="eff.: tokens/s per GPU vs the first point that fits. vs previous point: "
         "the terms whose GPU-time per token moved most, as a share of the previous "
-        "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank."
+        "point's GPU-time per token; where efficiency rose, gain: names the terms that shrank; "
+        "offset by: the largest move the other way; no net change: moves that cancel."
         + (_weak_caption(pts) if mode == "weak" else "")
         + (
             " goodput: the share of wall time in steps, net of checkpoint stalls, exposed "

@@ -114,17 +114,33 @@ def term_text(term: str, change: float) -> str:
 
 def describe_changes(changes: dict[str, float], most: int = 2) -> str:
     """The terms that moved most in the direction of the total change, largest first
-    ("bubble +13.1%, dp comm +4.0%"; a gain in efficiency reads "gain: recompute -22.0%").
-    A total change under :data:`MOVE_TOL` is "no change" (the first point, with nothing
-    before it, shows "-"); past the first, terms under it are left out."""
+    ("bubble +13.1%, dp comm +4.0%"; a gain in efficiency reads "gain: recompute -22.0%"),
+    and the largest move against it where that is :data:`OFFSET_TOL` or more and a quarter
+    of the first named ("gain: recompute -21.5%; offset by overhead +18.9%"). A total change
+    under :data:`MOVE_TOL` is "no change", or "no net change" with the moves of
+    :data:`OFFSET_TOL` or more that cancel (the first point, with nothing before it, shows
+    "-"); past the first, terms under :data:`MOVE_TOL` are left out."""
     total = sum(changes.values())
     if abs(total) < MOVE_TOL:
-        return "no change"
+        big = sorted(
+            (k for k in changes if abs(changes[k]) >= OFFSET_TOL), key=lambda k: -abs(changes[k])
+        )
+        if not big:
+            return "no change"
+        return f"no net change: {', '.join(term_text(k, changes[k]) for k in big[:most])}"
     sign = 1.0 if total > 0 else -1.0
     moved = sorted((k for k in changes if sign * changes[k] > 0), key=lambda k: -sign * changes[k])
     named = moved[:1] + [k for k in moved[1:most] if sign * changes[k] > MOVE_TOL]
     text = ", ".join(term_text(k, changes[k]) for k in named)
+    against = min(changes, key=lambda k: sign * changes[k])
+    if -sign * changes[against] >= max(OFFSET_TOL, 0.25 * abs(changes[named[0]])):
+        text += f"; offset by {term_text(against, changes[against])}"
     return text if total > 0 else f"gain: {text}"
+
+
+OFFSET_TOL = 0.025
+"""A term moving against the total change is named from this share of the earlier point's
+GPU-time per token (a move that hides behind a larger one in the other direction)."""
 
 
 def attribution(
