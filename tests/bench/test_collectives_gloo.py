@@ -160,3 +160,35 @@ def test_cli_bench_errors_are_one_line_exit_2() -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "--nodes" in r.stderr
+
+
+@needs_torch
+def test_a_run_naming_its_cluster_writes_the_file_validate_reads(tmp_path: Path) -> None:
+    # as the exported sbatch runs it on many nodes: the module itself writes the measured
+    # sweep beside the cluster it ran on, which `validate collectives` reads (a Gloo run's
+    # rows are then skipped, with that reason, rather than the file refused)
+    from gpuscale.calibrate import default_calibration
+    from gpuscale.validate.collectives_bench import bench_rows
+
+    _, res = _run(tmp_path, 2, "all_reduce", "--system", "dgx-h100", "--nodes", "1")
+    assert res["cluster"] == {"system": "dgx-h100", "nodes": 1}
+    measured = res["measured"]
+    assert isinstance(measured, dict) and measured["ranks"] == 2
+    rows = bench_rows(tmp_path / "all_reduce-2.json", default_calibration())
+    assert rows and all("Gloo" in (r.reason or "") for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--system", "dgx-h100"], "--system/--nodes='dgx-h100' is invalid: both, or neither"),
+        (["--system", "dgx-h10", "--nodes", "2"], "--system='dgx-h10' is invalid: unknown"),
+        (["--system", "dgx-h100", "--nodes", "0"], "--nodes=0 is invalid: at least 1 node"),
+    ],
+)
+def test_the_cluster_a_run_names_is_checked_before_it_starts(extra: list[str], said: str) -> None:
+    from gpuscale.bench.collectives import build_parser, check_args
+
+    with pytest.raises(InputError) as exc:
+        check_args(build_parser().parse_args(extra))
+    assert str(exc.value).startswith(said)

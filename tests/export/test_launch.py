@@ -73,15 +73,26 @@ def _env(job: dict[str, Any]) -> dict[str, str]:
 
 def test_nccl_env_follows_the_fabric() -> None:
     ib_sbatch, ib = _files("dgx-h100-superpod-1su")
-    roce_sbatch, roce = _files("hgx-h200-roce-64n-2to1")
+    _, roce = _files("hgx-h200-roce-64n-2to1")
     nvl, gb = _files("gb200-nvl72-8rack")
-    assert _env(ib)["NCCL_IB_HCA"].count("mlx5_") == 8
-    assert "NCCL_IB_GID_INDEX" not in _env(ib)
-    assert _env(roce)["NCCL_IB_GID_INDEX"] == "3" and "NCCL_SOCKET_IFNAME" in _env(roce)
-    assert "export NCCL_IB_GID_INDEX=3" in roce_sbatch
+    # DGX H100's compute ports by exact name (its user guide, Table 6): not mlx5_1, 2, 7, 8,
+    # its storage and in-band ports, which a prefix match of mlx5_1 would also take
+    dgx = "=mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1"
+    assert _env(ib)["NCCL_IB_HCA"] == dgx
+    # NCCL 2.21+ picks the RoCE v2 GID itself: no index is set
+    assert "NCCL_IB_GID_INDEX" not in _env(ib) and "NCCL_IB_GID_INDEX" not in _env(roce)
+    assert "NCCL_SOCKET_IFNAME" in _env(roce)
     assert _env(ib)["NCCL_CROSS_NIC"] == "0"  # rail-optimized
-    assert _env(gb)["NCCL_MNNVL_ENABLE"] == "1" and _env(gb)["NCCL_IB_HCA"].count("mlx5_") == 4
-    assert "export NCCL_IB_HCA=" in ib_sbatch and "NCCL_MNNVL_ENABLE=1" in nvl
+    # a system whose NIC names no guide gives: none set, and the file says how to name them
+    assert _env(gb)["NCCL_MNNVL_ENABLE"] == "1" and "NCCL_IB_HCA" not in _env(gb)
+    assert "# export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" in nvl
+    assert f"export NCCL_IB_HCA={dgx}" in ib_sbatch and "NCCL_MNNVL_ENABLE=1" in nvl
+    # the run writes the JSON validate and calibrate read, naming the cluster it ran on
+    assert "--system dgx-h100 --nodes 32 --json" in ib_sbatch
+    spec = EXAMPLES / "hgx-h200-roce-64n-2to1.yaml"
+    named = render_launch(load_cluster_spec(spec), nodes=2, spec_path=spec)
+    sbatch = next(t for n, t in named.files.items() if n.endswith(".sbatch"))
+    assert f"--model {spec.resolve()} --json" in sbatch and "--system" not in sbatch
 
 
 def test_bad_nodes_and_bench_are_input_errors() -> None:

@@ -64,6 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-c", "--check", type=int, default=1)
     ap.add_argument("--backend", default="auto", help=f"one of {', '.join(BACKENDS)}")
     ap.add_argument("--json", type=Path, default=None, help="write the results as JSON")
+    ap.add_argument(
+        "--system",
+        default=None,
+        help="catalog system the run is on: with --nodes, --json writes the file that "
+        "`gpuscale validate collectives` and `calibrate collectives` read",
+    )
+    ap.add_argument("--nodes", type=int, default=None, help="nodes the run spans (with --system)")
+    ap.add_argument(
+        "--model", type=Path, default=None, help="the cluster YAML the run is on (or --system)"
+    )
     return ap
 
 
@@ -85,6 +95,20 @@ def check_args(a: argparse.Namespace) -> tuple[list[int], int]:
         raise InputError("-c/--check", a.check, "0 (no check) or 1 (check each variant once)")
     if a.backend not in BACKENDS:
         raise InputError("--backend", a.backend, f"one of {', '.join(BACKENDS)}")
+    if (a.system is None) != (a.nodes is None):
+        raise InputError("--system/--nodes", a.system or a.nodes, "both, or neither")
+    if a.model is not None and a.system is not None:
+        raise InputError("--model", str(a.model), "a cluster YAML or --system NAME, not both")
+    if a.model is not None:
+        from gpuscale.topology import load_cluster_spec
+
+        load_cluster_spec(a.model)  # readable and valid before any process group
+    if a.system is not None:
+        from gpuscale.catalog import get_system
+
+        get_system(a.system, field="--system")
+        if a.nodes < 1:
+            raise InputError("--nodes", a.nodes, "at least 1 node")
     sizes = size_sweep(
         parse_size(a.minbytes, "-b/--minbytes"),
         parse_size(a.maxbytes, "-e/--maxbytes"),
@@ -250,7 +274,13 @@ def _sweep(
         "avg_busbw_GBps": avg,
     }
     if rank == 0 and a.json is not None:
-        a.json.write_text(json.dumps(out, indent=2) + "\n")
+        # with the cluster named, the file `validate collectives` reads (as the CLI writes it)
+        record: dict[str, Any] = out
+        if a.system is not None or a.model is not None:
+            from gpuscale.validate.collectives_bench import cluster_record
+
+            record = {"measured": out, "cluster": cluster_record(a.system, a.nodes, a.model)}
+        a.json.write_text(json.dumps(record, indent=2) + "\n")
     return out
 
 

@@ -28,7 +28,8 @@ def launch(
     from gpuscale.export import render_launch, write_launch
     from gpuscale.topology import load_cluster_spec
 
-    files = render_launch(load_cluster_spec(cluster), bench=bench, nodes=nodes, image=image)
+    spec = load_cluster_spec(cluster)
+    files = render_launch(spec, bench=bench, nodes=nodes, image=image, spec_path=cluster)
     for path in write_launch(files, out_dir):
         out.print(f"wrote {path}", highlight=False)
     out.print(

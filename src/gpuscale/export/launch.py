@@ -53,13 +53,22 @@ class LaunchFiles:
     image: str = DEFAULT_IMAGE
 
 
+_DGX_H100_HCAS = ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11")
+COMPUTE_HCAS: dict[str, tuple[str, ...]] = {"dgx-h100": _DGX_H100_HCAS, "dgx-h200": _DGX_H100_HCAS}
+"""The compute NICs' RDMA device names of systems whose guide lists them: the DGX H100/H200
+User Guide, Table 6 (network modules: OSFP ports to ConnectX-7 devices, mlx5_0, 3, 4, 5,
+6, 9, 10, 11; mlx5_1, 2, 7, 8 are the storage and in-band ports). Named exactly (``=``):
+NCCL otherwise matches by prefix, and mlx5_1 would also take mlx5_10 and mlx5_11."""
+
+
 def nccl_env(spec: ClusterSpec) -> list[tuple[str, str]]:
     """NCCL environment for the spec's fabric (ordered name, value pairs).
 
-    * ``NCCL_IB_HCA``: the compute NICs, ``mlx5_0:1`` .. one per NIC (port 1); both IB and
-      RoCE go through NCCL's IB verbs transport.
+    * ``NCCL_IB_HCA``: the compute NICs by exact name (``=mlx5_0:1,...``, port 1) where the
+      system's are known (:data:`COMPUTE_HCAS`); elsewhere NCCL takes the NICs nearest each
+      GPU and the files say how to name them. Both IB and RoCE go through NCCL's IB verbs.
     * ``NCCL_SOCKET_IFNAME``: bootstrap/out-of-band interface; excludes loopback and docker.
-    * RoCE: ``NCCL_IB_GID_INDEX=3`` (the RoCE v2 IPv4 GID on the default mlx5 GID table).
+    * RoCE: no ``NCCL_IB_GID_INDEX``: NCCL 2.21 and later picks the RoCE v2 GID itself.
     * ``NCCL_CROSS_NIC``: 0 on a rail-optimized fabric (keep each ring on its rail), 1 otherwise.
     * ``NCCL_NVLS_ENABLE`` where the NVLink domain has SHARP; ``NCCL_MNNVL_ENABLE`` where the
       NVLink domain spans nodes (NVL72).
@@ -67,10 +76,10 @@ def nccl_env(spec: ClusterSpec) -> list[tuple[str, str]]:
     env: list[tuple[str, str]] = [
         ("NCCL_DEBUG", "WARN"),
         ("NCCL_SOCKET_IFNAME", "^lo,docker"),
-        ("NCCL_IB_HCA", ",".join(f"mlx5_{i}:1" for i in range(spec.nics_per_node))),
     ]
-    if spec.protocol == "roce":
-        env.append(("NCCL_IB_GID_INDEX", "3"))
+    hcas = COMPUTE_HCAS.get(spec.system.key)
+    if hcas is not None and len(hcas) == spec.nics_per_node:
+        env.append(("NCCL_IB_HCA", "=" + ",".join(f"{h}:1" for h in hcas)))
     env.append(("NCCL_CROSS_NIC", "0" if spec.rail_optimized else "1"))
     if spec.system.nvls:
         env.append(("NCCL_NVLS_ENABLE", "1"))
@@ -150,8 +159,12 @@ def render_launch(
     nodes: int | None = None,
     image: str = DEFAULT_IMAGE,
     job_name: str | None = None,
+    spec_path: Path | None = None,
 ) -> LaunchFiles:
-    """Render sbatch + PyTorchJob for ``bench`` on ``nodes`` nodes of ``spec`` (all by default)."""
+    """Render sbatch + PyTorchJob for ``bench`` on ``nodes`` nodes of ``spec`` (all by default).
+    The sbatch's run writes its JSON naming the cluster it ran on: the spec file at
+    ``spec_path`` (its fabric, as `validate collectives` then prices it), else the spec's
+    catalog system and node count (the system's reference fabric)."""
     if bench not in BENCHES:
         raise unknown("--bench", bench, BENCHES)
     n = spec.nodes if nodes is None else nodes
@@ -162,6 +175,7 @@ def render_launch(
     module, args = BENCHES[bench]
     job = _dns_name(job_name or f"{spec.name}-{bench}-{n}n")
     roles: list[tuple[str, int]] = [("Master", 1)] + ([("Worker", n - 1)] if n > 1 else [])
+    nccl = nccl_env(spec)
     ctx: dict[str, Any] = {
         "spec_name": spec.name,
         "system": spec.system.key,
@@ -175,7 +189,13 @@ def render_launch(
         "job_name": job,
         "time_limit": DEFAULT_TIME_LIMIT,
         "rdzv_port": RDZV_PORT,
-        "env": nccl_env(spec),
+        "env": nccl,
+        "cluster_args": (
+            ["--model", shlex.quote(str(spec_path.resolve()))]
+            if spec_path is not None
+            else ["--system", spec.system.key, "--nodes", str(n)]
+        ),
+        "hca_named": any(k == "NCCL_IB_HCA" for k, _ in nccl),
         "module": module,
         "args": list(args),
         "image": image,

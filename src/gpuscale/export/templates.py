@@ -17,8 +17,12 @@ SBATCH = """\
 set -euo pipefail
 
 # NCCL settings for {{ fabric_name }}{{ ' (rail-optimized)' if rail_optimized else '' }}.
-{%- if protocol == 'infiniband' or protocol == 'roce' %}
-# NCCL_IB_HCA lists the compute NICs; check the names with `ibdev2netdev` on a node.
+{%- if (protocol == 'infiniband' or protocol == 'roce') and not hca_named %}
+# NCCL takes the RDMA NICs nearest each GPU. Where the nodes also carry storage or in-band
+# NICs, name the compute ones exactly (`ibdev2netdev` lists them), e.g.
+# export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1
+{%- elif hca_named %}
+# NCCL_IB_HCA names the compute NICs of {{ system }} (its user guide); check with `ibdev2netdev`.
 {%- endif %}
 {%- for key, value in env %}
 export {{ key }}={{ value | sh }}
@@ -30,7 +34,10 @@ rdzv_port={{ rdzv_port }}
 srun --nodes={{ nodes }} --ntasks-per-node=1 --kill-on-bad-exit=1 \\
   torchrun --nnodes={{ nodes }} --nproc-per-node={{ gpus_per_node }} \\
     --rdzv-backend c10d --rdzv-endpoint "${head_node}:${rdzv_port}" --rdzv-id "$SLURM_JOB_ID" \\
-    -m {{ module }} {{ args | join(' ') }}
+    -m {{ module }} {{ args | join(' ') }} \\
+    {{ cluster_args | join(' ') }} --json "${SLURM_JOB_NAME}-${SLURM_JOB_ID}.json"
+# `gpuscale validate collectives --runs <that file>` sets it beside the model, and
+# `gpuscale calibrate collectives --runs <that file>` fits the link constants on it.
 """
 
 PYTORCHJOB = """\

@@ -73,7 +73,13 @@ def _sweep(d: Any, path: Path) -> tuple[dict[str, Any], str, int, list[dict[str,
     """The measured sweep of a bench file, checked: its op, ranks and rows."""
     measured = d.get("measured") if isinstance(d, dict) else None
     if not isinstance(measured, dict):
-        raise InputError("--runs", str(path), "the JSON `gpuscale bench collectives --json` wrote")
+        raise InputError(
+            "--runs",
+            str(path),
+            "the JSON `gpuscale bench collectives --json` wrote, or `torchrun -m "
+            "gpuscale.bench.collectives` with --system NAME --nodes N or --model CLUSTER.yaml "
+            "(without them its JSON says no cluster to price)",
+        )
     where = f"{path.name}:measured"
     op = measured.get("op")
     if op not in OPS:
