@@ -158,3 +158,19 @@ def test_bad_rates_are_rejected() -> None:
         poisson(10, 0.0, 10, 10)
     with pytest.raises(InputError):
         offline(10, 0, 10)
+
+
+def test_warmup_requests_are_left_out_of_the_latencies() -> None:
+    # M/D/1 at rho 0.6: the first request meets an empty server (TTFT = 1 step); left out
+    # with the next 1,999, the mean wait is the steady state's, the rates the whole run's
+    s, lam = 1.0, 0.6
+    wl = poisson(20000, lam, 8, 1, seed=3)
+    whole = simulate(FixedStep(s), ONE, wl)
+    late = simulate(FixedStep(s), ONE, wl, warmup=2000)
+    assert late.requests_per_s == whole.requests_per_s
+    assert late.ttft_s.mean - s == pytest.approx(lam * s / (2 * (1 - lam * s)), rel=0.08)
+    # the first 2,000 alone: the empty start lowers their mean
+    first = simulate(FixedStep(s), ONE, poisson(2000, lam, 8, 1, seed=3))
+    assert first.ttft_s.mean == pytest.approx(
+        (whole.ttft_s.mean * 20000 - late.ttft_s.mean * 18000) / 2000, rel=1e-9
+    )
