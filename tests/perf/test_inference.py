@@ -119,6 +119,25 @@ def test_vectorised_decode_matches_scalar() -> None:
         assert v == pytest.approx(sm.decode_time_s(int(bi), 1500.0), rel=1e-9)
 
 
+def test_one_prompt_passes_every_pipeline_stage_whole() -> None:
+    # Llama 3 70B at TP4: split over 2 stages, one 2,048-token prompt still runs all 80
+    # layers in turn (half on each stage), so its prefill takes as long as at PP1 (plus a
+    # hop), not half; 64 decoding sequences fill both micro-batches, 32 each
+    cal = Calibration()
+    m, gpu = get_model("llama3-70b"), get_gpu("h100-sxm")
+    plan = precision_plan(gpu, "bf16")
+    one = build_step_model(m, gpu, plan, 4, 1, cal, tokens_per_seq=2304)
+    two = build_step_model(m, gpu, plan, 4, 2, cal, tokens_per_seq=2304)
+    assert two.prefill_time_s(2048) == pytest.approx(one.prefill_time_s(2048), rel=0.02)
+    g, a, k, c, hop, _ = two._stage(0.0, 0.0, 0, 64, 64 * 1500.0)
+    assert two.decode_time_s(64, 1500.0) == pytest.approx(
+        2 * (g + a + k + c + hop) + two.overhead_s + two.seq_overhead_s * 64, rel=1e-12
+    )
+    vec = two.decode_time_s_vec(np.array([1, 2, 64]), np.full(3, 1500.0))
+    for bi, v in zip((1, 2, 64), vec, strict=True):
+        assert v == pytest.approx(two.decode_time_s(bi, 1500.0), rel=1e-9)
+
+
 def test_prefill_is_compute_bound_and_scales_with_tokens() -> None:
     cal = Calibration()
     m, gpu = get_model("llama3-8b"), get_gpu("h100-sxm")

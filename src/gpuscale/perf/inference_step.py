@@ -164,9 +164,11 @@ class StepModel:
         decode_seqs: int,
         ctx_tokens: float,
     ) -> tuple[float, float, float, float, float, str]:
-        """One PP stage's share of a step (a 1/PP micro-batch): GEMM, attention, KV read,
-        TP and PP communication seconds, and what bounds the GEMMs."""
-        pp = self.pp
+        """One PP stage's share of a step (one of its micro-batches): GEMM, attention, KV
+        read, TP and PP communication seconds, and what bounds the GEMMs. The step's
+        sequences fill at most PP micro-batches and no micro-batch holds less than one: a
+        single prompt passes every stage whole, its prefill as long as without PP."""
+        pp = min(self.pp, max(prefill_seqs + decode_seqs, 1))
         pre, dec = prefill_tokens / pp, decode_seqs / pp
         tokens = (prefill_tokens + decode_seqs) / pp
         samples = (prefill_seqs + decode_seqs) / pp
@@ -189,7 +191,7 @@ class StepModel:
             attn += per_read * read + per_key * ctx_tokens / pp
         comm = (self.ar_alpha_s + self.ar_beta_s_per_token * tokens) if tokens > 0 else 0.0
         hop = self.pp_hop_beta_s_per_token * (prefill_tokens + decode_seqs) / pp
-        hop = self.pp_hop_alpha_s + hop if pp > 1 else 0.0
+        hop = self.pp_hop_alpha_s + hop if self.pp > 1 else 0.0
         return gemm, attn, kv, comm, hop, ("compute" if t_c > t_m else "memory")
 
     def step_time_s(
@@ -259,7 +261,8 @@ class StepModel:
 
     def decode_time_s_vec(self, batch: np.ndarray, ctx_len: np.ndarray) -> np.ndarray:
         """Vectorised :meth:`decode_time_s` over arrays of batch sizes and context lengths."""
-        b = np.asarray(batch, dtype=np.float64) / self.pp
+        seqs = np.asarray(batch, dtype=np.float64)
+        b = seqs / np.clip(seqs, 1.0, float(self.pp))  # per micro-batch, at least one sequence
         flops = (self.flops_per_token + self.head_flops_per_sample) * b
         wbytes = np.full_like(b, self.fixed_weight_bytes)
         if self.num_experts > 1:
