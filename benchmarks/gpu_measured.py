@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,8 @@ def main() -> None:
     a = ap.parse_args()
     cal = load_calibration(a.calibration)
     d = json.loads(a.measured.read_text())
+    if d.get("smoke"):  # toy sizes on any device: no figure of it is a GPU's
+        sys.exit(f"error: {a.measured}: a --smoke run (toy sizes), not a measurement")
     gpu = get_gpu(a.gpu)
     con = Console()
     con.print(f"{d['device']} (torch {d['torch']}, CUDA {d.get('cuda')}) against {gpu.name}")

@@ -47,11 +47,14 @@ def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     return [lowered[h] for h in hits]
 
 
-def unknown(field: str, value: str, choices: Iterable[str]) -> InputError:
-    """An :class:`InputError` for an unknown name, suggesting the closest known ones."""
+def unknown(field: str, value: str, choices: Iterable[str], shown: int = 12) -> InputError:
+    """An :class:`InputError` for an unknown name, suggesting the closest known ones (else
+    the first ``shown`` known names, and how many more there are)."""
     pool = sorted(choices)
     near = closest(value, pool)
-    hint = f"did you mean {', '.join(near)}?" if near else f"known: {', '.join(pool[:12])}"
+    more = f", … ({len(pool) - shown} more)" if len(pool) > shown else ""
+    known = f"known: {', '.join(pool[:shown])}{more}"
+    hint = f"did you mean {', '.join(near)}?" if near else known
     return InputError(field, value, f"unknown; {hint}")
 
 

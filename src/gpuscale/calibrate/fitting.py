@@ -68,7 +68,7 @@ def pick_constants(kind: str, said: Sequence[str] | None) -> list[str]:
             raise InputError(
                 "--constants", name, f"a {other[0]} constant; {kind} fits {', '.join(known)}"
             )
-        raise unknown("--constants", name, known)
+        raise unknown("--constants", name, known, shown=len(known))  # every one: a short list
     return [n for n in known if n in said]
 
 

@@ -191,7 +191,12 @@ def collectives(
 @app.command("storage")
 def storage(
     path: Annotated[
-        str, typer.Option("--path", help="Directory on the storage to measure (files removed).")
+        str,
+        typer.Option(
+            "--path",
+            help="An existing directory on the storage to measure (the files the run writes "
+            "there are removed after).",
+        ),
     ],
     size: Annotated[
         str, typer.Option("--size", help="Bytes written in all (4G; K/M/G = 1024^n).")

@@ -326,7 +326,7 @@ def print_estimate(
     if fixed >= FIXED_NOTE_SHARE:
         notes.append(
             f"fixed overhead ({100 * fixed:.0f} % of the step) is time the GPUs spend beyond "
-            "their kernels' work, its constants fitted on published runs: each layer's small "
+            "their kernels' work, its constants fitted on measured runs: each layer's small "
             "kernels at their minimum time and launch, an MoE layer's router, token counts "
             "sent to the host and permutation, the framework's loop per micro-batch and "
             "per step, and the GPUs waiting on the host's launches where a micro-batch's "
