@@ -222,3 +222,19 @@ def test_the_deployment_size_picks_holds_its_slo_in_a_long_run() -> None:
     wl = poisson(40000, 50.0 / best.replicas, 2048, 256, seed=7)
     long = simulate(step, step.limits(), wl, cal.inf_request_overhead_s, warmup=4000)
     assert long.tpot_s.p99 <= 0.05 * 1.05
+
+
+def test_an_moe_replicas_capacity_shares_its_expert_reads_between_prompts_and_decodes() -> None:
+    # DeepSeek-V3 at 40 req/s (2,048 in, 512 out) on B200 TP8: a step reads the experts
+    # once for its decodes and the prompts beside them; priced as two reads, the sizing
+    # asked for 3 replicas where 2 hold the SLO in a long run
+    cal = default_calibration()
+    m, g = get_model("deepseek-v3"), get_gpu("b200")
+    slo = Slo(3.0, 0.05)
+    best = size(m, 40.0, 2048, 512, slo, [g], cal, load_prices(), tps=(8,)).best
+    assert (best.tp, best.replicas) == (8, 2)
+    pplan = precision_plan(g, best.precision)
+    step = build_step_model(m, g, pplan, 8, 1, cal, EngineConfig(), 2560, 2048)
+    wl = poisson(30000, 40.0 / best.replicas, 2048, 512, seed=5)
+    long = simulate(step, step.limits(), wl, cal.inf_request_overhead_s, warmup=3000)
+    assert long.tpot_s.p99 <= 0.05 * 1.05 and long.ttft_s.p99 <= 3.0

@@ -27,7 +27,7 @@ from gpuscale.catalog import GPU, Model, get_gpu
 from gpuscale.errors import InputError, unknown_key
 from gpuscale.perf.engines import EngineConfig
 from gpuscale.perf.inference import build_step_model
-from gpuscale.perf.inference_step import StepModel
+from gpuscale.perf.inference_step import StepModel, causal_pairs
 from gpuscale.perf.kv import precision_plan
 from gpuscale.perf.plan import MAX_GPUS
 from gpuscale.sim.arrivals import check_qps, poisson
@@ -131,12 +131,22 @@ class Slo:
 
 
 def _capacity(sm: StepModel, isl: int, osl: int, tpot_s: float) -> float:
-    """Requests/s one replica sustains with steps inside ``tpot_s`` (0 if none)."""
+    """Requests/s one replica sustains with steps inside ``tpot_s`` (0 if none): at b
+    running sequences a step decodes b tokens and prefills the b / osl prompts that replace
+    the sequences finishing, in one iteration whose weight reads both share (an MoE
+    replica reads its experts once a step, not once for the decodes and again for the
+    prompts)."""
     bmax = max(sm.memory.max_seqs, 1)
     b = np.arange(1, bmax + 1, dtype=np.float64)
     ctx = isl + osl / 2.0
-    per_tok = sm.prefill_time_s(isl) / isl
-    t = sm.decode_time_s_vec(b, np.full_like(b, ctx)) + b / osl * isl * per_tok
+    prompts = b / osl
+    pairs = causal_pairs(0, isl)
+    t = np.array(
+        [
+            sm.step_time_s(p * isl, p * pairs, float(p), int(bi), bi * ctx)
+            for p, bi in zip(prompts, b, strict=True)
+        ]
+    )
     ok = t <= tpot_s
     if not ok.any():
         return 0.0

@@ -160,7 +160,7 @@ class StepModel:
         self,
         prefill_tokens: float,
         prefill_pairs: float,
-        prefill_seqs: int,
+        prefill_seqs: float,
         decode_seqs: int,
         ctx_tokens: float,
     ) -> tuple[float, float, float, float, float, str]:
@@ -198,7 +198,7 @@ class StepModel:
         self,
         prefill_tokens: float,
         prefill_pairs: float,
-        prefill_seqs: int,
+        prefill_seqs: float,
         decode_seqs: int,
         ctx_tokens: float,
     ) -> float:
@@ -216,7 +216,7 @@ class StepModel:
         self,
         prefill_tokens: float,
         prefill_pairs: float,
-        prefill_seqs: int,
+        prefill_seqs: float,
         decode_seqs: int,
         ctx_tokens: float,
     ) -> StepBreakdown:
