@@ -238,3 +238,15 @@ def test_an_moe_replicas_capacity_shares_its_expert_reads_between_prompts_and_de
     wl = poisson(30000, 40.0 / best.replicas, 2048, 512, seed=5)
     long = simulate(step, step.limits(), wl, cal.inf_request_overhead_s, warmup=3000)
     assert long.tpot_s.p99 <= 0.05 * 1.05 and long.ttft_s.p99 <= 3.0
+
+
+def test_one_output_token_has_no_tpot_and_prints_none(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["infer", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--input-len"]
+    code, out, err = run_cli([*args, "100", "--output-len", "1", "--concurrency", "4"], capsys)
+    assert code == 0, err
+    assert "nan" not in out
+    assert any(
+        line.split("│")[1].strip() == "TPOT" and "-" in line
+        for line in out.splitlines()
+        if "│" in line
+    )

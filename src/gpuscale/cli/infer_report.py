@@ -3,6 +3,7 @@ simulated serving (`infer estimate`), and the deployments `infer size` checked."
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -21,7 +22,9 @@ def gib(b: float) -> str:
 
 
 def ms(s: float) -> str:
-    return f"{s * 1e3:,.2f} ms"
+    """Seconds as milliseconds; "-" where there is no figure (no request emits a second
+    token when each asks for one: no TPOT or ITL)."""
+    return f"{s * 1e3:,.2f} ms" if math.isfinite(s) else "-"
 
 
 def print_estimate(
