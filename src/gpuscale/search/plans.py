@@ -18,7 +18,7 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.perf.memory import MemoryBreakdown, memory_breakdown
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
+from gpuscale.perf.plan import RECOMPUTE, SHARDING, BoolArray, Plans, Workload
 from gpuscale.perf.training import TrainingEstimate, estimate
 from gpuscale.perf.validity import check_degrees, divisors, validity
 from gpuscale.search.space import enumerate_plans
@@ -206,7 +206,7 @@ def _join_memory(mems: list[MemoryBreakdown]) -> MemoryBreakdown:
     return out
 
 
-def _check_shard_group(w: Workload, plans: Plans, ok: np.ndarray, group: Any) -> None:
+def _check_shard_group(w: Workload, plans: Plans, ok: BoolArray, group: int) -> None:
     """A fixed hybrid-sharding group that no valid plan's data-parallel ranks split into
     (every one would shard over all its ranks) is refused rather than read as a limit on
     data parallelism."""
