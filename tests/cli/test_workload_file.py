@@ -765,3 +765,13 @@ def test_a_relative_config_json_is_read_beside_the_workload_file(
     (folder / "bad.yaml").write_text("model: gone.json\ngpu: h100-sxm\ngpus: 8\n")
     code, _, err = run_cli(["train", "estimate", "--workload", "jobs/bad.yaml"], capsys)
     assert code == 2 and "bad.yaml:model='jobs/gone.json' is invalid: no such file" in err
+
+
+def test_a_config_json_name_too_long_for_the_system_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(f"model: {'a' * 300}.json\ngpu: h100-sxm\ngpus: 8\n")
+    code, _, err = run_cli(["train", "estimate", "--workload", str(job)], capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "job.yaml:model=" in err and "File name too long" in err

@@ -38,6 +38,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscale.errors import InputError, unknown_key
+from gpuscale.paths import path_kind
 from gpuscale.spec.files import read_yaml
 
 
@@ -126,7 +127,8 @@ def load_training_job(path: Path) -> TrainingJob:
     if isinstance(model, str) and model.endswith(".json") and not Path(model).is_absolute():
         # a config.json named beside the workload file, as validate's files name theirs
         beside = path.parent / model
-        if beside.exists() or not Path(model).exists():
+        field = f"{path.name}:model"
+        if path_kind(beside, field) != "missing" or path_kind(Path(model), field) == "missing":
             data["model"] = str(beside)
     try:
         return TrainingJob.model_validate(data)
