@@ -211,3 +211,11 @@ def test_a_backend_this_host_can_run_is_accepted(
     if backend != "gloo" and gpus:  # the same host refuses one process more than its GPUs
         with pytest.raises(InputError, match=f"NCCL with -N at most {gpus}"):
             collectives.check_backend(backend, gpus + 1)
+
+
+def test_an_output_name_too_long_for_the_system_is_one_line(
+    capsys: Any, launched: list[Any], tmp_path: Path
+) -> None:
+    err = _fail(capsys, "--json", str(tmp_path / ("a" * 300 + ".json")))
+    assert "--json=" in err and "a path the system can open (File name too long)" in err
+    assert launched == []

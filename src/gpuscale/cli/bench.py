@@ -20,6 +20,7 @@ import typer
 from gpuscale.bench.sweep import fmt_us
 from gpuscale.cli._common import Cal, Datatype, MaxBytes, MinBytes, StepFactor, load_calibration
 from gpuscale.errors import InputError
+from gpuscale.paths import path_kind
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -27,12 +28,14 @@ app = typer.Typer(no_args_is_help=True)
 def check_output_file(path: Path, field: str) -> None:
     """Refuse, before any work, an output path that could not be written at the end."""
     parent = path.parent
-    if path.is_dir():
+    kind = path_kind(path, field)  # a name too long for the system: an error, not a crash
+    if kind == "dir":
         raise InputError(field, str(path), "a file path (it is a directory)")
-    if not parent.is_dir():
-        what = "is not a directory" if parent.exists() else "does not exist"
+    up = path_kind(parent, field)
+    if up != "dir":
+        what = "does not exist" if up == "missing" else "is not a directory"
         raise InputError(field, str(path), f"a file in an existing directory ({parent} {what})")
-    if path.exists():
+    if kind != "missing":
         if not os.access(path, os.W_OK):
             raise InputError(field, str(path), "a writable file (it is not writable)")
     elif not os.access(parent, os.W_OK | os.X_OK):
