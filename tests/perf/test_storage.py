@@ -22,6 +22,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import Plans, Workload
 from gpuscale.perf.storage import (
+    ASYNC_SAVE_FIXED_S,
     StoragePolicy,
     checkpoint_bytes,
     host_link_Bps,
@@ -80,19 +81,20 @@ def test_an_interval_shorter_than_a_step_saves_every_step() -> None:
     assert c.checkpoint_every_steps == 1 and c.interval_below_step
 
 
-def test_asynchronous_checkpoint_stalls_only_for_the_copy_to_host() -> None:
+def test_asynchronous_checkpoint_stalls_for_its_set_up_and_the_copy_to_host() -> None:
     w = workload("gpt3-175b")  # H100 SXM in a DGX H100: PCIe Gen 5 x16, 63 GB/s a direction
     assert host_link_Bps(w) == 63e9
     pol = StoragePolicy(checkpoint_every_steps=100, write_Bps=100e9, asynchronous=True)
     c = storage_cost(w, 10.0, 64, pol)
-    assert c.checkpoint_stall_s == pytest.approx(GPT3_CKPT / (64 * 63e9))  # 0.606 s
+    # 6 s of set-up (PyTorch DCP's async_save: 6.3 s a save for a 7B model) + 0.606 s copy
+    assert c.checkpoint_stall_s == pytest.approx(6.0 + GPT3_CKPT / (64 * 63e9))
     assert c.checkpoint_wait_s == 0.0
     # a background write (244.4 s at 10 GB/s) longer than the interval (one 10 s step)
     # holds up the next save by what it overruns
     slow = StoragePolicy(checkpoint_every_steps=1, write_Bps=10e9, asynchronous=True)
     c = storage_cost(w, 10.0, 64, slow)
     assert c.checkpoint_wait_s == pytest.approx(244.427779 - 10.0)
-    assert c.checkpoint_stall_s == pytest.approx(GPT3_CKPT / (64 * 63e9) + 234.427779)
+    assert c.checkpoint_stall_s == pytest.approx(6.0 + GPT3_CKPT / (64 * 63e9) + 234.427779)
     # the background write drains from host memory: the GPUs' links do not bound it
     fast = storage_cost(w, 10.0, 8, replace(pol, write_Bps=1e15))
     assert fast.checkpoint_write_s == pytest.approx(GPT3_CKPT / 1e15)
@@ -136,8 +138,9 @@ def test_async_never_stalls_more_than_sync(step: float, every: float, write: flo
     asyn = storage_cost(
         w, step, 64, StoragePolicy(checkpoint_every_s=every, write_Bps=write, asynchronous=True)
     )
-    # the copy to host runs at 63 GB/s per GPU, far above any per-GPU share of the write
-    assert asyn.checkpoint_stall_s <= sync.checkpoint_stall_s + 1e-9
+    # the copy to host runs at 63 GB/s per GPU, far above any per-GPU share of the write:
+    # an asynchronous save holds training no longer than a synchronous one but for its set-up
+    assert asyn.checkpoint_stall_s <= sync.checkpoint_stall_s + ASYNC_SAVE_FIXED_S + 1e-9
     assert sync.checkpoint_every_steps == max(math.ceil(every / step - 1e-9), 1)
 
 
@@ -171,9 +174,11 @@ def test_a_run_that_saves_every_few_steps_or_restarts_slowly_says_what_it_asks()
     assert any(
         n.startswith("saving every") and f"{per_day / 1e15:.2f} PB a day" in n for n in s["notes"]
     )
-    # the background write (0.99 s) takes most of each interval when the step is short
+    # the background write takes most of each interval (a step and the save's stall)
     slow = StoragePolicy(
-        checkpoint_every_steps=1, write_Bps=0.9 * 987.75e9 / step, asynchronous=True
+        checkpoint_every_steps=1,
+        write_Bps=987.75e9 / (0.9 * (step + cost.checkpoint_stall_s)),
+        asynchronous=True,
     )
     assert any("keep the storage busy" in n for n in e.summary(0, None, slow)["notes"])
     # a 1-day restart against a job MTBF of 2112 d / 1024 GPUs = 2.06 days: fine; 3 days not

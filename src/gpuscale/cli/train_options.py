@@ -206,8 +206,9 @@ AsyncCkptOpt = Annotated[
     bool | None,
     typer.Option(
         "--async-checkpoint/--sync-checkpoint",
-        help="Save in the background, training stalls only to copy to host memory "
-        "(Megatron --async-save, DCP async_save); default synchronous.",
+        help="Save in the background, training stalls only to set the save up (6 s, PyTorch "
+        "DCP's) and copy to host memory (Megatron --async-save, DCP async_save); default "
+        "synchronous.",
     ),
 ]
 MtbfOpt = Annotated[

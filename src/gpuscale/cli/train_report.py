@@ -114,7 +114,7 @@ def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
         per = st["checkpoint_per_step_s"]
         if policy.asynchronous:
             how = (
-                f"copy to host memory, then {fmt_time(st['checkpoint_write_s'])} of "
+                f"set-up and copy to host memory, then {fmt_time(st['checkpoint_write_s'])} of "
                 "background writing"
             )
             if st["checkpoint_wait_s"] > 0:
