@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -251,3 +252,31 @@ def test_a_sequence_beyond_a_learned_position_table_says_so(
     flat = " ".join(out.split())
     assert "learned position table of 1,024 rows: a run at this length needs the table" in flat
     assert "context-extension" not in flat
+
+
+def test_a_run_that_almost_never_trains_says_so_rather_than_a_time(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a 10.1-minute restart against a failure every 84 s (1 day of GPU MTBF over 1,024 GPUs)
+    base = ["train", "estimate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024"]
+    plan = ["--tp", "8", "--pp", "4", "--dist-opt", "--tokens", "15T", "--restart-time", "10min"]
+    ckpt = ["--checkpoint-every", "30min", "--storage-write-bw", "200GB/s"]
+    code, out, err = run_cli([*base, *plan, *ckpt, "--gpu-mtbf", "1d"], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "time to train │ more than 100 years: " in flat
+
+
+def test_the_best_interval_reads_the_same_in_the_hint_and_when_taken(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # reading at 2 MB/s leaves 0.2 s a step exposed, which the interval counts
+    base = ["train", "estimate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024"]
+    plan = ["--tp", "8", "--pp", "4", "--dist-opt", "--tokens", "15T", "--restart-time", "10min"]
+    run = [*plan, "--storage-write-bw", "200GB/s", "--storage-read-bw", "2MB/s"]
+    run += ["--gpu-mtbf", "2112d"]
+    _, hint, _ = run_cli([*base, *run, "--checkpoint-every", "30min"], capsys)
+    _, taken, _ = run_cli([*base, *run, "--checkpoint-every", "best"], capsys)
+    said = re.search(r"every ([\d,]+ steps \([^)]*\))", " ".join(hint.split("goodput")[1].split()))
+    assert said is not None
+    assert f"every {said.group(1)} (the best interval" in " ".join(taken.split())

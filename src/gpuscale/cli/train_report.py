@@ -34,6 +34,10 @@ from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
 FIXED_NOTE_SHARE = 0.05
 """Share of the step above which the estimate says what its fixed overhead is."""
 
+YEAR_S = 365.25 * 86400.0
+NEVER_S = 100.0 * YEAR_S
+"""A time to train beyond which the figure is said as what it means: the run never ends."""
+
 
 def model_line(m: Model) -> str:
     """Parameters and the structure that shapes the costs: blocks, MTP depths, window,
@@ -183,7 +187,9 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
     best = r["optimal_checkpoint_every_steps"]
     every = st["checkpoint_every_steps"]
     gain = r["optimal_goodput"] - r["goodput"]
-    at = f"every {best:,} steps ({fmt_time(best * s['step_time_s'])})"
+    # a step as the interval counts it: with the data reading it does not hide
+    step = s["step_time_s"] + st.get("data_exposed_s", 0.0)
+    at = f"every {best:,} steps ({fmt_time(best * step)})"
     if best == every or gain <= 0.0:
         hint = "no other interval does better"
     elif s.get("train_steps") and best >= s["train_steps"]:
@@ -300,6 +306,13 @@ def print_estimate(
             "time to train",
             "never: failures come before the run can save and restart; save more often, "
             "faster, or on fewer nodes",
+        )
+    elif train_tokens is not None and s["time_to_train_s"] > NEVER_S:
+        t.add_row(
+            "time to train",
+            f"more than {NEVER_S / YEAR_S:,.0f} years: "
+            f"{100 * s['reliability']['goodput']:.2g}% of wall time trains; restart faster, "
+            "or run on fewer GPUs",
         )
     elif train_tokens is not None:
         t.add_row(
