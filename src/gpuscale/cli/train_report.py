@@ -189,7 +189,7 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
     gain = r["optimal_goodput"] - r["goodput"]
     # a step as the interval counts it: with the data reading it does not hide
     step = s["step_time_s"] + st.get("data_exposed_s", 0.0)
-    at = f"every {best:,} steps ({fmt_time(best * step)})"
+    at = f"every {best:,} step{'' if best == 1 else 's'} ({fmt_time(best * step)})"
     if best == every or gain <= 0.0:
         hint = "no other interval does better"
     elif s.get("train_steps") and best >= s["train_steps"]:
