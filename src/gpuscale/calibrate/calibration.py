@@ -134,6 +134,8 @@ class Calibration:
     """Per-decode-step host/scheduler overhead of a serving engine."""
     inf_seq_overhead_s: float = 0.0
     """Serving: host time per scheduled sequence per step (sampling, detokenising, books)."""
+    inf_layer_overhead_s: float = 0.0
+    """Serving: each layer's kernels at their minimum time, per step (one pass)."""
     inf_hbm_eff: float = 0.80
     """Serving: achieved fraction of HBM bandwidth for weight and KV-cache reads in a step."""
     inf_gemm_eff: float = 0.75

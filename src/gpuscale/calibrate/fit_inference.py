@@ -42,6 +42,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "inf_attn_eff": (0.2, 0.9),
     "decode_step_overhead_s": (1e-5, 0.02),
     "inf_seq_overhead_s": (1e-7, 2e-4),
+    "inf_layer_overhead_s": (1e-7, 2e-4),
     "inf_request_overhead_s": (1e-5, 0.05),
 }
 FIT_MAX_REQUESTS = 3000

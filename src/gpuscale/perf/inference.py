@@ -249,7 +249,7 @@ def build_step_model(
         ar_beta_s_per_token=ar_beta,
         pp_hop_alpha_s=hop_alpha,
         pp_hop_beta_s_per_token=hop_beta,
-        overhead_s=cal.decode_step_overhead_s,
+        overhead_s=cal.decode_step_overhead_s + model.layers * cal.inf_layer_overhead_s,
         # per sequence and step, every stage reads and writes its Mamba state
         seq_overhead_s=cal.inf_seq_overhead_s
         + pp * 2.0 * mamba_state_bytes_per_seq(model, 2.0, tp, pp) / hbm_bps
