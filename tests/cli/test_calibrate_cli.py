@@ -193,3 +193,14 @@ def test_a_start_that_prices_runs_at_infinity_is_named(tmp_path: Path) -> None:
     kernels = ROOT / "benchmarks/measured/h200_2026-12-04.json"
     r = gpuscale("calibrate", "kernels", "--runs", str(kernels), "--calibration", str(start))
     assert_one_line_error(r, "--calibration/--out='fp8_gemm_speedup=1e+300'", "zero or infinity")
+
+
+def test_an_unknown_constant_lists_every_constant_of_the_kind() -> None:
+    from gpuscale.calibrate.fitting import pick_constants
+    from gpuscale.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        pick_constants("training", ["attn_eff", "bogus"])
+    listed = str(exc.value).split("known: ")[1].split(", ")
+    assert sorted(listed) == sorted(bounds_of("training")) and len(listed) > 12
+    assert "step_overhead_s" in listed and "more)" not in str(exc.value)
