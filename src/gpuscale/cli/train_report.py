@@ -36,7 +36,8 @@ FIXED_NOTE_SHARE = 0.05
 
 YEAR_S = 365.25 * 86400.0
 NEVER_S = 100.0 * YEAR_S
-"""A time to train beyond which the figure is said as what it means: the run never ends."""
+"""A time to train with failures priced beyond which the figure is said as what it means:
+failures and restarts leave the run almost no time to train."""
 
 
 def model_line(m: Model) -> str:
@@ -307,7 +308,7 @@ def print_estimate(
             "never: failures come before the run can save and restart; save more often, "
             "faster, or on fewer nodes",
         )
-    elif train_tokens is not None and s["time_to_train_s"] > NEVER_S:
+    elif train_tokens is not None and "reliability" in s and s["time_to_train_s"] > NEVER_S:
         t.add_row(
             "time to train",
             f"more than {NEVER_S / YEAR_S:,.0f} years: "
