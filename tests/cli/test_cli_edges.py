@@ -280,3 +280,17 @@ def test_the_best_interval_reads_the_same_in_the_hint_and_when_taken(
     said = re.search(r"every ([\d,]+ steps \([^)]*\))", " ".join(hint.split("goodput")[1].split()))
     assert said is not None
     assert f"every {said.group(1)} (the best interval" in " ".join(taken.split())
+
+
+def test_a_restart_longer_than_the_time_between_failures_is_named_the_cause(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["train", "estimate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024"]
+    plan = ["--tp", "8", "--pp", "4", "--dist-opt", "--tokens", "15T"]
+    run = ["--checkpoint-every", "30min", "--storage-write-bw", "200GB/s"]
+    run += ["--gpu-mtbf", "1e12s", "--restart-time", "1e12s"]
+    code, out, err = run_cli([*base, *plan, *run], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "a restart takes longer than the time between failures" in flat
+    assert "failures come faster than an interval completes" not in flat

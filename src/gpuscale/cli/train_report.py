@@ -177,7 +177,11 @@ def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> N
         f"on average {fmt_time(lost)} of work since the last durable checkpoint and "
         f"{fmt_time(back)} of restart"
         if lost is not None and back is not None
-        else "the work of every interval: failures come faster than an interval completes"
+        else (
+            "the work of every interval: a restart takes longer than the time between failures"
+            if r["restart_s"] > r["job_mtbf_s"]
+            else "the work of every interval: failures come faster than an interval completes"
+        )
     )
     t.add_row(
         "failures",
