@@ -700,3 +700,15 @@ def test_the_estimate_json_holds_the_same_keys_with_or_without_a_token_count() -
     with_tokens = json.loads(gpuscale(*EST, *plan, *run, "--tokens", "300B").stdout)
     assert set(without) == set(with_tokens)
     assert without["checkpoints"] is None and with_tokens["checkpoints"] > 0
+
+
+def test_scaling_json_records_the_checkpoint_and_failure_inputs_it_priced() -> None:
+    r = gpuscale(
+        "train", "scaling", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64",
+        "--global-batch", "256", "--checkpoint-every", "30min", "--storage-write-bw",
+        "100GB/s", "--gpu-mtbf", "2112d", "--restart-time", "10min", "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    w = json.loads(r.stdout)["workload"]
+    assert w["storage"]["checkpoint_every_s"] == 1800.0 and w["storage"]["write_Bps"] == 1e11
+    assert w["failures"] == {"gpu_mtbf_s": 2112 * 86400.0, "restart_s": 600.0}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -382,6 +383,10 @@ def scaling_cmd(
             "batch": "strong: global_batch at every point; weak: global_batch at the last "
             "point, in proportion to the GPUs before it",
         }
+        if r.storage is not None:  # what the points' goodput and net rates were priced with
+            about["storage"] = dataclasses.asdict(r.storage)
+        if r.failures is not None:
+            about["failures"] = dataclasses.asdict(r.failures)
         emit_json(
             {
                 "workload": about,
