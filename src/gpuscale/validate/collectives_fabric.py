@@ -36,8 +36,7 @@ def _gpu(name: str) -> GPU:
     try:
         return get_gpu(bare)
     except InputError as exc:
-        said = exc.valid.removeprefix("unknown; ")
-        raise SkipRowError(f"gpu {name!r} not in the catalog ({said})") from None
+        raise SkipRowError.not_in_catalog("gpu", name, exc) from None
 
 
 _RATE = r"(\d+(?:\.\d+)?)\s*(Tb/s|Tbps|Gb/s|Gbps|Gbit/s|GbE|GBps|GB/s|G\b)"

@@ -227,10 +227,7 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         model = get_model(row["model"])
         gpu = get_gpu(row["gpu"])
     except InputError as exc:
-        said = exc.valid.removeprefix("unknown; ")
-        raise UnsupportedRowError(
-            f"{exc.field} {exc.value!r} not in the catalog ({said})"
-        ) from None
+        raise UnsupportedRowError.not_in_catalog(exc.field, str(exc.value), exc) from None
     notes = row.get("notes", "").lower()
     if "attention-dp" in notes or "attention dp" in notes:
         raise UnsupportedRowError(

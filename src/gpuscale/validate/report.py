@@ -303,6 +303,13 @@ NOT_STATED = ("-", "\u2013", "\u2014", "n/a", "na", "?")
 class SkipRow(Exception):  # noqa: N818 - a row outcome, raised to skip it with a reason
     """A row gpuscale cannot score or model: the message is the reason it is skipped."""
 
+    @classmethod
+    def not_in_catalog(cls, what: str, value: str, exc: InputError) -> SkipRow:
+        """A cell naming no catalog entry, with the catalog's own suggestion (``exc``: the
+        lookup's error: the closest names, or the first known ones)."""
+        said = exc.valid.removeprefix("unknown; ")
+        return cls(f"{what} {value!r} not in the catalog ({said})")
+
 
 SIZE_TOLERANCE = 0.25
 """Largest relative gap between the parameters a row states and those its model has."""

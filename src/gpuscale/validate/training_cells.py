@@ -170,7 +170,7 @@ def read_gpu(cell: str) -> tuple[GPU, str]:
     try:
         return get_gpu(cell), ""
     except InputError as exc:
-        said = exc.valid.removeprefix("unknown; ")
+        miss = UnsupportedRowError.not_in_catalog("gpu", cell, exc)
         text = cell.lower()
         arch = re.search(rf"\b({'|'.join(ARCH_PARTS)})\b", text)
         # only vendor and architecture words outside brackets: "RTX 3090 (Ampere)" or
@@ -178,7 +178,7 @@ def read_gpu(cell: str) -> tuple[GPU, str]:
         outside = re.sub(r"\([^()]*\)|\[[^\[\]]*\]", " ", text)
         rest = re.sub(rf"\b({'|'.join(ARCH_PARTS)})\b", " ", outside)
         if arch is None or not ARCH_ONLY.fullmatch(rest):
-            raise UnsupportedRowError(f"gpu {cell!r} not in the catalog ({said})") from None
+            raise miss from None
         # an architecture without its part: the part LLM training at scale ran on
         gpu = get_gpu(ARCH_PARTS[arch.group(1)])
         return gpu, f"GPU {cell!r} names an architecture, not a part: {gpu.key} assumed"
