@@ -137,16 +137,13 @@ def simulate(
     tr = _run(step, limits, wl, request_overhead_s)
     arrival = tr.arrival_s - request_overhead_s
     out = wl.output_len.astype(np.float64)
-    ttft = tr.first_s - arrival
-    e2e = tr.done_s - arrival
-    multi = out > 1
-    tpot = (tr.done_s[multi] - tr.first_s[multi]) / (out[multi] - 1.0)
+    counted = np.ones(wl.n, dtype=bool)  # the requests the latencies are taken over
     if 0 < warmup < wl.n:
-        late = np.argsort(arrival, kind="stable")[warmup:]
-        steady = np.zeros(wl.n, dtype=bool)
-        steady[late] = True
-        ttft, e2e = ttft[steady], e2e[steady]
-        tpot = (tr.done_s - tr.first_s)[multi & steady] / (out[multi & steady] - 1.0)
+        counted[np.argsort(arrival, kind="stable")[:warmup]] = False
+    ttft = (tr.first_s - arrival)[counted]
+    e2e = (tr.done_s - arrival)[counted]
+    multi = counted & (out > 1)
+    tpot = (tr.done_s[multi] - tr.first_s[multi]) / (out[multi] - 1.0)
     start = float(arrival.min()) if wl.n else 0.0
     end = float(tr.done_s.max()) if wl.n else 0.0
     dur = max(end - start, 1e-12)
