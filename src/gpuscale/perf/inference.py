@@ -57,6 +57,7 @@ from gpuscale.perf.kv import (
     window_share,
 )
 from gpuscale.perf.transformer import (
+    attn_core_dims,
     entries_per_token,
     indexer_layers,
     indexer_pair_flops,
@@ -140,11 +141,8 @@ def build_step_model(
         / (d + cal.inf_gemm_half_dim)
     )
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-    qk_dim = (
-        model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-        if model.mla is not None
-        else model.head_dim
-    )
+    qk_w, v_w = attn_core_dims(model)  # the core's widths over all heads (MLA's own)
+    qk_dim = qk_w / model.heads
     # a forward's attention at the pace of the exponential units where the heads are
     # shorter than the GPU's softmax balance (GPT-OSS's 64 on B200 and GB200: half rate)
     attn_rate = gpu.peak_flops(half) * cal.inf_attn_eff / softmax_factors(gpu, qk_dim)[0]
@@ -154,8 +152,7 @@ def build_step_model(
     ) * wb / gp + pc.lm_head * 2.0 / gp  # 16-bit LM head on the last stage, averaged over stages
     routed_w = pc.routed_experts * wb / gp
     # attention: QK^T and PV, 2 FLOPs per MAC -> 4 x heads x head_dim per pair and layer
-    v_dim = model.mla.v_head_dim if model.mla is not None else model.head_dim
-    attn_pair = 2.0 * model.heads * (qk_dim + v_dim) * model.attn_layers / gp
+    attn_pair = 2.0 * (qk_w + v_w) * model.attn_layers / gp
     window_pairs = None
     if model.window_attn is not None:
         # Step 3.5: each kind of attention layer with its own heads; the windowed layers'
@@ -185,7 +182,7 @@ def build_step_model(
         decode_pair = attn_pair
         sparse_tokens *= c.csa_ratio
         sparse_share = csa / entries
-        window_flops = 2.0 * model.heads * (qk_dim + v_dim) * c.window * model.layers / gp
+        window_flops = 2.0 * (qk_w + v_w) * c.window * model.layers / gp
     # a decode step reads the attention's cache (capped at a DSA model's top-k) and all its
     # indexer keys
     idx_tok = indexer_key_bytes_per_token(model, pp)
