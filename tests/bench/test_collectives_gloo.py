@@ -181,9 +181,11 @@ def test_a_run_naming_its_cluster_writes_the_file_validate_reads(tmp_path: Path)
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        (["--system", "dgx-h100"], "--system/--nodes='dgx-h100' is invalid: both, or neither"),
+        (["--system", "dgx-h100"], "--nodes='(missing)' is invalid: a node count of at least 1"),
+        (["--nodes", "2"], "--model='(missing)' is invalid: a cluster YAML, or --system NAME"),
+        (["--model", "c.yaml", "--system", "dgx-h100"], "--model='c.yaml' is invalid: give either"),
         (["--system", "dgx-h10", "--nodes", "2"], "--system='dgx-h10' is invalid: unknown"),
-        (["--system", "dgx-h100", "--nodes", "0"], "--nodes=0 is invalid: at least 1 node"),
+        (["--system", "dgx-h100", "--nodes", "0"], "--nodes=0 is invalid: a node count of at least 1"),
     ],
 )
 def test_the_cluster_a_run_names_is_checked_before_it_starts(extra: list[str], said: str) -> None:

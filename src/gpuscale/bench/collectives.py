@@ -95,20 +95,11 @@ def check_args(a: argparse.Namespace) -> tuple[list[int], int]:
         raise InputError("-c/--check", a.check, "0 (no check) or 1 (check each variant once)")
     if a.backend not in BACKENDS:
         raise InputError("--backend", a.backend, f"one of {', '.join(BACKENDS)}")
-    if (a.system is None) != (a.nodes is None):
-        raise InputError("--system/--nodes", a.system or a.nodes, "both, or neither")
-    if a.model is not None and a.system is not None:
-        raise InputError("--model", str(a.model), "a cluster YAML or --system NAME, not both")
-    if a.model is not None:
-        from gpuscale.topology import load_cluster_spec
+    if a.model is not None or a.system is not None or a.nodes is not None:
+        from gpuscale.topology.select import fabric_for
 
-        load_cluster_spec(a.model)  # readable and valid before any process group
-    if a.system is not None:
-        from gpuscale.catalog import get_system
-
-        get_system(a.system, field="--system")
-        if a.nodes < 1:
-            raise InputError("--nodes", a.nodes, "at least 1 node")
+        # readable and valid before any process group starts
+        fabric_for(a.model, a.system, a.nodes, cluster_flag="--model")
     sizes = size_sweep(
         parse_size(a.minbytes, "-b/--minbytes"),
         parse_size(a.maxbytes, "-e/--maxbytes"),

@@ -137,9 +137,9 @@ def collectives(
     fabric = None
     cal = None
     if model is not None or system is not None:
-        from gpuscale.cli.comm import resolve_fabric
+        from gpuscale.topology.select import fabric_for
 
-        fabric = resolve_fabric(model, system, nodes)
+        fabric = fabric_for(model, system, nodes, cluster_flag="--model")
         if nproc > fabric.total_gpus:
             raise InputError(
                 "--nproc", nproc, f"at most the model cluster's {fabric.total_gpus} GPUs"

@@ -25,30 +25,6 @@ from gpuscale.perf.validity import divisors
 app = typer.Typer(no_args_is_help=True)
 
 
-def resolve_fabric(cluster: Path | None, system: str | None, nodes: int | None) -> Any:
-    """A Fabric from ``--cluster FILE`` or from ``--system NAME --nodes N`` (not both)."""
-    from gpuscale.perf.comm import Fabric
-
-    if cluster is not None and (system is not None or nodes is not None):
-        given = " ".join(f for f, v in (("--system", system), ("--nodes", nodes)) if v is not None)
-        raise InputError(
-            "--cluster", str(cluster), f"give either --cluster or --system/--nodes, not {given} too"
-        )
-    if cluster is not None:
-        from gpuscale.topology import load_cluster_spec
-
-        return load_cluster_spec(cluster).to_fabric()
-    if system is None:
-        valid = "a cluster YAML, or --system NAME with --nodes N"
-        raise InputError("--cluster", "(missing)", valid)
-    from gpuscale.catalog import get_system
-
-    sys_ = get_system(system, field="--system")
-    if nodes is None or nodes < 1:
-        raise InputError("--nodes", nodes, "a node count of at least 1 with --system")
-    return Fabric.from_system(sys_, total_gpus=nodes * sys_.gpus_per_node)
-
-
 def check_members_per_domain(members: float, gpus: int, fabric: Any) -> int:
     """``--members-per-domain``: an integer from 1 to the scale-up domain's GPUs that
     divides the group, with enough domains in the cluster for the group."""
@@ -146,7 +122,9 @@ def estimate_cmd(
         raise InputError("--gpus", gpus, "at least 2 for send_recv (a sender and a receiver)")
     lo, hi = parse_size(minbytes, "-b/--minbytes"), parse_size(maxbytes, "-e/--maxbytes")
     sizes = size_sweep(lo, hi, factor)
-    fabric = resolve_fabric(cluster, system, nodes)
+    from gpuscale.topology.select import fabric_for
+
+    fabric = fabric_for(cluster, system, nodes)
     if gpus > fabric.total_gpus:
         raise InputError("--gpus", gpus, f"at most the cluster's {fabric.total_gpus} GPUs")
     k = None
