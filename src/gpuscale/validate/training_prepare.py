@@ -2,50 +2,42 @@
 
 :func:`prepare` reads a row of ``shared/validation/training_runs.csv``'s schema: the figure
 it compares (its ``target`` and FLOP convention), the model, GPU, sizes and precision, the
-software stack's kernels, the network it states, and the degrees it fixes; what it leaves
-unstated is chosen later by gpuscale's plan search (:func:`.training.choose_plan`). A row
-gpuscale cannot model is skipped with the reason. The rules are listed in
-``validate/README.md``.
+software stack's kernels and the network it states; the degrees and settings it fixes are
+read in :mod:`.training_plan`, and what it leaves unstated is chosen later by gpuscale's
+plan search (:func:`.training.choose_plan`). A row gpuscale cannot model is skipped with
+the reason. The rules are listed in ``validate/README.md``.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from gpuscale.catalog import GPU, system_for_gpu
+from gpuscale.catalog import GPU, Model, System, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import MAX_GPUS, PP_SPLITS, RECOMPUTE, SHARDING, Workload
-from gpuscale.perf.recompute import op_sac_modelled
+from gpuscale.perf.plan import MAX_GPUS, Workload
 from gpuscale.perf.transformer import (
     model_flops_per_token,
 )
-from gpuscale.search.space import cp_degrees
-from gpuscale.validate.numbers import count, num, positive
+from gpuscale.validate.numbers import count, positive
 from gpuscale.validate.training_cells import (
     CONVENTIONS,
     MEASURED,
     TARGETS,
     read_gpu,
     read_precision,
-    read_recompute,
-    read_recompute_modules,
-    read_seq_parallel,
     read_shard_group,
-    read_sharding,
     read_target,
 )
 from gpuscale.validate.training_model import UnsupportedRowError, model_for
+from gpuscale.validate.training_plan import stated_plan
 from gpuscale.validate.training_rows import (
-    absent_degrees,
     batch_cell_in_tokens,
-    megatron_split,
     nics_per_node,
     nvlink_domain,
-    pipeline_schedule,
     sizes_from_notes,
     zero3_gathers,
 )
@@ -57,19 +49,10 @@ from gpuscale.validate.training_stack import (
     grad_accumulation,
     loss_kernel,
     mentions,
-    pipeline_split,
     pp_transfers,
-    sequence_parallel_named,
     stack_text,
-    tp_overlap,
 )
 
-HFU_RATIO_FULL_RECOMPUTE = 1.2
-"""Hardware-over-model FLOPs ratio above which a run is taken to recompute fully (full
-recomputation adds one forward, 4/3 of the model FLOPs)."""
-HFU_RATIO_MAX = 1.6
-"""Above it the two figures disagree (4/3 plus the attention and vocabulary terms a FLOP
-count may add or leave out): no recompute is read from them."""
 MIN_MFU = 0.01
 """A measured figure under this share of the GPU's dense peak is taken to be in another
 unit: published LLM training runs sit at 10-60 % of peak."""
@@ -117,11 +100,33 @@ FLOP_TARGETS = ("tflops_per_gpu", "mfu")
 """The targets that compare FLOP rates: TFLOP/s per GPU, and the same over the dense peak."""
 
 
-def _figure(row: dict[str, str], where: str) -> tuple[str, str, bool, float | None, list[str]]:
-    """(figure compared, FLOP convention, excluded, its measured value, notes) of a row:
-    its ``target``, or for a row reported but not scored (``excluded``) whichever figure it
-    gives, or for a FLOP target whose figure is missing the other FLOP figure (said in the
-    notes); an empty convention of a FLOP figure is ``unspecified``."""
+@dataclass(frozen=True)
+class Measurement:
+    """What a row measured, as its cells give it."""
+
+    target: str
+    """The figure compared: the row's target, or for an ``excluded`` row the one it gives."""
+    convention: str
+    """How a TFLOP/s or MFU figure counts FLOPs (``unspecified`` when the cell is empty)."""
+    excluded: bool
+    """Reported, not scored."""
+    value: float | None
+    """The compared figure's cell; None where only the step time is given."""
+    step_s: float | None
+    """The measured step time, seconds."""
+
+    @property
+    def column(self) -> str:
+        """The cell that gives the compared figure."""
+        return MEASURED[self.target]
+
+
+def _figure(row: dict[str, str], where: str) -> tuple[Measurement, list[str]]:
+    """What a row measured, and the notes: the figure compared is its ``target``, or for a
+    row reported but not scored (``excluded``) whichever figure it gives, or for a FLOP
+    target whose figure is missing the other FLOP figure (said in the notes); an empty
+    convention of a FLOP figure is ``unspecified``. A row with neither the figure nor a step
+    time is skipped."""
     target = read_target(row["target"])
     if target not in TARGETS:
         raise InputError(f"{where}:target", row["target"], f"one of {', '.join(TARGETS)}")
@@ -161,7 +166,10 @@ def _figure(row: dict[str, str], where: str) -> tuple[str, str, bool, float | No
         raise UnsupportedRowError(
             f"measured_mfu={row['measured_mfu']!r}: a fraction of peak, at most 1 (0.45 for 45 %)"
         )
-    return target, conv, excluded, measured, notes
+    step_s = positive(row, "measured_step_time_s", where)
+    if measured is None and step_s is None:
+        raise UnsupportedRowError(f"no {MEASURED[target]} value")
+    return Measurement(target, conv, excluded, measured, step_s), notes
 
 
 def _check_rate(rate: float, figure: str, gpu: GPU, precision: str) -> None:
@@ -182,36 +190,42 @@ def _check_rate(rate: float, figure: str, gpu: GPU, precision: str) -> None:
         )
 
 
-def nemo_recipes(source: str) -> bool:
-    """Whether a row's source names NVIDIA's NeMo / Megatron-Bridge performance recipes (a
-    NeMo release or performance summary, an MLPerf ``..._nemo`` implementation): "NeMo" as
-    a word of its own, not inside Nemotron, nor the Mistral NeMo model's name."""
-    text = source.lower()
-    if "megatron-bridge" in text:
-        return True
-    return any(
-        not re.search(r"mistral\W{0,3}$", text[: m.start()])
-        for m in re.finditer(r"(?<![a-z])nemo(?![a-z])", text)
-    )
-
-
-def prepare(row: dict[str, str], where: str) -> PreparedRow:
-    target, conv, excluded, measured, swapped = _figure(row, where)
-    measured_col = MEASURED[target]
-    step_s = positive(row, "measured_step_time_s", where)
-    if measured is None and step_s is None:
-        raise UnsupportedRowError(f"no {measured_col} value")
+def _gpu_and_model(row: dict[str, str], where: str, notes: list[str]) -> tuple[GPU, Model]:
+    """The catalog GPU and the model a row names; the GPU's note goes first in ``notes``,
+    the model's last. Parameter-efficient fine-tuning (PEFT named in the stack) is skipped."""
     gpu, gpu_note = read_gpu(row["gpu"])
-    text = stack_text(row)
-    if mentions(text, PEFT):
+    if mentions(stack_text(row), PEFT):
         raise UnsupportedRowError(
             "parameter-efficient fine-tuning (LoRA, adapters) is not modelled: its frozen "
             "weights take no weight gradients, optimizer state or gradient reduction"
         )
-    model, notes = model_for(row, where)
-    notes = swapped + notes
+    model, model_notes = model_for(row, where)
+    notes.extend(model_notes)
     if gpu_note:
         notes.insert(0, gpu_note)
+    return gpu, model
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """The size of a row's run, as its cells and notes state it."""
+
+    num_gpus: int
+    seq_len: float
+    global_batch: float
+    """Sequences a step."""
+    batch_assumed: bool
+    """The global batch is not stated: DP x micro-batch, as if no gradient accumulation."""
+    pp: int | None
+    """The pipeline degree the row states (None: not stated)."""
+
+
+def _run_shape(row: dict[str, str], where: str, notes: list[str]) -> RunShape:
+    """The GPUs, sequence length and global batch of a row's run, and how they were read
+    (to ``notes``): a batch cell in tokens is divided by the sequence; blank cells are
+    filled from the notes, a blank batch by DP x micro-batch, a blank GPU count by the
+    stated degrees (:func:`_gpus_from_degrees`). A row without all three is skipped, and so
+    is a batch of more tokens than MAX_TOKENS_PER_STEP (a batch in tokens, not sequences)."""
     n_gpus = count(row, "num_gpus", where)
     seq_cell = count(row, "seq_len", where)
     in_tokens = batch_cell_in_tokens(row.get("global_batch_seqs", ""), seq_cell)
@@ -227,15 +241,8 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         gbs = dp_stated * mbs_stated
         notes.append("global batch not stated: dp x micro-batch (no gradient accumulation)")
     degrees = [count(row, k, where) for k in ("tp", "pp", "cp")]
-    if n_gpus is None and dp_stated is not None and None not in degrees[:2]:
-        # every degree stated: the GPUs are their product (CP 1 when blank)
-        n_gpus = math.prod(d or 1 for d in degrees) * dp_stated
-        if n_gpus > MAX_GPUS:
-            raise UnsupportedRowError(
-                f"GPU count not stated, and tp x pp x cp x dp = {n_gpus:,} is more than "
-                f"{MAX_GPUS:,}"
-            )
-        notes.append(f"GPU count not stated: tp x pp x cp x dp = {n_gpus:,.0f}")
+    if n_gpus is None:
+        n_gpus = _gpus_from_degrees(degrees, dp_stated, notes)
     if n_gpus is None or seq is None or gbs is None:
         raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
     if gbs * seq > MAX_TOKENS_PER_STEP and gbs >= seq:
@@ -245,32 +252,80 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
             f"looks like a batch in tokens ({gbs:,.0f} tokens = {gbs / seq:,.6g} sequences): "
             "give it in sequences"
         )
-    if measured is None:
-        if target not in ("tokens_per_s_per_gpu", "excluded") or not step_s:
-            raise UnsupportedRowError(f"no {measured_col} value")
-        if batch_assumed:
-            # the tokens a step trains are the row's figure: an assumed batch would make it
-            raise UnsupportedRowError(
-                "only a step time is measured and the global batch is not stated: its "
-                "tokens/s per GPU cannot be derived"
-            )
-        # only the iteration time is given: the tokens it trains over its GPUs
-        measured = gbs * seq / (step_s * n_gpus)
-        notes.append("tokens/s per GPU from the measured step time: batch x sequence / (s x GPUs)")
-    precision = read_precision(row.get("precision", ""), gpu, notes)
+    return RunShape(n_gpus, seq, gbs, batch_assumed, degrees[1])
+
+
+def _gpus_from_degrees(degrees: list[int | None], dp: int | None, notes: list[str]) -> int | None:
+    """A blank GPU count from the degrees a row states (``degrees``: TP, PP, CP): TP x PP x
+    CP x DP, CP 1 when blank, where TP, PP and DP are stated (else None); more than
+    MAX_GPUS is skipped."""
+    if dp is None or None in degrees[:2]:
+        return None
+    # every degree stated: the GPUs are their product (CP 1 when blank)
+    n_gpus = math.prod(d or 1 for d in degrees) * dp
+    if n_gpus > MAX_GPUS:
+        raise UnsupportedRowError(
+            f"GPU count not stated, and tp x pp x cp x dp = {n_gpus:,} is more than {MAX_GPUS:,}"
+        )
+    notes.append(f"GPU count not stated: tp x pp x cp x dp = {n_gpus:,.0f}")
+    return n_gpus
+
+
+def _measured(m: Measurement, run: RunShape, notes: list[str]) -> float:
+    """The measured figure: the row's cell, or where only the step time is given, the
+    tokens/s per GPU it gives, batch x sequence / (step time x GPUs), for a tokens/s (or
+    excluded) row whose batch is stated."""
+    if m.value is not None:
+        return m.value
+    if m.target not in ("tokens_per_s_per_gpu", "excluded") or not m.step_s:
+        raise UnsupportedRowError(f"no {m.column} value")
+    if run.batch_assumed:
+        # the tokens a step trains are the row's figure: an assumed batch would make it
+        raise UnsupportedRowError(
+            "only a step time is measured and the global batch is not stated: its "
+            "tokens/s per GPU cannot be derived"
+        )
+    # only the iteration time is given: the tokens it trains over its GPUs
+    measured = run.global_batch * run.seq_len / (m.step_s * run.num_gpus)
+    notes.append("tokens/s per GPU from the measured step time: batch x sequence / (s x GPUs)")
+    return measured
+
+
+def _check_figure(
+    row: dict[str, str],
+    m: Measurement,
+    measured: float,
+    model: Model,
+    run: RunShape,
+    gpu: GPU,
+    precision: str,
+) -> None:
+    """The GPU must have a dense peak at the row's precision, and a tokens/s or TFLOP/s
+    figure's FLOP rate per GPU must lie within :func:`_check_rate`'s bounds of it (tokens/s
+    as the model FLOPs of the tokens; an MFU is at most 1, checked in :func:`_figure`)."""
     if precision not in gpu.peak_tflops:
         raise UnsupportedRowError(f"{gpu.key} has no {precision} peak in the catalog")
-    if target != "mfu":  # an MFU is at most 1, checked above
-        figure = (
-            f"{measured_col}={measured:g}"
-            if row.get(measured_col, "").strip()
-            else f"measured_step_time_s={step_s:g} ({measured:,.0f} tokens/s per GPU)"
-        )
-        if target == "tflops_per_gpu":
-            rate = measured * 1e12
-        else:  # the model FLOPs of the tokens each GPU trains per second
-            rate = measured * model_flops_per_token(model, int(seq), causal=True)
-        _check_rate(rate, figure, gpu, precision)
+    if m.target == "mfu":
+        return
+    figure = (
+        f"{m.column}={measured:g}"
+        if row.get(m.column, "").strip()
+        else f"measured_step_time_s={m.step_s:g} ({measured:,.0f} tokens/s per GPU)"
+    )
+    if m.target == "tflops_per_gpu":
+        rate = measured * 1e12
+    else:  # the model FLOPs of the tokens each GPU trains per second
+        rate = measured * model_flops_per_token(model, int(run.seq_len), causal=True)
+    _check_rate(rate, figure, gpu, precision)
+
+
+def _workload(
+    row: dict[str, str], model: Model, gpu: GPU, run: RunShape, precision: str, notes: list[str]
+) -> Workload:
+    """The workload of a row's run, with the kernels, MoE dispatch, gradient accumulation,
+    pipeline transfers and FP8 parameter gathers its software stack names (the reasons to
+    ``notes``: dispatch only for an MoE model, pipeline transfers unless PP is stated 1) on
+    the system :func:`_system` reads and the hybrid shard group its sharding cell names."""
     (attention, why_a), (gathers, why_g) = attention_kernel(row, gpu.arch), zero3_gathers(row)
     (elementwise, why_e), (graphs, why_c) = elementwise_kernels(row), cuda_graphs(row)
     loss, why_l = loss_kernel(row)
@@ -282,31 +337,23 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
     if why:
         notes.append(why)
     p2p, why = pp_transfers(row)
-    if why and degrees[1] != 1:
+    if why and run.pp != 1:
         notes.append(why)
-    fp8_gather = precision in ("fp8", "fp4") and mentions(text, FP8_PARAM_GATHER)
+    fp8_gather = precision in ("fp8", "fp4") and mentions(stack_text(row), FP8_PARAM_GATHER)
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
-    system = system_for_gpu(gpu)
-    system, why = nvlink_domain(row, system)
-    if why:
-        notes.append(why)
-    links = nics_per_node(row, system.nic_gbps, system.gpus_per_node)
-    if links is not None and links != (system.nics_per_node, system.nic_gbps):
-        nics, gbps = links
-        system = system.model_copy(update={"nics_per_node": nics, "nic_gbps": gbps})
-        notes.append(f"scale-out: {nics} x {gbps:g} Gb/s NICs per node, as the row states")
+    system = _system(row, gpu, notes)
     shard_group, why = read_shard_group(row, system.gpus_per_node)
     if why:
         notes.append(why)
-    w = Workload(
+    return Workload(
         model,
         gpu,
         system,
-        Fabric.from_system(system, int(n_gpus)),
-        int(n_gpus),
-        int(seq),
-        int(gbs),
+        Fabric.from_system(system, run.num_gpus),
+        run.num_gpus,
+        int(run.seq_len),
+        int(run.global_batch),
         precision,
         attention=attention,
         zero3_gathers=gathers,
@@ -319,165 +366,45 @@ def prepare(row: dict[str, str], where: str) -> PreparedRow:
         pp_p2p=p2p,
         shard_group=shard_group,
     )
-    fixed: dict[str, Any] = {}
-    for col, key in (
-        ("tp", "tp"),
-        ("pp", "pp"),
-        ("dp", "dp"),
-        ("cp", "cp"),
-        ("ep", "ep"),
-        ("vpp", "vpp"),
-        ("micro_batch", "mbs"),
-    ):
-        v = count(row, col, where)
-        if v is not None:
-            fixed[key] = v
-    model_par = math.prod(int(fixed.get(k, 1)) for k in ("tp", "pp", "cp"))
-    if "dp" not in fixed and n_gpus % model_par:
-        raise UnsupportedRowError(
-            f"tp x pp x cp = {model_par:,} GPUs "
-            + ("is more than" if model_par > n_gpus else "does not divide")
-            + f" the row's num_gpus={n_gpus:,}: no whole number of data-parallel replicas"
-        )
-    notes.extend(absent_degrees(row.get("notes", ""), fixed))
-    if "dp" in fixed and "tp" not in fixed and "pp" not in fixed:
-        split = megatron_split(w, fixed)
-        if split is not None:
-            fixed["tp"], fixed["pp"] = split
-            notes.append(
-                f"TP/PP split not stated: TP{split[0]} PP{split[1]}, tensor parallel up to the "
-                "node and pipeline across nodes (Narayanan et al. SC'21, takeaway 1)"
-            )
-    notes.extend(pipeline_schedule(row, fixed, int(gbs)))
-    pp_split, why = pipeline_split(row, int(fixed.get("pp", 1)))
+
+
+def _system(row: dict[str, str], gpu: GPU, notes: list[str]) -> System:
+    """The GPU's reference system with the NVLink domain and the scale-out NICs the row
+    states (:func:`.training_rows.nvlink_domain`, :func:`.training_rows.nics_per_node`);
+    the reasons to ``notes``."""
+    system, why = nvlink_domain(row, system_for_gpu(gpu))
     if why:
         notes.append(why)
-        w = replace(w, pp_split=pp_split)
-        fixed["split"] = PP_SPLITS.index(pp_split)
-    sp = read_seq_parallel(row.get("seq_parallel", ""))
-    if sp is None and sequence_parallel_named(row):
-        sp = True
-        notes.append("sequence parallelism: on, as the row says the run used it")
-    if sp is not None:
-        fixed["sp"] = sp
-        if fixed["sp"] and fixed.get("tp") == 1:
-            # Megatron switches it off ("Disabling sequence parallelism because tensor model
-            # parallel size is 1"): a table's SP column may be ticked for every row
-            fixed["sp"] = False
-            notes.append("sequence parallelism stated with TP 1: off, as Megatron turns it off")
-    elif attention == "unfused":
-        fixed["sp"] = False
-        notes.append("sequence parallelism not stated: off, as in Megatron's unfused-attention era")
-    titan_tp = "torchtitan" in text and int(fixed.get("tp", 1)) > 1
-    if titan_tp and "sp" not in fixed:
-        # torchtitan's TP plan shards the norms over the sequence (SequenceParallel)
-        fixed["sp"] = True
-        notes.append("sequence parallelism: on, as torchtitan's TP plan shards the norms")
-    if titan_tp:
-        # its TP collectives overlap the matmuls only with AsyncTP (micro-pipelined, through
-        # symmetric memory); plain TP runs them in turn
-        fixed["tp_overlap"] = mentions(text, r"async[ -]?tp")
-        notes.append(
-            "TP communication overlapped with the matmuls (AsyncTP)"
-            if fixed["tp_overlap"]
-            else "TP communication not overlapped (torchtitan without AsyncTP)"
-        )
-    rc = read_recompute(row.get("recompute", ""))
-    if rc == "partial" and re.search(r"\d", row.get("recompute", "")):
-        # Megatron's block method recomputes the layers a run sets; gpuscale prices partial
-        # recomputation as the least that fits the memory (priced as a fraction of layers)
-        notes.append(
-            f"recompute {row['recompute'].strip()!r}: priced as the least partial "
-            "recomputation that fits, not the layer count the row gives"
-        )
-    if not rc and conv == "megatron_sc21_hfu":
-        rc = "full"
-        notes.append("full recompute: the SC'21 FLOP convention counts a full recomputation")
-    tf_meas = num(row, "measured_tflops_per_gpu", where)
-    tok_meas = num(row, "measured_tokens_per_s_per_gpu", where)
-    if not rc and tf_meas and tok_meas:
-        # the row's own two figures: TFLOP/s above the model-FLOPs rate by a third means the
-        # source counted a recomputed forward pass (HFU), i.e. the run recomputed fully
-        ratio = tf_meas * 1e12 / (tok_meas * model_flops_per_token(model, int(seq), causal=False))
-        if HFU_RATIO_FULL_RECOMPUTE < ratio <= HFU_RATIO_MAX:
-            rc = "full"
-            notes.append(f"full recompute: reported TFLOP/s are {ratio:.2f}x the model-FLOPs rate")
-        elif ratio > HFU_RATIO_MAX:
-            notes.append(
-                f"the reported TFLOP/s are {ratio:.2f}x the model-FLOPs rate of its tokens/s, "
-                "more than any recomputation adds: recompute not inferred from them"
-            )
-    if not rc and re.search(
-        r"activation checkpointing on|full (activation )?recompute",
-        row.get("notes", ""),
-        re.IGNORECASE,
-    ):
-        rc = "full"
-        notes.append("full recompute as stated in the notes")
-    if rc:
-        fixed["recompute"] = RECOMPUTE.index(rc)
-    modules = read_recompute_modules(row.get("recompute", ""))
-    if rc == "selective" and modules is None and "torchtitan" in text:
-        # torchtitan's selective checkpointing is per operator by default
-        # (selective_ac_option = "op"), not Megatron's attention-core recompute
-        modules = ("ops",) if op_sac_modelled(w.model) else None
-    if rc == "selective" and modules is not None and modules != w.recompute_modules:
-        w = replace(w, recompute_modules=modules)
-        notes.append(
-            "selective recompute per operator, torchtitan's default (every other matmul's "
-            "output kept)"
-            if modules == ("ops",)
-            else f"selective recompute of {', '.join(modules)} (Megatron-Core modules)"
-        )
-    sharding = read_sharding(row.get("dist_optimizer_or_zero", ""))
-    recipes = nemo_recipes(row["source"])
-    if sharding is not None:
-        fixed["sharding"] = sharding
-        if not w.shard_group:
-            # a sharding the row names over all its data-parallel ranks: FSDP is FULL_SHARD
-            # unless the cell says hybrid (read_shard_group), so no hybrid twin is searched
-            fixed["shard_group"] = 0
-    elif recipes:
-        # the performance recipes run Megatron's distributed optimizer with gradients reduced
-        # in bf16 (ddp.grad_reduce_in_fp32 = False): ZeRO-1's memory and traffic
-        fixed["sharding"] = SHARDING.index("zero1")
-        notes.append("sharding: Megatron's distributed optimizer, bf16 gradient reduction")
-    tp_stated = int(fixed.get("tp", 1))
-    if recipes and 1 < tp_stated <= w.fabric.scaleup_domain_gpus and fixed.get("sp") is not False:
-        # the performance recipes overlap TP communication with the GEMMs whenever TP > 1
-        # (tp_comm_overlap: Transformer Engine's userbuffers, under sequence parallelism,
-        # within a scale-up domain)
-        fixed["tp_overlap"] = True
-        notes.append("TP communication overlapped with GEMMs (the recipes' tp_comm_overlap)")
-    if "tp_overlap" not in fixed and not recipes and fixed.get("tp") != 1:
-        overlap, why = tp_overlap(row)
-        if overlap is not None:
-            fixed["tp_overlap"] = overlap
-            notes.append(why)
-    free = [k for k in ("tp", "pp", "dp", "mbs", "recompute", "sharding") if k not in fixed]
-    # the knobs a search sets only where they can matter: context parallelism, experts
-    # over ranks (an MoE model), interleaving (under a pipeline), sequence parallelism
-    # (under TP)
-    free += [
-        name
-        for key, name, matters in (
-            ("cp", "cp", len(cp_degrees(w.seq_len)) > 1),
-            ("ep", "ep", w.model.is_moe),
-            ("vpp", "vpp", fixed.get("pp") != 1),
-            ("sp", "sequence parallelism", fixed.get("tp") != 1),
-        )
-        if key not in fixed and matters
-    ]
-    if free:
-        notes.append(f"not stated, chosen by gpuscale's plan search: {', '.join(free)}")
+    links = nics_per_node(row, system.nic_gbps, system.gpus_per_node)
+    if links is not None and links != (system.nics_per_node, system.nic_gbps):
+        nics, gbps = links
+        system = system.model_copy(update={"nics_per_node": nics, "nic_gbps": gbps})
+        notes.append(f"scale-out: {nics} x {gbps:g} Gb/s NICs per node, as the row states")
+    return system
+
+
+def prepare(row: dict[str, str], where: str) -> PreparedRow:
+    """A row as gpuscale predicts it: its workload, the plan it states, the figure compared
+    and the reasons printed with it, in the order the rules apply (what was measured, the
+    GPU and model, the run's size, the precision, the software stack, then the plan). The
+    first rule a row breaks skips it with the reason (``UnsupportedRowError``; a malformed
+    cell raises ``InputError``)."""
+    m, notes = _figure(row, where)
+    gpu, model = _gpu_and_model(row, where, notes)
+    run = _run_shape(row, where, notes)
+    measured = _measured(m, run, notes)
+    precision = read_precision(row.get("precision", ""), gpu, notes)
+    _check_figure(row, m, measured, model, run, gpu, precision)
+    w = _workload(row, model, gpu, run, precision, notes)
+    w, fixed, plan_notes = stated_plan(row, where, w, m.convention)
     return PreparedRow(
         row["id"],
         source_group(row["source"]),
         w,
         fixed,
-        "excluded" if excluded else target,
-        conv,
+        "excluded" if m.excluded else m.target,
+        m.convention,
         measured,
-        tuple(notes),
-        target,
+        tuple(notes + plan_notes),
+        m.target,
     )
