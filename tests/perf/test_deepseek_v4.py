@@ -28,7 +28,7 @@ from gpuscale.perf.inference import build_step_model
 from gpuscale.perf.kv import kv_bytes_per_token, precision_plan, window_cache_bytes_per_seq
 from gpuscale.perf.memory import activation_bytes_per_layer
 from gpuscale.perf.plan import Plans, Workload
-from gpuscale.perf.step import hyper_connection_bytes
+from gpuscale.perf.step_memory_bound import hyper_connection_bytes
 from gpuscale.perf.training import estimate
 from gpuscale.perf.transformer import (
     active_param_count,

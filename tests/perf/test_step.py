@@ -485,7 +485,11 @@ def test_blackwell_ultra_runs_attention_faster_at_the_same_tensor_peak() -> None
 
 
 def test_eager_elementwise_adds_the_counted_bytes() -> None:
-    from gpuscale.perf.step import EAGER_GLU_BYTES, EAGER_NORM_BYTES, EAGER_ROPE_BYTES
+    from gpuscale.perf.step_memory_bound import (
+        EAGER_GLU_BYTES,
+        EAGER_NORM_BYTES,
+        EAGER_ROPE_BYTES,
+    )
 
     w = workload("llama3-8b", gpus=8, seq=8192, gbs=8, gpu="h100-sxm")
     p = Plans.of(tp=1, pp=1, dp=8, mbs=1, recompute=0, sharding=4)

@@ -71,8 +71,9 @@ ELEMENTWISE = ("fused", "eager")
 """How the memory-bound ops run: ``fused`` kernels (Transformer Engine / Apex RMSNorm,
 SwiGLU and RoPE, or torch.compile's generated ones), or ``eager`` PyTorch, where each op of
 a norm, rotary embedding or gated activation is its own kernel that reads and writes the
-whole tensor, often upcast to fp32 (see ``EAGER_*`` in :mod:`gpuscale.perf.step`), and the
-loss keeps three fp32 copies of the logits (:data:`gpuscale.perf.memory.LOSS_BYTES`)."""
+whole tensor, often upcast to fp32 (see ``EAGER_*`` in
+:mod:`gpuscale.perf.step_memory_bound`), and the loss keeps three fp32 copies of the logits
+(:data:`gpuscale.perf.memory.LOSS_BYTES`)."""
 PP_SPLITS = ("even", "account", "balanced")
 """How a pipeline's layers are placed on its stages: ``even``, ceil(L / (pp vpp)) layers per
 chunk with the output layer beside the last stage's (Megatron-LM's default); ``balanced``,

@@ -25,7 +25,8 @@ are its blocks, each costed by its kind):
   memory-bound  norms, residuals (DeepSeek-V4's hyper-connections: n streams), dropout,
               activation functions: bytes / (HBM x hbm_eff);
               replicated over TP ranks unless sequence parallelism splits them; eager
-              PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move.
+              PyTorch (no fused norm/RoPE/SwiGLU kernels) adds the bytes its extra ops move
+              (perf/step_memory_bound.py).
   quantise    FP8/NVFP4 quantise every GEMM input (X forward, dY backward) at HBM speed,
               fp8_cast_bytes per element (NVFP4: 7.125 / 4 of that).
   recompute   full: the whole forward again; partial: that for the fraction of layers that
@@ -56,8 +57,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.catalog import Model
-from gpuscale.perf.attn_kinds import kind_mean
 from gpuscale.perf.data_parallel import data_parallel_s, grad_accum_mb_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
@@ -71,39 +70,13 @@ from gpuscale.perf.kernels import (
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s, up_proj_shapes
-from gpuscale.perf.stages import pipeline_stages
-from gpuscale.perf.step_comm import StageMicroBatch, cp_comm_s, ep_comm_s, pp_comm_s, tp_comm_s
-from gpuscale.perf.step_gemms import Gemms, layer_gemms, mamba_widths
-from gpuscale.perf.transformer import mean_attn_dims, mtp_layer_equivalents
+from gpuscale.perf.stages import Stages, pipeline_stages
+from gpuscale.perf.step_comm import StageMicroBatch, micro_batch_comm
+from gpuscale.perf.step_gemms import Gemms, LayerGemms, layer_gemms
+from gpuscale.perf.step_memory_bound import MemoryBound, act_rw, memory_bound, moe_ffn_width
+from gpuscale.perf.transformer import mtp_layer_equivalents
 
 FloatArray = FloatArrayT
-
-MOE_PERMUTE_PASSES = 6.0
-"""Reads + writes of the routed tokens' hidden states per MoE layer forward: permute
-(2), unpermute (2) and the gate-weighted combine (2), as in Megatron-Core's token dispatcher."""
-EAGER_NORM_BYTES = 32.0
-"""Extra HBM bytes per element of one RMSNorm run op by op in eager PyTorch, over a fused
-kernel (read 2, write 2): upcast to fp32 (read 2, write 4), square (4 + 4), mean (read 4),
-scale by rsqrt (4 + 4), cast back (4 + 2), multiply by the weight (2 + 2): 36 - 4 bytes."""
-EAGER_ROPE_BYTES = 16.0
-"""The same per query/key element of rotary embedding as complex multiplication in fp32
-(torchtitan's ``apply_rotary_emb``): upcast (2 + 4), complex multiply (4 + 4), cast back
-(4 + 2) = 20 bytes against a fused kernel's 4."""
-EAGER_GLU_BYTES = 4.0
-"""The same per FFN element of a gated activation, silu(a) * b as two kernels: silu
-(2 + 2), multiply (4 + 2) = 10 bytes against a fused kernel's 6."""
-
-
-def hyper_connection_bytes(m: Model) -> float:
-    """HBM bytes per token and layer, forward, that hyper-connections (mHC, n streams, two
-    a layer) move beyond a plain residual add's 3 h elements: each reads the streams three
-    times (the weights' projection, the collapse, the mix), writes them once, writes the
-    collapsed block input and reads the block's output, (4 n + 2) h elements, 16-bit
-    (0 for the plain residual)."""
-    n = m.residual_streams
-    if n == 1:
-        return 0.0
-    return 2.0 * (4.0 * n + 2.0 - 3.0) * m.hidden * 2.0
 
 
 @dataclass(frozen=True)
@@ -140,149 +113,270 @@ class StepBreakdown:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def step_breakdown(
-    w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
-) -> StepBreakdown:
-    """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
-    here when not given)."""
+@dataclass(frozen=True)
+class Rates:
+    """The rates one GPU's kernels run at, for every plan alike."""
+
+    peak16_flops: float
+    """The dense 16-bit peak FLOP/s at the clock the part sustains (attention, scans)."""
+    mm16_flops: float
+    """The 16-bit GEMM rate the part can reach: peak x matmul_eff, the GPU's measured
+    maximum achievable matmul rate (MAMF; the catalog). The output layer and the router."""
+    gemm_flops: float
+    """``mm16_flops`` at the workload's GEMM precision (FP8, NVFP4: perf/kernels.py)."""
+    hbm_Bps: float
+    """The HBM bandwidth achieved: the GPU's rated bandwidth x hbm_eff."""
+
+    @classmethod
+    def of(cls, w: Workload, cal: Calibration) -> Rates:
+        """The rates of the workload's GPU under ``cal``."""
+        peak16 = sustained_peak16(w.gpu)
+        mm16 = peak16 * w.gpu.matmul_eff
+        gemm_flops = mm16 * low_precision_speedup(w, cal)
+        return cls(peak16, mm16, gemm_flops, w.gpu.hbm_bw_Bps * cal.hbm_eff)
+
+
+def full_recompute_fraction(
+    w: Workload, p: Plans, cal: Calibration, given: FloatArray | None
+) -> FloatArray:
+    """Fraction of each plan's layers recomputed whole: all of them under full
+    recomputation, none without it or under selective recomputation, and under partial
+    recomputation just enough to fit (the memory model's figure, perf/memory.py; ``given``
+    where the caller has it)."""
+    if given is not None:
+        return given
+    if (p.recompute == 3).any():
+        return memory_breakdown(w, p, cal).recompute_fraction
+    out: FloatArray = np.where(p.recompute == 2, 1.0, 0.0)
+    return out
+
+
+def stage_micro_batch(
+    w: Workload, p: Plans, cal: Calibration, stages: Stages, recompute_fraction: FloatArray | None
+) -> StageMicroBatch:
+    """One micro-batch of each plan on the stage that sets its pipeline's pace
+    (``stages.slowest``, perf/stages.py): mbs x s / cp tokens a GPU; the share of each block
+    type per layer (attention + MLP (or MoE) layers have attention share 1 and MLP + MoE
+    shares 1; a hybrid's blocks are one of attention, Mamba, MLP, MoE); multi-token
+    prediction's depths as their FLOP-equivalent of average layers, spread over the stages
+    as the layouts that place MTP beside the loss balance them (Megatron-Core
+    pipeline_model_parallel_layout)."""
     m = w.model
     tp = p.tp.astype(np.float64)
     cp = p.cp.astype(np.float64)
     s_loc = w.seq_len / cp
-    tokens = p.mbs * s_loc  # tokens per GPU per micro-batch
-    h = float(m.hidden)
-    # Q and K/V widths, averaged over the attention layers' kinds (Step 3.5's windowed ones
-    # have more query heads); a head-wise gate's heads the same way
-    q, kv = mean_attn_dims(m)
-    gate_heads = kind_mean(m, lambda v: v.heads) if m.head_gate else 0.0
-    # share of each block type per layer: attention + MLP (or MoE) layers have a_frac = 1
-    # and mlp_frac + moe_frac = 1; a hybrid's blocks are one of attention, Mamba, MLP, MoE
-    a_frac = m.attn_layers / m.layers
-    mlp_frac = m.mlp_layers / m.layers
-    moe_frac = m.moe_layers / m.layers
-    mamba_frac = m.mamba_layers / m.layers
-    sub = m.sublayers_per_layer / 2.0  # norms, residuals and TP reductions per layer, / 2
-    # the stage that sets the pipeline's pace: its layers, and whether it runs the output
-    # layer (perf/stages.py: the plan's even, account or balanced placement)
-    stages = pipeline_stages(w, p)
-    layers_stage = stages.slowest
-    # multi-token prediction: its depths as their FLOP-equivalent of average layers and one
-    # more output head each; with pipeline stages, spread over them, as the layouts that
-    # place MTP beside the loss balance them (Megatron-Core pipeline_model_parallel_layout)
-    layers_stage_mtp = layers_stage + mtp_layer_equivalents(m, w.seq_len) / p.pp
-    heads = stages.head + m.mtp_layers / p.pp
-    mb = p.microbatches(w).astype(np.float64)
-
-    peak16 = sustained_peak16(w.gpu)
-    mm16 = peak16 * w.gpu.matmul_eff  # the GEMM rate the part can reach (MAMF)
-    gemm_peak = mm16 * low_precision_speedup(w, cal)
-    bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
-
-    # --- GEMMs, forward, one layer, one micro-batch (per GPU; perf/step_gemms.py) --------
-    gemms = Gemms(tokens, gemm_peak, w.gpu.sms, cal)
-    g = layer_gemms(w, p, gemms, tp, mm16)
-    gemm_fwd = a_frac * g.attn + mlp_frac * g.dense_mlp + moe_frac * g.moe + mamba_frac * g.mamba
-    # quantising the GEMMs' inputs (FP8, NVFP4) at HBM speed: X in forward (and again when
-    # the forward is recomputed), dY in backward
-    per_el = cast_bytes_per_element(w, cal) / bw
-    blocks = (
-        (a_frac, g.attn_el),
-        (mlp_frac, g.dense_mlp_el),
-        (moe_frac, g.moe_el),
-        (mamba_frac, g.mamba_el),
+    return StageMicroBatch(
+        w=w,
+        p=p,
+        cal=cal,
+        tokens=p.mbs * s_loc,
+        s_loc=s_loc,
+        tp=tp,
+        cp=cp,
+        layers_stage_mtp=stages.slowest + mtp_layer_equivalents(m, w.seq_len) / p.pp,
+        full_frac=full_recompute_fraction(w, p, cal, recompute_fraction),
+        a_frac=m.attn_layers / m.layers,
+        mlp_frac=m.mlp_layers / m.layers,
+        moe_frac=m.moe_layers / m.layers,
+        mamba_frac=m.mamba_layers / m.layers,
+        # norms, residuals and TP reductions per layer, / 2
+        sub=m.sublayers_per_layer / 2.0,
     )
-    cast_fwd = per_el * sum(fr * c[0] for fr, c in blocks)
-    cast_bwd = per_el * sum(fr * c[1] for fr, c in blocks)
 
-    mbs_f = p.mbs.astype(np.float64)
-    attn_fwd, attn_bwd = attention_core_s(w, mbs_f, s_loc, tp, peak16, bw, cal)
-    ssd_fwd = scan_s(w, tokens, tp, peak16, bw, cal)
-    core_fwd = a_frac * attn_fwd + mamba_frac * ssd_fwd
-    core_bwd = a_frac * attn_bwd + mamba_frac * FLASH_BWD_FACTOR * ssd_fwd
-    layer_fwd = gemm_fwd + core_fwd
 
-    # --- memory-bound kernels -----------------------------------------------------------
-    f_moe = m.ffn_hidden * m.top_k + m.shared_ffn_hidden  # a token's expert widths
-    f_act = mlp_frac * m.dense_ffn_hidden + moe_frac * f_moe
-    gate_rw = 3.0 if m.gated_mlp else 2.0
-    h_bytes = sub * cal.elementwise_bytes_per_token_layer * h * tokens * 2.0
-    if w.elementwise == "eager":  # two norms per layer (one per hybrid block), op by op
-        h_bytes = h_bytes + sub * 2.0 * EAGER_NORM_BYTES * h * tokens
-    h_bytes = h_bytes + hyper_connection_bytes(m) * tokens
-    h_bytes = np.where(p.sp, h_bytes / tp, h_bytes)
-    f_bytes = gate_rw * f_act * tokens * 2.0 / tp
-    if w.elementwise == "eager":
-        rope = a_frac * EAGER_ROPE_BYTES * (q + kv) if m.position == "rope" else 0.0
-        glu = EAGER_GLU_BYTES * f_act if m.gated_mlp else 0.0
-        f_bytes = f_bytes + (rope + glu) * tokens / tp
-    # MoE token permutation before and unpermutation after the experts, and the weighted
-    # combine: each reads and writes the top-k copies of the hidden state
-    mw = float(m.moe_width)  # LatentMoE's routed experts work in a narrower width
-    moe_bytes = moe_frac * MOE_PERMUTE_PASSES * m.top_k * mw * tokens / tp * 2.0
-    # an MoE layer's router, permutation and per-expert launches, with the host waiting on
-    # the token counts, and the per-step and per-micro-batch work are the host's: a step
-    # replayed whole as CUDA graphs issues no kernel from the host and its MoE layers cannot
-    # wait on it (Megatron-Core captures only sync-free dispatch), so it pays none of them,
-    # recomputed layers' included. A layer's small kernels still run, each for its minimum
-    # time: the per-layer cost stays.
-    host = 0.0 if w.cuda_graphs else 1.0
-    moe_fixed = host * (cal.moe_layer_overhead_s + m.num_experts / p.ep * cal.moe_expert_overhead_s)
-    # Mamba-2: depthwise causal conv over x, B, C (read + write) and the gated RMSNorm of the
-    # scan's output (read y and z, write); a Gated DeltaNet's conv over v, k, q and gated norm
-    # the same (the L2 norms of q and k run inside its scan kernel; its per-head decay and
-    # beta are a few values a token)
-    d_in, _, conv_c = mamba_widths(m)
-    mamba_bytes = mamba_frac * (2.0 * conv_c + 3.0 * d_in) * 2.0 * tokens / tp
-    # gated attention: the sigmoid gate times the attention output (read both, write); a
-    # head-wise gate reads one value a head
-    gate_bytes = a_frac * 3.0 * (q if m.attn_gate else 0.0) * 2.0 * tokens / tp
-    if m.head_gate:
-        gate_bytes = gate_bytes + a_frac * (2.0 * q + gate_heads) * 2.0 * tokens / tp
-    mem_fwd = (h_bytes + f_bytes + moe_bytes + mamba_bytes + gate_bytes) / bw
+@dataclass(frozen=True)
+class LayerWork:
+    """Seconds of one average layer's GEMMs and attention cores (or scans) on one
+    micro-batch, per plan, and of quantising the GEMMs' inputs."""
 
-    # --- output layer (last stage): logits GEMM + fp32 softmax/loss ---------------------
-    # in 16-bit precision: Megatron-Core's output layer is not a Transformer Engine module,
-    # and torchtitan's float8 conversion leaves it out
-    logits_fwd = gemm_s(tokens, m.vocab / tp, h, 1.0, mm16, w.gpu.sms, cal)
-    logits_mem = 3.0 * 4.0 * tokens * m.vocab / tp / bw
+    gemms: LayerGemms
+    """Each block kind's forward GEMMs (perf/step_gemms.py)."""
+    gemm_fwd_s: FloatArray
+    """The forward GEMMs, the block kinds weighed by their shares."""
+    attn_fwd_s: FloatArray
+    """An attention layer's core, forward (perf/kernels.py)."""
+    attn_bwd_s: FloatArray
+    scan_fwd_s: FloatArray
+    """A hybrid mixer's chunked scan, forward (perf/kernels.py)."""
+    core_fwd_s: FloatArray
+    """Attention cores and scans weighed by their shares, forward."""
+    core_bwd_s: FloatArray
+    quantise_s_per_el: float
+    """Quantising one GEMM input element (0 at 16-bit precision)."""
+    cast_fwd_s: FloatArray
+    """Quantising the GEMMs' inputs X, forward."""
+    cast_bwd_s: FloatArray
+    """Quantising the GEMMs' output gradients dY, backward."""
 
+    @property
+    def fwd_s(self) -> FloatArray:
+        """GEMMs and cores, forward."""
+        out: FloatArray = self.gemm_fwd_s + self.core_fwd_s
+        return out
+
+
+def layer_work(c: StageMicroBatch, rates: Rates, gemms: Gemms) -> LayerWork:
+    """One average layer's forward GEMMs (perf/step_gemms.py: tensor parallelism shrinks
+    their per-GPU widths) weighed by the model's block shares; the attention core and a
+    hybrid's scan (perf/kernels.py), the scan's backward FLASH_BWD_FACTOR x its forward as
+    flash attention's (Dao 2023); FP8/NVFP4 quantising the GEMMs' inputs at HBM speed, X
+    in forward (and again when the forward is recomputed), dY in backward."""
+    w, cal, tp = c.w, c.cal, c.tp
+    g = layer_gemms(w, c.p, gemms, tp, rates.mm16_flops)
+    gemm_fwd = c.per_layer(g.attn, g.dense_mlp, g.moe, g.mamba)
+    # the inputs a low precision quantises: X (forward), dY (backward)
+    x_el = c.per_layer(g.attn_el[0], g.dense_mlp_el[0], g.moe_el[0], g.mamba_el[0])
+    dy_el = c.per_layer(g.attn_el[1], g.dense_mlp_el[1], g.moe_el[1], g.mamba_el[1])
+    per_el = cast_bytes_per_element(w, cal) / rates.hbm_Bps
+    peak16, bw = rates.peak16_flops, rates.hbm_Bps
+    mbs_f = c.p.mbs.astype(np.float64)
+    attn_fwd, attn_bwd = attention_core_s(w, mbs_f, c.s_loc, tp, peak16, bw, cal)
+    ssd_fwd = scan_s(w, c.tokens, tp, peak16, bw, cal)
+    return LayerWork(
+        gemms=g,
+        gemm_fwd_s=gemm_fwd,
+        attn_fwd_s=attn_fwd,
+        attn_bwd_s=attn_bwd,
+        scan_fwd_s=ssd_fwd,
+        core_fwd_s=c.a_frac * attn_fwd + c.mamba_frac * ssd_fwd,
+        core_bwd_s=c.a_frac * attn_bwd + c.mamba_frac * FLASH_BWD_FACTOR * ssd_fwd,
+        quantise_s_per_el=per_el,
+        cast_fwd_s=per_el * x_el,
+        cast_bwd_s=per_el * dy_el,
+    )
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """Fixed seconds of a step's parts, per plan (``layer_overhead_s`` and the host's
+    ``*_overhead_s``)."""
+
+    host: float
+    """1 where the host issues the step's kernels, 0 where the step is replayed whole as
+    CUDA graphs."""
+    per_moe_layer_s: FloatArray
+    """An MoE layer's router, permutation and per-expert launches, with the host waiting on
+    the token counts."""
+    per_layer_s: FloatArray
+    """One average layer's pass: its kernel launches and small kernels at their minimum
+    time, and the MoE layers' share of ``per_moe_layer_s``."""
+    per_micro_batch_s: float
+    """The framework's loop, once a micro-batch."""
+    per_step_s: float
+    """The framework's loop, logging and data loader, once a step."""
+
+
+def fixed_costs(c: StageMicroBatch) -> FixedCosts:
+    """The fixed costs of each plan's layers, micro-batches and step (calibrated). An MoE
+    layer's router, permutation and per-expert launches, with the host waiting on the token
+    counts, and the per-step and per-micro-batch work are the host's: a step replayed whole
+    as CUDA graphs issues no kernel from the host and its MoE layers cannot wait on it
+    (Megatron-Core captures only sync-free dispatch), so it pays none of them, recomputed
+    layers' included. A layer's small kernels still run, each for its minimum time: the
+    per-layer cost stays."""
+    cal = c.cal
+    host = 0.0 if c.w.cuda_graphs else 1.0
+    experts = c.w.model.num_experts / c.p.ep
+    moe_fixed = host * (cal.moe_layer_overhead_s + experts * cal.moe_expert_overhead_s)
+    return FixedCosts(
+        host=host,
+        per_moe_layer_s=moe_fixed,
+        per_layer_s=c.sub * cal.layer_overhead_s + c.moe_frac * moe_fixed,
+        per_micro_batch_s=host * cal.microbatch_overhead_s,
+        per_step_s=host * cal.step_overhead_s,
+    )
+
+
+@dataclass(frozen=True)
+class MicroBatchWork:
+    """Seconds of one micro-batch's GPU work on the stage, per plan, by term."""
+
+    compute_s: FloatArray
+    """GEMMs and attention cores (or scans), forward and backward, the output layer's too."""
+    memory_bound_s: FloatArray
+    fixed_s: FloatArray
+    """The layers' small kernels and launches (``FixedCosts.per_layer_s``), every pass."""
+    quantise_s: FloatArray
+    tp_slowdown: FloatArray
+    """What overlapping TP communication with the GEMMs multiplies their time by."""
+
+    @property
+    def busy_s(self) -> FloatArray:
+        """All of it: the GPU's work that hides the data-parallel collectives."""
+        out: FloatArray = self.compute_s + self.memory_bound_s + self.fixed_s + self.quantise_s
+        return out
+
+
+def micro_batch_work(
+    c: StageMicroBatch,
+    rates: Rates,
+    layer: LayerWork,
+    mem: MemoryBound,
+    fixed: FixedCosts,
+    head: FloatArray,
+) -> MicroBatchWork:
+    """One micro-batch through the stage's layers, forward and backward: the GEMMs three
+    times their forward (backward: dX and dW for each forward GEMM), the cores forward and
+    backward, memory-bound kernels and fixed costs three times their forward, the inputs
+    quantised forward and backward; on the last stage (``head`` 1) the output layer, whose
+    logits GEMM stays 16-bit (Megatron-Core's output layer is not a Transformer Engine
+    module, and torchtitan's float8 conversion leaves it out) and whose softmax/loss reads
+    and writes fp32 logits, and one more head for each multi-token-prediction depth,
+    spread over the stages. Overlapping TP communication slows the compute by
+    ``tp_overlap_slowdown``."""
+    w, p, cal, tp, tokens, m = c.w, c.p, c.cal, c.tp, c.tokens, c.w.model
+    heads = head + m.mtp_layers / p.pp
+    logits_fwd = gemm_s(
+        tokens, m.vocab / tp, float(m.hidden), 1.0, rates.mm16_flops, w.gpu.sms, cal
+    )
+    logits_mem = 3.0 * 4.0 * tokens * m.vocab / tp / rates.hbm_Bps
     overlap_slow = np.where(p.tp_overlap, 1.0 + cal.tp_overlap_slowdown, 1.0)
-    compute_mb = (
-        layers_stage_mtp * (gemm_fwd * 3.0 + core_fwd + core_bwd) + 3.0 * heads * logits_fwd
-    ) * overlap_slow
-    # kernel launches and small kernels (and an MoE layer's fixed costs): a fixed cost per
-    # layer and pass, reported with the other fixed costs (overhead), not as HBM traffic
-    layer_fixed = sub * cal.layer_overhead_s + moe_frac * moe_fixed
-    fixed_mb = layers_stage_mtp * layer_fixed * 3.0
-    mb_fixed = host * cal.microbatch_overhead_s
-    mem_mb = layers_stage_mtp * mem_fwd * 3.0 + 3.0 * heads * logits_mem
-    quant_mb = layers_stage_mtp * (cast_fwd + cast_bwd)
-    # fraction of layers fully recomputed (partial: just enough to fit, from the memory model)
-    if recompute_fraction is not None:
-        full_frac = recompute_fraction
-    elif (p.recompute == 3).any():
-        full_frac = memory_breakdown(w, p, cal).recompute_fraction
-    else:
-        full_frac = np.where(p.recompute == 2, 1.0, 0.0)
-    # selective: the chosen modules' forwards once more (default: the attention core)
-    mods = w.recompute_modules
+    layers = c.layers_stage_mtp
+    layer_s = layer.gemm_fwd_s * 3.0 + layer.core_fwd_s + layer.core_bwd_s
+    return MicroBatchWork(
+        compute_s=(layers * layer_s + 3.0 * heads * logits_fwd) * overlap_slow,
+        memory_bound_s=layers * mem.fwd_s * 3.0 + 3.0 * heads * logits_mem,
+        fixed_s=layers * fixed.per_layer_s * 3.0,
+        quantise_s=layers * (layer.cast_fwd_s + layer.cast_bwd_s),
+        tp_slowdown=overlap_slow,
+    )
+
+
+def selective_recompute_s(
+    c: StageMicroBatch,
+    rates: Rates,
+    gemms: Gemms,
+    layer: LayerWork,
+    mem: MemoryBound,
+    fixed: FixedCosts,
+) -> FloatArray:
+    """Forward seconds a layer that selective recomputation runs again: those of the
+    workload's modules (perf/recompute.py: Megatron-Core's ``--recompute-modules``,
+    torchtitan's per-op policy), each averaged over the layers: its GEMMs, cores,
+    memory-bound kernels and, for a whole MoE layer, its fixed costs."""
+    m, p, tp, tokens, bw = c.w.model, c.p, c.tp, c.tokens, rates.hbm_Bps
+    mods = c.w.recompute_modules
+    g = layer.gemms
     shapes = up_proj_shapes(m) if "mla_up_proj" in mods else []
     up_t, _ = gemms(*((tokens, n / tp if split else n, float(k)) for n, k, split in shapes))
     # the norms that are modules of their own (an MoE layer's pre-norm, MLA's input norm;
     # Transformer Engine fuses the others into the next GEMM): read and write, 16-bit
-    n_norms = moe_frac + (a_frac if m.mla is not None else 0.0)
-    norm_bytes = n_norms * 4.0 * h * tokens
-    moe_act_bytes = gate_rw * moe_frac * f_moe * 2.0
+    n_norms = c.moe_frac + (c.a_frac if m.mla is not None else 0.0)
+    norm_bytes = n_norms * 4.0 * float(m.hidden) * tokens
+    gate_rw = act_rw(m)
+    moe_act_bytes = gate_rw * c.moe_frac * moe_ffn_width(m) * 2.0
+    moe_bytes = mem.moe_permute_bytes
     parts = {
-        "core_attn": a_frac * attn_fwd,
+        "core_attn": c.a_frac * layer.attn_fwd_s,
         "layernorm": np.where(p.sp, norm_bytes / tp, norm_bytes) / bw,
-        "mla_up_proj": a_frac * up_t,
-        "mlp": mlp_frac * (g.dense_mlp + gate_rw * m.dense_ffn_hidden * tokens * 2.0 / tp / bw),
-        "moe": moe_frac * (g.moe + moe_fixed) + (moe_bytes + moe_act_bytes * tokens / tp) / bw,
+        "mla_up_proj": c.a_frac * up_t,
+        "mlp": c.mlp_frac * (g.dense_mlp + gate_rw * m.dense_ffn_hidden * tokens * 2.0 / tp / bw),
+        "moe": c.moe_frac * (g.moe + fixed.per_moe_layer_s)
+        + (moe_bytes + moe_act_bytes * tokens / tp) / bw,
         "moe_act": moe_act_bytes * tokens / tp / bw,
-        "shared_experts": moe_frac
+        "shared_experts": c.moe_frac
         * (g.shared + gate_rw * m.shared_ffn_hidden * tokens * 2.0 / tp / bw),
-        "mamba": mamba_frac * (g.mamba + ssd_fwd) + mamba_bytes / bw,
+        "mamba": c.mamba_frac * (g.mamba + layer.scan_fwd_s) + mem.mamba_bytes / bw,
     }
     if "ops" in mods:
         # torchtitan's per-op checkpointing: the even matmuls of the layer (for Llama wk,
@@ -293,91 +387,99 @@ def step_breakdown(
         # a low precision re-quantises the rerun GEMMs' inputs; the kernels launched again
         # (every elementwise one and three of seven GEMMs: most of a forward's launches)
         # are priced as one forward pass's fixed cost
-        parts["ops"] = a_frac * (redo_t + per_el * redo_c[0]) + mem_fwd + layer_fixed
-    selective = selective_forward_s(mods, parts)
-    recompute_mb = full_frac * layers_stage_mtp * (
-        layer_fwd * overlap_slow + mem_fwd + layer_fixed + cast_fwd
-    ) + np.where(p.recompute == 1, layers_stage_mtp * selective, 0.0)
+        redo_s = redo_t + layer.quantise_s_per_el * redo_c[0]
+        parts["ops"] = c.a_frac * redo_s + mem.fwd_s + fixed.per_layer_s
+    return selective_forward_s(mods, parts)
 
-    # --- communication: tensor, context and expert parallel, pipeline (perf/step_comm.py) --
-    stage_mb = StageMicroBatch(
-        w=w,
-        p=p,
-        cal=cal,
-        tokens=tokens,
-        s_loc=s_loc,
-        tp=tp,
-        cp=cp,
-        layers_stage_mtp=layers_stage_mtp,
-        full_frac=full_frac,
-        a_frac=a_frac,
-        mlp_frac=mlp_frac,
-        moe_frac=moe_frac,
-        mamba_frac=mamba_frac,
-        sub=sub,
+
+def recompute_mb_s(
+    c: StageMicroBatch,
+    layer: LayerWork,
+    mem: MemoryBound,
+    fixed: FixedCosts,
+    tp_slowdown: FloatArray,
+    selective: FloatArray,
+) -> FloatArray:
+    """Recomputed forward seconds of one micro-batch on the stage: the fully recomputed
+    layers' whole forward again (full: all of them; partial: the fraction that must be
+    recomputed to fit) with its memory-bound kernels, fixed costs and quantisation;
+    selective: the chosen modules' forwards again, ``selective`` a layer (default the
+    attention core; :func:`selective_recompute_s`)."""
+    full_s = layer.fwd_s * tp_slowdown + mem.fwd_s + fixed.per_layer_s + layer.cast_fwd_s
+    out: FloatArray = c.full_frac * c.layers_stage_mtp * full_s + np.where(
+        c.p.recompute == 1, c.layers_stage_mtp * selective, 0.0
     )
-    tp_mb = tp_comm_s(stage_mb)
-    # one micro-batch's compute hides each collective once: the ring's K/V exchange takes
-    # the attention cores' time it overlaps, the all-to-alls what is left of the compute,
-    # and the data-parallel collectives (perf/data_parallel.py) what they leave
-    cp_mb, cp_hidden = cp_comm_s(stage_mb, g.kv_rank, attn_fwd, attn_bwd)
-    ep_mb, ep_hidden = ep_comm_s(stage_mb, compute_mb - cp_hidden)
-    hidden_mb = cp_hidden + ep_hidden
-    pp_mb = pp_comm_s(stage_mb)
+    return out
 
+
+def host_wait_mb_s(c: StageMicroBatch, fixed: FixedCosts, gpu_mb: FloatArray) -> FloatArray:
+    """Seconds one micro-batch's GPU work of ``gpu_mb`` waits on the host's launches. The
+    host issues a layer's forward kernels in host_layer_s (a hybrid's block in its share,
+    as the small kernels' cost), its backward in twice that, a recomputed forward again
+    (torchtitan's per-op checkpointing reruns most of a forward's launches); it runs ahead
+    of the GPU, so a micro-batch takes at least that long, plus the framework's loop that
+    the same host runs: the GPU waits on the launches when its own work is shorter."""
+    rerun = np.where(c.p.recompute == 1, 1.0 if "ops" in c.w.recompute_modules else 0.0, 0.0)
+    passes = 3.0 + c.full_frac + rerun
+    host_mb = fixed.host * c.layers_stage_mtp * c.sub * c.cal.host_layer_s * passes
+    out: FloatArray = np.maximum(host_mb - gpu_mb, 0.0)
+    return out
+
+
+def step_breakdown(
+    w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
+) -> StepBreakdown:
+    """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
+    here when not given). A micro-batch on the slowest stage is its GPU work, recomputation,
+    exposed TP, CP, EP and PP communication, gradient accumulation, the framework's loop and
+    any wait on the host; the step is m such micro-batches, the bubble (p - 1)/v of one,
+    the exposed data-parallel communication, the optimizer and the fixed cost a step."""
+    # the stage that sets the pipeline's pace: its layers, and whether it runs the output
+    # layer (perf/stages.py: the plan's even, account or balanced placement)
+    stages = pipeline_stages(w, p)
+    c = stage_micro_batch(w, p, cal, stages, recompute_fraction)
+    rates = Rates.of(w, cal)
+    gemms = Gemms(c.tokens, rates.gemm_flops, w.gpu.sms, cal)
+    layer = layer_work(c, rates, gemms)
+    mem = memory_bound(c, rates.hbm_Bps)
+    fixed = fixed_costs(c)
+    work = micro_batch_work(c, rates, layer, mem, fixed, stages.head)
+    selective = selective_recompute_s(c, rates, gemms, layer, mem, fixed)
+    recompute_mb = recompute_mb_s(c, layer, mem, fixed, work.tp_slowdown, selective)
+    kv_rank = layer.gemms.kv_rank
+    comm = micro_batch_comm(c, kv_rank, layer.attn_fwd_s, layer.attn_bwd_s, work.compute_s)
     accum_mb = grad_accum_mb_s(w, p, cal)
-
+    mb_fixed = fixed.per_micro_batch_s
+    busy_mb = work.busy_s
     t_mb = (
-        compute_mb
-        + mem_mb
-        + fixed_mb
-        + quant_mb
-        + recompute_mb
-        + tp_mb
-        + cp_mb
-        + ep_mb
-        + pp_mb
-        + accum_mb
-        + mb_fixed
+        busy_mb + recompute_mb + comm.tp_s + comm.cp_s + comm.ep_s + comm.pp_s + accum_mb + mb_fixed
     )
-    # the host issues a layer's forward kernels in host_layer_s (a hybrid's block in its
-    # share, as the small kernels' cost), its backward in twice that, a recomputed forward
-    # again (torchtitan's per-op checkpointing reruns most of a forward's launches); it runs
-    # ahead of the GPU, so a micro-batch takes at least that long, plus the framework's loop
-    # that the same host runs: the GPU waits on the launches when its own work is shorter
-    rerun = np.where(p.recompute == 1, 1.0 if "ops" in mods else 0.0, 0.0)
-    passes = 3.0 + full_frac + rerun
-    host_mb = host * layers_stage_mtp * sub * cal.host_layer_s * passes
-    wait_mb = np.maximum(host_mb - (t_mb - mb_fixed), 0.0)
+    wait_mb = host_wait_mb_s(c, fixed, t_mb - mb_fixed)
     t_mb = t_mb + wait_mb
-    bubble = (p.pp - 1) / p.vpp * t_mb
-
+    mb = p.microbatches(w).astype(np.float64)
     dp_comm, optimizer = data_parallel_s(
         w,
         p,
         cal,
-        compute_mb + mem_mb + fixed_mb + quant_mb - hidden_mb,
-        compute_mb - hidden_mb,
+        busy_mb - comm.hidden_s,
+        work.compute_s - comm.hidden_s,
         mb,
         stages.fullest,  # its ZeRO-3 collectives' count a micro-batch (a layer each)
-        full_frac,
+        c.full_frac,
     )
-
     z = np.zeros(len(p))
-    # the framework's loop, logging and data loader, once a step
-    step_fixed = host * cal.step_overhead_s
     return StepBreakdown(
-        compute_s=mb * compute_mb,
+        compute_s=mb * work.compute_s,
         recompute_s=mb * recompute_mb,
-        memory_bound_s=mb * mem_mb,
-        quantise_s=mb * quant_mb,
-        tp_comm_s=mb * tp_mb,
-        cp_comm_s=mb * cp_mb,
-        ep_comm_s=mb * ep_mb,
-        pp_comm_s=mb * pp_mb,
-        bubble_s=bubble,
+        memory_bound_s=mb * work.memory_bound_s,
+        quantise_s=mb * work.quantise_s,
+        tp_comm_s=mb * comm.tp_s,
+        cp_comm_s=mb * comm.cp_s,
+        ep_comm_s=mb * comm.ep_s,
+        pp_comm_s=mb * comm.pp_s,
+        bubble_s=(p.pp - 1) / p.vpp * t_mb,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
         grad_accum_s=mb * accum_mb,
-        overhead_s=z + step_fixed + mb * (mb_fixed + fixed_mb + wait_mb),
+        overhead_s=z + fixed.per_step_s + mb * (mb_fixed + work.fixed_s + wait_mb),
     )

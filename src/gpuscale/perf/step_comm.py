@@ -31,7 +31,7 @@ FloatArray = FloatArrayT
 @dataclass(frozen=True)
 class StageMicroBatch:
     """One micro-batch on the slowest pipeline stage, per plan: what its communication
-    depends on."""
+    (and :mod:`gpuscale.perf.step`'s other terms) depends on."""
 
     w: Workload
     p: Plans
@@ -53,6 +53,16 @@ class StageMicroBatch:
     mamba_frac: float
     sub: float
     """Norms, residuals and TP reductions per layer, / 2."""
+
+    def per_layer(
+        self, attn: FloatArray, mlp: FloatArray, moe: FloatArray, mamba: FloatArray
+    ) -> FloatArray:
+        """One average layer's figure from a block of each type's, weighed by the types'
+        shares."""
+        out: FloatArray = (
+            self.a_frac * attn + self.mlp_frac * mlp + self.moe_frac * moe + self.mamba_frac * mamba
+        )
+        return out
 
     @property
     def act_bytes(self) -> FloatArray:
@@ -181,3 +191,40 @@ def pp_comm_s(c: StageMicroBatch) -> FloatArray:
     exposed = sends if c.w.pp_p2p == "blocking" else sends * (1.0 - cal.pp_overlap)
     pp_mb: FloatArray = np.where(p.pp > 1, exposed, 0.0)
     return pp_mb
+
+
+@dataclass(frozen=True)
+class MicroBatchComm:
+    """Exposed communication seconds of one micro-batch on the stage, per plan, by kind."""
+
+    tp_s: FloatArray
+    cp_s: FloatArray
+    ep_s: FloatArray
+    pp_s: FloatArray
+    hidden_s: FloatArray
+    """The micro-batch's compute seconds that the CP ring and the EP all-to-alls hide
+    behind, which the data-parallel collectives cannot hide behind as well."""
+
+
+def micro_batch_comm(
+    c: StageMicroBatch,
+    kv_rank: FloatArray,
+    attn_fwd: FloatArray,
+    attn_bwd: FloatArray,
+    compute_mb: FloatArray,
+) -> MicroBatchComm:
+    """The exposed TP, CP, EP and PP communication of one micro-batch whose GEMMs and
+    attention take ``compute_mb`` seconds (its attention cores ``attn_fwd`` and
+    ``attn_bwd`` a layer). One micro-batch's compute hides each collective once: the ring's
+    K/V exchange takes the attention cores' time it overlaps, the all-to-alls what is left
+    of the compute, and the data-parallel collectives (perf/data_parallel.py) what they
+    leave."""
+    cp_mb, cp_hidden = cp_comm_s(c, kv_rank, attn_fwd, attn_bwd)
+    ep_mb, ep_hidden = ep_comm_s(c, compute_mb - cp_hidden)
+    return MicroBatchComm(
+        tp_s=tp_comm_s(c),
+        cp_s=cp_mb,
+        ep_s=ep_mb,
+        pp_s=pp_comm_s(c),
+        hidden_s=cp_hidden + ep_hidden,
+    )
