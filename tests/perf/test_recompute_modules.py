@@ -56,6 +56,14 @@ def test_a_module_inside_a_chosen_one_counts_once() -> None:
     assert float(selective_forward_s(("moe_act", "shared_experts"), parts)[0]) == 3.0
 
 
+def test_modules_are_summed_in_megatron_order_whatever_the_hash_seed() -> None:
+    # 1e16 + 1 rounds back to 1e16 in float64: summed core_attn, layernorm, moe_act (the
+    # RECOMPUTE_MODULES order) the total is 0; in set order it was 0 or 1 by PYTHONHASHSEED
+    parts = {"core_attn": 1e16, "layernorm": 1.0, "moe_act": -1e16}
+    for order in (("moe_act", "layernorm", "core_attn"), ("layernorm", "core_attn", "moe_act")):
+        assert float(selective_forward_s(order, parts)[0]) == 0.0
+
+
 def test_the_default_is_the_attention_core_once_more() -> None:
     # Llama 3 8B: 32 layers, 8 micro-batches of one 4096-token sequence per GPU
     w = workload("llama3-8b")

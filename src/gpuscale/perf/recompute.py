@@ -97,15 +97,23 @@ def parse_modules(names: Iterable[str], field: str = "recompute-modules") -> tup
     return tuple(m for m in RECOMPUTE_MODULES if m in out)
 
 
+def _module_order(name: str) -> tuple[int, str]:
+    """A module's place in RECOMPUTE_MODULES (a name outside it after them, by name)."""
+    if name in RECOMPUTE_MODULES:
+        return RECOMPUTE_MODULES.index(name), ""
+    return len(RECOMPUTE_MODULES), name
+
+
 def selective_forward_s(
     modules: Iterable[str], parts: Mapping[str, FloatArrayT | float]
 ) -> FloatArrayT:
     """Forward seconds recomputed per layer: the sum of ``parts`` (each module's forward
     time, averaged over the model's layers) for the modules chosen, a module contained in
-    another chosen one counted once."""
+    another chosen one counted once. Summed in RECOMPUTE_MODULES' order, so that the floats
+    do not depend on a set's iteration order (which varies with PYTHONHASHSEED)."""
     chosen = set(modules)
     total: FloatArrayT = np.zeros(1)
-    for name in chosen:
+    for name in sorted(chosen, key=_module_order):
         if _INSIDE.get(name) in chosen:
             continue
         total = total + np.asarray(parts[name], dtype=np.float64)
