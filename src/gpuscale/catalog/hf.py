@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuscale.catalog.hf_defaults import with_class_defaults
 from gpuscale.catalog.hf_gemma4 import GEMMA4_TYPES, gemma4_config
 from gpuscale.catalog.hf_layout import (
     GDN_TYPES,
@@ -67,38 +68,6 @@ architecture (the MLP class in ``models/<type>/modeling_<type>.py``), not by the
 name (Gemma's GeGLU is ``gelu`` or ``gelu_pytorch_tanh``)."""
 
 
-GEMMA3_DEFAULTS: dict[str, int] = {
-    "vocab_size": 262208,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 256,
-    "max_position_embeddings": 131072,
-    "sliding_window": 4096,
-}
-"""Gemma3TextConfig's defaults for the keys Google's multimodal files leave out of their
-text_config (gemma-3-4b states no heads, gemma-3-12b no head_dim, none a vocabulary or a
-context): transformers fills them in, so gpuscale does too; a key given as null stays null."""
-ERNIE_MOE_DEFAULTS: dict[str, int] = {
-    "moe_num_experts": 64,
-    "moe_k": 6,
-    "moe_num_shared_experts": 2,
-    "moe_intermediate_size": 1536,
-    "moe_layer_start_index": 1,
-}
-"""Ernie4_5_MoeConfig's defaults for the MoE keys a file may leave out (transformers)."""
-EXAONE_MOE_DEFAULTS: dict[str, int] = {
-    "intermediate_size": 16384,
-    "moe_intermediate_size": 1024,
-    "num_experts": 64,
-    "num_experts_per_tok": 8,
-    "num_shared_experts": 1,
-    "first_k_dense_replace": 1,
-    "n_group": 1,
-    "topk_group": 1,
-}
-"""ExaoneMoeConfig's defaults for the MoE keys a file may leave out (transformers; its
-window's, 4096, in :func:`~gpuscale.catalog.hf_window.sliding_window`); a key the file
-gives as null stays null."""
 UNREAD_TYPES = {
     "jamba": "Jamba's interleaved attention, Mamba and MoE periods are not read; the "
     "Nemotron-H hybrids (hybrid_override_pattern) are",
@@ -155,8 +124,6 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
         top = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
         cfg = {**top, **text, "model_type": text.get("model_type", cfg.get("model_type", ""))}
     model_type = cfg.get("model_type", "")
-    if model_type in ("gemma3", "gemma3_text"):
-        cfg = {**GEMMA3_DEFAULTS, **cfg}
     if not isinstance(model_type, str):
         raise InputError(f"{where(path)}:model_type", str(model_type)[:60], "a name (llama, qwen3)")
     _refuse_unread(path, model_type)
@@ -189,10 +156,8 @@ def load_hf_config(path: Path, field: str = "model") -> Model:
             0,
             "1 for every layer (softmax attention): lightning attention is not modelled",
         )
-    if model_type == "ernie4_5_moe":
-        cfg = {**ERNIE_MOE_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
-    if model_type == "exaone_moe":
-        cfg = {**EXAONE_MOE_DEFAULTS, **cfg}
+    # the config class's defaults for the keys the file leaves out
+    cfg = with_class_defaults(cfg, model_type)
     if model_type == "step3p5":
         cfg = step3p5_config(cfg, path)
     if model_type in GEMMA4_TYPES:

@@ -31,8 +31,8 @@ GEMMA4_DEFAULTS: dict[str, Any] = {
     "hidden_size_per_layer_input": 256,
     "tie_word_embeddings": True,
 }
-"""Gemma4TextConfig's defaults for the keys a file may leave out (``global_head_dim``:
-512, read below)."""
+"""Gemma4TextConfig's defaults for the keys a file may leave out or give as null
+(``global_head_dim``: 512, read below)."""
 
 
 def _full_kinds(layers: int) -> list[str]:
@@ -45,16 +45,16 @@ def _full_kinds(layers: int) -> list[str]:
 
 
 def gemma4_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A Gemma 4 text config in the keys the reader knows: the model's attention shape is
-    its full-attention layers' (``global_head_dim``; ``num_global_key_value_heads`` where
-    ``attention_k_eq_v`` is on, as Gemma4TextConfig applies it), the sliding layers' own
-    in ``attention_other_setting`` (read by
+    """A Gemma 4 text config (its :data:`GEMMA4_DEFAULTS` filled in, by
+    :func:`~gpuscale.catalog.hf_defaults.with_class_defaults`) in the keys the reader
+    knows: the model's attention shape is its full-attention layers' (``global_head_dim``;
+    ``num_global_key_value_heads`` where ``attention_k_eq_v`` is on, as Gemma4TextConfig
+    applies it), the sliding layers' own in ``attention_other_setting`` (read by
     :func:`~gpuscale.catalog.hf_window.window_attention`); with ``enable_moe_block`` every
     layer a MoE of ``num_experts`` experts of ``moe_intermediate_size``, top
     ``top_k_experts``, its dense MLP (``intermediate_size``) beside them read as a shared
     expert of that width (it runs on every token, as DeepSeek's does); without it the
     expert keys are ignored, as the model's code ignores them."""
-    cfg = {**GEMMA4_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     ints = Ints(cfg, path)
     if ints("hidden_size_per_layer_input"):
         raise InputError(

@@ -24,19 +24,20 @@ STEP3P5_DEFAULTS: dict[str, int] = {
 }
 """transformers' Step3p7TextConfig defaults (its ``num_key_value_heads``,
 ``n_routed_experts``, ``num_experts_per_tok``) for the keys a Step 3.5 file may leave
-out; its MoE layers default to layers 3 on."""
+out (a key given as null stays null); its MoE layers default to layers 3 on."""
 
 
 def step3p5_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A Step 3.5 config as Step3p7TextConfig reads it: its defaults, ``layer_types`` of
-    num_hidden_layers + num_nextn_predict_layers entries split into the main layers' and
-    ``mtp_layer_types``, and ``moe_layers_enum`` ("3,4,...,44"; layers 3 on without it) as
-    ``mlp_layer_types`` and, for the MTP layers after them, ``mtp_mlp_layer_types``. Only
-    GQA attention (``att_impl_type``), the one vLLM's Step3p5 model builds."""
+    """A Step 3.5 config (its :data:`STEP3P5_DEFAULTS` filled in, by
+    :func:`~gpuscale.catalog.hf_defaults.with_class_defaults`) as Step3p7TextConfig reads
+    it: ``layer_types`` of num_hidden_layers + num_nextn_predict_layers entries split into
+    the main layers' and ``mtp_layer_types``, and ``moe_layers_enum`` ("3,4,...,44"; layers
+    3 on without it) as ``mlp_layer_types`` and, for the MTP layers after them,
+    ``mtp_mlp_layer_types``. Only GQA attention (``att_impl_type``), the one vLLM's
+    Step3p5 model builds."""
     impl = cfg.get("att_impl_type", "GQA")
     if impl != "GQA":
         raise InputError(f"{where(path)}:att_impl_type", impl, "GQA (the only one Step 3.5 runs)")
-    cfg = {**STEP3P5_DEFAULTS, **cfg}
     ints = Ints(cfg, path)
     layers, mtp = ints("num_hidden_layers"), ints("num_nextn_predict_layers")
     kinds = cfg.get("layer_types")
