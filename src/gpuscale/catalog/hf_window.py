@@ -1,12 +1,13 @@
 """Reading a config.json's sliding windows: which attention layers see only the last
-``sliding_window`` tokens, as the model's code reads the keys, and where the windowed
-layers (and MTP layers) have a shape of their own (Step 3.5); used by
-:func:`gpuscale.catalog.hf.load_hf_config`."""
+``sliding_window`` tokens (or, in Llama 4, attend within chunks), as the model's code reads
+the keys, and where the windowed layers (and MTP layers) have a shape of their own (Step
+3.5); used by :func:`gpuscale.catalog.hf.load_hf_config`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpuscale.catalog.hf_layout import compressed_attention
 from gpuscale.catalog.hf_values import Ints, where
 from gpuscale.catalog.model_parts import WindowAttention
 from gpuscale.errors import InputError
@@ -201,3 +202,47 @@ def window_attention(cfg: dict[str, Any], ints: Ints, windowed: int) -> WindowAt
             f"a divisor of the sliding layers' {heads} query heads (grouped-query attention)",
         )
     return WindowAttention(**sizes)
+
+
+def attention_windows(
+    cfg: dict[str, Any], ints: Ints, model_type: str, layers: int, mtp_layers: int
+) -> dict[str, Any]:
+    """The Model's window fields: the sliding window (:func:`sliding_window`) and the shape
+    of its layers (:func:`window_attention`), else Llama 4's chunks (:func:`_chunk_layers`);
+    DeepSeek-V4's window, compressors and indexer belong to its own attention
+    (:func:`~gpuscale.catalog.hf_layout.compressed_attention`: ``compressed``, ``sparse``,
+    ``residual_streams``)."""
+    fields: dict[str, Any] = {"compressed": None, "residual_streams": 1}
+    if model_type == "deepseek_v4":
+        attn, sparse, streams = compressed_attention(cfg, ints.path, ints, layers, mtp_layers)
+        fields = {"compressed": attn, "sparse": sparse, "residual_streams": streams}
+        window, window_layers = 0, None
+    else:
+        window, window_layers = sliding_window(cfg, model_type, ints)
+    windowed = layers if window and window_layers is None else int(window_layers or 0)
+    fields["window_attn"] = window_attention(cfg, ints, windowed)
+    window_kind = "sliding"
+    chunk = ints("attention_chunk_size")
+    if chunk and not window:
+        window, window_kind = chunk, "chunked"
+        window_layers = _chunk_layers(cfg, ints, layers)
+    return {**fields, "window": window, "window_layers": window_layers, "window_kind": window_kind}
+
+
+def _chunk_layers(cfg: dict[str, Any], ints: Ints, layers: int) -> int:
+    """Llama 4's layers that attend within ``attention_chunk_size`` chunks: the RoPE layers
+    (``no_rope_layers`` 1), or without that list all but every ``no_rope_layer_interval``-th
+    layer (default 4), which attends globally."""
+    every = ints("no_rope_layer_interval", default=4, minimum=1)
+    rope = cfg.get("no_rope_layers")
+    if rope is None or rope == []:  # an empty list is Llama4TextConfig's default too
+        return sum(1 for i in range(layers) if (i + 1) % every)
+    if (
+        isinstance(rope, list)
+        and len(rope) == layers
+        and all(type(x) is int and x in (0, 1) for x in rope)
+    ):
+        return sum(rope)
+    raise InputError(
+        f"{where(ints.path)}:no_rope_layers", rope, f"a list of {layers} zeros and ones"
+    )
