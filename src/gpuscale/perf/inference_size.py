@@ -15,7 +15,7 @@ Vidur-Search apply (shared/research/inference-anchors.md, section 3 item 11).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -161,6 +161,47 @@ def _simulate(
     return simulate(sm, sm.limits(), wl, cal.inf_request_overhead_s, warmup=SIM_WARMUP)
 
 
+@dataclass(frozen=True)
+class _Sizing:
+    """One sizing question: the load to serve (rate, prompt and output lengths), the SLO
+    it must meet, the calibration of the step model and the prices that rank candidates."""
+
+    qps: float
+    isl: int
+    osl: int
+    slo: Slo
+    cal: Calibration
+    prices: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _Screened:
+    """A candidate that passed the analytic screen: its cost lower bound (USD per hour, or
+    GPUs where nothing is priced), step model, replicas and one replica's capacity."""
+
+    cost: float
+    sm: StepModel
+    replicas: int
+    capacity_qps: float
+
+
+@dataclass
+class _Screening:
+    """What the analytic screen found over every GPU x TP candidate, kept to explain an
+    empty result."""
+
+    passed: list[_Screened] = field(default_factory=list)
+    best_fit: tuple[float, str] | None = None
+    """(weights per GPU, where) of the candidate with the least weights a GPU, none fitting."""
+    kv_short: tuple[float, str] | None = None
+    """(KV pool per GPU, where) of the largest pool: weights fit, a sequence of isl + osl
+    tokens does not."""
+    zero_load: list[tuple[float, float, str]] = field(default_factory=list)
+    """(TTFT unloaded, TPOT at batch 1, label) of every candidate that fits."""
+    too_large: list[tuple[int, str]] = field(default_factory=list)
+    """(GPUs, label) of deployments past MAX_GPUS."""
+
+
 def size(
     model: Model,
     qps: float,
@@ -180,6 +221,31 @@ def size(
     ``prices``, by GPU count when none has; a mix would compare dollars with GPUs, so an
     unpriced GPU among priced ones is an :class:`InputError` naming it.
     """
+    _check_request(gpus, prices, qps, isl, osl, slo)
+    q = _Sizing(qps, isl, osl, slo, cal, prices)
+    eng = engine or EngineConfig()
+    sc = _Screening()
+    for gpu in gpus:
+        prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" else precision
+        pplan = precision_plan(gpu, prec)
+        for tp in tps:
+            if any(heads % tp for heads, _ in model.head_counts):
+                continue
+            sm = build_step_model(model, gpu, pplan, tp, 1, cal, eng, isl + osl, isl)
+            _screen(sc, sm, f"{gpu.key} {prec} TP{tp}", q)
+    _check_fits(sc, model, isl, osl)
+    _check_reachable(sc, qps, slo)
+    screened = sorted(sc.passed, key=lambda s: (s.cost, s.sm.tp))
+    best, considered = _verify(screened, q)
+    sm_best = next(s.sm for s in screened if s.sm.gpu.key == best.gpu and s.sm.tp == best.tp)
+    return SizingResult(best, considered, _curve(sm_best, best.replicas, q))
+
+
+def _check_request(
+    gpus: list[GPU], prices: dict[str, float], qps: float, isl: int, osl: int, slo: Slo
+) -> None:
+    """Prices for every candidate GPU or for none; a valid rate; positive, finite lengths
+    and latency targets."""
     unpriced = [g.key for g in gpus if g.key not in prices]
     if unpriced and len(unpriced) < len(gpus):
         raise InputError(
@@ -198,49 +264,50 @@ def size(
     ):
         if not v > 0 or math.isinf(v):
             raise InputError(f, v, "a positive, finite value")
-    eng = engine or EngineConfig()
-    screened: list[tuple[float, StepModel, int, float]] = []
-    best_fit: tuple[float, str] | None = None  # (weights per GPU, where) of the largest TP
-    kv_short: tuple[float, str] | None = None  # (KV pool per GPU, where): weights fit, a
-    # sequence of isl + osl tokens does not
-    zero_load: list[tuple[float, float, str]] = []  # (ttft0, tpot1, label)
-    too_large: list[tuple[int, str]] = []  # (GPUs, label) of deployments past MAX_GPUS
-    for gpu in gpus:
-        prec = ("fp8" if "fp8" in gpu.peak_tflops else "bf16") if precision == "auto" else precision
-        pplan = precision_plan(gpu, prec)
-        for tp in tps:
-            if any(heads % tp for heads, _ in model.head_counts):
-                continue
-            sm = build_step_model(model, gpu, pplan, tp, 1, cal, eng, isl + osl, isl)
-            label = f"{gpu.key} {prec} TP{tp}"
-            if not sm.memory.fits:
-                pool = sm.memory.kv_pool_bytes
-                if pool > 0 and (kv_short is None or pool > kv_short[0]):
-                    kv_short = (pool, f"{pool / 1e9:.1f} GB per GPU on {label}")
-                w = sm.memory.weights_bytes
-                if best_fit is None or w < best_fit[0]:
-                    best_fit = (
-                        w,
-                        f"{w / 1e9:.1f} GB of weights per GPU on {label} "
-                        f"({gpu.memory_bytes / 1e9:.0f} GB)",
-                    )
-                continue
-            ttft0 = sm.prefill_time_s(isl) + cal.inf_request_overhead_s
-            tpot1 = sm.decode_time_s(1, isl + osl / 2.0)
-            zero_load.append((ttft0, tpot1, label))
-            if ttft0 > slo.ttft_p99_s or tpot1 > slo.tpot_p99_s:
-                continue
-            cap = _capacity(sm, isl, osl, slo.tpot_p99_s)
-            if cap <= 0:
-                continue
-            reps = max(math.ceil(qps / cap), 1)
-            if reps * tp > MAX_GPUS:
-                too_large.append((reps * tp, label))
-                continue
-            price = prices.get(gpu.key)
-            cost = reps * tp * price if price is not None else float(reps * tp)
-            screened.append((cost, sm, reps, cap))
-    if not zero_load and kv_short is not None:
+
+
+def _screen(sc: _Screening, sm: StepModel, label: str, q: _Sizing) -> None:
+    """Screen one candidate analytically, noting in ``sc`` why it fails: it must hold its
+    weights and a sequence, meet the SLO unloaded (one prompt, a batch-1 decode step), and
+    serve the rate with ``ceil(qps / capacity)`` replicas within MAX_GPUS."""
+    if not sm.memory.fits:
+        _note_unfit(sc, sm, label)
+        return
+    ttft0 = sm.prefill_time_s(q.isl) + q.cal.inf_request_overhead_s
+    tpot1 = sm.decode_time_s(1, q.isl + q.osl / 2.0)
+    sc.zero_load.append((ttft0, tpot1, label))
+    if ttft0 > q.slo.ttft_p99_s or tpot1 > q.slo.tpot_p99_s:
+        return
+    cap = _capacity(sm, q.isl, q.osl, q.slo.tpot_p99_s)
+    if cap <= 0:
+        return
+    reps = max(math.ceil(q.qps / cap), 1)
+    gpus = reps * sm.tp
+    if gpus > MAX_GPUS:
+        sc.too_large.append((gpus, label))
+        return
+    price = q.prices.get(sm.gpu.key)
+    cost = gpus * price if price is not None else float(gpus)
+    sc.passed.append(_Screened(cost, sm, reps, cap))
+
+
+def _note_unfit(sc: _Screening, sm: StepModel, label: str) -> None:
+    """Keep the largest KV pool among candidates whose weights fit and the least weights a
+    GPU among all that do not fit, for the error that no candidate fits."""
+    pool = sm.memory.kv_pool_bytes
+    if pool > 0 and (sc.kv_short is None or pool > sc.kv_short[0]):
+        sc.kv_short = (pool, f"{pool / 1e9:.1f} GB per GPU on {label}")
+    w = sm.memory.weights_bytes
+    if sc.best_fit is None or w < sc.best_fit[0]:
+        sc.best_fit = (
+            w,
+            f"{w / 1e9:.1f} GB of weights per GPU on {label} ({sm.gpu.memory_bytes / 1e9:.0f} GB)",
+        )
+
+
+def _check_fits(sc: _Screening, model: Model, isl: int, osl: int) -> None:
+    """Some candidate holds the weights and one sequence; else say which falls short."""
+    if not sc.zero_load and sc.kv_short is not None:
         total = isl + osl
         beyond = (
             f", beyond {model.key}'s max_seq of {model.max_seq}" if total > model.max_seq else ""
@@ -249,53 +316,69 @@ def size(
             "input-len",
             isl,
             f"input-len {isl} + output-len {osl} = {total} tokens{beyond}: one sequence does "
-            f"not fit in the KV cache of any candidate (the largest, {kv_short[1]}); shorten "
-            "--input-len/--output-len, or try a lower precision or more GPUs per replica",
+            f"not fit in the KV cache of any candidate (the largest, {sc.kv_short[1]}); "
+            "shorten --input-len/--output-len, or try a lower precision or more GPUs per "
+            "replica",
         )
-    if not zero_load:
+    if not sc.zero_load:
         raise InputError(
             "model",
             model.key,
             "does not fit on any candidate: "
-            + (best_fit[1] if best_fit else "no candidate configuration")
+            + (sc.best_fit[1] if sc.best_fit else "no candidate configuration")
             + "; try more GPUs per replica, a lower precision or shorter sequences",
         )
-    if not screened and too_large:
-        fewest = min(too_large)
+
+
+def _check_reachable(sc: _Screening, qps: float, slo: Slo) -> None:
+    """Some fitting candidate passed the screen; else the rate needs too many GPUs, or the
+    SLO is out of reach even unloaded (the fastest prefill, the fastest batch-1 decode)."""
+    if sc.passed:
+        return
+    if sc.too_large:
+        fewest = min(sc.too_large)
         raise InputError(
             "qps",
             qps,
             f"a lower rate: the fewest GPUs a candidate needs for it ({fewest[1]}) are "
             f"{fewest[0]:,}, beyond the {MAX_GPUS:,} gpuscale models",
         )
-    if not screened:
-        t_best = min(zero_load, key=lambda z: z[0])
-        p_best = min(zero_load, key=lambda z: z[1])
-        if t_best[0] > slo.ttft_p99_s:
-            raise InputError(
-                "ttft-p99",
-                fmt_time(slo.ttft_p99_s),
-                f"unreachable: even unloaded the fastest prefill ({t_best[2]}) "
-                f"takes {fmt_time(t_best[0])}, "
-                f"{t_best[0] / slo.ttft_p99_s:,.2f}x the target",
-            )
+    t_best = min(sc.zero_load, key=lambda z: z[0])
+    p_best = min(sc.zero_load, key=lambda z: z[1])
+    if t_best[0] > slo.ttft_p99_s:
         raise InputError(
-            "tpot-p99",
-            fmt_time(slo.tpot_p99_s),
-            f"unreachable: even at batch 1 the fastest decode step ({p_best[2]}) "
-            f"takes {fmt_time(p_best[1])}, {p_best[1] / slo.tpot_p99_s:,.2f}x the target",
+            "ttft-p99",
+            fmt_time(slo.ttft_p99_s),
+            f"unreachable: even unloaded the fastest prefill ({t_best[2]}) "
+            f"takes {fmt_time(t_best[0])}, "
+            f"{t_best[0] / slo.ttft_p99_s:,.2f}x the target",
         )
-    screened.sort(key=lambda s: (s[0], s[1].tp))
+    raise InputError(
+        "tpot-p99",
+        fmt_time(slo.tpot_p99_s),
+        f"unreachable: even at batch 1 the fastest decode step ({p_best[2]}) "
+        f"takes {fmt_time(p_best[1])}, {p_best[1] / slo.tpot_p99_s:,.2f}x the target",
+    )
+
+
+def _verify(screened: list[_Screened], q: _Sizing) -> tuple[Candidate, list[Candidate]]:
+    """(the cheapest verified candidate, every candidate simulated): in order of cost, each
+    is simulated with replicas added (up to MAX_EXTRA_REPLICAS) until the p99 TTFT and TPOT
+    meet the SLO; a candidate whose lower bound costs no less than the best found ends the
+    search."""
+    slo = q.slo
     considered: list[Candidate] = []
     best: Candidate | None = None
     best_cost = math.inf
-    for cost_lb, sm, reps, cap in screened:
-        if best is not None and cost_lb >= best_cost:
+    for s in screened:
+        if best is not None and s.cost >= best_cost:
             break
-        for r in range(reps, min(reps + MAX_EXTRA_REPLICAS, MAX_GPUS // (sm.tp * sm.pp)) + 1):
-            res = _simulate(sm, qps / r, isl, osl, cal)
+        sm = s.sm
+        most = min(s.replicas + MAX_EXTRA_REPLICAS, MAX_GPUS // (sm.tp * sm.pp))
+        for r in range(s.replicas, most + 1):
+            res = _simulate(sm, q.qps / r, q.isl, q.osl, q.cal)
             ok = res.ttft_s.p99 <= slo.ttft_p99_s and res.tpot_s.p99 <= slo.tpot_p99_s
-            cand = _candidate(sm, r, cap, qps, osl, prices, res, ok)
+            cand = _candidate(sm, r, s.capacity_qps, q.qps, q.osl, q.prices, res, ok)
             if ok:
                 considered.append(cand)
                 c = cand.usd_per_hour if cand.usd_per_hour is not None else float(cand.gpus)
@@ -313,22 +396,27 @@ def size(
             f"{worst.replicas} gives p99 TTFT {worst.ttft_p99_s:.3g}s, "
             f"TPOT {worst.tpot_p99_s:.3g}s",
         )
-    sm_best = next(s[1] for s in screened if s[1].gpu.key == best.gpu and s[1].tp == best.tp)
+    return best, considered
+
+
+def _curve(sm: StepModel, replicas: int, q: _Sizing) -> list[CurvePoint]:
+    """Latency against load of the chosen deployment: each of CURVE_LOADS times the sized
+    per-replica load simulated on one replica, figures scaled to all ``replicas``."""
     curve = []
     for load in CURVE_LOADS:
-        q = qps / best.replicas * load
+        rate = q.qps / replicas * load
         # as many requests as the check that chose it: at load 1, the same figures
-        res = _simulate(sm_best, q, isl, osl, cal)
+        res = _simulate(sm, rate, q.isl, q.osl, q.cal)
         curve.append(
             CurvePoint(
-                q * best.replicas,
+                rate * replicas,
                 res.ttft_s.p99,
                 res.tpot_s.p99,
-                res.output_tokens_per_s * best.replicas,
-                res.ttft_s.p99 <= slo.ttft_p99_s and res.tpot_s.p99 <= slo.tpot_p99_s,
+                res.output_tokens_per_s * replicas,
+                res.ttft_s.p99 <= q.slo.ttft_p99_s and res.tpot_s.p99 <= q.slo.tpot_p99_s,
             )
         )
-    return SizingResult(best, considered, curve)
+    return curve
 
 
 def _candidate(
