@@ -219,10 +219,54 @@ def plan_row(row: dict[str, str], where: str) -> RowPlan:
         raise rejected(exc) from None
 
 
+@dataclass(frozen=True)
+class _Deployment:
+    """What a row states of its deployment and lengths, with how it was read where it does
+    not say; the load it runs is decided apart (:func:`_load_plan`)."""
+
+    model: str
+    gpu: str
+    precision: str
+    tp: int
+    pp: int
+    replicas: int
+    input_len: int
+    output_len: int
+    notes: tuple[str, ...]
+    kv: str | None
+
+    def plan(self, engine: EngineConfig, mode: str, requests: int, rate: float = 0.0) -> RowPlan:
+        """The row's plan: this deployment run by ``engine`` under a load."""
+        return RowPlan(
+            self.model,
+            self.gpu,
+            self.precision,
+            engine,
+            self.tp,
+            self.pp,
+            self.replicas,
+            self.input_len,
+            self.output_len,
+            mode,
+            requests,
+            rate,
+            self.notes,
+            self.kv,
+        )
+
+
 def _plan_row(row: dict[str, str], where: str) -> RowPlan:
+    """The measured figures are empty or positive, the engine is one gpuscale models, then
+    the deployment, then the load."""
     for col in MEASURED:
         positive(row, col, where)
     eng = _engine(row["engine"])
+    return _load_plan(row, where, eng, _deployment(row, where))
+
+
+def _deployment(row: dict[str, str], where: str) -> _Deployment:
+    """Model and GPU from the catalog, TP x PP and replicas, lengths and formats; a stated
+    model size must agree with the catalog's."""
     try:
         model = get_model(row["model"])
         gpu = get_gpu(row["gpu"])
@@ -234,6 +278,25 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
             "expert-parallel / attention-data-parallel MoE serving not modelled"
         )
     read: list[str] = []
+    tp, pp, n_gpus = _parallelism(row, where, read)
+    isl, osl = _length(row, "input_len"), _length(row, "output_len")
+    half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+    prec = _precision(row.get("precision", ""), half, read)
+    kv = _kv_precision(row.get("precision", ""))
+    if kv is None and KV_PHRASE.search(row.get("precision", "").lower()):
+        raise UnsupportedRowError(f"precision {row['precision']!r}: KV-cache format not modelled")
+    try:
+        precision_plan(gpu, prec, kv)
+    except InputError as exc:
+        raise UnsupportedRowError(str(exc)) from None
+    _check_size(row.get("params_b", ""), model)
+    replicas = n_gpus // (tp * pp)
+    return _Deployment(model.key, gpu.key, prec, tp, pp, replicas, isl, osl, tuple(read), kv)
+
+
+def _parallelism(row: dict[str, str], where: str, read: list[str]) -> tuple[int, int, int]:
+    """(TP, PP, GPUs): TP must be stated; PP unstated is 1 (said in ``read`` where the row
+    has more than one GPU); the GPUs, tp x pp unless stated, a whole number of replicas."""
     tp = count(row, "tp", where)
     if tp is None:
         raise UnsupportedRowError("tensor-parallel degree not stated")
@@ -247,17 +310,13 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
         raise UnsupportedRowError(
             f"num_gpus={row['num_gpus']!r}: not a multiple of tp x pp = {tp * pp}"
         )
-    isl, osl = _length(row, "input_len"), _length(row, "output_len")
-    half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-    prec = _precision(row.get("precision", ""), half, read)
-    kv = _kv_precision(row.get("precision", ""))
-    if kv is None and KV_PHRASE.search(row.get("precision", "").lower()):
-        raise UnsupportedRowError(f"precision {row['precision']!r}: KV-cache format not modelled")
-    try:
-        precision_plan(gpu, prec, kv)
-    except InputError as exc:
-        raise UnsupportedRowError(str(exc)) from None
-    _check_size(row.get("params_b", ""), model)
+    return tp, pp, n_gpus
+
+
+def _load_plan(row: dict[str, str], where: str, eng: EngineConfig, dep: _Deployment) -> RowPlan:
+    """The load a row runs: a static batch, offline (every request queued at once), a
+    saturating stream, else an online one (:func:`_online_plan`). A request count the notes
+    state ("3,000 requests") sizes offline and saturating runs."""
     rate = THOUSANDS.sub("", row["request_rate"].lower().strip())
     batch = THOUSANDS.sub("", row["batch_or_concurrency"].lower().strip())
     # a batch served at once: "static batch 64", "fixed batch 8"; with no request rate also
@@ -265,73 +324,79 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
     m_static = re.match(r"(?:static|fixed)\s+batch(?:\s+size)?\s*[=:]?\s*(\d+)$", batch)
     if m_static is None and rate == "":
         m_static = re.match(r"(?:bs|batch(?:\s+size)?)\s*[=:]?\s*(\d+)$", batch)
-    m_count = re.search(r"(\d[\d,]*) requests", notes)
-    replicas = n_gpus // (tp * pp)
-    base = dict(
-        model=model.key,
-        gpu=gpu.key,
-        precision=prec,
-        tp=tp,
-        pp=pp,
-        replicas=replicas,
-        input_len=isl,
-        output_len=osl,
-        notes=tuple(read),
-        kv=kv,
-    )
+    m_count = re.search(r"(\d[\d,]*) requests", row.get("notes", "").lower())
     if m_static:
         b = int(m_static.group(1))
-        if not 1 <= b <= OFFLINE_REQUESTS_MAX:
-            raise UnsupportedRowError(
-                f"batch_or_concurrency={row['batch_or_concurrency']!r}: a static batch of 1 "
-                f"to {OFFLINE_REQUESTS_MAX:,} sequences"
-            )
-        static = EngineConfig(
-            name=eng.name + "-static",
-            max_batch=b,
-            max_num_tokens=max(b * isl, eng.max_num_tokens),
-            chunked_prefill=False,
-            mem_fraction=eng.mem_fraction,
-            fraction_of_free=eng.fraction_of_free,
-            block_tokens=eng.block_tokens,
-            reserved_bytes=eng.reserved_bytes,
-        )
-        return RowPlan(engine=static, mode="static", requests=b, **base)  # type: ignore[arg-type]
+        return dep.plan(_static_engine(row, eng, b, dep.input_len), "static", b)
     if (
         rate.startswith("inf (offline)")
         or rate == "offline"
         or (rate == "" and "max" in batch and row.get("metric_throughput_tokens_per_s"))
     ):
-        e = eng
-        m_tok = TOKENS_LIMIT.search(batch)
-        m_b = BATCH_LIMIT.search(batch)
-        # an offline row's cell can only state engine limits: any other number in it (a
-        # batch, a concurrency, a negative limit) would be silently dropped
-        other = BATCH_LIMIT.sub("", TOKENS_LIMIT.sub("", batch))
-        if (
-            re.search(r"\d", other)
-            or (m_tok and int(m_tok.group(1)) < 1)
-            or (m_b and int(m_b.group(1)) < 1)
-        ):
-            raise UnsupportedRowError(
-                f"batch_or_concurrency={row['batch_or_concurrency']!r}: on an offline row, "
-                "engine limits of at least 1 ('max batch 512, max num tokens 2048') or empty"
-            )
-        if m_tok or m_b:
-            e = EngineConfig(
-                name=eng.name,
-                max_batch=int(m_b.group(1)) if m_b else eng.max_batch,
-                max_num_tokens=int(m_tok.group(1)) if m_tok else eng.max_num_tokens,
-                mem_fraction=eng.mem_fraction,
-                fraction_of_free=eng.fraction_of_free,
-                block_tokens=eng.block_tokens,
-                reserved_bytes=eng.reserved_bytes,
-            )
+        e = _offline_engine(row, eng, batch)
         n = _requests(m_count, OFFLINE_REQUESTS_MAX)
-        return RowPlan(engine=e, mode="offline", requests=min(n, OFFLINE_REQUESTS_MAX), **base)  # type: ignore[arg-type]
+        return dep.plan(e, "offline", min(n, OFFLINE_REQUESTS_MAX))
     if rate == "inf":
         n = min(_requests(m_count, ONLINE_REQUESTS), OFFLINE_REQUESTS_MAX)
-        return RowPlan(engine=eng, mode="saturate", requests=n, **base)  # type: ignore[arg-type]
+        return dep.plan(eng, "saturate", n)
+    return _online_plan(row, where, eng, dep, rate, batch)
+
+
+def _static_engine(row: dict[str, str], eng: EngineConfig, b: int, isl: int) -> EngineConfig:
+    """A static batch of ``b`` sequences (1 to OFFLINE_REQUESTS_MAX): the engine runs them
+    whole, every prompt in one iteration, without chunked prefill."""
+    if not 1 <= b <= OFFLINE_REQUESTS_MAX:
+        raise UnsupportedRowError(
+            f"batch_or_concurrency={row['batch_or_concurrency']!r}: a static batch of 1 "
+            f"to {OFFLINE_REQUESTS_MAX:,} sequences"
+        )
+    return EngineConfig(
+        name=eng.name + "-static",
+        max_batch=b,
+        max_num_tokens=max(b * isl, eng.max_num_tokens),
+        chunked_prefill=False,
+        mem_fraction=eng.mem_fraction,
+        fraction_of_free=eng.fraction_of_free,
+        block_tokens=eng.block_tokens,
+        reserved_bytes=eng.reserved_bytes,
+    )
+
+
+def _offline_engine(row: dict[str, str], eng: EngineConfig, batch: str) -> EngineConfig:
+    """The engine of an offline row, with the limits its batch_or_concurrency cell states
+    ("max batch 512, max num tokens 2048"), each at least 1; the cell can only state engine
+    limits: any other number in it (a batch, a concurrency) would be silently dropped."""
+    m_tok = TOKENS_LIMIT.search(batch)
+    m_b = BATCH_LIMIT.search(batch)
+    other = BATCH_LIMIT.sub("", TOKENS_LIMIT.sub("", batch))
+    if (
+        re.search(r"\d", other)
+        or (m_tok and int(m_tok.group(1)) < 1)
+        or (m_b and int(m_b.group(1)) < 1)
+    ):
+        raise UnsupportedRowError(
+            f"batch_or_concurrency={row['batch_or_concurrency']!r}: on an offline row, "
+            "engine limits of at least 1 ('max batch 512, max num tokens 2048') or empty"
+        )
+    if not (m_tok or m_b):
+        return eng
+    return EngineConfig(
+        name=eng.name,
+        max_batch=int(m_b.group(1)) if m_b else eng.max_batch,
+        max_num_tokens=int(m_tok.group(1)) if m_tok else eng.max_num_tokens,
+        mem_fraction=eng.mem_fraction,
+        fraction_of_free=eng.fraction_of_free,
+        block_tokens=eng.block_tokens,
+        reserved_bytes=eng.reserved_bytes,
+    )
+
+
+def _online_plan(
+    row: dict[str, str], where: str, eng: EngineConfig, dep: _Deployment, rate: str, batch: str
+) -> RowPlan:
+    """An online load: Poisson arrivals at one positive, finite rate in req/s, split evenly
+    over the replicas; with no rate, a closed loop of the concurrency the batch cell states
+    (1 to OFFLINE_REQUESTS_MAX, four requests a client)."""
     m_rate = _NUMBER.match(rate)
     if m_rate and re.match(r"[,\-–]\s*\d", rate[m_rate.end() :]):
         raise UnsupportedRowError(
@@ -344,13 +409,7 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
             raise UnsupportedRowError(
                 f"request_rate={row['request_rate']!r}: a positive, finite request rate"
             )
-        return RowPlan(
-            engine=eng,
-            mode="poisson",
-            requests=ONLINE_REQUESTS,
-            rate=qps / replicas,
-            **base,  # type: ignore[arg-type]
-        )
+        return dep.plan(eng, "poisson", ONLINE_REQUESTS, qps / dep.replicas)
     if rate[:1] in tuple("+-.0123456789"):
         raise InputError(
             f"{where}:request_rate",
@@ -364,13 +423,8 @@ def _plan_row(row: dict[str, str], where: str) -> RowPlan:
                 f"batch_or_concurrency={row['batch_or_concurrency']!r}: a concurrency of 1 "
                 f"to {OFFLINE_REQUESTS_MAX:,}"
             )
-        return RowPlan(
-            engine=eng,
-            mode="closed",
-            requests=max(4, 4 * int(m_one.group(1))),
-            rate=float(m_one.group(1)),
-            **base,  # type: ignore[arg-type]
-        )
+        clients = int(m_one.group(1))
+        return dep.plan(eng, "closed", max(4, 4 * clients), float(clients))
     raise UnsupportedRowError(
         f"load not understood (request_rate={row['request_rate']!r}, "
         f"batch_or_concurrency={row['batch_or_concurrency']!r})"
