@@ -48,6 +48,19 @@ def test_mm1_mean_wait() -> None:
     assert wait == pytest.approx(pk, rel=0.08)
 
 
+@pytest.mark.parametrize(("budget", "first_iteration"), [(3000, 3), (2999, 2), (1000, 1)])
+def test_whole_prompts_fill_the_token_budget(budget: int, first_iteration: int) -> None:
+    """Without chunked prefill an iteration takes whole prompts while their tokens fit in
+    max_num_tokens: three 1,000-token prompts share one 1 s iteration under a 3,000-token
+    budget; the ones left wait for the next."""
+    lim = EngineLimits(8, budget, kv_blocks=10**6, block_tokens=16, chunked_prefill=False)
+    res = simulate(FixedStep(1.0), lim, offline(3, 1000, 1))
+    waits = [1.0] * first_iteration + [2.0] * (3 - first_iteration)
+    if first_iteration == 1:
+        waits = [1.0, 2.0, 3.0]
+    assert res.ttft_s.mean == pytest.approx(sum(waits) / 3)
+
+
 def test_closed_form_k_matches_step_by_step() -> None:
     a, b, ctx, batch = 0.01, 1e-6, 5000.0, 32
     for horizon in (0.005, 0.05, 0.5, 3.0):

@@ -252,7 +252,8 @@ def _run(step: StepTimer, lim: EngineLimits, wl: Workload, ovh: float) -> _Trace
                         break
                     c = rem if rem < budget else budget
                 else:
-                    if p_tok > 0 and p_tok + rem > budget:
+                    # whole prompts while their tokens fit (budget is what is left)
+                    if p_tok > 0 and rem > budget:
                         break
                     c = rem
                 pairs += c * done_tok + c * (c + 1) * 0.5
