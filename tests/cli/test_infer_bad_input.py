@@ -248,3 +248,17 @@ def test_requests_with_offline_is_refused_not_ignored(capsys: pytest.CaptureFixt
     code, _, err = run(args, capsys)
     assert code == 2
     assert "requests=5 is invalid: not given with --offline, which simulates its 10" in err
+
+
+def test_an_slo_missed_under_load_names_the_deployment_nearest_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 12 ms p99 TTFT is reachable by one unloaded H100 TP8 prefill (11.3 ms) but not with
+    # Poisson arrivals: every candidate simulated misses it; the error names the one whose
+    # worse p99 is nearest its target, with its figures
+    args = [*SIZE[:-4], "--ttft-p99", "12ms", "--tpot-p99", "100ms", "--gpus", "h100-sxm"]
+    code, _, err = run(args, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "not met under load: the closest tried, h100-sxm TP" in err
+    ttft = float(err.split("p99 TTFT ")[1].split("s,")[0])
+    assert 0.012 < ttft < 0.012 * 1.5

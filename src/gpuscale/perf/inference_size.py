@@ -388,13 +388,17 @@ def _verify(screened: list[_Screened], q: _Sizing) -> tuple[Candidate, list[Cand
         else:
             considered.append(cand)
     if best is None:
-        worst = considered[0]
+        # the deployment nearest the SLO: the smallest ratio of its worse p99 to its target
+        closest = min(
+            considered,
+            key=lambda c: max(c.ttft_p99_s / slo.ttft_p99_s, c.tpot_p99_s / slo.tpot_p99_s),
+        )
         raise InputError(
             "slo",
             f"TTFT p99 {slo.ttft_p99_s:g}s, TPOT p99 {slo.tpot_p99_s:g}s",
-            f"not met under load: best tried {worst.gpu} TP{worst.tp} x "
-            f"{worst.replicas} gives p99 TTFT {worst.ttft_p99_s:.3g}s, "
-            f"TPOT {worst.tpot_p99_s:.3g}s",
+            f"not met under load: the closest tried, {closest.gpu} TP{closest.tp} x "
+            f"{closest.replicas}, gives p99 TTFT {closest.ttft_p99_s:.3g}s, "
+            f"TPOT {closest.tpot_p99_s:.3g}s",
         )
     return best, considered
 
