@@ -13,7 +13,7 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model
 from gpuscale.perf.engines import EngineConfig
 from gpuscale.perf.inference import build_step_model
-from gpuscale.perf.inference_size import Slo, load_prices, size
+from gpuscale.perf.inference_size import Slo, _replica_steps, load_prices, size
 from gpuscale.perf.kv import precision_plan
 from gpuscale.sim.arrivals import poisson
 from gpuscale.sim.serving import simulate
@@ -250,3 +250,23 @@ def test_one_output_token_has_no_tpot_and_prints_none(capsys: pytest.CaptureFixt
         for line in out.splitlines()
         if "│" in line
     )
+
+
+def test_replicas_beyond_the_estimate_grow_with_it() -> None:
+    assert _replica_steps(13, 10**6) == [13, 14, 15, 16, 17, 18, 19]
+    assert _replica_steps(2000, 10**6) == [2000, 2100, 2200, 2300, 2400, 2500, 2600]
+    assert _replica_steps(2000, 2250) == [2000, 2100, 2200]
+
+
+def test_twenty_times_the_load_costs_no_more_a_token() -> None:
+    # 20 copies of the 50 req/s deployment serve 1,000 req/s at the same per-replica load,
+    # so the cheapest deployment for 1,000 req/s costs at most as much per token (rounding
+    # aside). Adding replicas one at a time, 6 at most, gave up on B200 TP2 at 1,000 req/s
+    # (133 replicas needed, 127 estimated) and settled for TP8 at 1.5 x the cost a token
+    cal, m, g = default_calibration(), get_model("llama3-70b"), get_gpu("b200")
+    slo, prices = Slo(2.0, 0.05), load_prices()
+    small = size(m, 50.0, 2048, 256, slo, [g], cal, prices).best
+    large = size(m, 1000.0, 2048, 256, slo, [g], cal, prices).best
+    assert small.usd_per_million_output_tokens is not None
+    assert large.usd_per_million_output_tokens is not None
+    assert large.usd_per_million_output_tokens <= 1.05 * small.usd_per_million_output_tokens
