@@ -112,10 +112,37 @@ class TrainingEstimate(PlanNotes):
         """A JSON-ready description of plan ``i``: plan, memory and step breakdowns, rates;
         with ``storage``, what checkpoints and data loading add; with ``failures`` too, the
         goodput and the time failures add."""
+        out: dict[str, Any] = {**self._plan_summary(i), **self._rates_summary(i)}
+        notes = self.notes(i)
+        if notes:
+            out["notes"] = notes
+        best_asked = storage is not None and storage.checkpoint_every_best
+        if storage is not None:
+            storage = self.resolve_storage(i, storage, failures)
+        cost = self.storage(i, storage) if storage is not None else None
+        if cost is not None and storage is not None:
+            out["storage"] = _storage_summary(cost, storage, best_asked)
+        rel = None
+        if failures is not None:
+            if cost is None or storage is None or not cost.checkpoint_every_steps:
+                failures.check(checkpoints=False)  # refused: nothing to restart from
+            else:
+                rel = self.reliability(i, storage, cost, failures)
+                out["reliability"] = _reliability_summary(rel)
+        run_notes = _run_notes(cost, storage, rel)
+        if run_notes:
+            out.setdefault("notes", []).extend(run_notes)
+        out |= self._time_to_train(i, train_tokens, cost, rel)
+        return out
+
+    def _plan_summary(self, i: int) -> dict[str, Any]:
+        """Plan ``i``'s workload, its plan and the settings it runs with, its pipeline
+        stages and its memory per GPU (:meth:`summary`'s first keys, in the order it lists
+        them)."""
         w = self.workload
         used = int(self.plans.gpus_used()[i])
         groups = ShardGroups.of(w, self.plans.take(np.array([i])))  # this plan's alone
-        out: dict[str, Any] = {
+        return {
             "model": w.model.key,
             # parameters as the model line prints them (embeddings included; MTP depths apart)
             "parameters": param_count(w.model),
@@ -149,6 +176,13 @@ class TrainingEstimate(PlanNotes):
             "microbatches": int(self.plans.microbatches(w)[i]),
             "memory_bytes": self._memory_bytes(i),
             "fits": bool(self.memory.fits[i]),
+        }
+
+    def _rates_summary(self, i: int) -> dict[str, Any]:
+        """Plan ``i``'s step time, term by term, its throughput, model and hardware FLOPs and
+        MFU, and the peaks MFU is read against."""
+        w = self.workload
+        return {
             "step_time_breakdown_s": {k: float(v[i]) for k, v in self.step.terms().items()},
             "step_time_s": float(self.step_s[i]),
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
@@ -165,58 +199,20 @@ class TrainingEstimate(PlanNotes):
             # the best a GEMM reaches on this GPU (BF16 MAMF / peak): an MFU's real ceiling
             "gpu_bf16_matmul_ceiling": float(w.gpu.matmul_eff),
         }
-        notes = self.notes(i)
-        if notes:
-            out["notes"] = notes
-        best_asked = storage is not None and storage.checkpoint_every_best
-        if storage is not None:
-            storage = self.resolve_storage(i, storage, failures)
-        cost = self.storage(i, storage) if storage is not None else None
-        if cost is not None and storage is not None:
-            out["storage"] = {
-                "checkpoint_bytes": cost.checkpoint_bytes,
-                "checkpoint_write_s": cost.checkpoint_write_s,
-                "checkpoint_stall_s": cost.checkpoint_stall_s,
-                "checkpoint_wait_s": cost.checkpoint_wait_s,
-                "checkpoint_every_steps": cost.checkpoint_every_steps,
-                "checkpoint_interval_s": cost.checkpoint_interval_s,
-                "checkpoint_asynchronous": storage.asynchronous,
-                "checkpoint_every_best": best_asked,
-                "checkpoint_per_step_s": cost.checkpoint_per_step_s,
-                "checkpoint_reload_s": cost.checkpoint_reload_s,
-                "checkpoint_interval_below_step": cost.interval_below_step,
-                "data_bytes_per_step": cost.data_bytes_per_step,
-                "data_read_s": cost.data_read_s,
-                "data_exposed_s": cost.data_exposed_s,
-            }
-        rel = None
-        if failures is not None:
-            if cost is None or storage is None or not cost.checkpoint_every_steps:
-                failures.check(checkpoints=False)  # refused: nothing to restart from
-            else:
-                rel = self.reliability(i, storage, cost, failures)
-                out["reliability"] = {
-                    "gpus": rel.gpus,
-                    "job_mtbf_s": rel.job_mtbf_s,
-                    "checkpoint_interval_s": rel.interval_s,
-                    "restart_s": rel.restart_s,
-                    "durable_after_s": rel.durable_after_s,
-                    "goodput": rel.goodput,
-                    "checkpoint_share": rel.checkpoint_share,
-                    "data_loading_share": rel.data_loading_share,
-                    "lost_work_share": rel.lost_work_share,
-                    "restart_share": rel.restart_share,
-                    # an average interruption's cost (None when nothing trains)
-                    "lost_work_per_failure_s": _finite_or_none(rel.lost_per_failure_s),
-                    "restart_per_failure_s": _finite_or_none(rel.restart_per_failure_s),
-                    "optimal_checkpoint_every_steps": rel.optimal_every_steps,
-                    "optimal_goodput": rel.optimal_goodput,
-                }
-        run_notes = _run_notes(cost, storage, rel)
-        if run_notes:
-            out.setdefault("notes", []).extend(run_notes)
+
+    def _time_to_train(
+        self,
+        i: int,
+        train_tokens: float | None,
+        cost: StorageCost | None,
+        rel: Reliability | None,
+    ) -> dict[str, Any]:
+        """Plan ``i``'s run over ``train_tokens``: whole steps, the checkpoints saved
+        (``cost``), the failures met (``rel``), wall time and GPU-hours; every key null
+        without a token count, and the times null for a plan that does not fit or a run
+        that failures never let finish."""
         # the keys are there whether or not a token count is given (null without one)
-        out |= dict.fromkeys(
+        out: dict[str, Any] = dict.fromkeys(
             (
                 "train_steps",
                 "train_tokens",
@@ -227,32 +223,79 @@ class TrainingEstimate(PlanNotes):
                 "failures",
             )
         )
-        if train_tokens is not None:
-            # a plan that does not fit trains nothing: no time is given for it
-            fits = bool(self.memory.fits[i])
-            # whole steps: the last one runs in full even when it is not needed in full
-            tokens_per_step = float(w.global_batch) * w.seq_len
-            steps = max(math.ceil(train_tokens / tokens_per_step - 1e-9), 1)
-            secs = steps * float(self.step_s[i])
-            if cost is not None:
-                saves = cost.checkpoints_in(steps)
-                secs += saves * cost.checkpoint_stall_s + steps * cost.data_exposed_s
-                out["checkpoints"] = saves
-            ok = fits
-            if rel is not None:
-                # failures stretch the run: of each second, this share is lost to them; a
-                # run that fails before it saves and restarts never ends
-                left = 1.0 - rel.failure_share
-                ok = fits and left > 0.0
-                secs = secs / left if left > 0.0 else math.inf
-                out["failures"] = rel.failures_in(secs) if ok else None
-            out["train_steps"] = steps
-            out["train_tokens"] = train_tokens
-            out["time_to_train_s"] = float(secs) if ok else None
-            out["gpu_hours"] = float(secs * used / 3600.0) if ok else None
-            # what a cluster of all the GPUs bills: idle ones too
-            out["gpu_hours_allocated"] = float(secs * w.num_gpus / 3600.0) if ok else None
+        if train_tokens is None:
+            return out
+        w = self.workload
+        used = int(self.plans.gpus_used()[i])
+        # a plan that does not fit trains nothing: no time is given for it
+        fits = bool(self.memory.fits[i])
+        # whole steps: the last one runs in full even when it is not needed in full
+        tokens_per_step = float(w.global_batch) * w.seq_len
+        steps = max(math.ceil(train_tokens / tokens_per_step - 1e-9), 1)
+        secs = steps * float(self.step_s[i])
+        if cost is not None:
+            saves = cost.checkpoints_in(steps)
+            secs += saves * cost.checkpoint_stall_s + steps * cost.data_exposed_s
+            out["checkpoints"] = saves
+        ok = fits
+        if rel is not None:
+            # failures stretch the run: of each second, this share is lost to them; a
+            # run that fails before it saves and restarts never ends
+            left = 1.0 - rel.failure_share
+            ok = fits and left > 0.0
+            secs = secs / left if left > 0.0 else math.inf
+            out["failures"] = rel.failures_in(secs) if ok else None
+        out["train_steps"] = steps
+        out["train_tokens"] = train_tokens
+        out["time_to_train_s"] = float(secs) if ok else None
+        out["gpu_hours"] = float(secs * used / 3600.0) if ok else None
+        # what a cluster of all the GPUs bills: idle ones too
+        out["gpu_hours_allocated"] = float(secs * w.num_gpus / 3600.0) if ok else None
         return out
+
+
+def _storage_summary(cost: StorageCost, storage: StoragePolicy, best_asked: bool) -> dict[str, Any]:
+    """What checkpoints (saved as ``storage`` says, at a best interval where
+    ``best_asked``) and data loading cost a plan: :meth:`TrainingEstimate.summary`'s
+    ``storage``."""
+    return {
+        "checkpoint_bytes": cost.checkpoint_bytes,
+        "checkpoint_write_s": cost.checkpoint_write_s,
+        "checkpoint_stall_s": cost.checkpoint_stall_s,
+        "checkpoint_wait_s": cost.checkpoint_wait_s,
+        "checkpoint_every_steps": cost.checkpoint_every_steps,
+        "checkpoint_interval_s": cost.checkpoint_interval_s,
+        "checkpoint_asynchronous": storage.asynchronous,
+        "checkpoint_every_best": best_asked,
+        "checkpoint_per_step_s": cost.checkpoint_per_step_s,
+        "checkpoint_reload_s": cost.checkpoint_reload_s,
+        "checkpoint_interval_below_step": cost.interval_below_step,
+        "data_bytes_per_step": cost.data_bytes_per_step,
+        "data_read_s": cost.data_read_s,
+        "data_exposed_s": cost.data_exposed_s,
+    }
+
+
+def _reliability_summary(rel: Reliability) -> dict[str, Any]:
+    """A plan's goodput under failures and where the rest of its time goes:
+    :meth:`TrainingEstimate.summary`'s ``reliability``."""
+    return {
+        "gpus": rel.gpus,
+        "job_mtbf_s": rel.job_mtbf_s,
+        "checkpoint_interval_s": rel.interval_s,
+        "restart_s": rel.restart_s,
+        "durable_after_s": rel.durable_after_s,
+        "goodput": rel.goodput,
+        "checkpoint_share": rel.checkpoint_share,
+        "data_loading_share": rel.data_loading_share,
+        "lost_work_share": rel.lost_work_share,
+        "restart_share": rel.restart_share,
+        # an average interruption's cost (None when nothing trains)
+        "lost_work_per_failure_s": _finite_or_none(rel.lost_per_failure_s),
+        "restart_per_failure_s": _finite_or_none(rel.restart_per_failure_s),
+        "optimal_checkpoint_every_steps": rel.optimal_every_steps,
+        "optimal_goodput": rel.optimal_goodput,
+    }
 
 
 def _hardware_flops(est: TrainingEstimate, i: int) -> dict[str, float]:
