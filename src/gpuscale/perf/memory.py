@@ -11,20 +11,11 @@ hybrid shard group):
 FP8 training keeps an extra 1-byte copy of each weight (Transformer Engine). Gradients
 accumulated in a pass of their own (DeepSpeed's BF16 optimizer) take 2 + 4 bytes.
 
-Activations per layer and micro-batch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2,
-generalised to GQA and gated MLPs), s = sequence per GPU, b = micro-batch, t = TP:
-  replicated across TP unless sequence parallel: 10 s b h (2 norms' inputs 4, attention and
-  MLP inputs 4, two dropout masks 2);
-  split across TP: s b (4 q + 4 kv) (Q, K, V, output-projection input) and the MLP's
-  4 f (6 f when gated) (activation input and output);
-  attention scores 5 a s^2 b / t without flash attention and without selective recompute;
-  full recompute keeps only each layer's input, 2 s b h (/t with SP).
-GPT with f = 4h and MHA gives 34 s b h + 5 a s^2 b, the paper's figure. With FP8 GEMMs
-(Transformer Engine) the GEMM inputs saved for backward take 1 byte instead of 2.
-The first pipeline stage holds p micro-batches in flight (x (1 + (p-1)/(p v)) interleaved,
-at most all m); the last one holds one (interleaved, ((v-1) p + 1)/v) and the fp32 logits of
-the output layer (three with an op-by-op loss, :data:`LOSS_BYTES`); memory is that of the
-fuller of the two.
+Activations per layer and micro-batch: :mod:`gpuscale.perf.activations` (Korthikanti et
+al. 2022, arXiv 2205.05198). The first pipeline stage holds p micro-batches in flight
+(x (1 + (p-1)/(p v)) interleaved, at most all m); the last one holds one (interleaved,
+((v-1) p + 1)/v) and the fp32 logits of the output layer (three with an op-by-op loss,
+:data:`LOSS_BYTES`); memory is that of the fuller of the two.
 """
 
 from __future__ import annotations
@@ -34,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
-from gpuscale.perf.attn_kinds import kind_mean
+from gpuscale.perf.activations import activation_bytes_per_layer
 from gpuscale.perf.plan import (
     FloatArrayT,
     IntArray,
@@ -44,19 +35,11 @@ from gpuscale.perf.plan import (
     pipelined_zero3,
     separate_accumulation,
 )
-from gpuscale.perf.recompute import op_sac_gemms
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stage_kinds import AVERAGE, StageMix, stage_candidates
+from gpuscale.perf.stage_kinds import stage_candidates
 from gpuscale.perf.stage_params import candidate_layers, candidate_params
 from gpuscale.perf.stages import pipeline_stages
-from gpuscale.perf.transformer import (
-    compressor_width,
-    indexer_layers,
-    kv_width_per_rank,
-    mean_attn_dims,
-    mtp_layer_equivalents,
-    sparse_layers,
-)
+from gpuscale.perf.transformer import mtp_layer_equivalents
 
 FloatArray = FloatArrayT
 
@@ -118,156 +101,6 @@ class MemoryBreakdown:
     def headroom(self) -> FloatArray:
         """capacity - total: negative means the plan is short by that many bytes."""
         return self.capacity - self.total
-
-
-def activation_bytes_per_layer(
-    w: Workload, p: Plans, seq_len: float | None = None, mix: StageMix | None = None
-) -> FloatArray:
-    """Activation bytes one layer stores for one micro-batch on one GPU (16-bit): the
-    model's average layer, or the average of a stage whose layers' kinds ``mix`` gives."""
-    mix = AVERAGE if mix is None else mix
-    m = w.model
-    s = (w.seq_len if seq_len is None else seq_len) / p.cp
-    b = p.mbs.astype(np.float64)
-    h = float(m.hidden)
-    t = p.tp.astype(np.float64)
-    # Q and K/V widths and heads averaged over the attention layers' kinds (Step 3.5)
-    q, kv = mean_attn_dims(m)
-    heads = kind_mean(m, lambda v: v.heads)
-    if m.mla is not None:
-        q = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
-        kv = m.heads * (m.mla.qk_nope_head_dim + m.mla.v_head_dim) // 2
-    # GQA under more TP ranks than key/value heads: each rank keeps a whole K and V head
-    kv_split = kind_mean(m, lambda v: kv_width_per_rank(v, t) * t) if m.mla is None else kv
-    mlp_mult = 6.0 if m.gated_mlp else 4.0
-    a_frac = m.attn_layers / m.layers * mix.attn
-    mlp_frac = m.mlp_layers / m.layers * mix.mlp
-    moe_frac = m.moe_layers / m.layers * mix.moe
-    mamba_frac = m.mamba_layers / m.layers * mix.mamba
-    sub = m.sublayers_per_layer / 2.0
-    f_dense = float(m.dense_ffn_hidden)
-    f_moe = float(m.top_k * m.ffn_hidden + m.shared_ffn_hidden)
-    moe = mlp_mult * f_moe + 2 * m.top_k * m.moe_width
-    # Mamba-2 (and a Gated DeltaNet) keeps in_proj's output (z, x, B, C, dt), the conv
-    # output (x, B, C), the scan output y and out_proj's input, 2 bytes each
-    mamba = 0.0
-    if m.mamba is not None:
-        mx = m.mamba
-        mamba = 2.0 * (mx.in_proj_width + mx.conv_channels + 2 * mx.inner)
-    # Korthikanti et al.'s 10sbh: both norms' inputs, the QKV and MLP inputs (2sbh each) and,
-    # with dropout, its two 1-byte masks (after attention, after the MLP)
-    replicated = sub * (10.0 if m.dropout else 8.0) * s * b * h
-    split = (
-        s
-        * b
-        * (
-            # gated attention also keeps the gate and the ungated output (2 x 2 q bytes)
-            a_frac * ((8.0 if m.attn_gate else 4.0) * q + 4.0 * kv_split)
-            + mlp_frac * mlp_mult * f_dense
-            + moe_frac * moe
-            + mamba_frac * mamba
-        )
-    )
-    if m.head_gate:  # a head-wise gate's gates and the ungated output, 2 (q + heads) bytes
-        split = split + s * b * a_frac * 2.0 * (q + heads)
-    # Transformer Engine saves GEMM inputs for backward in FP8 (1 byte; NVFP4 is costed the
-    # same, its 0.56-byte copies plus column-wise ones for the weight gradient): the QKV and
-    # fc1 inputs (2 x 2 s b h), the output-projection input (2 s b q), fc2's (2 s b f); a
-    # hybrid block has one of each pair (in_proj's, out_proj's for Mamba)
-    fp8_cut = 1.0 if w.precision in ("fp8", "fp4") else 0.0  # bytes saved on a GEMM input
-    d_mamba = float(m.mamba.inner) if m.mamba is not None else 0.0
-    replicated = replicated - fp8_cut * sub * 2.0 * s * b * h
-    split = split - fp8_cut * s * b * (
-        a_frac * q + mlp_frac * f_dense + moe_frac * f_moe + mamba_frac * d_mamba
-    )
-    # selective recomputation of Megatron-Core modules drops what they alone keep: the
-    # outputs of the norms that are modules of their own (an MoE layer's pre-norm, MLA's
-    # input norm; Transformer Engine fuses the others into the next GEMM), the experts'
-    # activation output (fc2's input), a dense MLP's, a whole MoE layer's, the shared
-    # experts' or a Mamba mixer's activations, each as the lines above store it (a GEMM
-    # input kept in FP8 is 1 byte); MLA's up-projection outputs are not counted (its time is)
-    mods = set(w.recompute_modules)
-    keep_moe = "moe" not in mods
-    norms = moe_frac * 2.0 + (a_frac * (2.0 - fp8_cut) if m.mla is not None else 0.0)
-    saved_rep = norms * s * b * h if "layernorm" in mods else 0.0
-    shared = float(m.shared_ffn_hidden)
-    saved_split = (
-        s
-        * b
-        * (
-            (moe_frac * f_moe * (2.0 - fp8_cut) if "moe_act" in mods and keep_moe else 0.0)
-            + (mlp_frac * (mlp_mult - fp8_cut) * f_dense if "mlp" in mods else 0.0)
-            + (moe_frac * (moe - fp8_cut * f_moe) if "moe" in mods else 0.0)
-            + (
-                moe_frac * (mlp_mult - fp8_cut) * shared
-                if "shared_experts" in mods and keep_moe
-                else 0.0
-            )
-            + (mamba_frac * (mamba - fp8_cut * d_mamba) if "mamba" in mods else 0.0)
-        )
-    )
-    sel = p.recompute == 1
-    replicated = np.where(sel, replicated - saved_rep, replicated)
-    split = np.where(sel, np.maximum(split - saved_split, 0.0), split)
-    # unfused attention keeps the softmax output (2 bytes per score) and, with dropout, its
-    # mask (1) and output (2): Korthikanti et al.'s 5as^2b, or 2as^2b without dropout
-    scores = a_frac * (5.0 if m.dropout else 2.0) * heads * s * s * b
-    no_scores = (p.recompute >= 2) | (sel & ("core_attn" in mods))
-    if w.flash_attention:
-        no_scores = np.ones_like(no_scores)
-    act = np.where(p.sp, (replicated + split) / t, replicated + split / t)
-    act = act + np.where(no_scores, 0.0, scores / t)
-    if m.compressed is not None:
-        # DeepSeek-V4 also keeps its query latent, o_a's output (the grouped projection's
-        # g x r_o) and its compressors' kv and gate outputs, 16-bit; the two
-        # hyper-connections keep their n-stream inputs (n - 1 more hidden widths each)
-        c = m.compressed
-        kept = 2.0 * (c.q_lora_rank + compressor_width(m)) + 2.0 * c.o_groups * c.o_lora_rank / t
-        act = act + s * b * kept
-    if m.residual_streams > 1:
-        streams = 2.0 * 2.0 * (m.residual_streams - 1) * h
-        act = act + np.where(p.sp, s * b * streams / t, s * b * streams)
-    if m.sparse is not None:
-        # a DSA layer keeps its selection for the sparse attention's backward (the top-k
-        # key indices, int32) and an indexer's queries, key (16-bit) and head weights (fp32)
-        # for its own loss's backward, whole on every TP rank
-        x = m.sparse
-        own = (
-            2.0 * x.heads * x.head_dim
-            + 2.0 * x.head_dim
-            + (4.0 * x.heads if x.head_weights else 0.0)
-        )
-        per_token = (sparse_layers(m) * 4.0 * x.topk + indexer_layers(m) * own) / m.layers
-        act = act + s * b * per_token
-    if "ops" in mods:
-        act = np.where(sel, _op_sac_bytes(w, p, s, b), act)
-    # full recomputation keeps each layer's input: the n residual streams of hyper-connections
-    kept_input = 2.0 * s * b * h * m.residual_streams
-    full = np.where(p.sp, kept_input / t, kept_input)
-    return np.where(p.recompute >= 2, full, act)
-
-
-def _op_sac_bytes(w: Workload, p: Plans, s: FloatArray, b: FloatArray) -> FloatArray:
-    """Bytes one layer keeps for one micro-batch under torchtitan's per-op checkpointing
-    (:func:`gpuscale.perf.recompute.op_sac_gemms`), 16-bit: the layer's input (the
-    checkpoint's), the odd matmuls' outputs, the attention kernel's output and its fp32
-    log-sum-exp. For Llama (gated MLP): Q, V, w1 and w2, so 2 s b (2 h + 2 q + kv + f) +
-    4 s b a; a GEMM input kept in FP8 does not apply, the outputs are 16-bit. Under TP each
-    rank keeps its share; with sequence parallelism the input and the two reduce-scattered
-    block outputs (saved collectives) are sequence shards, and w2's output is the
-    full-sequence partial sum before its reduction: at TP8 that full-width copy can make the
-    policy keep more than no checkpointing does (which keeps no block output)."""
-    m = w.model
-    h, t = float(m.hidden), p.tp.astype(np.float64)
-    q, _ = mean_attn_dims(m)
-    kept, _ = op_sac_gemms(m, t)
-    # a rank's share of each kept output (the row-parallel ones whole-width partial sums)
-    widths = sum((n_cols for _name, n_cols, _k in kept), np.zeros_like(t))
-    block_outputs = np.where(p.sp, 2.0 * h / t, 0.0)  # reduce-scatter outputs (saved)
-    layer_input = np.where(p.sp, h / t, h)
-    lse = 2.0 * kind_mean(m, lambda v: v.heads) / t  # fp32: 4 bytes = 2 x 2
-    out: FloatArray = 2.0 * s * b * (layer_input + widths + q / t + block_outputs + lse)
-    return out
 
 
 def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown:
