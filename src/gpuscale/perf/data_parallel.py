@@ -26,6 +26,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.perf.comm.distinct import collective_s
 from gpuscale.perf.plan import (
     FloatArrayT,
+    IntArray,
     Plans,
     Workload,
     cost_sharding,
@@ -98,26 +99,79 @@ class StageWork(NamedTuple):
     full_frac: FloatArray
 
 
-def _stage_dp_s(
+@dataclass(frozen=True)
+class _StageCollectives:
+    """The data-parallel collectives of a stage holding ``dense`` and ``expert`` parameters
+    a GPU, per plan: the groups they run among and the bytes a gradient takes."""
+
+    w: Workload
+    cal: Calibration
+    dense: FloatArray
+    expert: FloatArray
+    d: FloatArray
+    """Data-parallel ranks, DP x CP."""
+    whole: _Group
+    """All the data-parallel ranks (expert parameters: the expert-data-parallel ones)."""
+    shards: _Group
+    """One shard group's ranks (all of them without hybrid sharding)."""
+    replicas: _Group
+    """The ranks holding the same shard in the other shard groups, each moving a shard."""
+    grad_b: FloatArray
+    """Bytes a gradient element takes in the reduction."""
+    groups: ShardGroups
+    """The ranks the sharded states spread over, and their replicas."""
+
+    def time_s(
+        self,
+        op: str,
+        nbytes_per_param: FloatArray | float,
+        pieces: FloatArray | float = 1.0,
+        over: _Group | None = None,
+    ) -> FloatArray:
+        """DP collective over the stage's parameters (1 / ``over.split`` of them), issued
+        as ``pieces`` equal calls among the ranks of ``over`` (all of them by default)."""
+        over = self.whole if over is None else over
+        f, cal = self.w.fabric, self.cal
+        t_dense = collective_s(
+            op, self.dense * nbytes_per_param / (pieces * over.split), over.n, over.k, f, cal
+        )
+        t_exp = (
+            collective_s(
+                op,
+                self.expert * nbytes_per_param / (pieces * over.split_exp),
+                over.n_exp,
+                over.k_exp,
+                f,
+                cal,
+            )
+            if self.w.model.is_moe
+            else np.zeros_like(self.d)
+        )
+        return pieces * (np.where(over.n > 1, t_dense, 0.0) + np.where(over.n_exp > 1, t_exp, 0.0))
+
+    def reduce_grads_s(self, pieces: FloatArray | float = 1.0) -> FloatArray:
+        """Reduce-scatter within the shard group, then all-reduce each shard across the
+        replicas (nothing more without hybrid sharding)."""
+        return self.time_s("reduce_scatter", self.grad_b, pieces, self.shards) + self.time_s(
+            "all_reduce", self.grad_b, pieces, self.replicas
+        )
+
+
+def _stage_collectives(
     w: Workload,
     p: Plans,
     cal: Calibration,
-    work: StageWork,
+    shard: IntArray,
     dense: FloatArray,
     expert: FloatArray,
-) -> tuple[FloatArray, FloatArray]:
-    """:func:`data_parallel_s` of a stage holding ``dense`` and ``expert`` parameters a GPU."""
-    busy_mb, compute_mb, mb, layers_stage, full_frac = work
+) -> _StageCollectives:
+    """The groups a stage's gradient reductions and parameter gathers run among, placed on
+    the fabric (``shard``: each plan's sharding as it is costed)."""
     f = w.fabric
     tp = p.tp.astype(np.float64)
-    bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
-    # --- data-parallel gradient / parameter communication ------------------------------
     d = (p.dp * p.cp).astype(np.float64)
     d_exp = np.maximum(d * tp / p.ep, 1.0)
     dp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, d)
-    # ZeRO-2 under a pipeline gathers and reduces once a step, as the distributed
-    # optimizer does (plan.pipelined_fsdp)
-    shard = cost_sharding(p)
     # gradients reduce in fp32 under Megatron's DDP and distributed optimizer and FSDP's
     # mixed precision (reduce_dtype fp32); in the 16-bit dtype under DeepSpeed's ZeRO,
     # stage 3 included (its communication_data_type defaults to the model's)
@@ -140,43 +194,42 @@ def _stage_dp_s(
         g.dense,
         g.expert,
     )
+    return _StageCollectives(w, cal, dense, expert, d, whole, shards, replicas, grad_b, g)
 
-    def dp_time(
-        op: str,
-        nbytes_per_param: FloatArray | float,
-        pieces: FloatArray | float = 1.0,
-        over: _Group = whole,
-    ) -> FloatArray:
-        """DP collective over the stage's parameters (1 / ``over.split`` of them), issued
-        as ``pieces`` equal calls among the ranks of ``over``."""
-        t_dense = collective_s(
-            op, dense * nbytes_per_param / (pieces * over.split), over.n, over.k, f, cal
-        )
-        t_exp = (
-            collective_s(
-                op,
-                expert * nbytes_per_param / (pieces * over.split_exp),
-                over.n_exp,
-                over.k_exp,
-                f,
-                cal,
-            )
-            if w.model.is_moe
-            else np.zeros_like(d)
-        )
-        return pieces * (np.where(over.n > 1, t_dense, 0.0) + np.where(over.n_exp > 1, t_exp, 0.0))
 
-    def reduce_grads(pieces: FloatArray | float = 1.0) -> FloatArray:
-        """Reduce-scatter within the shard group, then all-reduce each shard across the
-        replicas (nothing more without hybrid sharding)."""
-        return dp_time("reduce_scatter", grad_b, pieces, shards) + dp_time(
-            "all_reduce", grad_b, pieces, replicas
-        )
+def _stage_dp_s(
+    w: Workload,
+    p: Plans,
+    cal: Calibration,
+    work: StageWork,
+    dense: FloatArray,
+    expert: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`data_parallel_s` of a stage holding ``dense`` and ``expert`` parameters a GPU."""
+    # ZeRO-2 under a pipeline gathers and reduces once a step, as the distributed
+    # optimizer does (plan.pipelined_fsdp)
+    shard = cost_sharding(p)
+    c = _stage_collectives(w, p, cal, shard, dense, expert)
+    dp_comm = _exposed_dp_s(c, work, shard)
+    # --- optimizer ---------------------------------------------------------------------------
+    bw = w.gpu.hbm_bw_Bps * cal.hbm_eff
+    g = c.groups
+    sharded = shard >= 1
+    opt_params = np.where(sharded, dense / g.dense + expert / g.expert, dense + expert)
+    optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
+    return dp_comm, optimizer
 
-    reduce_scatter = reduce_grads()
-    grads = np.where(shard == 0, dp_time("all_reduce", grad_b), reduce_scatter)
-    ag_b = w.gathered_weight_bytes
-    gather = dp_time("all_gather", ag_b, over=shards)
+
+def _exposed_dp_s(c: _StageCollectives, work: StageWork, shard: IntArray) -> FloatArray:
+    """The stage's data-parallel communication left exposed a step, by how each plan
+    shards: once a step (DDP, distributed optimizer, ZeRO-1), the gradients every
+    micro-batch (ZeRO-2), every layer and micro-batch (ZeRO-3/FSDP)."""
+    busy_mb, compute_mb, mb, layers_stage, full_frac = work
+    cal = c.cal
+    reduce_scatter = c.reduce_grads_s()
+    grads = np.where(shard == 0, c.time_s("all_reduce", c.grad_b), reduce_scatter)
+    ag_b = c.w.gathered_weight_bytes
+    gather = c.time_s("all_gather", ag_b, over=c.shards)
     # bwd of the last micro-batch (grads) and fwd of the first (param all-gather) hide it
     window = busy_mb * (2.0 / 3.0)
 
@@ -186,30 +239,38 @@ def _stage_dp_s(
         return out
 
     exposed_step = exposed(grads + np.where(shard >= 1, gather, 0.0))
-    # ZeRO-3/FSDP: gather each layer's weights in forward and in backward and reduce-scatter
-    # its gradients, layer by layer, every micro-batch (one collective per layer each)
-    rs_z3 = reduce_grads(layers_stage)
-    ag_z3 = dp_time("all_gather", ag_b, layers_stage, shards)
-    if w.zero3_gathers == "per-param":
-        # per-tensor gathers from module hooks: the implementation's rate bounds each pass
-        # over the stage's gathered weights, and recomputation gathers them once more
-        impl = (dense + expert) * ag_b / cal.zero3_param_gather_Bps
-        per_mb_z3 = np.maximum(rs_z3, impl) + (2.0 + full_frac) * np.maximum(ag_z3, impl)
-    else:
-        per_mb_z3 = rs_z3 + 2.0 * ag_z3
+    per_mb_z3 = _zero3_per_mb_s(c, layers_stage, full_frac)
     exposed_z3 = mb * np.maximum(per_mb_z3 * (1.0 - cal.zero3_overlap), per_mb_z3 - compute_mb)
     # ZeRO-2 / FSDP SHARD_GRAD_OP: gradients live only as shards, so every micro-batch's
     # backward reduce-scatters them into their owners (DeepSpeed stage 2 reduces at each
     # micro-step), each hidden as ZeRO-1's one reduction is behind the last (a
     # one-micro-batch ZeRO-2 step times as ZeRO-1's); parameters are gathered once per step
     exposed_z2 = mb * exposed(reduce_scatter) + exposed(gather)
-    dp_comm = np.select([shard == 4, shard == 3], [exposed_z3, exposed_z2], exposed_step)
+    dp_comm: FloatArray = np.select(
+        [shard == 4, shard == 3], [exposed_z3, exposed_z2], exposed_step
+    )
+    return dp_comm
 
-    # --- optimizer ---------------------------------------------------------------------------
-    sharded = shard >= 1
-    opt_params = np.where(sharded, dense / g.dense + expert / g.expert, dense + expert)
-    optimizer = opt_params * ADAM_BYTES_PER_PARAM / bw
-    return dp_comm, optimizer
+
+def _zero3_per_mb_s(
+    c: _StageCollectives, layers_stage: FloatArray, full_frac: FloatArray
+) -> FloatArray:
+    """ZeRO-3/FSDP's collectives of one micro-batch on the stage: it gathers each layer's
+    weights in forward and in backward and reduce-scatters its gradients, layer by layer
+    (one collective per layer each)."""
+    rs_z3 = c.reduce_grads_s(layers_stage)
+    ag_b = c.w.gathered_weight_bytes
+    ag_z3 = c.time_s("all_gather", ag_b, layers_stage, c.shards)
+    if c.w.zero3_gathers == "per-param":
+        # per-tensor gathers from module hooks: the implementation's rate bounds each pass
+        # over the stage's gathered weights, and recomputation gathers them once more
+        impl = (c.dense + c.expert) * ag_b / c.cal.zero3_param_gather_Bps
+        per_param: FloatArray = np.maximum(rs_z3, impl) + (2.0 + full_frac) * np.maximum(
+            ag_z3, impl
+        )
+        return per_param
+    coalesced: FloatArray = rs_z3 + 2.0 * ag_z3
+    return coalesced
 
 
 def grad_accum_mb_s(w: Workload, p: Plans, cal: Calibration) -> FloatArray:
