@@ -27,40 +27,60 @@ def _shown(values: IntArray) -> str:
     return ", ".join(str(int(v)) for v in np.unique(values) if v) or "0"
 
 
+Rule = tuple[BoolArray, str]
+"""A structural rule: the plans that keep it, and what a plan that breaks it breaks."""
+
+
 def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, str]]]:
     """Which plans are structurally valid, and the named rules each violates."""
+    rules: list[Rule] = [
+        (p.gpus_used() <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
+        (
+            w.global_batch % np.maximum(p.dp * p.mbs, 1) == 0,
+            "global batch not divisible by dp x micro-batch",
+        ),
+        *_tensor_split_rules(w, p),
+        *_context_and_pipeline_rules(w, p),
+        *_expert_rules(w, p),
+        *_sequence_parallel_rules(w, p),
+        # Megatron: "--fp8-param-gather only supported with distributed optimizer, torch
+        # fsdp2, megatron fsdp"; without sharding nothing is gathered
+        (
+            (p.sharding != SHARDING.index("none")) | (not w.fp8_param_gather),
+            "FP8 parameter gathers need a sharded optimizer (dist-opt, ZeRO or FSDP)",
+        ),
+        _mixer_rule(w, p),
+        *_shard_group_rules(w, p),
+        (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
+    ]
+    ok = np.ones(len(p), dtype=bool)
+    for mask, _ in rules:
+        ok &= mask
+    return ok, rules
+
+
+def _tensor_split_rules(w: Workload, p: Plans) -> list[Rule]:
+    """Tensor parallelism splits every kind of attention layer's heads (Step 3.5's
+    windowed layers have heads of their own), GQA's KV heads (or replicates each of them)
+    and the FFN."""
     m = w.model
-    used = p.gpus_used()
-    d = p.dp * p.cp
-    sg = shard_group_of(w, p)
-    replicas = np.maximum(d // np.maximum(sg, 1), 1)
-    mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
-    mixer_rule = "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"
-    if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
-        mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
-        # and context parallelism re-splits each TP rank's heads (Megatron-Core's
-        # MambaContextParallel: heads divisible by tp x cp; a Gated DeltaNet's key heads too,
-        # its q and k sections split the same way)
-        mamba_ok &= m.mamba.heads % (p.tp * p.cp) == 0
-        if m.mamba.rule == "gated_delta":
-            mamba_ok &= m.mamba.groups % (p.tp * p.cp) == 0
-            mixer_rule = "Gated DeltaNet value and key heads not divisible by tp x cp"
-    # every kind of attention layer splits its heads over TP (Step 3.5's windowed layers
-    # have heads of their own); GQA's KV heads split, or each is replicated
     heads_ok = m.heads % p.tp == 0
     kv_ok = (m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0) | (m.mla is not None)
     for heads, kv in m.head_counts[1:]:
         heads_ok = heads_ok & (heads % p.tp == 0)
         kv_ok = kv_ok & ((kv % p.tp == 0) | (p.tp % kv == 0))
-    rules: list[tuple[BoolArray, str]] = [
-        (used <= w.num_gpus, "tp*pp*dp*cp exceeds the GPU count"),
-        (
-            w.global_batch % np.maximum(p.dp * p.mbs, 1) == 0,
-            "global batch not divisible by dp x micro-batch",
-        ),
+    return [
         (heads_ok, f"heads ({heads_said(m)}) not divisible by tp"),
         (kv_ok, f"kv heads ({kv_heads_said(m)}) and tp do not divide one another"),
         (m.ffn_hidden % p.tp == 0, f"ffn hidden ({m.ffn_hidden}) not divisible by tp"),
+    ]
+
+
+def _context_and_pipeline_rules(w: Workload, p: Plans) -> list[Rule]:
+    """How context parallelism cuts the sequence, and how a pipeline places the layers
+    and schedules the micro-batches."""
+    m = w.model
+    return [
         # causal context parallelism balances its load by splitting the sequence into 2 x cp
         # chunks, each rank taking one from either end (Megatron-Core, Transformer Engine)
         (
@@ -83,11 +103,26 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
             "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp",
         ),
+    ]
+
+
+def _expert_rules(w: Workload, p: Plans) -> list[Rule]:
+    """Expert parallelism: only on an MoE model, its degree dividing the experts and the
+    ranks an expert-parallel group is cut from."""
+    m = w.model
+    return [
         ((p.ep == 1) | m.is_moe, "ep > 1 on a dense model"),
         (
             (p.ep == 1) | ((m.num_experts % p.ep == 0) & ((p.tp * p.dp * p.cp) % p.ep == 0)),
             "ep must divide the experts and tp x dp x cp",
         ),
+    ]
+
+
+def _sequence_parallel_rules(w: Workload, p: Plans) -> list[Rule]:
+    """Sequence parallelism and the TP communication overlap that needs it (Megatron's
+    argument checks)."""
+    return [
         (~p.sp | (p.tp > 1), "sequence parallel needs tp > 1"),
         # sequence parallelism splits each context-parallel rank's tokens over TP (Megatron:
         # "seq_length must be divisible by tensor_model_parallel_size" with SP)
@@ -99,7 +134,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         # Megatron-Core's MoE layers take the sequence-parallel shard (its arguments assert
         # "When using MoE and tensor parallelism, sequence parallelism must be used")
         (
-            ~(p.tp > 1) | p.sp | (not m.is_moe),
+            ~(p.tp > 1) | p.sp | (not w.model.is_moe),
             "an MoE model with tp > 1 needs sequence parallelism",
         ),
         # Megatron overlaps the TP collectives with GEMMs only under sequence parallelism
@@ -116,22 +151,41 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             "tp communication overlap needs the TP group inside one scale-up domain: tp at "
             f"most {w.fabric.scaleup_domain_gpus}",
         ),
-        # Megatron: "--fp8-param-gather only supported with distributed optimizer, torch
-        # fsdp2, megatron fsdp"; without sharding nothing is gathered
-        (
-            (p.sharding != SHARDING.index("none")) | (not w.fp8_param_gather),
-            "FP8 parameter gathers need a sharded optimizer (dist-opt, ZeRO or FSDP)",
-        ),
-        (mamba_ok, mixer_rule),
-        # hybrid sharding splits the data-parallel ranks into equal shard groups, and shards
-        # something: a DDP plan has no states to spread
+    ]
+
+
+def _mixer_rule(w: Workload, p: Plans) -> Rule:
+    """How TP and CP split a Mamba-2 mixer's heads and B/C groups, or a Gated DeltaNet's
+    value and key heads (every plan keeps it on a model without such mixers)."""
+    m = w.model
+    mamba_ok: BoolArray = np.ones(len(p), dtype=bool)
+    mixer_rule = "Mamba-2 heads and groups not divisible by tp (heads by tp x cp)"
+    if m.mamba is not None:  # TP splits a Mamba-2 mixer's heads and B/C groups
+        mamba_ok = (m.mamba.heads % p.tp == 0) & (m.mamba.groups % p.tp == 0)
+        # and context parallelism re-splits each TP rank's heads (Megatron-Core's
+        # MambaContextParallel: heads divisible by tp x cp; a Gated DeltaNet's key heads too,
+        # its q and k sections split the same way)
+        mamba_ok &= m.mamba.heads % (p.tp * p.cp) == 0
+        if m.mamba.rule == "gated_delta":
+            mamba_ok &= m.mamba.groups % (p.tp * p.cp) == 0
+            mixer_rule = "Gated DeltaNet value and key heads not divisible by tp x cp"
+    return mamba_ok, mixer_rule
+
+
+def _shard_group_rules(w: Workload, p: Plans) -> list[Rule]:
+    """Hybrid sharding splits the data-parallel ranks into equal shard groups, and shards
+    something: a DDP plan has no states to spread."""
+    d = p.dp * p.cp
+    sg = shard_group_of(w, p)
+    replicas = np.maximum(d // np.maximum(sg, 1), 1)
+    return [
         (
             (sg == 0) | (d <= sg) | (d % np.maximum(sg, 1) == 0),
             f"dp x cp is not a multiple of the shard group ({_shown(sg)})",
         ),
         # Megatron: "expert DP size must be divisible by the number of optimizer instances"
         (
-            (sg == 0) | (d <= sg) | (not m.is_moe) | ((d * p.tp // p.ep) % replicas == 0),
+            (sg == 0) | (d <= sg) | (not w.model.is_moe) | ((d * p.tp // p.ep) % replicas == 0),
             "expert data-parallel ranks (dp x cp x tp / ep) not a multiple of the shard "
             "group's replicas",
         ),
@@ -139,12 +193,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
             (sg == 0) | (p.sharding != SHARDING.index("none")),
             "hybrid sharding (a shard group) needs a sharded optimizer (dist-opt, ZeRO, FSDP)",
         ),
-        (p.tp <= max(w.fabric.domain_gpus, 1) * 2**10, "tp too large"),
     ]
-    ok = np.ones(len(p), dtype=bool)
-    for mask, _ in rules:
-        ok &= mask
-    return ok, rules
 
 
 def placement_ok(w: Workload, p: Plans) -> BoolArray:
