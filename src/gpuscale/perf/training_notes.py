@@ -41,29 +41,54 @@ class PlanNotes:
 
     def notes(self, i: int = 0) -> list[str]:
         """What the user should know about plan ``i`` that its figures do not say."""
+        out = self._context_notes()
+        out.extend(self._stage_notes(i))
+        out.extend(self._idle_gpu_notes(i))
+        out.extend(self._recompute_notes(i))
+        out.extend(self._sharding_notes(i))
+        out.extend(self._partial_recompute_notes(i))
+        out.extend(self._tight_memory_notes(i))
+        out.extend(self._tensor_domain_notes(i))
+        out.extend(self._expert_domain_notes(i))
+        out.extend(softmax_notes(self.workload))
+        return out
+
+    def _context_notes(self) -> list[str]:
+        """A sequence beyond the model's trained context: a context-extension run, and with
+        a learned position table, one that needs the table grown."""
         w, m = self.workload, self.workload.model
-        out = []
         if w.seq_len > m.max_seq and m.position == "learned":
             # a learned position table has a row per position: longer sequences need new rows
-            out.append(
+            return [
                 f"sequence {w.seq_len:,} is beyond {m.name}'s learned position table of "
                 f"{m.max_seq:,} rows: a run at this length needs the table grown (its weights "
                 "priced at their stated size)"
-            )
-        elif w.seq_len > m.max_seq:
-            out.append(
+            ]
+        if w.seq_len > m.max_seq:
+            return [
                 f"sequence {w.seq_len:,} is beyond {m.name}'s trained context of "
                 f"{m.max_seq:,}: priced as a context-extension run"
-            )
-        vpp = int(self.plans.vpp[i])
-        out.extend(self._stage_notes(i))
+            ]
+        return []
+
+    def _idle_gpu_notes(self, i: int) -> list[str]:
+        """Plan ``i`` leaves GPUs idle: its rates per GPU count only those it uses."""
+        w = self.workload
         used = int(self.plans.gpus_used()[i])
         if used < w.num_gpus:
-            out.append(
+            return [
                 f"the plan uses {used:,} of the {w.num_gpus:,} GPUs ({w.num_gpus - used:,} "
                 "idle): its rates per GPU count the GPUs it uses (train scaling counts all)"
-            )
-        out.extend(self._recompute_notes(i))
+            ]
+        return []
+
+    def _sharding_notes(self, i: int) -> list[str]:
+        """How plan ``i``'s optimizer sharding runs where a framework runs it otherwise than
+        its name says: ZeRO-1 under Megatron-Core's features as its distributed optimizer
+        with 16-bit gradients, ZeRO-2 under a pipeline as the distributed optimizer."""
+        w = self.workload
+        out = []
+        vpp = int(self.plans.vpp[i])
         megatron = vpp > 1 or int(self.plans.cp[i]) > 1 or bool(self.plans.tp_overlap[i])
         # (DeepSpeed's gradient pass keeps its own fp32 accumulators: not Megatron's choice)
         megatron = megatron and w.grad_accumulation == "fused"
@@ -82,85 +107,106 @@ class PlanNotes:
                 "so it is priced as the distributed optimizer (one gather and one "
                 "reduce-scatter a step; 16-bit weights and fp32 gradients held whole)"
             )
-        if int(self.plans.recompute[i]) == RECOMPUTE.index("partial"):
-            frac = float(self.memory.recompute_fraction[i])
-            stage = float(self.plan_stages(i).fullest[0])
-            if not bool(self.memory.fits[i]):
-                out.append("partial recompute: even recomputing every layer, the plan does not fit")
-            else:
-                # Megatron counts --recompute-num-layers per virtual pipeline chunk, in its
-                # own layers (a Gated DeltaNet model's: mixer + MLP blocks)
-                vpp = int(self.plans.vpp[i])
-                whole, chunk = block_recompute_layers(w.model, frac, stage, vpp)
-                mlm = stage / megatron_units(w.model)
-                per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
-                steps = self._step_at(i, min(whole / chunk, 1.0))
-                cost = (
-                    f": a step of {fmt_time(steps[0])}, "
-                    f"{100 * (steps[0] / steps[1] - 1):.1f} % longer"
-                    if steps is not None
-                    else ""
-                )
-                out.append(
-                    f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
-                    f"are recomputed (~{frac * mlm:.1f} of the stage's {mlm:.0f}), the "
-                    "least that fits; in Megatron, --recompute-method block "
-                    f"--recompute-num-layers {whole}{per} (whole layers: {whole * vpp} of "
-                    f"the stage's {mlm:.0f}, more memory free and more recompute than "
-                    f"priced{cost}), or selective --recompute-modules that free as much"
-                )
+        return out
+
+    def _partial_recompute_notes(self, i: int) -> list[str]:
+        """Plan ``i``'s partial recompute: the share of layers it recomputes and the
+        Megatron flags that come nearest (whole layers per virtual chunk), with what they
+        cost; or that even full recomputation does not fit."""
+        w = self.workload
+        if int(self.plans.recompute[i]) != RECOMPUTE.index("partial"):
+            return []
+        frac = float(self.memory.recompute_fraction[i])
+        stage = float(self.plan_stages(i).fullest[0])
+        if not bool(self.memory.fits[i]):
+            return ["partial recompute: even recomputing every layer, the plan does not fit"]
+        # Megatron counts --recompute-num-layers per virtual pipeline chunk, in its
+        # own layers (a Gated DeltaNet model's: mixer + MLP blocks)
+        vpp = int(self.plans.vpp[i])
+        whole, chunk = block_recompute_layers(w.model, frac, stage, vpp)
+        mlm = stage / megatron_units(w.model)
+        per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
+        steps = self._step_at(i, min(whole / chunk, 1.0))
+        cost = (
+            f": a step of {fmt_time(steps[0])}, {100 * (steps[0] / steps[1] - 1):.1f} % longer"
+            if steps is not None
+            else ""
+        )
+        return [
+            f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
+            f"are recomputed (~{frac * mlm:.1f} of the stage's {mlm:.0f}), the "
+            "least that fits; in Megatron, --recompute-method block "
+            f"--recompute-num-layers {whole}{per} (whole layers: {whole * vpp} of "
+            f"the stage's {mlm:.0f}, more memory free and more recompute than "
+            f"priced{cost}), or selective --recompute-modules that free as much"
+        ]
+
+    def _tight_memory_notes(self, i: int) -> list[str]:
+        """Plan ``i`` fits with more than :data:`TIGHT` of the GPU's memory and no headroom
+        asked for: allocator fragmentation may not leave it room."""
+        w = self.workload
         cap = w.gpu.memory_bytes
         used_mem = float(self.memory.total[i])
         if w.memory_headroom == 0.0 and bool(self.memory.fits[i]) and used_mem > TIGHT * cap:
-            out.append(
+            return [
                 f"memory is {100 * used_mem / cap:.0f} % of the GPU's: little margin for "
                 "fragmentation beyond what the model allows for; --memory-headroom 0.1 ranks "
                 "plans that leave 10 % free"
-            )
-        ep = int(self.plans.ep[i])
-        dom = w.fabric.domain_gpus
+            ]
+        return []
+
+    def _tensor_domain_notes(self, i: int) -> list[str]:
+        """Plan ``i``'s tensor parallelism spans scale-up domains: its collectives cross the
+        scale-out network."""
+        w = self.workload
         tp, scaleup = int(self.plans.tp[i]), max(w.fabric.scaleup_domain_gpus, 1)
         if tp > scaleup:
-            out.append(
+            return [
                 f"tensor parallelism spans {-(-tp // scaleup)} "
                 f"scale-up domains of {scaleup} GPUs: its collectives, "
                 "several per layer and micro-batch, cross the scale-out network"
+            ]
+        return []
+
+    def _expert_domain_notes(self, i: int) -> list[str]:
+        """Plan ``i``'s expert parallelism spans NVLink domains: how many times a token
+        crosses the network under the workload's dispatch, and under the other."""
+        w, m = self.workload, self.workload.model
+        ep = int(self.plans.ep[i])
+        dom = w.fabric.domain_gpus
+        if not (m.is_moe and dom > 1 and ep > dom):
+            return []
+        # expert-parallel ranks are the innermost: EP fills whole scale-up domains, the
+        # last one perhaps partly (as step.py places the group)
+        domains = -(-ep // dom)
+        hits = float(
+            domains_hit(
+                m.top_k,
+                m.num_experts,
+                np.array([ep / dom]),
+                m.route_groups,
+                m.route_topk_groups,
+            )[0]
+        )
+        flat = m.top_k * (ep - dom) / ep
+        limit = (
+            f", drawn from {m.route_topk_groups} of {m.route_groups} expert groups"
+            if 0 < m.route_topk_groups < m.route_groups
+            else ""
+        )
+        if w.ep_dispatch == "hierarchical":
+            how = (
+                f"{hits:.2f} times, once per remote domain holding one of its experts{limit} "
+                f"(an NCCL all-to-all of every top-{m.top_k} copy would make {flat:.2f})"
             )
-        if m.is_moe and dom > 1 and ep > dom:
-            # expert-parallel ranks are the innermost: EP fills whole scale-up domains, the
-            # last one perhaps partly (as step.py places the group)
-            domains = -(-ep // dom)
-            hits = float(
-                domains_hit(
-                    m.top_k,
-                    m.num_experts,
-                    np.array([ep / dom]),
-                    m.route_groups,
-                    m.route_topk_groups,
-                )[0]
+        else:
+            how = (
+                f"{flat:.2f} times, once per top-{m.top_k} copy bound for a remote domain "
+                f"(a hierarchical dispatch, DeepEP or HybridEP, would make {hits:.2f})"
             )
-            flat = m.top_k * (ep - dom) / ep
-            limit = (
-                f", drawn from {m.route_topk_groups} of {m.route_groups} expert groups"
-                if 0 < m.route_topk_groups < m.route_groups
-                else ""
-            )
-            if w.ep_dispatch == "hierarchical":
-                how = (
-                    f"{hits:.2f} times, once per remote domain holding one of its experts{limit} "
-                    f"(an NCCL all-to-all of every top-{m.top_k} copy would make {flat:.2f})"
-                )
-            else:
-                how = (
-                    f"{flat:.2f} times, once per top-{m.top_k} copy bound for a remote domain "
-                    f"(a hierarchical dispatch, DeepEP or HybridEP, would make {hits:.2f})"
-                )
-            out.append(
-                f"expert parallelism spans {domains} NVLink domains: a token crosses the "
-                f"network {how}"
-            )
-        out.extend(softmax_notes(w))
-        return out
+        return [
+            f"expert parallelism spans {domains} NVLink domains: a token crosses the network {how}"
+        ]
 
     def plan_stages(self, i: int) -> Stages:
         """Plan ``i``'s pipeline stages (computed for that plan alone)."""
