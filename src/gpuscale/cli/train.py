@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
 import typer
@@ -11,6 +10,7 @@ from rich.text import Text
 
 from gpuscale.calibrate.accuracy import band_for
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
+from gpuscale.cli.train_estimate import check_plan_flags, data_parallel, estimate_summary
 from gpuscale.cli.train_flags import chosen_sharding, fixed_knobs, given_at, workload_flags
 from gpuscale.cli.train_options import (
     AccumOpt,
@@ -45,22 +45,15 @@ from gpuscale.cli.train_options import (
     WorkloadOpt,
     WriteBwOpt,
 )
-from gpuscale.cli.train_report import (
-    best_fitting,
-    fit_hint,
-    print_estimate,
-    report_search,
-    search_goodput,
-)
-from gpuscale.cli.train_scaling_report import print_scaling
-from gpuscale.cli.train_workload import resolve
+from gpuscale.cli.train_report import fit_hint, print_estimate, report_search, search_goodput
+from gpuscale.cli.train_scaling_report import print_scaling, scaling_json
+from gpuscale.cli.train_workload import Resolved, resolve
 from gpuscale.errors import InputError
-from gpuscale.export.megatron import megatron_json
 from gpuscale.perf.plan import PP_SPLITS, Plans
 from gpuscale.perf.training import estimate
-from gpuscale.perf.validity import check_degrees, check_plan
+from gpuscale.perf.validity import check_plan
 from gpuscale.search.plans import search_plans
-from gpuscale.search.scaling import scaling_curve
+from gpuscale.search.scaling import ScalingPoint, scaling_curve
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -145,57 +138,24 @@ def estimate_cmd(
     r = resolve(workload, workload_flags(locals()), tokens)
     w = r.workload
     sharding = chosen_sharding(zero, dist_opt) or "none"
-    gpus = w.num_gpus
     with r.naming_file_values():
-        if sp and tp == 1:
-            raise InputError("sp", "--sp", "--tp > 1 (sequence parallelism splits over TP)")
-        if w.zero3_gathers != "coalesced" and sharding != "zero3":
-            raise InputError(
-                "zero3-gathers",
-                w.zero3_gathers,
-                f"with --zero zero3 or fsdp only: the plan's sharding, {sharding}"
-                f"{' (the default)' if zero is None and not dist_opt else ''}, gathers no "
-                "parameters",
-            )
+        check_plan_flags(r, sharding, sp, tp, default=zero is None and not dist_opt)
         fx = fixed_knobs(
             r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, tp > 1 and sp is not False
         )
-        model_parallel = tp * pp * cp
-        if dp is None:
-            if gpus % model_parallel:
-                raise InputError(
-                    "tp*pp*cp",
-                    model_parallel,
-                    f"must divide the {gpus} GPUs of {given_at(r, 'gpus')} (tp={tp}, pp={pp}, "
-                    f"cp={cp}), or give --dp to leave some idle",
-                )
-            dp = gpus // model_parallel
-        check_degrees(w, {"dp": dp})
-        if dp * model_parallel > gpus:
-            raise InputError(
-                "dp",
-                dp,
-                f"at most {gpus // model_parallel}: tp x pp x cp x dp = {model_parallel} x {dp} "
-                f"GPUs, more than the {gpus} of {given_at(r, 'gpus')}",
-            )
+        dp = data_parallel(r, dp, tp, pp, cp)
         # a placement of layers on stages needs stages: one stage holds them all
         split = PP_SPLITS.index(w.pp_split) if pp > 1 else 0
         plan = Plans.of(dp=dp, tp_overlap=tp_overlap, split=split, **fx)
         check_plan(w, plan)
     cal = load_calibration(calibration)
     e = estimate(w, plan, cal)
-    tt = r.train_tokens
-    summary = e.summary(0, tt, r.storage, r.failures)
-    summary["megatron"] = megatron_json(e, 0)
-    band = band_for(w.model, w.gpu, cal)
-    summary["expected_error"] = band.to_dict()
-    if not summary["fits"]:
-        summary["best_fitting_plan"] = best_fitting(w, cal)
+    summary, band = estimate_summary(r, e, cal)
     if json:
         emit_json(summary)
         return
-    title = f"{w.model.name} on {gpus} x {w.gpu.name}"
-    print_estimate(e, 0, title, tt, r.storage, r.failures, band)
+    title = f"{w.model.name} on {w.num_gpus} x {w.gpu.name}"
+    print_estimate(e, 0, title, r.train_tokens, r.storage, r.failures, band)
     if not summary["fits"]:
         out.print(Text(f"hint: {fit_hint(summary['best_fitting_plan'])}"))
 
@@ -334,9 +294,7 @@ def scaling_cmd(
     calibration: Cal = None,
 ) -> None:
     """Scaling efficiency from 8 GPUs to N with the best plan at each point."""
-    if mode.strip().lower() not in ("strong", "weak", "both"):
-        raise InputError("mode", mode, "strong, weak or both")
-    mode = mode.strip().lower()
+    modes = _scaling_modes(mode)
     r = resolve(workload, workload_flags(locals()), None)
     if html is not None:
         from gpuscale.report.page import check_target
@@ -344,61 +302,50 @@ def scaling_cmd(
 
         check_target(html)  # before the curves are computed
     w = r.workload
-    gpus = w.num_gpus
     cal = load_calibration(calibration)
-    modes = ("strong", "weak") if mode == "both" else (mode,)
     curves = {m: scaling_curve(w, cal, m, r.storage, r.failures) for m in modes}
-    if all(p.step_s is None for pts in curves.values() for p in pts):
-        last = curves[modes[0]][-1]
-        failing = all("failures come" in p.plan for pts in curves.values() for p in pts)
-        if failing and r.failures is not None:  # plans fit; the failure rate is the problem
-            raise InputError(
-                r.where("gpu_mtbf"),
-                f"{r.failures.gpu_mtbf_s:g} s",
-                f"a GPU MTBF the run outlasts: from 8 to {gpus:,} GPUs, failures come before "
-                f"the run can save and restart (save more often, or check "
-                f"{given_at(r, 'gpu_mtbf')} and {given_at(r, 'restart_time')})",
-            )
-        raise InputError(
-            r.where("gpus"),
-            gpus,
-            f"a count where some plan fits; at {gpus:,} GPU{'' if gpus == 1 else 's'}, "
-            + last.plan.removeprefix("none: "),
-        )
+    _check_some_plan_fits(r, curves)
     band = band_for(w.model, w.gpu, cal)
     if html is not None:
         write_scaling_report(html, w, curves, band)
     if json:
-        # each point's predicted throughput carries the same expected error, and its MFU
-        # the dense peak it is a share of, as train estimate's
-        err = band.to_dict()
-        peak = {"mfu_peak_tflops": w.gpu.peak_flops(w.precision) / 1e12}
-        about = {
-            "model": w.model.key,
-            "gpu": w.gpu.key,
-            "gpus": gpus,
-            "seq_len": w.seq_len,
-            "global_batch": w.global_batch,
-            "precision": w.precision,
-            "batch": "strong: global_batch at every point; weak: global_batch at the last "
-            "point, in proportion to the GPUs before it",
-        }
-        if r.storage is not None:  # what the points' goodput and net rates were priced with
-            about["storage"] = dataclasses.asdict(r.storage)
-        if r.failures is not None:
-            about["failures"] = dataclasses.asdict(r.failures)
-        emit_json(
-            {
-                "workload": about,
-                **{
-                    m: [{**p.to_dict(), **peak, "expected_error": err} for p in pts]
-                    for m, pts in curves.items()
-                },
-            }
-        )
+        emit_json(scaling_json(r, curves, band))
         return
     for m, pts in curves.items():
         print_scaling(m, w, pts)
     out.print(Text(f"note: expected error of each point: {band.line()}"))
     if html is not None:
         out.print(Text(f"wrote {html}"))
+
+
+def _scaling_modes(mode: str) -> tuple[str, ...]:
+    """The curves --mode asks for: strong, weak, or both (strong first)."""
+    if mode.strip().lower() not in ("strong", "weak", "both"):
+        raise InputError("mode", mode, "strong, weak or both")
+    mode = mode.strip().lower()
+    return ("strong", "weak") if mode == "both" else (mode,)
+
+
+def _check_some_plan_fits(r: Resolved, curves: dict[str, list[ScalingPoint]]) -> None:
+    """Refuse a workload where no plan fits at any GPU count of any curve, naming why: the
+    failure rate when the plans fit but the run cannot save and restart, else why the last
+    count of the first curve has no plan."""
+    if not all(p.step_s is None for pts in curves.values() for p in pts):
+        return
+    gpus = r.workload.num_gpus
+    last = next(iter(curves.values()))[-1]
+    failing = all("failures come" in p.plan for pts in curves.values() for p in pts)
+    if failing and r.failures is not None:  # plans fit; the failure rate is the problem
+        raise InputError(
+            r.where("gpu_mtbf"),
+            f"{r.failures.gpu_mtbf_s:g} s",
+            f"a GPU MTBF the run outlasts: from 8 to {gpus:,} GPUs, failures come before "
+            f"the run can save and restart (save more often, or check "
+            f"{given_at(r, 'gpu_mtbf')} and {given_at(r, 'restart_time')})",
+        )
+    raise InputError(
+        r.where("gpus"),
+        gpus,
+        f"a count where some plan fits; at {gpus:,} GPU{'' if gpus == 1 else 's'}, "
+        + last.plan.removeprefix("none: "),
+    )

@@ -1,11 +1,17 @@
-"""How `gpuscale train scaling` prints a curve: its table, why a count has no plan, and
-where efficiency went from the first point that fits to the last."""
+"""How `gpuscale train scaling` reports its curves: each curve's table, why a count has no
+plan, and where efficiency went from the first point that fits to the last; or the curves
+and the workload they price as one JSON object."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from rich.table import Table
 
+from gpuscale.calibrate.accuracy import Band
 from gpuscale.cli._common import out
+from gpuscale.cli.train_workload import Resolved
 from gpuscale.perf.plan import Workload
 from gpuscale.report.cells import scaling_cells, scaling_header, scaling_summary
 from gpuscale.search.scaling import ScalingPoint
@@ -74,3 +80,34 @@ def print_scaling(mode: str, w: Workload, pts: list[ScalingPoint]) -> None:
     summary = scaling_summary(pts)
     if summary is not None:
         out.print(f"  {summary}")
+
+
+def scaling_json(r: Resolved, curves: dict[str, list[ScalingPoint]], band: Band) -> dict[str, Any]:
+    """The `--json` object: the workload the curves price (with its storage and failure
+    policies, when given), then each curve's points."""
+    w = r.workload
+    # each point's predicted throughput carries the same expected error, and its MFU
+    # the dense peak it is a share of, as train estimate's
+    err = band.to_dict()
+    peak = {"mfu_peak_tflops": w.gpu.peak_flops(w.precision) / 1e12}
+    about = {
+        "model": w.model.key,
+        "gpu": w.gpu.key,
+        "gpus": w.num_gpus,
+        "seq_len": w.seq_len,
+        "global_batch": w.global_batch,
+        "precision": w.precision,
+        "batch": "strong: global_batch at every point; weak: global_batch at the last "
+        "point, in proportion to the GPUs before it",
+    }
+    if r.storage is not None:  # what the points' goodput and net rates were priced with
+        about["storage"] = dataclasses.asdict(r.storage)
+    if r.failures is not None:
+        about["failures"] = dataclasses.asdict(r.failures)
+    return {
+        "workload": about,
+        **{
+            m: [{**p.to_dict(), **peak, "expected_error": err} for p in pts]
+            for m, pts in curves.items()
+        },
+    }
