@@ -12,6 +12,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.calibrate.accuracy import Band
 from gpuscale.catalog import Model
 from gpuscale.cli._common import emit_json, out
+from gpuscale.cli.train_run_rows import reliability_rows, storage_rows, time_to_train_row
 from gpuscale.errors import InputError
 from gpuscale.export.megatron import megatron_args, megatron_json
 from gpuscale.ops.reliability import FailurePolicy
@@ -22,22 +23,16 @@ from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
 from gpuscale.report.cells import (
-    SHOWN,
     search_cells,
     search_header,
     term_label,
 )
 from gpuscale.search.explain import explain
 from gpuscale.search.plans import SearchResult, search_plans
-from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
+from gpuscale.units import fmt_bytes, fmt_time
 
 FIXED_NOTE_SHARE = 0.05
 """Share of the step above which the estimate says what its fixed overhead is."""
-
-YEAR_S = 365.25 * 86400.0
-NEVER_S = 100.0 * YEAR_S
-"""A time to train with failures priced beyond which the figure is said as what it means:
-failures and restarts leave the run almost no time to train."""
 
 
 def model_line(m: Model) -> str:
@@ -110,113 +105,6 @@ def _compressed_line(m: Model) -> str:
     return f"attention to a {c.window}-token window in every layer, " + " and ".join(kinds)
 
 
-def _storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
-    """The checkpoint and data-loading rows of an estimate (perf/storage.py); with failures
-    priced, the goodput row gives the checkpoints' share of wall time instead."""
-    st = s["storage"]
-    if st["checkpoint_bytes"] and policy.write_Bps:
-        every, interval = st["checkpoint_every_steps"], st["checkpoint_interval_s"]
-        per = st["checkpoint_per_step_s"]
-        if policy.asynchronous:
-            how = (
-                f"set-up and copy to host memory, then {fmt_time(st['checkpoint_write_s'])} of "
-                "background writing"
-            )
-            if st["checkpoint_wait_s"] > 0:
-                how += (
-                    f"; {fmt_time(st['checkpoint_wait_s'])} of the stall waits for the "
-                    "previous write"
-                )
-        else:
-            rate = st["checkpoint_bytes"] / st["checkpoint_write_s"]
-            how = f"written synchronously at {fmt_rate(rate, 'B/s')}"
-            if rate < policy.write_Bps * (1 - 1e-9):
-                how += ", the GPUs' host links' pace"
-        short = (
-            " (the interval asked is shorter than a step)"
-            if st["checkpoint_interval_below_step"]
-            else " (the best interval for the failure rate)"
-            if st["checkpoint_every_best"]
-            else ""
-        )
-        share = (
-            ""
-            if "reliability" in s
-            else f", {100 * per / (interval / every + per):.1f}% of training time"
-        )
-        t.add_row(
-            "checkpoint",
-            f"{fmt_bytes(st['checkpoint_bytes'], binary=False)} every {every:,} step"
-            f"{'' if every == 1 else 's'} ({fmt_time(interval)}){short}: training stalls "
-            f"{fmt_time(st['checkpoint_stall_s'])} each ({how}){share}",
-        )
-    if st["data_read_s"] is not None:
-        exposed = st["data_exposed_s"]
-        left = (
-            f"{fmt_time(exposed)} a step beyond the step's own time"
-            if exposed > 0
-            else f"hidden behind the {fmt_time(s['step_time_s'])} step (read ahead)"
-        )
-        t.add_row(
-            "data loading",
-            f"{fmt_bytes(st['data_bytes_per_step'], binary=False)} of token ids a step, read "
-            f"in {fmt_time(st['data_read_s'])}: {left}",
-        )
-
-
-def _reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> None:
-    """The failure and goodput rows of an estimate (ops/reliability.py)."""
-    r, st = s["reliability"], s["storage"]
-    reload = st["checkpoint_reload_s"]
-    parts = [f"relaunch {fmt_time(failures.restart_s)}"]
-    parts.append(
-        f"reload {fmt_time(reload)}" if reload is not None else "reload not priced (no read rate)"
-    )
-    lost, back = r["lost_work_per_failure_s"], r["restart_per_failure_s"]
-    cost = (
-        f"on average {fmt_time(lost)} of work since the last durable checkpoint and "
-        f"{fmt_time(back)} of restart"
-        if lost is not None and back is not None
-        else (
-            "the work of every interval: a restart takes longer than the time between failures"
-            if r["restart_s"] > r["job_mtbf_s"]
-            else "the work of every interval: failures come faster than an interval completes"
-        )
-    )
-    t.add_row(
-        "failures",
-        f"one every {fmt_time(r['job_mtbf_s'])} on {r['gpus']:,} GPUs (GPU MTBF "
-        f"{fmt_time(failures.gpu_mtbf_s)}); each costs {cost} (a restart takes "
-        f"{fmt_time(r['restart_s'])}: {', '.join(parts)}; some failures cut one short)",
-    )
-    best = r["optimal_checkpoint_every_steps"]
-    every = st["checkpoint_every_steps"]
-    gain = r["optimal_goodput"] - r["goodput"]
-    # a step as the interval counts it: with the data reading it does not hide
-    step = s["step_time_s"] + st.get("data_exposed_s", 0.0)
-    at = f"every {best:,} step{'' if best == 1 else 's'} ({fmt_time(best * step)})"
-    if best == every or gain <= 0.0:
-        hint = "no other interval does better"
-    elif s.get("train_steps") and best >= s["train_steps"]:
-        hint = f"the best interval is longer than the run's {s['train_steps']:,} steps"
-    elif gain < SHOWN:
-        hint = f"within 0.1% of the best interval, {at}"
-    else:
-        hint = f"saving {at} would give {100 * r['optimal_goodput']:.1f}%"
-    t.add_row(
-        "goodput",
-        f"{100 * r['goodput']:.1f}% of wall time trains (checkpoints "
-        f"{100 * r['checkpoint_share']:.1f}%, "
-        + (
-            f"data loading {100 * r['data_loading_share']:.1f}%, "
-            if r["data_loading_share"] >= SHOWN
-            else ""
-        )
-        + f"lost work {100 * r['lost_work_share']:.1f}%, "
-        f"restarts {100 * r['restart_share']:.1f}%); {hint}",
-    )
-
-
 def _hybrid_shards(e: TrainingEstimate, i: int) -> str:
     """ ", states sharded over 8, 16 replicas" for a hybrid-sharded plan, else ""."""
     g = ShardGroups.of(e.workload, e.plans)
@@ -236,10 +124,34 @@ def print_estimate(
     failures: FailurePolicy | None = None,
     band: Band | None = None,
 ) -> None:
+    """Plan ``i`` of the estimate as a table under ``title``: the model, the plan, memory
+    per GPU by part, step time by term, throughput and MFU, the expected error, its
+    Megatron-LM flags, what checkpoints, data loading and failures cost where priced, and
+    the time to train ``train_tokens``; then the notes on what the figures leave out."""
     s = e.summary(i, train_tokens, storage, failures)
     t = Table(title=title, show_header=False)
     t.add_column()
     t.add_column(overflow="fold")  # a pipeline layout is one long word: wrap it, do not cut
+    _plan_rows(t, e, i, s)
+    _step_rows(t, e.workload, s)
+    if band is not None:
+        t.add_row("expected error", band.line())
+    mlm = megatron_args(e, i)
+    t.add_row("Megatron-LM", mlm.line())
+    if storage is not None:
+        storage_rows(t, s, storage)
+    if failures is not None:
+        reliability_rows(t, s, failures)
+    if train_tokens is not None:
+        time_to_train_row(t, s, train_tokens)
+    out.print(t)
+    for note in _estimate_notes(s, mlm.notes, train_tokens, storage, failures):
+        out.print(Text(f"note: {note}"))
+
+
+def _plan_rows(t: Table, e: TrainingEstimate, i: int, s: dict[str, Any]) -> None:
+    """The model, plan ``i`` (the GPUs it uses, its micro-batches, its hybrid sharding) and
+    its memory per GPU against the capacity, by part."""
     t.add_row("model", model_line(e.workload.model))
     label = e.plans.label(i).replace(
         "rc:selective", f"rc:selective({','.join(s['recompute_modules'])})"
@@ -264,6 +176,11 @@ def print_estimate(
     t.add_row("memory / GPU", f"{fmt_bytes(mem['total'])} of {cap}: {fit}")
     for k in MEMORY_PARTS:
         t.add_row(f"  {k}", fmt_bytes(mem[k]))
+
+
+def _step_rows(t: Table, w: Workload, s: dict[str, Any]) -> None:
+    """The step time and its nonzero terms, tokens/s, the model's and the hardware's
+    TFLOP/s per GPU, and the MFU."""
     t.add_row("step time", fmt_time(s["step_time_s"]))
     for k, v in s["step_time_breakdown_s"].items():
         if v > 0:
@@ -286,7 +203,12 @@ def print_estimate(
             "that recomputation runs again; Megatron's TFLOP/s under recomputation count it, "
             "Narayanan et al. 2021)",
         )
-    w = e.workload
+    t.add_row("MFU", _mfu_text(w, s))
+
+
+def _mfu_text(w: Workload, s: dict[str, Any]) -> str:
+    """The MFU against the dense peak of the workload's precision, with the share its best
+    GEMM reaches (bf16, fp16) or the share of the bf16 peak (lower precisions)."""
     mfu = f"{100 * s['mfu']:.1f}% of {w.precision} dense peak"
     if w.precision in ("bf16", "fp16"):
         # what a GEMM can reach on this GPU, the bar an MFU is fairly compared with
@@ -295,50 +217,19 @@ def print_estimate(
         # low-precision runs are often quoted against the bf16 peak: both, to compare
         bf16 = s["model_tflops_per_gpu"] * 1e12 / w.gpu.peak_flops("bf16")
         mfu += f"; {100 * bf16:.1f}% of the bf16 dense peak"
-    t.add_row("MFU", mfu)
-    if band is not None:
-        t.add_row("expected error", band.line())
-    mlm = megatron_args(e, i)
-    t.add_row("Megatron-LM", mlm.line())
-    if storage is not None:
-        _storage_rows(t, s, storage)
-    if failures is not None:
-        _reliability_rows(t, s, failures)
-    if train_tokens is not None and not s["fits"]:
-        t.add_row("time to train", "none: the plan does not fit in memory")
-    elif train_tokens is not None and s["time_to_train_s"] is None:
-        t.add_row(
-            "time to train",
-            "never: failures come before the run can save and restart; save more often, "
-            "faster, or on fewer nodes",
-        )
-    elif train_tokens is not None and "reliability" in s and s["time_to_train_s"] > NEVER_S:
-        t.add_row(
-            "time to train",
-            f"more than {NEVER_S / YEAR_S:,.0f} years: "
-            f"{100 * s['reliability']['goodput']:.2g}% of wall time trains; restart faster, "
-            "or run on fewer GPUs",
-        )
-    elif train_tokens is not None:
-        t.add_row(
-            "time to train",
-            f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} steps, "
-            + (f"{s['checkpoints']:,} checkpoints, " if s.get("checkpoints") else "")
-            + (
-                f"~{s['failures']:,.0f} failure{'' if round(s['failures']) == 1 else 's'}, "
-                if s.get("failures") is not None
-                else ""
-            )
-            + f"{s['gpu_hours']:,.0f} GPU-hours of the "
-            f"{s['gpus_used']:,} GPUs it uses"
-            + (
-                f", {s['gpu_hours_allocated']:,.0f} of all {s['gpus']:,}"
-                if s["gpus_used"] < s["gpus"]
-                else ""
-            )
-            + f", for {fmt_count(train_tokens)} tokens)",
-        )
-    out.print(t)
+    return mfu
+
+
+def _estimate_notes(
+    s: dict[str, Any],
+    megatron_notes: tuple[str, ...],
+    train_tokens: float | None,
+    storage: StoragePolicy | None,
+    failures: FailurePolicy | None,
+) -> list[str]:
+    """The notes under an estimate's table: the estimate's own, what its fixed overhead is
+    where it is a large share of the step, the Megatron-LM flags' and what the time to
+    train leaves out."""
     notes = list(s.get("notes", []))
     fixed = s["step_time_breakdown_s"]["overhead_s"] / s["step_time_s"]
     if fixed >= FIXED_NOTE_SHARE:
@@ -351,7 +242,7 @@ def print_estimate(
             "kernels take less time than issuing them; --cuda-graphs prices a step replayed "
             "whole as CUDA graphs, without the host's part"
         )
-    notes += [f"Megatron-LM flags: {n}" for n in mlm.notes]
+    notes += [f"Megatron-LM flags: {n}" for n in megatron_notes]
     if train_tokens is not None and s["time_to_train_s"] is not None and failures is None:
         # what the time to train leaves out, and the flags that price it
         missing = "checkpoints or failures" if storage is None else "failures"
@@ -359,8 +250,7 @@ def print_estimate(
             f"the time to train has no {missing} in it: --checkpoint-every with "
             "--storage-write-bw prices saves, --gpu-mtbf with --restart-time failures"
         )
-    for note in notes:
-        out.print(Text(f"note: {note}"))
+    return notes
 
 
 def search_goodput(
