@@ -13,7 +13,12 @@ from gpuscale.errors import InputError
 
 if TYPE_CHECKING:
     from gpuscale.catalog import Model
+    from gpuscale.catalog.schema import GPU
+    from gpuscale.perf.inference_size import SizingResult, Slo
+    from gpuscale.perf.inference_step import StepBreakdown, StepModel
     from gpuscale.perf.kv import MemoryPlan
+    from gpuscale.sim.arrivals import Workload
+    from gpuscale.sim.results import ServingResult
 
 DEFAULT_GPUS = ("h100-sxm", "h200", "b200")
 """`infer size` candidates when --gpus is not given (those without a price are skipped)."""
@@ -131,10 +136,50 @@ def estimate(
     from gpuscale.perf.engines import get_engine
     from gpuscale.perf.inference import build_step_model
     from gpuscale.perf.kv import precision_plan
-    from gpuscale.sim.arrivals import Workload, check_qps, check_requests, poisson
-    from gpuscale.sim.arrivals import concurrency as closed
-    from gpuscale.sim.arrivals import offline as all_at_once
     from gpuscale.sim.serving import simulate
+
+    requests = _check_load(input_len, output_len, tp, pp, concurrency, qps, offline, requests)
+    cal = load_calibration(calibration)
+    m, g = get_model(model), get_gpu(gpu)
+    pplan = precision_plan(g, precision, kv_precision)
+    eng = get_engine(engine)
+    sm = build_step_model(m, g, pplan, tp, pp, cal, eng, input_len + output_len, input_len)
+    _check_replica_fits(sm, precision, input_len, output_len)
+    wl, mode = _arrivals(input_len, output_len, concurrency, qps, offline, requests)
+    res = simulate(sm, sm.limits(), wl, cal.inf_request_overhead_s)
+    _warn_context(m, input_len, output_len)
+    _note_sparse(m)
+    pf, dbatch, dec = _typical_steps(sm, res, input_len, output_len)
+    doc = _estimate_doc(sm, input_len, output_len, mode, (pf, dbatch, dec), res)
+    if json:
+        emit_json(doc)
+        return
+    print_estimate(
+        f"{m.name} on {tp * pp}x {g.name} (TP{tp} PP{pp}, {pplan.weights} weights, "
+        f"{pplan.kv} KV, {eng.name})",
+        sm.memory,
+        m.window_kind,
+        ((f"prefill {input_len} tok", pf), (f"decode batch {dbatch}", dec)),
+        mode,
+        res,
+        doc["output_tokens_per_s_per_gpu"],
+    )
+
+
+def _check_load(
+    input_len: int,
+    output_len: int,
+    tp: int,
+    pp: int,
+    concurrency: int | None,
+    qps: float | None,
+    offline: int | None,
+    requests: int | None,
+) -> int:
+    """Refuse a request shape, a replica or a load `infer estimate` cannot simulate (exactly
+    one of --concurrency, --qps and --offline; counts bounded before the simulation
+    allocates its arrays of requests); the requests to simulate."""
+    from gpuscale.sim.arrivals import check_qps, check_requests
 
     modes = [x is not None for x in (concurrency, qps, offline)]
     if sum(modes) != 1:
@@ -153,18 +198,18 @@ def estimate(
     requests = DEFAULT_REQUESTS if requests is None else requests
     for n, v in (("input-len", input_len), ("output-len", output_len), ("tp", tp), ("pp", pp)):
         _positive(n, v)
-    # bounded before the simulation allocates its arrays of requests
     for flag, count in (("concurrency", concurrency), ("offline", offline), ("requests", requests)):
         if count is not None:
             check_requests(flag, count)
     if qps is not None:
         check_qps(qps)
-    cal = load_calibration(calibration)
-    m, g = get_model(model), get_gpu(gpu)
-    pplan = precision_plan(g, precision, kv_precision)
-    eng = get_engine(engine)
-    sm = build_step_model(m, g, pplan, tp, pp, cal, eng, input_len + output_len, input_len)
-    mem = sm.memory
+    return requests
+
+
+def _check_replica_fits(sm: StepModel, precision: str, input_len: int, output_len: int) -> None:
+    """Refuse a replica whose weights leave no KV cache on its GPUs, or whose KV cache beside
+    them cannot hold one sequence of input-len + output-len tokens."""
+    m, g, tp, pp, mem = sm.model, sm.gpu, sm.tp, sm.pp, sm.memory
     _sequence_fits(mem, m, input_len, output_len, f"{m.key} at TP{tp} x PP{pp} on {g.key}")
     if not mem.fits:
         raise InputError(
@@ -174,52 +219,73 @@ def estimate(
             f"weights per GPU at TP{tp} x PP{pp}, leaving no KV cache on {g.key} "
             f"({gib(g.memory_bytes)}); raise --tp/--pp or lower --precision",
         )
-    wl: Workload
+
+
+def _arrivals(
+    input_len: int,
+    output_len: int,
+    concurrency: int | None,
+    qps: float | None,
+    offline: int | None,
+    requests: int,
+) -> tuple[Workload, str]:
+    """The requests the load flag asks for (all queued at once, Poisson arrivals at --qps,
+    or a closed loop of --concurrency in flight) and the load in words."""
+    from gpuscale.sim.arrivals import concurrency as closed
+    from gpuscale.sim.arrivals import offline as all_at_once
+    from gpuscale.sim.arrivals import poisson
+
     if offline is not None:
-        wl = all_at_once(offline, input_len, output_len)
-        mode = f"offline {offline} requests"
-    elif qps is not None:
+        return all_at_once(offline, input_len, output_len), f"offline {offline} requests"
+    if qps is not None:
         wl = poisson(requests, qps, input_len, output_len, seed=0)
-        mode = f"Poisson {qps:g} req/s, {requests} requests"
-    else:
-        assert concurrency is not None
-        wl = closed(max(requests, concurrency), concurrency, input_len, output_len)
-        mode = f"concurrency {concurrency}, {max(requests, concurrency)} requests"
-    res = simulate(sm, sm.limits(), wl, cal.inf_request_overhead_s)
-    _warn_context(m, input_len, output_len)
-    _note_sparse(m)
+        return wl, f"Poisson {qps:g} req/s, {requests} requests"
+    assert concurrency is not None
+    wl = closed(max(requests, concurrency), concurrency, input_len, output_len)
+    return wl, f"concurrency {concurrency}, {max(requests, concurrency)} requests"
+
+
+def _typical_steps(
+    sm: StepModel, res: ServingResult, input_len: int, output_len: int
+) -> tuple[StepBreakdown, int, StepBreakdown]:
+    """Two steps the report breaks down: one prompt's prefill alone, and a decode step at
+    the simulation's mean batch (as many sequences as the KV cache holds at most) halfway
+    through their outputs, with that batch."""
     pf = sm.breakdown(float(input_len), input_len * (input_len + 1) / 2.0, 1, 0, 0.0)
-    dbatch = max(1, min(round(res.mean_batch), mem.max_seqs))
+    dbatch = max(1, min(round(res.mean_batch), sm.memory.max_seqs))
     dec = sm.breakdown(0.0, 0.0, 0, dbatch, dbatch * (input_len + output_len / 2.0))
-    doc: dict[str, Any] = {
-        "model": m.key,
-        "gpu": g.key,
-        "tp": tp,
-        "pp": pp,
-        "engine": eng.name,
-        "precision": {"weights": pplan.weights, "compute": pplan.compute, "kv": pplan.kv},
+    return pf, dbatch, dec
+
+
+def _estimate_doc(
+    sm: StepModel,
+    input_len: int,
+    output_len: int,
+    mode: str,
+    steps: tuple[StepBreakdown, int, StepBreakdown],
+    res: ServingResult,
+) -> dict[str, Any]:
+    """`infer estimate`'s JSON object: the replica, the request shape and load, memory per
+    GPU, the prefill and decode steps (``steps``: prefill, decode batch, decode) and the
+    simulated serving, with its output tokens/s per GPU."""
+    pf, dbatch, dec = steps
+    p = sm.precision
+    return {
+        "model": sm.model.key,
+        "gpu": sm.gpu.key,
+        "tp": sm.tp,
+        "pp": sm.pp,
+        "engine": sm.engine.name,
+        "precision": {"weights": p.weights, "compute": p.compute, "kv": p.kv},
         "input_len": input_len,
         "output_len": output_len,
         "load": mode,
-        "memory_per_gpu": mem.to_dict(),
+        "memory_per_gpu": sm.memory.to_dict(),
         "prefill_step_batch1": pf.to_dict(),
         "decode_step": {"batch": dbatch, **dec.to_dict()},
         "serving": res.to_dict(),
-        "output_tokens_per_s_per_gpu": res.output_tokens_per_s / (tp * pp),
+        "output_tokens_per_s_per_gpu": res.output_tokens_per_s / (sm.tp * sm.pp),
     }
-    if json:
-        emit_json(doc)
-        return
-    print_estimate(
-        f"{m.name} on {tp * pp}x {g.name} (TP{tp} PP{pp}, {pplan.weights} weights, "
-        f"{pplan.kv} KV, {eng.name})",
-        mem,
-        m.window_kind,
-        ((f"prefill {input_len} tok", pf), (f"decode batch {dbatch}", dec)),
-        mode,
-        res,
-        doc["output_tokens_per_s_per_gpu"],
-    )
 
 
 @app.command("size")
@@ -249,69 +315,19 @@ def size_cmd(
     calibration: Cal = None,
 ) -> None:
     """The cheapest deployment (GPU type, TP, replicas) meeting p99 TTFT and TPOT targets."""
-    from gpuscale.catalog import get_gpu, get_model
+    from gpuscale.catalog import get_model
     from gpuscale.perf.engines import get_engine
-    from gpuscale.perf.inference_size import Slo, load_prices, size
-    from gpuscale.sim.arrivals import check_qps
-    from gpuscale.units import parse_quantity
+    from gpuscale.perf.inference_size import load_prices, size
 
-    slo = Slo(
-        parse_quantity(ttft_p99, "seconds", "ttft-p99"),
-        parse_quantity(tpot_p99, "seconds", "tpot-p99"),
-    )
-    check_qps(qps)
-    for flag, length in (("input-len", input_len), ("output-len", output_len)):
-        _positive(flag, length)
-    # a time target is quoted as typed ('1us', not 1e-06)
-    for n, typed, v in (
-        ("ttft-p99", ttft_p99, slo.ttft_p99_s),
-        ("tpot-p99", tpot_p99, slo.tpot_p99_s),
-    ):
-        if not v > 0:
-            raise InputError(n, typed, "a positive time, e.g. 2s or 50ms")
+    slo = _check_targets(qps, input_len, output_len, ttft_p99, tpot_p99)
     cal = load_calibration(calibration)
     price_map = load_prices(prices)
     priced_in = f"--prices {prices}" if prices is not None else "the shipped prices.yaml"
     unpriced: list[str] = []
-    notes: list[str] = []
     if gpus is not None:
-        gl = [get_gpu(x.strip(), field="gpus") for x in gpus.split(",") if x.strip()]
-        if not gl:
-            raise InputError("gpus", gpus, "a comma-separated list of catalog GPUs")
-        missing = [g.key for g in gl if g.key not in price_map]
-        if missing and len(missing) < len(gl):
-            # costs of the priced GPUs cannot be compared with no cost at all
-            it = "it" if len(missing) == 1 else "them"
-            raise InputError(
-                "gpus",
-                ",".join(missing),
-                f"no USD per GPU-hour price in {priced_in}, which prices the other GPUs; "
-                f"add {it} to --prices or drop {it} from --gpus",
-            )
-        if missing:
-            notes.append(
-                f"no price in {priced_in} for {', '.join(missing)}: ranked by GPU count, "
-                "no cost shown"
-            )
+        gl, notes = _named_candidates(gpus, price_map, priced_in)
     else:
-        gl = [get_gpu(x) for x in DEFAULT_GPUS]
-        notes.append(
-            f"candidates: {', '.join(DEFAULT_GPUS)} (the default; --gpus names other catalog GPUs)"
-        )
-        unpriced = [g.key for g in gl if g.key not in price_map]
-        gl = [g for g in gl if g.key in price_map]
-        if unpriced:
-            notes.append(
-                f"skipped (no price in {priced_in}; add them to --prices to compare them): "
-                + ", ".join(unpriced)
-            )
-        if not gl:
-            raise InputError(
-                "--prices",
-                str(prices),
-                f"prices none of the default candidates {', '.join(DEFAULT_GPUS)}; price "
-                "them or name priced GPUs with --gpus",
-            )
+        gl, unpriced, notes = _default_candidates(prices, price_map, priced_in)
     m = get_model(model)
     res = size(
         m,
@@ -327,21 +343,116 @@ def size_cmd(
     )
     _warn_context(m, input_len, output_len)
     _note_sparse(m)
-    b = res.best
     if json:
-        emit_json(
-            {
-                "model": model,
-                "qps": qps,
-                "input_len": input_len,
-                "output_len": output_len,
-                "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s},
-                "skipped_gpus": {g: f"no price in {priced_in}" for g in unpriced},
-                "ranked_by": "usd_per_hour" if b.usd_per_hour is not None else "gpus",
-                "best": b.__dict__,
-                "considered": [c.__dict__ for c in res.considered],
-                "curve": [p.__dict__ for p in res.curve],
-            }
-        )
+        emit_json(_size_doc(model, qps, input_len, output_len, slo, unpriced, priced_in, res))
         return
     print_size(res, notes)
+
+
+def _check_targets(
+    qps: float, input_len: int, output_len: int, ttft_p99: str, tpot_p99: str
+) -> Slo:
+    """The p99 TTFT and TPOT targets, refused (as typed: '1us', not 1e-06) unless positive
+    times, after the request rate and lengths."""
+    from gpuscale.perf.inference_size import Slo
+    from gpuscale.sim.arrivals import check_qps
+    from gpuscale.units import parse_quantity
+
+    slo = Slo(
+        parse_quantity(ttft_p99, "seconds", "ttft-p99"),
+        parse_quantity(tpot_p99, "seconds", "tpot-p99"),
+    )
+    check_qps(qps)
+    for flag, length in (("input-len", input_len), ("output-len", output_len)):
+        _positive(flag, length)
+    for n, typed, v in (
+        ("ttft-p99", ttft_p99, slo.ttft_p99_s),
+        ("tpot-p99", tpot_p99, slo.tpot_p99_s),
+    ):
+        if not v > 0:
+            raise InputError(n, typed, "a positive time, e.g. 2s or 50ms")
+    return slo
+
+
+def _named_candidates(
+    gpus: str, price_map: dict[str, float], priced_in: str
+) -> tuple[list[GPU], list[str]]:
+    """The GPUs --gpus names and the notes on them: all priced (ranked by cost) or none
+    (ranked by GPU count); some priced and some not cannot be compared, and are refused."""
+    from gpuscale.catalog import get_gpu
+
+    notes: list[str] = []
+    gl = [get_gpu(x.strip(), field="gpus") for x in gpus.split(",") if x.strip()]
+    if not gl:
+        raise InputError("gpus", gpus, "a comma-separated list of catalog GPUs")
+    missing = [g.key for g in gl if g.key not in price_map]
+    if missing and len(missing) < len(gl):
+        # costs of the priced GPUs cannot be compared with no cost at all
+        it = "it" if len(missing) == 1 else "them"
+        raise InputError(
+            "gpus",
+            ",".join(missing),
+            f"no USD per GPU-hour price in {priced_in}, which prices the other GPUs; "
+            f"add {it} to --prices or drop {it} from --gpus",
+        )
+    if missing:
+        notes.append(
+            f"no price in {priced_in} for {', '.join(missing)}: ranked by GPU count, no cost shown"
+        )
+    return gl, notes
+
+
+def _default_candidates(
+    prices: Path | None, price_map: dict[str, float], priced_in: str
+) -> tuple[list[GPU], list[str], list[str]]:
+    """The default candidates that have a price, those skipped for want of one, and the
+    notes on them; refused when none is priced."""
+    from gpuscale.catalog import get_gpu
+
+    gl = [get_gpu(x) for x in DEFAULT_GPUS]
+    notes = [
+        f"candidates: {', '.join(DEFAULT_GPUS)} (the default; --gpus names other catalog GPUs)"
+    ]
+    unpriced = [g.key for g in gl if g.key not in price_map]
+    gl = [g for g in gl if g.key in price_map]
+    if unpriced:
+        notes.append(
+            f"skipped (no price in {priced_in}; add them to --prices to compare them): "
+            + ", ".join(unpriced)
+        )
+    if not gl:
+        raise InputError(
+            "--prices",
+            str(prices),
+            f"prices none of the default candidates {', '.join(DEFAULT_GPUS)}; price "
+            "them or name priced GPUs with --gpus",
+        )
+    return gl, unpriced, notes
+
+
+def _size_doc(
+    model: str,
+    qps: float,
+    input_len: int,
+    output_len: int,
+    slo: Slo,
+    unpriced: list[str],
+    priced_in: str,
+    res: SizingResult,
+) -> dict[str, Any]:
+    """`infer size`'s JSON object: the load and targets asked for, the default GPUs skipped
+    for want of a price, the best deployment, those checked and the best one's latency as
+    the load grows."""
+    b = res.best
+    return {
+        "model": model,
+        "qps": qps,
+        "input_len": input_len,
+        "output_len": output_len,
+        "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s},
+        "skipped_gpus": {g: f"no price in {priced_in}" for g in unpriced},
+        "ranked_by": "usd_per_hour" if b.usd_per_hour is not None else "gpus",
+        "best": b.__dict__,
+        "considered": [c.__dict__ for c in res.considered],
+        "curve": [p.__dict__ for p in res.curve],
+    }
