@@ -115,10 +115,47 @@ def collectives(
     calibration: Cal = None,
 ) -> None:
     """nccl-tests-style sweep on torch.distributed (NCCL on GPUs, Gloo on CPU)."""
-    from gpuscale.bench.collectives import build_parser, check_args, check_backend
+    from gpuscale.bench.collectives import check_backend
 
-    # The worker's own parser and checks, on the very arguments it will get (one source of
-    # truth); `--flag=value` so that a value starting with '-' stays a value.
+    args = _worker_args(minbytes, maxbytes, factor, op, iters, warmup, check, datatype, backend)
+    if nproc < 1:
+        raise InputError("--nproc", nproc, "at least 1 process")
+    check_backend(backend, nproc)
+    fabric, cal = _model_cluster(model, system, nodes, nproc, calibration)
+    if json is not None:
+        check_output_file(json, "--json")
+    rc, measured = _run_sweep(nproc, args)
+    result: dict[str, Any] = {"measured": measured}
+    if fabric is not None:
+        from gpuscale.validate.collectives_bench import cluster_record
+
+        # what `validate collectives` and `calibrate collectives` price the file on
+        result["cluster"] = cluster_record(system, nodes, model)
+        rows = compare(measured, fabric, cal)
+        result["versus_model"] = rows
+        _print_versus_model(measured, rows)
+    if json is not None:
+        _write_result(json, rc, result)
+    if rc != 0:
+        raise typer.Exit(rc)
+
+
+def _worker_args(
+    minbytes: str,
+    maxbytes: str,
+    factor: float,
+    op: str,
+    iters: int,
+    warmup: int,
+    check: int,
+    datatype: str,
+    backend: str,
+) -> list[str]:
+    """The benchmark worker's arguments, checked by the worker's own parser and checks on
+    the very arguments it will get (one source of truth); `--flag=value` so that a value
+    starting with '-' stays a value."""
+    from gpuscale.bench.collectives import build_parser, check_args
+
     args = [
         f"--minbytes={minbytes}",
         f"--maxbytes={maxbytes}",
@@ -131,64 +168,68 @@ def collectives(
         f"--backend={backend}",
     ]
     check_args(build_parser().parse_args(args))
-    if nproc < 1:
-        raise InputError("--nproc", nproc, "at least 1 process")
-    check_backend(backend, nproc)
-    fabric = None
-    cal = None
-    if model is not None or system is not None:
-        from gpuscale.topology.select import fabric_for
+    return args
 
-        fabric = fabric_for(model, system, nodes, cluster_flag="--model")
-        if nproc > fabric.total_gpus:
-            raise InputError(
-                "--nproc", nproc, f"at most the model cluster's {fabric.total_gpus} GPUs"
-            )
-        cal = load_calibration(calibration)
-    if json is not None:
-        check_output_file(json, "--json")
+
+def _model_cluster(
+    model: Path | None, system: str | None, nodes: int | None, nproc: int, calibration: Path | None
+) -> tuple[Any, Any]:
+    """The fabric and calibration to predict with, when --model or --system names a cluster
+    (refused when it has fewer GPUs than --nproc); else (None, None)."""
+    if model is None and system is None:
+        return None, None
+    from gpuscale.topology.select import fabric_for
+
+    fabric = fabric_for(model, system, nodes, cluster_flag="--model")
+    if nproc > fabric.total_gpus:
+        raise InputError("--nproc", nproc, f"at most the model cluster's {fabric.total_gpus} GPUs")
+    return fabric, load_calibration(calibration)
+
+
+def _run_sweep(nproc: int, args: list[str]) -> tuple[int, Any]:
+    """Launch the sweep on ``nproc`` processes: its exit status and the results it wrote;
+    a run that wrote none exits with its status (1 for a clean exit)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.json"
         rc = launch(nproc, args, path)
         if not path.is_file():
             raise typer.Exit(rc or 1)
-        measured = jsonlib.loads(path.read_text())
-    result: dict[str, Any] = {"measured": measured}
-    if fabric is not None:
-        from gpuscale.validate.collectives_bench import cluster_record
+        return rc, jsonlib.loads(path.read_text())
 
-        # what `validate collectives` and `calibrate collectives` price the file on
-        result["cluster"] = cluster_record(system, nodes, model)
-        rows = compare(measured, fabric, cal)
-        result["versus_model"] = rows
-        print("# measured (out-of-place) vs gpuscale model")
-        if measured.get("backend") == "gloo":
-            print(
-                "# note: measured with Gloo through host memory; the model prices NCCL on the "
-                "modelled system's links, so the columns differ by design, not by model error"
-            )
-        print("#       size   meas. time  model time  meas. busbw  model busbw  model algo")
-        print("#        (B)         (us)        (us)       (GB/s)       (GB/s)")
-        for r in rows:
-            pt = r["predicted_time_us"]
-            pb = r["predicted_busbw_GBps"]
-            print(
-                f"{r['size_bytes']:12d}  {fmt_us(r['measured_time_us'], 11)}  "
-                f"{'' if pt is None else fmt_us(pt, 10):>10s}  {r['measured_busbw_GBps']:11.2f}  "
-                f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}"
-            )
-    if json is not None and rc != 0:
-        # a failed run's figures are no result: nothing is written
-        print(f"# --json {json} not written: the run exited with {rc}", file=sys.stderr)
-    elif json is not None:
-        try:
-            json.write_text(jsonlib.dumps(result, indent=2) + "\n")
-        except OSError as exc:
-            raise InputError(
-                "--json", str(json), f"a writable file path ({exc.strerror or exc})"
-            ) from None
+
+def _print_versus_model(measured: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Each measured size's time and bus bandwidth next to the model's, and the algorithm
+    the model picks."""
+    print("# measured (out-of-place) vs gpuscale model")
+    if measured.get("backend") == "gloo":
+        print(
+            "# note: measured with Gloo through host memory; the model prices NCCL on the "
+            "modelled system's links, so the columns differ by design, not by model error"
+        )
+    print("#       size   meas. time  model time  meas. busbw  model busbw  model algo")
+    print("#        (B)         (us)        (us)       (GB/s)       (GB/s)")
+    for r in rows:
+        pt = r["predicted_time_us"]
+        pb = r["predicted_busbw_GBps"]
+        print(
+            f"{r['size_bytes']:12d}  {fmt_us(r['measured_time_us'], 11)}  "
+            f"{'' if pt is None else fmt_us(pt, 10):>10s}  {r['measured_busbw_GBps']:11.2f}  "
+            f"{'' if pb is None else f'{pb:11.2f}':>11s}  {r['predicted_algorithm'] or ''}"
+        )
+
+
+def _write_result(path: Path, rc: int, result: dict[str, Any]) -> None:
+    """Write the results (and the model's rows) to --json; a failed run's figures are no
+    result: nothing is written, and stderr says so."""
     if rc != 0:
-        raise typer.Exit(rc)
+        print(f"# --json {path} not written: the run exited with {rc}", file=sys.stderr)
+        return
+    try:
+        path.write_text(jsonlib.dumps(result, indent=2) + "\n")
+    except OSError as exc:
+        raise InputError(
+            "--json", str(path), f"a writable file path ({exc.strerror or exc})"
+        ) from None
 
 
 @app.command("storage")
