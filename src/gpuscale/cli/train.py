@@ -10,7 +10,7 @@ from rich.text import Text
 
 from gpuscale.calibrate.accuracy import band_for
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
-from gpuscale.cli.train_estimate import check_plan_flags, data_parallel, estimate_summary
+from gpuscale.cli.train_estimate import check_plan_flags, data_parallel_degree, estimate_summary
 from gpuscale.cli.train_flags import chosen_sharding, fixed_knobs, given_at, workload_flags
 from gpuscale.cli.train_options import (
     AccumOpt,
@@ -139,11 +139,11 @@ def estimate_cmd(
     w = r.workload
     sharding = chosen_sharding(zero, dist_opt) or "none"
     with r.naming_file_values():
-        check_plan_flags(r, sharding, sp, tp, default=zero is None and not dist_opt)
+        check_plan_flags(r, sharding, sp, tp, sharding_defaulted=zero is None and not dist_opt)
         fx = fixed_knobs(
             r, tp, pp, vpp, cp, ep, mbs, recompute, sharding, tp > 1 and sp is not False
         )
-        dp = data_parallel(r, dp, tp, pp, cp)
+        dp = data_parallel_degree(r, dp, tp, pp, cp)
         # a placement of layers on stages needs stages: one stage holds them all
         split = PP_SPLITS.index(w.pp_split) if pp > 1 else 0
         plan = Plans.of(dp=dp, tp_overlap=tp_overlap, split=split, **fx)

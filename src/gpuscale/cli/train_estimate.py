@@ -17,9 +17,12 @@ from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.validity import check_degrees
 
 
-def check_plan_flags(r: Resolved, sharding: str, sp: bool | None, tp: int, default: bool) -> None:
+def check_plan_flags(
+    r: Resolved, sharding: str, sp: bool | None, tp: int, sharding_defaulted: bool
+) -> None:
     """Refuse sequence parallelism without tensor parallelism, and a ZeRO-3 gather mode with
-    a sharding that gathers no parameters (``default``: the sharding was not given)."""
+    a sharding that gathers no parameters (``sharding_defaulted``: neither --zero nor
+    --dist-opt was given)."""
     w = r.workload
     if sp and tp == 1:
         raise InputError("sp", "--sp", "--tp > 1 (sequence parallelism splits over TP)")
@@ -28,11 +31,11 @@ def check_plan_flags(r: Resolved, sharding: str, sp: bool | None, tp: int, defau
             "zero3-gathers",
             w.zero3_gathers,
             f"with --zero zero3 or fsdp only: the plan's sharding, {sharding}"
-            f"{' (the default)' if default else ''}, gathers no parameters",
+            f"{' (the default)' if sharding_defaulted else ''}, gathers no parameters",
         )
 
 
-def data_parallel(r: Resolved, dp: int | None, tp: int, pp: int, cp: int) -> int:
+def data_parallel_degree(r: Resolved, dp: int | None, tp: int, pp: int, cp: int) -> int:
     """The plan's data-parallel degree: ``dp`` as given, or every GPU the model-parallel
     group (tp x pp x cp) leaves; refused when it asks for more GPUs than the workload has."""
     gpus = r.workload.num_gpus
