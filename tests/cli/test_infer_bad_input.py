@@ -262,3 +262,16 @@ def test_an_slo_missed_under_load_names_the_deployment_nearest_it(
     assert "not met under load: the closest tried, h100-sxm TP" in err
     ttft = float(err.split("p99 TTFT ")[1].split("s,")[0])
     assert 0.012 < ttft < 0.012 * 1.5
+
+
+def test_size_json_names_the_model_by_its_catalog_key_as_estimate_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [*SIZE, "--gpus", "h100-sxm", "--json"]
+    args[args.index("llama3-8b")] = "Llama3-8B"
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    assert json.loads(out)["model"] == "llama3-8b"
+    code, out, err = run([*EST, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["model"] == "llama3-8b"

@@ -344,7 +344,7 @@ def size_cmd(
     _warn_context(m, input_len, output_len)
     _note_sparse(m)
     if json:
-        emit_json(_size_doc(model, qps, input_len, output_len, slo, unpriced, priced_in, res))
+        emit_json(_size_doc(m.key, qps, input_len, output_len, slo, unpriced, priced_in, res))
         return
     print_size(res, notes)
 
@@ -440,7 +440,8 @@ def _size_doc(
     priced_in: str,
     res: SizingResult,
 ) -> dict[str, Any]:
-    """`infer size`'s JSON object: the load and targets asked for, the default GPUs skipped
+    """`infer size`'s JSON object: the model's catalog key (as `infer estimate` gives it),
+    the load and targets asked for, the default GPUs skipped
     for want of a price, the best deployment, those checked and the best one's latency as
     the load grows."""
     b = res.best
