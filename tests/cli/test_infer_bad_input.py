@@ -272,6 +272,6 @@ def test_size_json_names_the_model_by_its_catalog_key_as_estimate_does(
     code, out, err = run(args, capsys)
     assert code == 0, err
     assert json.loads(out)["model"] == "llama3-8b"
-    code, out, err = run([*EST, "--json"], capsys)
+    code, out, err = run([*EST, "--input-len", "512", "--offline", "16", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["model"] == "llama3-8b"
