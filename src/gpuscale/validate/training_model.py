@@ -260,76 +260,94 @@ def _stated_size(row: dict[str, str], where: str) -> float | None:
     return params_b
 
 
-def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
-    notes: list[str] = []
-    shape = {
-        k: num(row, c, where)
-        for k, c in (
-            ("layers", "layers"),
-            ("hidden", "hidden"),
-            ("ffn_hidden", "ffn_hidden"),
-            ("heads", "heads"),
-            ("kv_heads", "kv_heads"),
-            ("vocab", "vocab"),
-        )
-    }
+SHAPE_CELLS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab")
+"""The cells that give a model's shape, each named as the catalog's field it sets."""
+
+
+def _shape_cells(row: dict[str, str], where: str) -> dict[str, float | None]:
+    """The row's shape cells (None where empty), each read before any is checked; one that
+    is not a whole number of at least 1 skips the row."""
+    shape = {k: num(row, k, where) for k in SHAPE_CELLS}
     for k, v in shape.items():
         if v is not None and (v < 1 or not v.is_integer()):
             raise UnsupportedRowError(
                 f"{k}={row[k]!r}: a model's shape is whole numbers of at least 1"
             )
-    base = _catalog_model(row["model"], notes, where)
-    if base is not None and base.mtp_layers and not any("MTP" in n for n in notes):
-        notes.append(
-            f"MTP not stated: {base.mtp_layers} multi-token-prediction depth(s), as "
-            f"{base.name} trains"
+    return shape
+
+
+def _unlisted_body(
+    row: dict[str, str], shape: dict[str, float | None], where: str, notes: list[str]
+) -> dict[str, Any]:
+    """The fields of a model the catalog lacks, from the row's shape: layers and hidden
+    are required; heads default to a head size of 128, the vocabulary to GPT-2's padded
+    one, KV heads to one per query head, and the architecture to GPT's (learned positions
+    as many as the run's sequence, at least 2,048, and tied embeddings)."""
+    if shape["layers"] is None or shape["hidden"] is None:
+        raise UnsupportedRowError(
+            f"model {row['model']!r} is not in the catalog and the row gives no shape"
+            f"{_closest(row['model'])}"
         )
-    if base is None:
-        if shape["layers"] is None or shape["hidden"] is None:
-            raise UnsupportedRowError(
-                f"model {row['model']!r} is not in the catalog and the row gives no shape"
-                f"{_closest(row['model'])}"
-            )
-        h = int(shape["hidden"])
-        heads = int(shape["heads"]) if shape["heads"] else max(h // 128, 1)
-        if not shape["heads"]:
-            notes.append("heads not stated: head size 128 assumed")
-        if not shape["vocab"]:
-            notes.append(f"vocab not stated: {GPT_VOCAB} assumed")
-        notes.append(
-            f"model {row['model']!r} not in the catalog: built from the row's shape, GPT-style "
-            "(learned positions, tied embeddings) where the row does not say"
-        )
-        body: dict[str, Any] = {
-            "name": row["model"],
-            "source": "validation row",
-            "layers": int(shape["layers"]),
-            "hidden": h,
-            "heads": heads,
-            "vocab": int(shape["vocab"] or GPT_VOCAB),
-            "position": "learned",
-            "tied_embeddings": True,
-            # learned positions: as many as the run's sequence (a table's parameter count
-            # includes them, as llm-foundry's does)
-            "max_seq": max(2048, int(num(row, "seq_len", where) or 0)),
-        }
-        if shape["ffn_hidden"]:
-            body["ffn_hidden"] = int(shape["ffn_hidden"])
-        if shape["kv_heads"]:
-            body["kv_heads"] = int(shape["kv_heads"])
-        else:
-            notes.append("KV heads not stated: one per query head (multi-head attention)")
-        said = f"{row['model']} {row.get('notes', '')}"
-        _architecture(said, body, notes)
-        experts, top_k = _first_int(EXPERTS, said, False), _first_int(TOP_K, said, True)
-        if experts and top_k and experts > 1:
-            body["num_experts"], body["top_k"] = experts, top_k
-            notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
-        try:
-            return _as_stated(body, _stated_size(row, where), notes), notes
-        except ValidationError as exc:
-            why = _why(exc)
-            raise UnsupportedRowError(f"the row's shape is not a model: {why}") from None
+    h = int(shape["hidden"])
+    heads = int(shape["heads"]) if shape["heads"] else max(h // 128, 1)
+    if not shape["heads"]:
+        notes.append("heads not stated: head size 128 assumed")
+    if not shape["vocab"]:
+        notes.append(f"vocab not stated: {GPT_VOCAB} assumed")
+    notes.append(
+        f"model {row['model']!r} not in the catalog: built from the row's shape, GPT-style "
+        "(learned positions, tied embeddings) where the row does not say"
+    )
+    body: dict[str, Any] = {
+        "name": row["model"],
+        "source": "validation row",
+        "layers": int(shape["layers"]),
+        "hidden": h,
+        "heads": heads,
+        "vocab": int(shape["vocab"] or GPT_VOCAB),
+        "position": "learned",
+        "tied_embeddings": True,
+        # learned positions: as many as the run's sequence (a table's parameter count
+        # includes them, as llm-foundry's does)
+        "max_seq": max(2048, int(num(row, "seq_len", where) or 0)),
+    }
+    if shape["ffn_hidden"]:
+        body["ffn_hidden"] = int(shape["ffn_hidden"])
+    if shape["kv_heads"]:
+        body["kv_heads"] = int(shape["kv_heads"])
+    else:
+        notes.append("KV heads not stated: one per query head (multi-head attention)")
+    return body
+
+
+def _unlisted_model(
+    row: dict[str, str], shape: dict[str, float | None], where: str, notes: list[str]
+) -> Model:
+    """A model the catalog lacks, built from the row's shape and what its name and notes
+    say of the architecture and experts (both needed, more than one expert), checked
+    against its stated size; a shape the catalog's rules refuse skips the row."""
+    body = _unlisted_body(row, shape, where, notes)
+    said = f"{row['model']} {row.get('notes', '')}"
+    _architecture(said, body, notes)
+    experts, top_k = _first_int(EXPERTS, said, False), _first_int(TOP_K, said, True)
+    if experts and top_k and experts > 1:
+        body["num_experts"], body["top_k"] = experts, top_k
+        notes.append(f"{body['num_experts']} experts, top-{body['top_k']}, as the row says")
+    try:
+        return _as_stated(body, _stated_size(row, where), notes)
+    except ValidationError as exc:
+        why = _why(exc)
+        raise UnsupportedRowError(f"the row's shape is not a model: {why}") from None
+
+
+def _catalog_overrides(
+    base: Model, shape: dict[str, float | None], notes: list[str]
+) -> dict[str, Any]:
+    """The fields a row's shape cells change in a catalog model. KV heads are kept for a
+    latent-attention (MLA) model. An FFN width is every layer's for a dense model; for an
+    MoE model it is the dense layers' unless it equals the catalog's expert width (Hugging
+    Face's ``intermediate_size`` of Llama 4, DeepSeek's ``moe_intermediate_size``) where
+    that differs from the dense layers'."""
     upd: dict[str, Any] = {}
     for k in ("layers", "hidden", "heads", "vocab"):
         v = shape[k]
@@ -348,29 +366,52 @@ def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
             upd["dense_ffn_hidden"] = width
         else:  # a dense model's every layer has that MLP
             upd["ffn_hidden"] = upd["dense_ffn_hidden"] = width
-    if upd:
-        data = base.model_dump()
-        if "hidden" in upd or "heads" in upd:
-            data["head_dim"] = (
-                0
-                if base.mla is None and base.head_dim * base.heads == base.hidden
-                else base.head_dim
-            )
-        data.update(upd)
-        try:
-            model = Model.model_validate(data)
-        except ValidationError as exc:
-            why = _why(exc)
-            raise UnsupportedRowError(
-                f"the row's shape ({', '.join(f'{k}={v}' for k, v in upd.items())}) does not "
-                f"fit {base.key}: {why}"
-            ) from None
-        shown = {k: v for k, v in upd.items() if k != "dense_ffn_hidden" or base.is_moe}
-        changed = [f"{k}={v}" for k, v in shown.items() if getattr(base, k) != v]
-        if changed:
-            notes.append(f"{base.key} with the row's {', '.join(changed)} (catalog's otherwise)")
-    else:
-        model = base
+    return upd
+
+
+def _overridden(base: Model, upd: dict[str, Any], notes: list[str]) -> Model:
+    """A catalog model with a row's shape fields. A new hidden size or head count keeps an
+    explicit head size only where the catalog's differs from hidden / heads (or the model
+    uses MLA); otherwise it follows from the new shape. A shape the model cannot take skips
+    the row; the fields that differ from the catalog's are noted."""
+    data = base.model_dump()
+    if "hidden" in upd or "heads" in upd:
+        data["head_dim"] = (
+            0 if base.mla is None and base.head_dim * base.heads == base.hidden else base.head_dim
+        )
+    data.update(upd)
+    try:
+        model = Model.model_validate(data)
+    except ValidationError as exc:
+        why = _why(exc)
+        raise UnsupportedRowError(
+            f"the row's shape ({', '.join(f'{k}={v}' for k, v in upd.items())}) does not "
+            f"fit {base.key}: {why}"
+        ) from None
+    shown = {k: v for k, v in upd.items() if k != "dense_ffn_hidden" or base.is_moe}
+    changed = [f"{k}={v}" for k, v in shown.items() if getattr(base, k) != v]
+    if changed:
+        notes.append(f"{base.key} with the row's {', '.join(changed)} (catalog's otherwise)")
+    return model
+
+
+def model_for(row: dict[str, str], where: str) -> tuple[Model, list[str]]:
+    """The model a row names and the notes on how it was read: the catalog's (an MTP model
+    trains its multi-token-prediction layers unless the row says otherwise) with the row's
+    shape cells over its own and checked against the row's stated size, or one the catalog
+    lacks built from the row's shape."""
+    notes: list[str] = []
+    shape = _shape_cells(row, where)
+    base = _catalog_model(row["model"], notes, where)
+    if base is not None and base.mtp_layers and not any("MTP" in n for n in notes):
+        notes.append(
+            f"MTP not stated: {base.mtp_layers} multi-token-prediction depth(s), as "
+            f"{base.name} trains"
+        )
+    if base is None:
+        return _unlisted_model(row, shape, where, notes), notes
+    upd = _catalog_overrides(base, shape, notes)
+    model = _overridden(base, upd, notes) if upd else base
     params_b = _stated_size(row, where)
     if params_b is not None:
         # an MoE model's size may be its total or its active parameters ("37" for
