@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscale.calibrate import Calibration
@@ -138,13 +139,154 @@ def validate_inference(path: Path, cal: Calibration) -> ValidationReport:
     return InferenceReport("inference", rows, unread_columns(table, SCHEMA))
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A row's measured figures (None where the cell is empty)."""
+
+    throughput: float | None
+    """Tokens per second, as the row's ``throughput_kind`` counts them."""
+    ttft_ms: float | None
+    """Time to first token, milliseconds."""
+    tpot_itl_ms: float | None
+    """Time per output token or inter-token latency, milliseconds."""
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """A row's simulated serving, with what each of its results carries."""
+
+    rid: str
+    src: str
+    """The row's source, shortened: the results' group."""
+    plan: RowPlan
+    res: ServingResult
+    detail: dict[str, object]
+    """The deployment and mean batch, shared by the row's scored results."""
+
+
+def _ttft_unit_fault(row: dict[str, str], ttft_ms: float | None, plan: RowPlan) -> str | None:
+    """Why a row's TTFT is in another unit, or None: under half the time each GPU takes to
+    read its share of the weights once (:func:`weight_read_floor_s`)."""
+    floor_ms = weight_read_floor_s(plan) * 1e3
+    if ttft_ms is not None and ttft_ms < 0.5 * floor_ms:
+        return (
+            f"ttft_ms={row['ttft_ms']!r} is under half the {floor_ms:.3g} ms each GPU takes "
+            "to read its weights once: check the column's unit (seconds in a ms column?)"
+        )
+    return None
+
+
+def _predicted_throughput(kind: str, sim: Simulated) -> float | None:
+    """Output tokens per second as a row's ``throughput_kind`` counts them, over all its
+    replicas (``output_total``, also when unstated) or per GPU (``output_per_gpu``); None
+    for a kind not modelled."""
+    total = sim.res.output_tokens_per_s * sim.plan.replicas
+    n_gpus = sim.plan.tp * sim.plan.pp * sim.plan.replicas
+    if kind in ("output_total", ""):
+        return total
+    if kind == "output_per_gpu":
+        return total / n_gpus
+    return None
+
+
+def _throughput_result(row: dict[str, str], measured: float, sim: Simulated) -> RowResult:
+    """A row's throughput result: scored for an offline (or static, or saturating) run,
+    reported but not scored for an online one, whose throughput follows the offered rate;
+    skipped for a ``throughput_kind`` not modelled."""
+    kind = re.sub(r"[\s-]+", "_", row.get("throughput_kind", "").strip().lower())
+    pred = _predicted_throughput(kind, sim)
+    group = f"throughput | {sim.src}"
+    if pred is None:
+        return RowResult.skip(
+            sim.rid,
+            f"throughput_kind {row.get('throughput_kind', '')!r} not modelled",
+            measured,
+            group,
+            "throughput",
+        )
+    if sim.plan.mode in ("offline", "static", "saturate"):
+        return RowResult(
+            sim.rid,
+            pred,
+            measured,
+            signed_error_pct(pred, measured),
+            "scored",
+            "; ".join([*sim.plan.notes, *([] if kind else [NO_KIND])]),
+            group=group,
+            metric="throughput",
+            detail=sim.detail,
+        )
+    return RowResult(
+        sim.rid,
+        pred,
+        measured,
+        signed_error_pct(pred, measured),
+        "reported",
+        "online throughput follows the offered rate",
+        group=group,
+        metric="throughput_online",
+    )
+
+
+def _latency_results(row: dict[str, str], m: Measured, sim: Simulated) -> list[RowResult]:
+    """A row's TTFT and TPOT/ITL results, each scored in milliseconds with the statistic
+    its ``*_stat`` cell names (the mean when empty) and skipped for a statistic not
+    modelled. A ``tpot_itl_stat`` naming ITL compares inter-token latency, otherwise time
+    per output token."""
+    out: list[RowResult] = []
+    itl_stat = row.get("tpot_itl_stat", "")
+    for measured, stat, which, metric in (
+        (m.ttft_ms, sim.res.ttft_s, row.get("ttft_stat", ""), "ttft"),
+        (
+            m.tpot_itl_ms,
+            sim.res.itl_s if "itl" in itl_stat.lower() else sim.res.tpot_s,
+            itl_stat,
+            "tpot_itl",
+        ),
+    ):
+        if measured is None:
+            continue
+        pick = _pick(stat, which or "mean")
+        said = [*sim.plan.notes, *([] if which else [f"{metric} statistic not stated: mean"])]
+        if pick is None or math.isnan(pick):
+            out.append(
+                RowResult.skip(
+                    sim.rid,
+                    f"statistic {which!r} not modelled: one of {STATS}",
+                    measured,
+                    f"{metric} | {sim.src}",
+                    metric,
+                )
+            )
+            continue
+        pred_ms = pick * 1e3
+        out.append(
+            RowResult(
+                sim.rid,
+                pred_ms,
+                measured,
+                signed_error_pct(pred_ms, measured),
+                "scored",
+                "; ".join(said),
+                group=f"{metric} | {sim.src}",
+                metric=metric,
+                detail=sim.detail,
+            )
+        )
+    return out
+
+
 def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowResult]:
+    """One serving row's results, one per figure it measures (throughput, then TTFT, then
+    TPOT/ITL). The row is skipped, with one result grouped by its source, when a measured
+    cell is malformed or all are empty, when it cannot be planned or simulated, or when its
+    TTFT is in another unit."""
     rid, src = row["id"], _short_source(row["source"])
     try:
-        measured_tp, measured_ttft, measured_itl = (positive(row, c, where) for c in MEASURED)
+        m = Measured(*(positive(row, c, where) for c in MEASURED))
     except UnsupportedRowError as exc:
         return [RowResult.skip(rid, str(exc), group=src)]
-    if measured_tp is None and measured_ttft is None and measured_itl is None:
+    if m.throughput is None and m.ttft_ms is None and m.tpot_itl_ms is None:
         return [
             RowResult.skip(rid, "no measured throughput, TTFT or TPOT/ITL in the row", None, src)
         ]
@@ -153,19 +295,9 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
         res = run_plan(plan, cal)
     except UnsupportedRowError as exc:
         return [RowResult.skip(rid, str(exc), group=src)]
-    floor_ms = weight_read_floor_s(plan) * 1e3
-    for measured, col in ((measured_ttft, "ttft_ms"),):
-        if measured is not None and measured < 0.5 * floor_ms:
-            return [
-                RowResult.skip(
-                    rid,
-                    f"{col}={row[col]!r} is under half the {floor_ms:.3g} ms each GPU takes to "
-                    "read its weights once: check the column's unit (seconds in a ms column?)",
-                    measured,
-                    src,
-                )
-            ]
-    out: list[RowResult] = []
+    fault = _ttft_unit_fault(row, m.ttft_ms, plan)
+    if fault is not None:
+        return [RowResult.skip(rid, fault, m.ttft_ms, src)]
     detail: dict[str, object] = {
         "mode": plan.mode,
         "tp": plan.tp,
@@ -173,94 +305,9 @@ def validate_row(row: dict[str, str], where: str, cal: Calibration) -> list[RowR
         "engine": plan.engine.name,
         "mean_batch": res.mean_batch,
     }
-    if measured_tp is not None:
-        kind = re.sub(r"[\s-]+", "_", row.get("throughput_kind", "").strip().lower())
-        total = res.output_tokens_per_s * plan.replicas
-        n_gpus = plan.tp * plan.pp * plan.replicas
-        pred: float | None
-        if kind in ("output_total", ""):
-            pred = total
-        elif kind == "output_per_gpu":
-            pred = total / n_gpus
-        else:
-            pred = None
-        if pred is None:
-            out.append(
-                RowResult.skip(
-                    rid,
-                    f"throughput_kind {row.get('throughput_kind', '')!r} not modelled",
-                    measured_tp,
-                    f"throughput | {src}",
-                    "throughput",
-                )
-            )
-        elif plan.mode in ("offline", "static", "saturate"):
-            out.append(
-                RowResult(
-                    rid,
-                    pred,
-                    measured_tp,
-                    signed_error_pct(pred, measured_tp),
-                    "scored",
-                    "; ".join([*plan.notes, *([] if kind else [NO_KIND])]),
-                    group=f"throughput | {src}",
-                    metric="throughput",
-                    detail=detail,
-                )
-            )
-        else:
-            out.append(
-                RowResult(
-                    rid,
-                    pred,
-                    measured_tp,
-                    signed_error_pct(pred, measured_tp),
-                    "reported",
-                    "online throughput follows the offered rate",
-                    group=f"throughput | {src}",
-                    metric="throughput_online",
-                )
-            )
-    itl_stat = row.get("tpot_itl_stat", "")
-    for measured, stat, which, metric in (
-        (measured_ttft, res.ttft_s, row.get("ttft_stat", ""), "ttft"),
-        (
-            measured_itl,
-            res.itl_s if "itl" in itl_stat.lower() else res.tpot_s,
-            itl_stat,
-            "tpot_itl",
-        ),
-    ):
-        if measured is None:
-            continue
-        pick = _pick(stat, which or "mean")
-        said = [*plan.notes, *([] if which else [f"{metric} statistic not stated: mean"])]
-        if pick is None or math.isnan(pick):
-            out.append(
-                RowResult.skip(
-                    rid,
-                    f"statistic {which!r} not modelled: one of {STATS}",
-                    measured,
-                    f"{metric} | {src}",
-                    metric,
-                )
-            )
-            continue
-        pred_ms = pick * 1e3
-        out.append(
-            RowResult(
-                rid,
-                pred_ms,
-                measured,
-                signed_error_pct(pred_ms, measured),
-                "scored",
-                "; ".join(said),
-                group=f"{metric} | {src}",
-                metric=metric,
-                detail=detail,
-            )
-        )
-    return out
+    sim = Simulated(rid, src, plan, res, detail)
+    out = [] if m.throughput is None else [_throughput_result(row, m.throughput, sim)]
+    return [*out, *_latency_results(row, m, sim)]
 
 
 class InferenceReport(ValidationReport):
