@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.paths import require_file
-from gpuscale.perf.comm import Fabric, busbw_factor, estimate
+from gpuscale.perf.comm import CommEstimate, Fabric, busbw_factor, estimate
 from gpuscale.units import GB
-from gpuscale.validate.collectives_fabric import row_fabric
+from gpuscale.validate.collectives_fabric import RowFabric, row_fabric
 from gpuscale.validate.numbers import count, num
 from gpuscale.validate.report import (
     RowResult,
@@ -204,103 +205,183 @@ def check_peak(row: dict[str, str], col: str, busbw: float, op: str, fabric: Fab
         )
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """The collective a row benchmarks, over how many ranks, on what fabric."""
+
+    op: str
+    n: int
+    """num_nodes x gpus_per_node."""
+    rf: RowFabric
+    algo: str | None
+    """The NCCL algorithm the row forces; None where NCCL chooses."""
+
+
+def _ranks(row: dict[str, str], op: str | None, where: str) -> Ranks:
+    """The row's collective, ranks, fabric and algorithm, in that order: a collective not
+    modelled, no node count or fewer than 2 ranks skips the row."""
+    if op is None:
+        valid = ", ".join(sorted(set(_OPS.values())))
+        raise SkipRowError(f"collective {row['collective']!r} not modelled ({valid})")
+    nodes = count(row, "num_nodes", where)
+    if nodes is None:
+        raise SkipRowError("node count not stated")
+    rf = row_fabric(row, where)
+    n = nodes * rf.fabric.gpus_per_node
+    if n < 2:
+        raise SkipRowError(
+            f"num_nodes={row['num_nodes']!r} x gpus_per_node={row['gpus_per_node']!r} = "
+            f"{n} rank: {op} needs at least 2"
+        )
+    algo = read_algorithm(row["algorithm"])
+    return Ranks(op, n, rf, algo)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a row states of its message and measurements, each checked."""
+
+    size: float | None
+    """Message bytes; None when not stated."""
+    busbw: float | None
+    """GB/s: the row's busbw, or where it gives only algbw, algbw x the busbw factor."""
+    busbw_col: str
+    """The cell busbw comes from (``busbw_gbps`` or ``algbw_gbps``)."""
+    time_us: float | None
+    factor: float
+    """busbw / algbw for the collective over its ranks."""
+
+
+def _figures(row: dict[str, str], where: str, r: Ranks) -> Figures:
+    """The row's message size (above 0 when stated) and figures (none negative), the
+    busbw/algbw ratio checked against its ranks, and its busbw against the GPU's links
+    (:func:`check_ranks`, :func:`check_peak`)."""
+    size = message_bytes(row, where)
+    if size is not None:
+        _positive(row, "message_bytes", size, "a message size")
+    busbw = _figure(row, "busbw_gbps", where)
+    algbw = _figure(row, "algbw_gbps", where)
+    time_us = _figure(row, "time_us", where)
+    if busbw is not None and algbw is not None:
+        check_ranks(row, r.op, r.n, busbw, algbw)
+    factor = float(busbw_factor(r.op, r.n))
+    busbw_col = "busbw_gbps"
+    if busbw is None and algbw is not None:
+        busbw, busbw_col = algbw * factor, "algbw_gbps"
+    if busbw is not None:
+        check_peak(row, busbw_col, busbw, r.op, r.rf.fabric)
+    return Figures(size, busbw, busbw_col, time_us, factor)
+
+
+@dataclass(frozen=True)
+class Compared:
+    """The figure a row is scored on, at the message size it is predicted at."""
+
+    metric: str
+    """``busbw_GBps`` or ``time_us``."""
+    measured: float
+    size: float
+    note: str
+    """How the size or the measured time was arrived at; "" when the row states both."""
+
+
+def _small_message_time(row: dict[str, str], f: Figures, size: float) -> tuple[float, str]:
+    """A small message's time in microseconds and how it was had: the row's, or where it
+    gives none, size x factor / busbw, unless busbw's printed digits leave that time
+    uncertain by more than MAX_ROUNDING. A time under MIN_TIME_US is in another unit."""
+    if f.time_us is None:
+        if f.busbw is None:
+            raise SkipRowError("small-message row without time or busbw")
+        if f.busbw <= 0 or PRINT_RESOLUTION_GBPS / f.busbw > MAX_ROUNDING:
+            raise SkipRowError(
+                f"{f.busbw_col}={row[f.busbw_col]!r} GB/s is at the print resolution: "
+                "the time derived from it is uncertain by more than +-10 %"
+            )
+        return size * f.factor / (f.busbw * GB) * 1e6, "time derived from busbw"
+    if 0 < f.time_us < MIN_TIME_US:
+        raise SkipRowError(
+            f"time_us={row['time_us']!r} is under {MIN_TIME_US:g} us, faster than any "
+            "NCCL collective: check the unit (ms, not us?)"
+        )
+    return f.time_us, ""
+
+
+def _compared(row: dict[str, str], f: Figures) -> Compared:
+    """What a row is scored on: busbw for a message of LARGE_BYTES or more, or one of no
+    stated size (predicted at the PLATEAU_BYTES plateau); time for a smaller one. The
+    figure scored must be above 0."""
+    note = ""
+    size = f.size
+    if size is None:
+        if f.busbw is None:
+            raise SkipRowError("neither message size nor busbw stated")
+        size, note = float(PLATEAU_BYTES), "size not stated: predicted at the 16 GiB plateau"
+    if size >= LARGE_BYTES or note:
+        if f.busbw is None:
+            raise SkipRowError("large-message row without busbw")
+        return Compared("busbw_GBps", _positive(row, f.busbw_col, f.busbw), size, note)
+    time_us, note = _small_message_time(row, f, size)
+    return Compared("time_us", _positive(row, "time_us", time_us), size, note)
+
+
+def _detail(r: Ranks, c: Compared, est: CommEstimate) -> dict[str, object]:
+    """What a result shows of its prediction: collective, ranks, size, NCCL's algorithm and
+    protocol, where the NICs came from, the transport, and how a figure was arrived at."""
+    detail: dict[str, object] = {
+        "op": r.op,
+        "ranks": int(r.n),
+        "size_bytes": c.size,
+        "algorithm": str(est.algorithm),
+        "protocol": str(est.protocol),
+        "nics_from": r.rf.nics_from,
+        "transport": r.rf.fabric.transport,
+    }
+    if c.note:
+        detail["note"] = c.note
+    return detail
+
+
+def _harness_reason(row: dict[str, str], metric: str) -> str:
+    """Why a row is reported and not scored, or "": a small-message time measured through a
+    framework harness (FRAMEWORK_HARNESS) includes overheads NCCL's model leaves out."""
+    if metric == "time_us" and FRAMEWORK_HARNESS.search(row.get("notes", "")):
+        return (
+            "timed through torch.distributed, not nccl-tests: the small-message time "
+            "includes Python dispatch and synchronisation the NCCL model does not cover"
+        )
+    return ""
+
+
 def predict_row(row: dict[str, str], where: str, cal: Calibration) -> RowResult:
+    """One benchmark row's result: its busbw (GB/s) or time (us) predicted on its fabric
+    with the algorithm it forces, or the reason it is skipped. A malformed cell is an
+    InputError naming file, line and column; any other the model raises skips the row."""
     row = {**dict.fromkeys(OPTIONAL, ""), **row}
     rid, src = row["id"], _source(row["source"])
     op = read_op(row["collective"])
     try:
-        if op is None:
-            valid = ", ".join(sorted(set(_OPS.values())))
-            raise SkipRowError(f"collective {row['collective']!r} not modelled ({valid})")
-        nodes = count(row, "num_nodes", where)
-        if nodes is None:
-            raise SkipRowError("node count not stated")
-        rf = row_fabric(row, where)
-        n = nodes * rf.fabric.gpus_per_node
-        if n < 2:
-            raise SkipRowError(
-                f"num_nodes={row['num_nodes']!r} x gpus_per_node={row['gpus_per_node']!r} = "
-                f"{n} rank: {op} needs at least 2"
-            )
-        algo = read_algorithm(row["algorithm"])
-        size = message_bytes(row, where)
-        if size is not None:
-            _positive(row, "message_bytes", size, "a message size")
-        busbw = _figure(row, "busbw_gbps", where)
-        algbw = _figure(row, "algbw_gbps", where)
-        time_us = _figure(row, "time_us", where)
-        if busbw is not None and algbw is not None:
-            check_ranks(row, op, n, busbw, algbw)
-        factor = float(busbw_factor(op, n))
-        busbw_col = "busbw_gbps"
-        if busbw is None and algbw is not None:
-            busbw, busbw_col = algbw * factor, "algbw_gbps"
-        if busbw is not None:
-            check_peak(row, busbw_col, busbw, op, rf.fabric)
-        note = ""
-        if size is None:
-            if busbw is None:
-                raise SkipRowError("neither message size nor busbw stated")
-            size, note = float(PLATEAU_BYTES), "size not stated: predicted at the 16 GiB plateau"
-        if size >= LARGE_BYTES or note:
-            metric = "busbw_GBps"
-            if busbw is None:
-                raise SkipRowError("large-message row without busbw")
-            measured = _positive(row, busbw_col, busbw)
-        else:
-            metric = "time_us"
-            if time_us is None:
-                if busbw is None:
-                    raise SkipRowError("small-message row without time or busbw")
-                if busbw <= 0 or PRINT_RESOLUTION_GBPS / busbw > MAX_ROUNDING:
-                    raise SkipRowError(
-                        f"{busbw_col}={row[busbw_col]!r} GB/s is at the print resolution: "
-                        "the time derived from it is uncertain by more than +-10 %"
-                    )
-                time_us = size * factor / (busbw * GB) * 1e6
-                note = "time derived from busbw"
-            elif 0 < time_us < MIN_TIME_US:
-                raise SkipRowError(
-                    f"time_us={row['time_us']!r} is under {MIN_TIME_US:g} us, faster than any "
-                    "NCCL collective: check the unit (ms, not us?)"
-                )
-            measured = _positive(row, "time_us", time_us)
-        est = estimate(op, size, n, rf.fabric, cal, algorithm=algo)
-        pred = float(est.busbw_Bps) / GB if metric == "busbw_GBps" else float(est.time_s) * 1e6
+        r = _ranks(row, op, where)
+        c = _compared(row, _figures(row, where, r))
+        est = estimate(r.op, c.size, r.n, r.rf.fabric, cal, algorithm=r.algo)
+        busbw = c.metric == "busbw_GBps"
+        pred = float(est.busbw_Bps) / GB if busbw else float(est.time_s) * 1e6
     except SkipRowError as why:
         return RowResult.skip(rid, str(why), group=src)
     except InputError as exc:
         if exc.field.startswith(f"{where}:"):
             raise  # a malformed cell: one line naming file, line and column
         return RowResult.skip(rid, f"unsupported: {exc}", group=src)
-    detail: dict[str, object] = {
-        "op": op,
-        "ranks": int(n),
-        "size_bytes": size,
-        "algorithm": str(est.algorithm),
-        "protocol": str(est.protocol),
-        "nics_from": rf.nics_from,
-        "transport": rf.fabric.transport,
-    }
-    if note:
-        detail["note"] = note
-    status, reason = "scored", ""
-    if metric == "time_us" and FRAMEWORK_HARNESS.search(row.get("notes", "")):
-        status = "reported"
-        reason = (
-            "timed through torch.distributed, not nccl-tests: the small-message time "
-            "includes Python dispatch and synchronisation the NCCL model does not cover"
-        )
+    reason = _harness_reason(row, c.metric)
     return RowResult(
         rid,
         pred,
-        measured,
-        signed_error_pct(pred, measured),
-        status,
+        c.measured,
+        signed_error_pct(pred, c.measured),
+        "reported" if reason else "scored",
         reason,
-        group=f"{metric} | {src}",
-        metric=metric,
-        detail=detail,
+        group=f"{c.metric} | {src}",
+        metric=c.metric,
+        detail=_detail(r, c, est),
     )
 
 
