@@ -22,7 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.plan import (
+    PP_SPLITS,
+    RECOMPUTE,
+    SHARDING,
+    BoolArray,
+    Plans,
+    Workload,
+    pipelined_fsdp,
+)
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.validity import divisors, placement_ok
 
@@ -47,81 +55,106 @@ def _powers_of_two(n: int) -> list[int]:
     return [1 << k for k in range(n.bit_length()) if 1 << k <= n]
 
 
-def enumerate_plans(
-    w: Workload, fixed: dict[str, Any] | None = None, extra_dp: Collection[int] = ()
-) -> Plans:
-    """Every combination of knobs not fixed by the caller (``fixed`` maps knob -> value);
-    ``extra_dp``: data-parallel degrees to try beside the usual ones."""
-    fx = dict(fixed or {})
+def _fixed_or(fx: dict[str, Any], name: str, default: list[int]) -> list[int]:
+    """The value the caller fixed for knob ``name`` (``fx``: knob -> value), else
+    ``default``, the values the search tries."""
+    return [int(fx[name])] if name in fx and fx[name] is not None else default
+
+
+def _tp_degrees(w: Workload) -> list[int]:
+    """The tensor-parallel degrees the search tries: divisors of the heads that divide the
+    scale-up domain, the FFN and the KV heads (or that the KV heads divide, each then
+    replicated), for every kind of attention layer."""
     m = w.model
     n = w.num_gpus
     dom = max(w.fabric.domain_gpus, 1)
     kinds = m.head_counts[1:]
+    return [
+        t
+        for t in divisors(m.heads)
+        # a TP group lies inside one scale-up domain: its size divides the domain's
+        if max(dom, w.fabric.gpus_per_node) % t == 0
+        and t <= n
+        and m.ffn_hidden % t == 0
+        and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)
+        # Step 3.5's windowed layers: their own heads split too
+        and all(heads % t == 0 and (kv % t == 0 or t % kv == 0) for heads, kv in kinds)
+    ]
 
-    def opts(name: str, default: list[int]) -> list[int]:
-        return [int(fx[name])] if name in fx and fx[name] is not None else default
 
-    tps = opts(
-        "tp",
-        [
-            t
-            for t in divisors(m.heads)
-            # a TP group lies inside one scale-up domain: its size divides the domain's
-            if max(dom, w.fabric.gpus_per_node) % t == 0
-            and t <= n
-            and m.ffn_hidden % t == 0
-            and (m.mla is not None or m.kv_heads % t == 0 or t % m.kv_heads == 0)
-            # Step 3.5's windowed layers: their own heads split too
-            and all(heads % t == 0 and (kv % t == 0 or t % kv == 0) for heads, kv in kinds)
-        ],
+def _pp_degrees(w: Workload) -> list[int]:
+    """The pipeline degrees the search tries: those that split the layers evenly, or
+    evenly once the embedding and the output layer count as one layer each (Megatron's
+    account-for-embedding/loss split), and the powers of two with uneven stages
+    (Megatron's first/last-stage layer counts: DeepSeek-V3's 61 layers ran on PP16),
+    priced on the fullest stage."""
+    m = w.model
+    n = w.num_gpus
+    return sorted(
+        {
+            p
+            for p in divisors(m.layers) + divisors(m.layers + 2) + _powers_of_two(m.layers)
+            if 1 <= p <= min(n, m.layers)
+        }
     )
-    cps = opts("cp", cp_degrees(w.seq_len))
-    # pipeline degrees that split the layers evenly, or evenly once the embedding and the
-    # output layer count as one layer each (Megatron's account-for-embedding/loss split),
-    # and the powers of two with uneven stages (Megatron's first/last-stage layer counts:
-    # DeepSeek-V3's 61 layers ran on PP16), priced on the fullest stage
-    pps = opts(
-        "pp",
-        sorted(
-            {
-                p
-                for p in divisors(m.layers) + divisors(m.layers + 2) + _powers_of_two(m.layers)
-                if 1 <= p <= min(n, m.layers)
-            }
-        ),
-    )
-    eps = opts("ep", [e for e in divisors(m.num_experts) if e <= n] if m.is_moe else [1])
+
+
+def _dp_degrees(
+    w: Workload, fx: dict[str, Any], mp: int, batch_divs: list[int], extra_dp: Collection[int]
+) -> list[int]:
+    """The data-parallel degrees tried beside a model-parallel group of ``mp`` GPUs: the
+    caller's, or the divisors of the global batch (``batch_divs``) within a factor of two
+    of the largest that fits, the largest that fits on half the GPUs and those of
+    ``extra_dp`` that fit; none where no divisor fits."""
+    n = w.num_gpus
+    if "dp" in fx and fx["dp"] is not None:
+        return [int(fx["dp"])]
+    cands = [d for d in batch_divs if d * mp <= n]
+    if not cands:
+        return []
+    top_dp = max(cands)
+    dps = [d for d in cands if d * 2 > top_dp]
+    # and the largest on half the GPUs: a plan that leaves them idle can beat all
+    # that use them (a small batch through a deep pipeline), and the caller's
+    # (the best plans of a scaling curve's smaller points)
+    half = [d for d in cands if d * mp <= n // 2]
+    more = ({max(half)} if half else set()) | (set(extra_dp) & set(cands))
+    dps += sorted(more - set(dps))
+    return dps
+
+
+def _structural_rows(
+    w: Workload, fx: dict[str, Any], extra_dp: Collection[int]
+) -> list[tuple[int, ...]]:
+    """Every (tp, cp, pp, vpp, ep, dp, mbs) the search tries, those ``fx`` fixes fixed:
+    the model-parallel degrees that fit the GPUs, the data-parallel degrees beside them,
+    the micro-batches that divide a rank's share of the batch, and the interleavings that
+    divide a stage's layers (interleaving needs a pipeline and micro-batches divisible by
+    its degree)."""
+    m = w.model
+    n = w.num_gpus
+    tps = _fixed_or(fx, "tp", _tp_degrees(w))
+    cps = _fixed_or(fx, "cp", cp_degrees(w.seq_len))
+    pps = _fixed_or(fx, "pp", _pp_degrees(w))
+    eps = _fixed_or(fx, "ep", [e for e in divisors(m.num_experts) if e <= n] if m.is_moe else [1])
     batch_divs = divisors(w.global_batch)
     rows: list[tuple[int, ...]] = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
         mp = tp * cp * pp
         if mp > n:
             continue
-        if "dp" in fx and fx["dp"] is not None:
-            dps = [int(fx["dp"])]
-        else:
-            cands = [d for d in batch_divs if d * mp <= n]
-            if not cands:
-                continue
-            top_dp = max(cands)
-            dps = [d for d in cands if d * 2 > top_dp]
-            # and the largest on half the GPUs: a plan that leaves them idle can beat all
-            # that use them (a small batch through a deep pipeline), and the caller's
-            # (the best plans of a scaling curve's smaller points)
-            half = [d for d in cands if d * mp <= n // 2]
-            more = ({max(half)} if half else set()) | (set(extra_dp) & set(cands))
-            dps += sorted(more - set(dps))
-        for dp in dps:
+        for dp in _dp_degrees(w, fx, mp, batch_divs, extra_dp):
             per_rank = w.global_batch // dp if w.global_batch % dp == 0 else 0
             if per_rank == 0:
                 continue
-            mbss = opts("mbs", [b for b in divisors(per_rank) if b <= MAX_MBS])
+            mbss = _fixed_or(fx, "mbs", [b for b in divisors(per_rank) if b <= MAX_MBS])
             for mbs in mbss:
                 if per_rank % mbs:
                     continue
                 mbatches = per_rank // mbs
                 stage_layers = -(-m.layers // pp)
-                vpps = opts(
+                vpps = _fixed_or(
+                    fx,
                     "vpp",
                     [
                         v
@@ -131,11 +164,14 @@ def enumerate_plans(
                 )
                 for vpp, ep in itertools.product(vpps, eps):
                     rows.append((tp, cp, pp, vpp, ep, dp, mbs))
-    if not rows:
-        return Plans.of(tp=np.zeros(0, dtype=np.int64))
-    base = np.array(rows, dtype=np.int64)
-    rec = opts("recompute", list(range(len(RECOMPUTE))))
-    shard = opts("sharding", list(range(len(SHARDING))))
+    return rows
+
+
+def _with_switches(base: np.ndarray, fx: dict[str, Any]) -> Plans:
+    """Each structural row of ``base`` crossed with every combination of the switch knobs
+    (recompute, sharding, SP, TP overlap) the caller did not fix."""
+    rec = _fixed_or(fx, "recompute", list(range(len(RECOMPUTE))))
+    shard = _fixed_or(fx, "sharding", list(range(len(SHARDING))))
     sp_opts = [bool(fx["sp"])] if "sp" in fx and fx["sp"] is not None else [False, True]
     ov_opts = (
         [bool(fx["tp_overlap"])]
@@ -146,7 +182,7 @@ def enumerate_plans(
     nb, ns = base.shape[0], switches.shape[0]
     b = np.repeat(base, ns, axis=0)
     s = np.tile(switches, (nb, 1))
-    plans = Plans.of(
+    return Plans.of(
         tp=b[:, 0],
         cp=b[:, 1],
         pp=b[:, 2],
@@ -159,9 +195,13 @@ def enumerate_plans(
         sp=s[:, 2].astype(bool),
         tp_overlap=s[:, 3].astype(bool),
     )
-    # switches that do nothing at TP = 1 are dropped (they would only duplicate plans), and
-    # so is ZeRO-2 under a pipeline unless asked for: it costs there what the distributed
-    # optimizer costs (plan.pipelined_fsdp)
+
+
+def _distinct(w: Workload, plans: Plans, fx: dict[str, Any]) -> BoolArray:
+    """The plans worth pricing: switches that do nothing at TP = 1 are dropped (they would
+    only duplicate plans), and so, unless the caller fixed the sharding, are ZeRO-2 under a
+    pipeline (it costs there what the distributed optimizer costs, plan.pipelined_fsdp)
+    and the sharded twins of a plan with one data-parallel replica."""
     keep = (plans.tp > 1) | (~plans.sp & ~plans.tp_overlap)
     if "sharding" not in fx or fx["sharding"] is None:
         keep &= ~pipelined_fsdp(plans)
@@ -170,7 +210,20 @@ def enumerate_plans(
         d = plans.dp * plans.cp
         alone = (d == 1) & ((d * plans.tp <= plans.ep) | (not w.model.is_moe))
         keep &= ~alone | (plans.sharding == SHARDING.index("none"))
-    plans = _with_placement(w, plans.take(keep), fx.get("split"))
+    return keep
+
+
+def enumerate_plans(
+    w: Workload, fixed: dict[str, Any] | None = None, extra_dp: Collection[int] = ()
+) -> Plans:
+    """Every combination of knobs not fixed by the caller (``fixed`` maps knob -> value);
+    ``extra_dp``: data-parallel degrees to try beside the usual ones."""
+    fx = dict(fixed or {})
+    rows = _structural_rows(w, fx, extra_dp)
+    if not rows:
+        return Plans.of(tp=np.zeros(0, dtype=np.int64))
+    plans = _with_switches(np.array(rows, dtype=np.int64), fx)
+    plans = _with_placement(w, plans.take(_distinct(w, plans, fx)), fx.get("split"))
     # a caller that fixes the shard group (0: all data-parallel ranks) gets no hybrid
     # twins, and each plan shards over that group
     group = fx.get("shard_group")
