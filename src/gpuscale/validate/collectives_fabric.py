@@ -132,6 +132,11 @@ def scale_up(intra: str, gpu: GPU, system: System, gpn: int) -> tuple[int, float
 
 
 def row_fabric(row: dict[str, str], where: str) -> RowFabric:
+    """The fabric a collectives row ran on, and where its NICs come from: the NVLink domain and
+    per-GPU scale-up bytes/s from the ``intra_node`` text (:func:`scale_up`), the scale-out
+    bytes/s per GPU and NIC count from the ``inter_node`` text (:func:`parse_nics`) or else the
+    GPU's reference system, the transport (EFA, RoCE or InfiniBand) the text names, and the
+    network overhead in seconds of the host CPUs named (else the system's)."""
     gpu = _gpu(row["gpu"])
     system = system_for_gpu(gpu)
     gpn = count(row, "gpus_per_node", where)

@@ -132,6 +132,8 @@ def _short_source(src: str) -> str:
 
 
 def validate_inference(path: Path, cal: Calibration) -> ValidationReport:
+    """The inference validation report of a CSV file: each row's predicted and measured figures
+    (:func:`validate_row`), and the columns no rule reads."""
     rows: list[RowResult] = []
     table = read_rows(path, REQUIRED)
     for lineno, row in table:

@@ -142,6 +142,9 @@ def _results(files: list[dict[str, Any]], section: str) -> list[tuple[Path, Any,
 
 
 def gemm_rows(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[RowResult]:
+    """One row per measured GEMM of the benchmark files' ``matmul`` results (bf16 and fp8): the
+    predicted seconds of :func:`gemm_s` at the rate the step prices GEMMs at (the sustained
+    16-bit peak x the GPU's MAMF fraction x the precision's speed-up) against the measured s."""
     out = []
     llama = get_model("llama3-8b")
     for path, res, where in _results(files, "matmul"):
@@ -189,6 +192,10 @@ def _kernel(x: dict[str, Any], sdpa_backend: str | None) -> tuple[str | None, st
 def attention_rows(
     files: list[dict[str, Any]], gpu: GPU, cal: Calibration, sdpa_backend: str | None = None
 ) -> list[RowResult]:
+    """One row per measured attention kernel of the benchmark files: the predicted forward +
+    backward seconds of :func:`attention_core_s` for a Llama 3 8B layer with the benchmark's
+    heads against the measured ``fwd_bwd_s``; a backend the model prices no kernel for, or a
+    recorded error, is a skipped row."""
     out = []
     for path, res, where in _results(files, "attention"):
         for i, x in enumerate(_objs(res, where)):
@@ -225,6 +232,8 @@ def attention_rows(
 
 
 def hbm_rows(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[RowResult]:
+    """One row per measured HBM copy of the benchmark files: predicted seconds 2 x bytes copied /
+    (HBM bytes/s x ``hbm_eff``), a copy reading and writing every byte, against the measured s."""
     out = []
     for path, res, where in _results(files, "hbm"):
         res = _obj(res, where)
@@ -237,6 +246,8 @@ def hbm_rows(files: list[dict[str, Any]], gpu: GPU, cal: Calibration) -> list[Ro
 
 
 def check_sdpa_backend(name: str | None) -> str | None:
+    """The ``--sdpa-backend`` name unchanged (None when not given); a name not in
+    :data:`SDPA_BACKENDS` is an error."""
     if name is not None and name not in SDPA_BACKENDS:
         raise InputError("--sdpa-backend", name, f"one of {', '.join(SDPA_BACKENDS)}")
     return name

@@ -151,6 +151,10 @@ def _plan(row: dict[str, str], w: Workload, where: str) -> Plans:
 
 
 def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
+    """The memory validation report of a CSV file: per row, the predicted peak memory in GiB of
+    :func:`memory_breakdown` for the row's workload and plan (less the reserved bytes for a
+    metric that excludes them) against the measured GiB, with whether it fits the GPU; a row
+    without a measured figure, or beyond any part of its architecture, is skipped."""
     rows: list[RowResult] = []
     table = read_rows(path, REQUIRED)
     for lineno, row in table:

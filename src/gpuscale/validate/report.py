@@ -206,6 +206,8 @@ def _finite(o: object) -> object:
 
 
 def signed_error_pct(predicted: float, measured: float) -> float:
+    """The signed error of a prediction in percent: 100 x (predicted / measured - 1), positive
+    when the prediction is high."""
     return 100.0 * (predicted / measured - 1.0)  # no overflow for a measured 1e308
 
 

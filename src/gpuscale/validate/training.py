@@ -73,6 +73,11 @@ def choose_plan(pr: PreparedRow, cal: Calibration) -> tuple[Plans, str]:
 
 
 def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
+    """The predicted figure a row's target compares, under the chosen plans: tokens/s per GPU for
+    ``tokens_per_s_per_gpu`` (and ``excluded``); else TFLOP/s per GPU, FLOPs per step / step s /
+    GPUs used, the FLOPs counted by the row's convention (Megatron SC21 HFU, Megatron model
+    FLOPs with full or causal attention, else gpuscale's model FLOPs per token x tokens per
+    step); for ``mfu`` that rate as a fraction of the GPU's peak FLOP/s at the precision."""
     w = pr.workload
     e = estimate(w, plans, cal)
     step = float(e.step_s[0])
@@ -94,6 +99,10 @@ def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
 
 
 def validate_training(path: Path, cal: Calibration) -> ValidationReport:
+    """The training validation report of a CSV file: per row, the prediction of :func:`predict`
+    for the row's plan (:func:`choose_plan`) against the measured figure and its signed error
+    in percent; a row the model cannot price is skipped, one with the ``excluded`` target or an
+    unspecified FLOP convention is reported but not scored."""
     rows: list[RowResult] = []
     table = read_rows(path, REQUIRED)
     for lineno, row in table:

@@ -92,6 +92,8 @@ DeepSeek-V3's 15,360 x 4,096 = 63 M (arXiv 2412.19437), the largest batch we kno
 
 
 def source_group(source: str) -> str:
+    """The group a row's source belongs to: its text up to the first " (", comma, semicolon or
+    URL, stripped and cut to 48 characters."""
     head = re.split(r" \(|,| https?://|;", source, maxsplit=1)[0]
     return head.strip()[:48]
 
