@@ -64,6 +64,8 @@ ENGINES: dict[str, EngineConfig] = {
 
 
 def get_engine(name: str) -> EngineConfig:
+    """The serving engine's settings by name, in any case (:data:`ENGINES`); an unknown name is
+    an error listing the known ones."""
     try:
         return ENGINES[name.lower()]
     except KeyError:

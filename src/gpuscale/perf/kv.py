@@ -139,6 +139,10 @@ class ParamCounts:
 
 
 def param_counts(m: Model) -> ParamCounts:
+    """The model's parameters by role, whole model: attention (with the Mamba mixers and any
+    extra mixer weights), dense MLPs, shared experts (with LatentMoE projections), routed
+    experts with their routers (per-layer counts of :func:`layer_shapes` x the layers of
+    each kind), the embedding (vocab x hidden) and an untied LM head of the same size."""
     sh = layer_shapes(m)
     emb = float(m.vocab * m.hidden)
     mixers = attn_weights(m) + sh.mamba * m.mamba_layers + mixer_extra_weights(m)

@@ -116,6 +116,10 @@ def mla_kv_width(m: Model) -> int:
 
 
 def layer_shapes(m: Model) -> LayerShapes:
+    """Per-layer weight counts of a model, before any parallel split: attention (standard GQA,
+    MLA or compressed DeepSeek-V4 projections), the dense MLP, one routed expert, the shared
+    experts, the router, norms, the Mamba mixer, hyper-connections and the sparse-attention
+    indexer, counted as the Hugging Face modules named in the code."""
     h = m.hidden
     if m.mla is not None:
         a, x = m.heads, m.mla
@@ -195,6 +199,9 @@ def layer_shapes(m: Model) -> LayerShapes:
 
 
 def embedding_params(m: Model) -> int:
+    """Parameters outside the layers: the embedding and an untied LM head (vocab x hidden each),
+    learned position embeddings (max_seq x hidden), the hyper-connection head of a
+    multi-stream model, and the final norm (hidden)."""
     emb = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
     if m.position == "learned":
         emb += m.max_seq * m.hidden

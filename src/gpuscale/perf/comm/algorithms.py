@@ -80,6 +80,10 @@ def _combine(a: FloatArray, b: FloatArray, overlap: float) -> FloatArray:
 
 
 def all_reduce(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
+    """All-reduce candidates, each (algorithm, protocol, latency s, bandwidth s) for ``s`` bytes:
+    Ring with LL, LL128 and Simple (2 (n - 1) / n x s bytes at the ring's rate), Tree with the
+    three (the intra-domain chain pipelined with 2 (m - 1) / m x s over the network), and, on an
+    NVLS fabric, NVLS within one domain and NVLS-Tree across domains (Simple only)."""
     lat = _Lat(f, cal)
     n, k, m = pl.n, pl.k, pl.m
     out: list[Candidate] = []
@@ -177,6 +181,8 @@ def p2p_candidates(bw_s: FloatArray, pl: Placement, f: Fabric, cal: Calibration)
 
 
 def all_to_all(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
+    """All-to-all as a point-to-point exchange: the slower of (k - 1) / n x s bytes over scale-up
+    and (n - k) / n x s bytes over one NIC, in seconds (:func:`p2p_candidates`)."""
     n, k = pl.n, pl.k
     t_up = (k - 1.0) / n * s / pl.up_Bps
     t_net = (n - k) / n * s / pl.net_one_nic_Bps
@@ -184,6 +190,8 @@ def all_to_all(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> lis
 
 
 def send_recv(s: FloatArray, pl: Placement, f: Fabric, cal: Calibration) -> list[Candidate]:
+    """Send/receive candidates, LL and Simple: ``s`` bytes over one NIC when the group spans
+    domains, else over scale-up, as (algorithm, protocol, latency s, bandwidth s)."""
     lat = _Lat(f, cal)
     bw = np.where(pl.m > 1.0, pl.net_one_nic_Bps, pl.up_Bps)
     return [
