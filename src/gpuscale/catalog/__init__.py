@@ -75,6 +75,9 @@ def get_gpu(name: str, field: str = "gpu") -> GPU:
 
 
 def get_system(name: str, field: str = "system") -> System:
+    """A catalog system (a reference node: its GPUs, NICs and NVLink domain) by key, name or
+    alias, also in the spellings :func:`_compact` joins; an unknown name is an
+    :class:`InputError` on ``field``."""
     return _lookup(name, systems(), _system_index(), field)
 
 

@@ -59,16 +59,19 @@ def _index(entries: dict[str, E]) -> dict[str, str]:
 
 @cache
 def gpus() -> dict[str, GPU]:
+    """The catalog's GPUs by key, from ``data/gpus.yaml`` (read once)."""
     return _load("gpus.yaml", GPU)
 
 
 @cache
 def systems() -> dict[str, System]:
+    """The catalog's reference systems by key, from ``data/systems.yaml`` (read once)."""
     return _load("systems.yaml", System)
 
 
 @cache
 def models() -> dict[str, Model]:
+    """The catalog's models by key, from ``data/models.yaml`` (read once)."""
     return _load("models.yaml", Model)
 
 

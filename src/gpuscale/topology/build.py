@@ -22,10 +22,12 @@ FABRIC_TIERS: tuple[str, ...] = ("node-leaf", "leaf-spine", "spine-core")
 
 
 def gpu_id(node: int, gpu: int) -> str:
+    """The graph node id of GPU ``gpu`` of node ``node``: "gpu/n{node}/g{gpu}"."""
     return f"gpu/n{node}/g{gpu}"
 
 
 def nic_id(node: int, rail: int) -> str:
+    """The graph node id of the NIC on rail ``rail`` of node ``node``: "nic/n{node}/r{rail}"."""
     return f"nic/n{node}/r{rail}"
 
 

@@ -72,10 +72,12 @@ def _catalog() -> _Catalog:
 
 
 def fabrics() -> dict[str, FabricTech]:
+    """The catalog's scale-out fabric technologies by key, from ``data/fabrics.yaml``."""
     return _catalog().fabrics
 
 
 def switches() -> dict[str, Switch]:
+    """The catalog's network switches by key, from ``data/fabrics.yaml``."""
     return _catalog().switches
 
 
@@ -88,6 +90,8 @@ def _find(name: str, entries: dict[str, FabricTech] | dict[str, Switch]) -> str 
 
 
 def get_fabric(name: str, field: str = "fabric.kind") -> FabricTech:
+    """A catalog fabric technology by key, name or alias (any case); an unknown name is an error
+    on ``field`` listing the known ones."""
     key = _find(name, fabrics())
     if key is None:
         raise unknown(field, name, fabrics())
@@ -95,6 +99,8 @@ def get_fabric(name: str, field: str = "fabric.kind") -> FabricTech:
 
 
 def get_switch(name: str, field: str = "fabric.switch") -> Switch:
+    """A catalog switch by key, name or alias (any case); an unknown name is an error on
+    ``field`` listing the known ones."""
     key = _find(name, switches())
     if key is None:
         raise unknown(field, name, switches())

@@ -74,6 +74,11 @@ def _split(n: int, parts: int) -> list[int]:
 
 
 def plan_layout(spec: ClusterSpec) -> Layout:
+    """The fat tree a cluster spec needs: its nodes in scalable units (one leaf per rail, or one
+    leaf for all NICs of a node), leaves with their uplinks at the leaf oversubscription,
+    spines (per pod in a 3-tier tree, with uplinks at the spine oversubscription), the core
+    switches, and the GPUs under one leaf group and one pod. A spec the tree of
+    ``radix``-port switches cannot reach is an :class:`InputError`."""
     k = spec.radix
     o1, o2 = spec.oversubscription_leaf, spec.oversubscription_spine
     d = down_ports(k, o1)
