@@ -52,6 +52,9 @@ BACKENDS = ("auto", "nccl", "gloo")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's argument parser: nccl-tests' flags (-b, -e, -f, -o, -d, -r, -n, -w, -c),
+    the backend, and ``--json`` with the cluster it ran on (``--system`` and ``--nodes``, or
+    ``--model``)."""
     ap = argparse.ArgumentParser(prog="gpuscale.bench.collectives", description=__doc__)
     ap.add_argument("-b", "--minbytes", default="32M")
     ap.add_argument("-e", "--maxbytes", default="32M")
@@ -145,6 +148,9 @@ def _time(torch: Any, call: Call, iters: int, warmup: int, cuda: bool) -> float:
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
+    """Runs the benchmark's sweep on this rank (NCCL on GPUs, else Gloo) and returns its results:
+    the op, ranks, backend, the rows (time in us, algbw and busbw in GB/s, #wrong), the count of
+    wrong values and the average bus bandwidth in GB/s; rank 0 writes them to ``--json``."""
     a = build_parser().parse_args(argv)
     sizes, tbytes = check_args(a)
     import torch
@@ -276,6 +282,8 @@ def _sweep(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Runs the nccl-tests-style collective benchmark; exits 2 on bad flags, 1 when values came
+    out wrong."""
     try:
         out = run(argv)
     except InputError as exc:

@@ -158,6 +158,8 @@ def _wrong(w: int) -> str:
 
 
 def format_row(r: Row) -> str:
+    """A result row as nccl-tests prints it: size (bytes), count, type, redop, root, then time in
+    us, algbw and busbw in GB/s and #wrong, out-of-place and in-place."""
     return (
         f"{r.size_bytes:12d}  {r.count:12d}  {r.dtype:>8s}  {r.redop:>6s}  {r.root:6d}  "
         f"{fmt_us(r.oop_time_us)}  {r.oop_algbw:6.2f}  {r.oop_busbw:6.2f}  "
@@ -173,4 +175,5 @@ def avg_busbw(rows: list[Row]) -> float:
 
 
 def op_names() -> tuple[str, ...]:
+    """The collectives the benchmark and the model know (:data:`OPS`)."""
     return OPS

@@ -405,6 +405,8 @@ def band_for(model: Model, gpu: GPU, cal: Calibration) -> Band:
 
 
 def main() -> None:
+    """Scores the shipped training calibration on its fitted file and the held-out files, by kind
+    of model and GPU architecture, and prints the figures (``--write`` stores them)."""
     ap = argparse.ArgumentParser(
         prog="python -m gpuscale.calibrate.accuracy",
         description="Held-out error of the shipped training calibration, by kind of model "

@@ -42,6 +42,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
 
 
 def loss(runs: Path, cal: Calibration) -> float:
+    """The fit's objective: the sum over the collective metrics of their MAPE in percent on
+    ``runs`` under ``cal``."""
     s = scores(validate_collectives(runs, cal))
     return sum(float(v["mape_pct"] or 0.0) for v in s.values())
 
@@ -86,6 +88,8 @@ def write_keys(cal: Calibration, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Fits the communication constants on a collective validation file and prints them with the
+    scores (``--write`` stores them in calibration.json)."""
     ap = argparse.ArgumentParser(prog="python -m gpuscale.calibrate.fit_collectives")
     ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
     ap.add_argument("--write", action="store_true", help="update calibration.json")

@@ -61,6 +61,9 @@ class _Case:
 
 
 def load_cases(path: Path, max_requests: int = FIT_MAX_REQUESTS) -> list[_Case]:
+    """The rows of an inference results file the model can run, each with its plan (offline runs
+    cut to ``max_requests`` requests) and its measured throughput (tokens/s), TTFT and TPOT or
+    ITL (ms)."""
     cases: list[_Case] = []
     for lineno, row in read_rows(path, REQUIRED):
         where = f"{path.name}:line {lineno}"
@@ -85,6 +88,8 @@ def load_cases(path: Path, max_requests: int = FIT_MAX_REQUESTS) -> list[_Case]:
 
 
 def scores(cases: list[_Case], cal: Calibration) -> dict[str, float]:
+    """MAPE in percent of each scored metric (throughput, TTFT, TPOT/ITL) over ``cases`` under
+    ``cal``, 0 for a metric with no rows; the throughput per GPU where the row gives it so."""
     errs: dict[str, list[float]] = {m: [] for m in SCORED_METRICS}
     for c in cases:
         try:
@@ -160,6 +165,8 @@ def fit(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Fits the serving constants on a file of published inference results and prints them with
+    the scores (``--write`` stores them in calibration.json)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
     ap.add_argument("--write", action="store_true", help="store the fitted keys")

@@ -241,6 +241,8 @@ def _mean_log_error(rows: list[PreparedRow], cal: Calibration) -> float:
 
 
 def main() -> None:
+    """Fits the training-model constants on a validation file (the host's on the short steps)
+    and prints them with the mean absolute log error (``--out`` or ``--write`` stores them)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--runs", type=Path, required=True)
     out = ap.add_mutually_exclusive_group()

@@ -75,6 +75,8 @@ def emit_json(obj: Any) -> None:
 
 
 def load_calibration(path: Path | None) -> Calibration:
+    """The calibration a command prices with: the shipped one, or the JSON file ``--calibration``
+    names."""
     return default_calibration() if path is None else Calibration.load(path)
 
 

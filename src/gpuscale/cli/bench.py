@@ -43,6 +43,9 @@ def check_output_file(path: Path, field: str) -> None:
 
 
 def launch(nproc: int, args: list[str], json_path: Path) -> int:
+    """The exit status of the benchmark run on ``nproc`` local processes under torchrun
+    (``python -m torch.distributed.run ... -m gpuscale.bench.collectives``), with ``args``
+    passed on and its results written as JSON to ``json_path``."""
     cmd = [
         sys.executable,
         "-m",

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def gib(b: float) -> str:
+    """A size in bytes as GiB (2^30 bytes) with two decimals: "1,024.00 GiB"."""
     return f"{b / 2**30:,.2f} GiB"
 
 

@@ -274,6 +274,9 @@ def report_search(
     failures: FailurePolicy | None = None,
     band: Band | None = None,
 ) -> None:
+    """Prints a plan search: the ``top`` plans that fit, ranked, with each one's step time against
+    the best, memory and (with failures priced) goodput, then the best plan's breakdown and why
+    it wins; with ``as_json`` the same as one JSON object (with the expected error band)."""
     e = res.estimate
     idx = res.top(top)
     why = explain(res)
@@ -346,6 +349,9 @@ def best_fitting(w: Workload, cal: Calibration) -> dict[str, Any] | None:
 
 
 def fit_hint(best: dict[str, Any] | None) -> str:
+    """The hint printed when the plan does not fit: the fastest plan that does (its tokens/s
+    per GPU and bytes a GPU), from ``best``, or, with none, more GPUs, more memory or a
+    shorter sequence."""
     if best is None:
         return (
             "no plan of this workload fits on these GPUs: more GPUs, a GPU with more "

@@ -132,6 +132,11 @@ def build_workload(
     pp_p2p: str = "overlapped",
     pp_split: str = "even",
 ) -> Workload:
+    """The training workload the flags describe: the catalog model and GPU on ``gpus`` GPUs of the
+    named system (else the GPU's reference system), at the GPU's default training precision and
+    attention kernel unless given; a system of another GPU generation or mount, expert-parallel
+    dispatch for a dense model, a fused attention kernel on Volta or more MTP depths than layers
+    is an :class:`InputError`."""
     g = get_gpu(gpu)
     precision = precision or g.training_precision
     attention = attention or g.attention_kernel
@@ -199,6 +204,9 @@ pre-training runs published (Llama 3's 15.6T, Qwen3's 36T)."""
 
 
 def parse_tokens(tokens: str | None) -> float | None:
+    """A training run's token count from ``--tokens`` ("15T", "300B", "2e12"; None when not
+    given), a whole number of tokens: B means billions, a lower-case m, g or t a count, and a
+    binary prefix (15Ti) or more than :data:`MAX_TOKENS` is an :class:`InputError`."""
     if tokens is None:
         return None
     text = tokens.strip()
