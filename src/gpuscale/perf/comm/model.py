@@ -35,7 +35,7 @@ OPS: tuple[str, ...] = (
 
 
 def check_op(op: str) -> None:
-    """None when ``op`` is one of :data:`OPS`; any other name is an error listing them."""
+    """Refuses an ``op`` that is not one of :data:`OPS`, with an error listing them."""
     if op not in OPS:
         raise InputError("op", op, f"one of {', '.join(OPS)}")
 
