@@ -62,6 +62,7 @@ def _fail(capsys: Any, *argv: str) -> str:
         (["-b", "1M", "-e", "8"], "-b/--minbytes=", "at most -e/--maxbytes"),
         (["-f", "1"], "-f/--stepfactor=1.0", "greater than 1"),
         (["-N", "0"], "--nproc=0", "at least 1"),
+        (["--nodes", "2"], "--model='(missing)'", "--system NAME with --nodes N"),
     ],
 )
 def test_bad_flag_fails_before_launching(

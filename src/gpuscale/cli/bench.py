@@ -178,8 +178,9 @@ def _model_cluster(
     model: Path | None, system: str | None, nodes: int | None, nproc: int, calibration: Path | None
 ) -> tuple[Any, Any]:
     """The fabric and calibration to predict with, when --model or --system names a cluster
-    (refused when it has fewer GPUs than --nproc); else (None, None)."""
-    if model is None and system is None:
+    (refused when it has fewer GPUs than --nproc; --nodes alone is refused); else (None,
+    None)."""
+    if model is None and system is None and nodes is None:
         return None, None
     from gpuscale.topology.select import fabric_for
 
