@@ -80,8 +80,8 @@ BASE = "model: llama3-70b\ngpu: h100-sxm\ngpus: 8\nseq_len: 8192\nglobal_batch: 
             "seqlen: 8192",  # the key it stands for is then missing, but the typo is the error
             "error: job.yaml:seqlen=8192 is invalid: unknown key; did you mean seq_len? valid "
             "keys: name, model, gpu, gpus, seq_len, global_batch, precision, attention, "
-            "zero3_gathers, grad_accumulation, pp_p2p, pp_split, elementwise, ep_dispatch, "
-            "recompute_modules, "
+            "zero3_gathers, grad_accumulation, pp_p2p, cp_comm, pp_split, elementwise, "
+            "ep_dispatch, recompute_modules, "
             "fp8_param_gather, cuda_graphs, loss, mtp, memory_headroom, shard_group, system, "
             "tokens",
         ),
@@ -698,6 +698,30 @@ def test_blocking_pipeline_transfers_come_from_the_file_and_a_bad_flag_is_one_li
     r = gpuscale("train", "estimate", "--workload", str(job), "--pp-p2p", "async")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == "error: pp-p2p='async' is invalid: one of overlapped, blocking"
+
+
+def test_the_context_parallel_exchange_from_the_file_and_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Llama 3 8B at 64K on 16 H100, TP1 CP8: the ring hides its K/V transfers behind
+    # attention; Llama 3's all-gather does not, and the plan's Megatron flags say which
+    job = tmp_path / "cp.yaml"
+    job.write_text(
+        "model: llama3-8b\ngpu: h100-sxm\ngpus: 16\nseq_len: 65536\nglobal_batch: 8\n"
+        "cp_comm: all_gather\n"
+    )
+    fixed = ["--tp", "1", "--cp", "8", "--mbs", "1", "--dist-opt"]
+    gathered = _best_plan(capsys, "estimate", job, *fixed)
+    ring = _best_plan(capsys, "estimate", job, *fixed, "--cp-comm", "p2p")
+    assert (gathered["cp_comm"], ring["cp_comm"]) == ("all_gather", "p2p")
+    cp_g = gathered["step_time_breakdown_s"]["cp_comm_s"]
+    assert cp_g > ring["step_time_breakdown_s"]["cp_comm_s"]
+    assert "--cp-comm-type" not in ring["megatron"]["args"]
+    args = gathered["megatron"]["args"]
+    assert args[args.index("--cp-comm-type") + 1] == "all_gather"
+    r = gpuscale("train", "estimate", "--workload", str(job), "--cp-comm", "ring")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "error: cp-comm='ring' is invalid: one of p2p, a2a, all_gather"
 
 
 def test_the_pipeline_split_from_the_file_and_the_flag(

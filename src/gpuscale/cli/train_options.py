@@ -74,6 +74,17 @@ PpP2pOpt = Annotated[
         "default) or blocking (DeepSpeed's pipeline engine: each transfer stalls the stage).",
     ),
 ]
+CpCommOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cp-comm",
+        help="How context parallelism exchanges attention's tensors (Megatron's "
+        "--cp-comm-type): p2p (a ring passing K/V chunks, hidden behind each step's "
+        "attention; default), a2a (Ulysses' all-to-alls to whole heads and back; heads "
+        "and KV heads per TP rank divisible by cp) or all_gather (Llama 3's: K and V "
+        "gathered, exposed).",
+    ),
+]
 PpSplitOpt = Annotated[
     str | None,
     typer.Option(

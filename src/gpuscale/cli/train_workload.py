@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "zero3_gathers": "coalesced",
     "grad_accumulation": "fused",
     "pp_p2p": "overlapped",
+    "cp_comm": "p2p",
     "pp_split": "even",
     "elementwise": "fused",
     "ep_dispatch": "hierarchical",
@@ -131,6 +132,7 @@ def build_workload(
     grad_accumulation: str = "fused",
     pp_p2p: str = "overlapped",
     pp_split: str = "even",
+    cp_comm: str = "p2p",
 ) -> Workload:
     """The training workload the flags describe: the catalog model and GPU on ``gpus`` GPUs of the
     named system (else the GPU's reference system), at the GPU's default training precision and
@@ -190,6 +192,7 @@ def build_workload(
         grad_accumulation=grad_accumulation,
         pp_p2p=pp_p2p,
         pp_split=pp_split,
+        cp_comm=cp_comm,
         recompute_modules=(
             parse_modules(recompute_modules.split(","))
             if recompute_modules is not None

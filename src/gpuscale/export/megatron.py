@@ -334,6 +334,8 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     args += _pipeline(e, i, notes)
     if int(p.cp[i]) > 1:
         args += ["--context-parallel-size", str(int(p.cp[i]))]
+        if w.cp_comm != "p2p":  # Transformer Engine dispatches on all_gather, not allgather
+            args += ["--cp-comm-type", w.cp_comm]
     if m.is_moe and m.moe_layers > 0:
         # expert tensor parallelism 1, each GPU holding E / EP whole experts, as priced
         args += ["--expert-model-parallel-size", str(int(p.ep[i]))]

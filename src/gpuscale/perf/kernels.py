@@ -129,9 +129,13 @@ def _ring_merge_s(
     other cp - 1 steps half merge every query and half the later chunk's only: 1 + 3/4 x
     (cp - 1) steps' worth; the same for dK and dV. Sliding-window layers run context
     parallelism as all-to-alls (Transformer Engine's a2a, the one it supports for them):
-    no merges. None without CP. The merges run on the compute stream, so the next step's
-    K/V transfer hides behind them too."""
+    no merges. None without CP, nor with the exchanges that run one kernel on whole keys
+    (``cp_comm`` a2a or all_gather). The merges run on the compute stream, so the next
+    step's K/V transfer hides behind them too."""
     cp = w.seq_len / s_loc
+    if w.cp_comm != "p2p":
+        none = np.zeros_like(mbs * s_loc)
+        return none, none
     steps = np.where(cp > 1.0, 1.0 + 0.75 * (cp - 1.0), 0.0)
     full = 1.0 - (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 1.0
     qk_w, v_w = attn_core_dims(m)

@@ -39,7 +39,7 @@ from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stage_kinds import stage_candidates
 from gpuscale.perf.stage_params import candidate_layers, candidate_params
 from gpuscale.perf.stages import pipeline_stages
-from gpuscale.perf.transformer import mtp_layer_equivalents
+from gpuscale.perf.transformer import kv_width_per_rank, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
 
@@ -140,6 +140,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # the last stage's output layer and loss at its peak, one per MTP depth too
     s_loc = w.seq_len / p.cp
     logits = (1 + m.mtp_layers) * LOSS_BYTES[w.loss_kind] * s_loc * p.mbs * m.vocab / p.tp
+    gathered = _gathered_kv(w, p)
     ovh = cal.mem_activation_overhead
     held, extra, rooms = [], [], []
     for c, (weights, grads, opt, buffers) in zip(cands, states, strict=True):
@@ -183,7 +184,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         # reserved peak holds both: torchtitan's full-checkpointing runs on H100 (reserved
         # peaks of benchmarks/heldout/memory_published.csv) come out 4-8 % lower each when
         # the peak is the larger of the two instead
-        out: FloatArray = (kept + np.where(frac > 0, none_layer, 0.0) + extra[k]) * ovh
+        out: FloatArray = (kept + np.where(frac > 0, none_layer, 0.0) + extra[k] + gathered) * ovh
         return out
 
     # the fullest stage's figures: its states, activations and buffers
@@ -200,6 +201,19 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         opt, buffers = np.where(more, o_k, opt), np.where(more, b_k, buffers)
         acts = np.where(more, acts_k, acts)
     return MemoryBreakdown(weights, grads, opt, acts, buffers, w.memory_capacity, frac)
+
+
+def _gathered_kv(w: Workload, p: Plans) -> FloatArray:
+    """Bytes an attention layer's all-gather context parallelism (``cp_comm`` all_gather)
+    holds while its backward runs: K and V of the whole sequence gathered again, and the
+    whole sequence's dK and dV they reduce-scatter from (16-bit); 0 otherwise. One layer
+    at a time (the forward's gathered K and V are freed after its kernels)."""
+    m = w.model
+    if w.cp_comm != "all_gather" or not m.attn_layers:
+        return np.zeros(len(p))
+    whole = 2.0 * p.mbs * w.seq_len * kv_width_per_rank(m, p.tp.astype(np.float64)) * 2.0
+    out: FloatArray = np.where(p.cp > 1, 2.0 * whole, 0.0)
+    return out
 
 
 def _states(

@@ -58,6 +58,19 @@ hidden behind compute); ``blocking``, as DeepSpeed's pipeline engine does (its
 ``runtime/pipe/p2p.py`` sends and receives synchronously, ``async_op`` must be False): each
 transfer stalls the stage, nothing hides it."""
 
+CP_COMM = ("p2p", "a2a", "all_gather")
+"""How context parallelism exchanges an attention layer's tensors (Megatron's
+``--cp-comm-type``, Transformer Engine's ``cp_comm_type``): ``p2p``, a ring passing K/V
+chunks around the CP group, each step's transfer hidden behind the previous step's
+attention and each step's partial output merged into a running one (the default);
+``a2a``, Ulysses' all-to-alls turning Q, K and V from sequence- to head-sharded before one
+attention kernel over the whole sequence and its output back, every head count divisible by
+cp (four all-to-alls forward, five backward: O, dO, dQ, dK, dV), none hidden; ``all_gather``,
+Llama 3's: K and V all-gathered before attention, exposed, no merges, gathered again in the
+backward and dK, dV reduce-scattered (Transformer Engine's ``AttnFuncWithCPAndKVAllGather``:
+"KV all-gather between CP ranks is exposed"). Megatron-LM's help spells the last
+``allgather``, which gpuscale reads too."""
+
 GRAD_ACCUMULATION = ("fused", "separate")
 """How gradients accumulate over a step's micro-batches: ``fused``, in the weight-gradient
 GEMMs themselves (Megatron-Core's gradient-accumulation fusion writes fp32 main gradients;
@@ -146,6 +159,8 @@ class Workload:
     """One of :data:`GRAD_ACCUMULATION`."""
     pp_p2p: str = "overlapped"
     """One of :data:`PP_P2P`."""
+    cp_comm: str = "p2p"
+    """One of :data:`CP_COMM` (matters only to plans with cp > 1)."""
     pp_split: str = "even"
     """One of :data:`PP_SPLITS`: the placement ``train estimate`` prices, and the one
     ``train search`` tries beside the even split (each plan carries its own, ``Plans.split``)."""
@@ -235,6 +250,9 @@ class Workload:
             )
         self._choice("grad_accumulation", "grad-accumulation", GRAD_ACCUMULATION)
         self._choice("pp_p2p", "pp-p2p", PP_P2P)
+        if isinstance(self.cp_comm, str) and self.cp_comm.strip().lower() == "allgather":
+            object.__setattr__(self, "cp_comm", "all_gather")  # Megatron-LM's help spelling
+        self._choice("cp_comm", "cp-comm", CP_COMM)
         self._choice("pp_split", "pp-split", PP_SPLITS)
         self._choice("zero3_gathers", "zero3-gathers", ZERO3_GATHERS)
         g = self.shard_group

@@ -3,6 +3,7 @@
   TP comm     4 all-reduces (or all-gather + reduce-scatter pairs with SP) of s b h 16-bit
               values per layer, 6 with full recompute; tp_overlap of it hidden when overlap on.
   CP comm     ring attention passes K/V chunks; exposed where it exceeds attention compute;
+              the all-gather (Llama 3) and all-to-all (Ulysses) exchanges, exposed;
               Mamba-2 mixers all-to-all their input to head shards and back (exposed).
   EP comm     2 all-to-alls forward and 2 backward per MoE layer (dispatch, combine);
               ep_overlap of them hidden behind other micro-batches' compute, at most the
@@ -24,6 +25,7 @@ from gpuscale.perf.comm.distinct import collective_s, per_distinct
 from gpuscale.perf.comm.moe import moe_dispatch_time_s
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.step_gemms import mamba_widths
+from gpuscale.perf.transformer import attn_core_dims
 
 FloatArray = FloatArrayT
 
@@ -98,27 +100,32 @@ def tp_comm_s(c: StageMicroBatch) -> FloatArray:
 def cp_comm_s(
     c: StageMicroBatch, kv_rank: FloatArray, attn_fwd: FloatArray, attn_bwd: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """Exposed context-parallel communication of one micro-batch: the ring attention's K/V
-    exchange beyond the attention core's forward and backward seconds, and Mamba-2's
+    """Exposed context-parallel communication of one micro-batch: the attention layers'
+    exchange (``Workload.cp_comm``: the ring's K/V beyond the attention core's forward and
+    backward seconds, or the all-gathers' or all-to-alls', exposed) and Mamba-2's
     all-to-alls; ``kv_rank`` is the K (and the V) width a TP rank holds. Also returns the
     seconds of the micro-batch's compute (its first forward and its backward, not a
-    recomputed forward) that the exchange occupies hiding behind it, which no other
-    collective can hide behind as well."""
+    recomputed forward) that the ring occupies hiding behind it, which no other collective
+    can hide behind as well."""
     m, f, p, cal, tp, cp = c.w.model, c.w.fabric, c.p, c.cal, c.tp, c.cp
     mods = c.w.recompute_modules
     # K and V of each local token, per TP rank
     kv_chunk = 2.0 * p.mbs * c.s_loc * kv_rank * 2.0
     cp_k = np.clip(f.scaleup_domain_gpus / tp, 1.0, cp)
-    cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
-    # a recomputed attention core (full recompute, or selective of core_attn) runs its ring
-    # forward once more
+    # a recomputed attention core (full recompute, or selective of core_attn) runs its
+    # forward exchange once more
     cp_again = c.full_frac + np.where((p.recompute == 1) & ("core_attn" in mods), 1.0, 0.0)
-    cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
-        2.0 * cp_fwd - attn_bwd, 0.0
-    )
-    ring = c.layers_stage_mtp * c.a_frac * np.where(p.cp > 1, 1.0, 0.0)
-    cp_mb = ring * cp_exposed
-    hidden = ring * (np.minimum(cp_fwd, attn_fwd) + np.minimum(2.0 * cp_fwd, attn_bwd))
+    layers = c.layers_stage_mtp * c.a_frac * np.where(p.cp > 1, 1.0, 0.0)
+    if c.w.cp_comm == "p2p":
+        cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
+        cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
+            2.0 * cp_fwd - attn_bwd, 0.0
+        )
+        cp_mb = layers * cp_exposed
+        hidden = layers * (np.minimum(cp_fwd, attn_fwd) + np.minimum(2.0 * cp_fwd, attn_bwd))
+    else:
+        fwd, bwd = _cp_exchange_s(c, kv_chunk, cp_k)
+        cp_mb, hidden = layers * ((1.0 + cp_again) * fwd + bwd), np.zeros_like(kv_chunk)
     if m.mamba is not None:
         # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
         # turns the mixer's input from sequence- to head-sharded by an all-to-all and its
@@ -130,6 +137,32 @@ def cp_comm_s(
             p.cp > 1, 2.0 * (a2a_in + a2a_out), 0.0
         )
     return cp_mb, hidden
+
+
+def _cp_exchange_s(
+    c: StageMicroBatch, kv_chunk: FloatArray, cp_k: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Forward and backward seconds of one attention layer's exposed context-parallel
+    exchange without the ring (Transformer Engine's ``context_parallel.py``), K and V
+    (``kv_chunk`` bytes of the local tokens together) each a collective of its own.
+    ``all_gather``: K and V gathered before the forward's kernels, gathered again in the
+    backward, dK and dV reduce-scattered after it. ``a2a``: Q, K and V all-to-all'd before
+    the forward's kernel and its output after it; in the backward the saved output and dO
+    before, dQ, dK and dV after. An all-to-all moves (cp - 1)/cp of a tensor a rank holds,
+    its size unchanged."""
+    w, f, p, cal, cp = c.w, c.w.fabric, c.p, c.cal, c.cp
+
+    def coll(op: str, size: FloatArray) -> FloatArray:
+        return collective_s(op, size, cp, cp_k, f, cal)
+
+    if w.cp_comm == "all_gather":
+        gather = 2.0 * coll("all_gather", kv_chunk * cp / 2.0)
+        return gather, gather + 2.0 * coll("reduce_scatter", kv_chunk * cp / 2.0)
+    q_w, v_w = attn_core_dims(w.model)
+    q = coll("all_to_all", p.mbs * c.s_loc * q_w / c.tp * 2.0)
+    kv = 2.0 * coll("all_to_all", kv_chunk / 2.0)
+    out = coll("all_to_all", p.mbs * c.s_loc * v_w / c.tp * 2.0)
+    return q + kv + out, 2.0 * out + q + kv
 
 
 def ep_comm_s(c: StageMicroBatch, window: FloatArray) -> tuple[FloatArray, FloatArray]:

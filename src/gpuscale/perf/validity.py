@@ -41,6 +41,7 @@ def validity(w: Workload, p: Plans) -> tuple[BoolArray, list[tuple[BoolArray, st
         ),
         *_tensor_split_rules(w, p),
         *_context_and_pipeline_rules(w, p),
+        *_cp_comm_rules(w, p),
         *_expert_rules(w, p),
         *_sequence_parallel_rules(w, p),
         # Megatron: "--fp8-param-gather only supported with distributed optimizer, torch
@@ -103,6 +104,33 @@ def _context_and_pipeline_rules(w: Workload, p: Plans) -> list[Rule]:
             (p.vpp == 1) | ((p.pp > 1) & (p.microbatches(w) % p.pp == 0)),
             "interleaving (vpp > 1) needs pp > 1 and micro-batches divisible by pp",
         ),
+    ]
+
+
+def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
+    """What the context-parallel exchange (``Workload.cp_comm``) needs of the attention
+    layers. Ulysses' all-to-alls hand each CP rank whole heads: Transformer Engine asserts
+    that the query heads and the KV heads a TP rank holds (one, where TP replicates them)
+    both divide by cp. Its MLA attention (K and V head widths differ) runs only the ring."""
+    m = w.model
+    if w.cp_comm == "p2p":
+        return []
+    one = p.cp == 1
+    if m.mla is not None:
+        return [
+            (one, f"--cp-comm {w.cp_comm} with MLA attention (Transformer Engine runs it as p2p)")
+        ]
+    if w.cp_comm == "all_gather":
+        return []
+    split = np.ones(len(p), dtype=bool)
+    for heads, kv in m.head_counts:
+        split &= ((heads // p.tp) % p.cp == 0) & (np.maximum(kv // p.tp, 1) % p.cp == 0)
+    return [
+        (
+            one | split,
+            f"--cp-comm a2a needs the query heads ({heads_said(m)}) and KV heads "
+            f"({kv_heads_said(m)}) a tensor-parallel rank holds divisible by cp",
+        )
     ]
 
 
@@ -314,6 +342,7 @@ def check_plan(w: Workload, p: Plans) -> None:
             "pp x vpp exceeds": ("vpp", vpp) if vpp > 1 else ("pp", pp),
             "sequence parallel needs": ("sp", "on"),
             "hybrid sharding": ("shard-group", int(shard_group_of(w, p)[0])),
+            "--cp-comm": ("cp", cp),
         }
         for mask, why in rules:
             if not mask[0]:

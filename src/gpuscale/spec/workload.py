@@ -12,6 +12,7 @@ attention: fused            # optional: fused | flash2 | unfused
 zero3_gathers: coalesced    # optional: coalesced (FSDP) | per-param (DeepSpeed ZeRO-3)
 grad_accumulation: fused    # optional: fused (in the GEMMs) | separate (DeepSpeed's BF16 optimizer)
 pp_p2p: overlapped          # optional: overlapped (Megatron) | blocking (DeepSpeed's pipeline)
+cp_comm: p2p                # optional: p2p (ring, default) | a2a (Ulysses) | all_gather (Llama 3)
 pp_split: even              # optional: even (Megatron's default) | account | balanced
 elementwise: fused          # optional: fused (TE, torch.compile) | eager (op by op)
 loss: eager                 # optional: fused | eager cross-entropy (default: as elementwise)
@@ -74,6 +75,7 @@ class TrainingJob(BaseModel):
     zero3_gathers: str | None = None
     grad_accumulation: str | None = None
     pp_p2p: str | None = None
+    cp_comm: str | None = None
     pp_split: str | None = None
     elementwise: str | None = None
     ep_dispatch: str | None = None

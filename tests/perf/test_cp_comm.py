@@ -1,0 +1,166 @@
+"""Context parallelism's three exchanges (``Workload.cp_comm``): the ring (p2p), Ulysses'
+all-to-alls (a2a) and Llama 3's all-gather, priced by hand from Transformer Engine's
+``context_parallel.py``: which tensors move, how often, and what each needs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpuscale.calibrate import default_calibration
+from gpuscale.catalog import get_gpu, get_model, system_for_gpu
+from gpuscale.errors import InputError
+from gpuscale.export.megatron import megatron_args
+from gpuscale.perf.comm import Fabric
+from gpuscale.perf.comm.model import collective_time_s
+from gpuscale.perf.kernels import attention_core_s
+from gpuscale.perf.memory import memory_breakdown
+from gpuscale.perf.plan import Plans, Workload
+from gpuscale.perf.step import step_breakdown
+from gpuscale.perf.training import estimate
+from gpuscale.perf.validity import check_plan, validity
+
+CAL = default_calibration()
+
+
+def _llama3_8b(cp_comm: str, gpus: int = 8, seq: int = 32768, gbs: int = 4) -> Workload:
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    return Workload(
+        get_model("llama3-8b"), g, s, Fabric.from_system(s, gpus), gpus, seq, gbs, "bf16",
+        cp_comm=cp_comm,
+    )  # fmt: skip
+
+
+def _coll(w: Workload, op: str, size: float, n: float) -> float:
+    # every CP rank in one node (TP1 CP8 on an 8-GPU HGX): all n members in the domain
+    return float(collective_time_s(op, np.array([size]), n, w.fabric, CAL, n)[0])
+
+
+# Llama 3 8B: 32 query heads of 128, 8 KV heads; 32 layers. CP8 at 32K: 4,096 local tokens
+LOCAL = 4096.0
+Q = LOCAL * 32 * 128 * 2.0  # one rank's queries (and output), bytes
+KV = LOCAL * 8 * 128 * 2.0  # one rank's keys (and values)
+
+
+def test_ulysses_moves_q_k_v_and_the_output_forward_and_five_tensors_backward() -> None:
+    w = _llama3_8b("a2a")
+    p = Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=0)
+    b = step_breakdown(w, p, CAL)
+    q, kv = _coll(w, "all_to_all", Q, 8), _coll(w, "all_to_all", KV, 8)
+    fwd = q + 2 * kv + q  # Q, K, V before the kernel, O after
+    bwd = 2 * q + q + 2 * kv  # O and dO before, dQ, dK, dV after
+    micro_batches = 4
+    assert float(b.cp_comm_s[0]) == pytest.approx(micro_batches * 32 * (fwd + bwd), rel=1e-9)
+
+
+def test_recomputing_the_layer_runs_the_forward_exchange_again() -> None:
+    base = Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=0)
+    full = Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=2)
+    for kind in ("a2a", "all_gather"):
+        w = _llama3_8b(kind)
+        once = float(step_breakdown(w, base, CAL).cp_comm_s[0])
+        again = float(step_breakdown(w, full, CAL).cp_comm_s[0])
+        if kind == "a2a":
+            fwd = 2 * _coll(w, "all_to_all", Q, 8) + 2 * _coll(w, "all_to_all", KV, 8)
+        else:
+            fwd = 2 * _coll(w, "all_gather", KV * 8, 8)
+        assert again - once == pytest.approx(4 * 32 * fwd, rel=1e-9)
+
+
+def test_all_gather_gathers_k_and_v_twice_and_reduce_scatters_their_gradients() -> None:
+    w = _llama3_8b("all_gather")
+    b = step_breakdown(w, Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=0), CAL)
+    gather = _coll(w, "all_gather", KV * 8, 8)  # K (or V) of the whole sequence
+    scatter = _coll(w, "reduce_scatter", KV * 8, 8)
+    per_layer = 2 * gather + 2 * gather + 2 * scatter
+    assert float(b.cp_comm_s[0]) == pytest.approx(4 * 32 * per_layer, rel=1e-9)
+
+
+def test_only_the_ring_merges_partial_results() -> None:
+    one = np.array([1.0])
+    args = (one, one * LOCAL, one, 1e15, 3e12, CAL)
+    ring = _llama3_8b("p2p")
+    f_ring, b_ring = attention_core_s(ring, *args)
+    for kind in ("a2a", "all_gather"):
+        f, b = attention_core_s(replace(ring, cp_comm=kind), *args)
+        assert float(f[0]) < float(f_ring[0]) and float(b[0]) < float(b_ring[0])
+    # without CP there is nothing to merge: every exchange prices the same kernels
+    whole = (one, one * 32768.0, one, 1e15, 3e12, CAL)
+    same = {kind: attention_core_s(replace(ring, cp_comm=kind), *whole) for kind in ("p2p", "a2a")}
+    assert float(same["p2p"][0][0]) == float(same["a2a"][0][0])
+
+
+def test_the_ring_hides_what_the_exposed_exchanges_cannot() -> None:
+    # at 32K on one NVLink node the ring's K/V transfers hide behind each step's attention;
+    # the all-gather and the all-to-alls are all exposed
+    p = Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=0)
+    cp = {k: float(step_breakdown(_llama3_8b(k), p, CAL).cp_comm_s[0]) for k in ("p2p", "a2a")}
+    assert cp["p2p"] == 0.0 < cp["a2a"]
+
+
+def test_ulysses_needs_whole_heads_on_each_cp_rank() -> None:
+    # 8 KV heads: CP8 splits them at TP1; at TP2 a rank holds 4, which CP8 cannot split;
+    # CP16 never can
+    w = _llama3_8b("a2a", gpus=32, seq=65536, gbs=4)
+    p = Plans.of(
+        tp=np.array([1, 2, 1]), pp=1, dp=np.array([4, 2, 2]), cp=np.array([8, 8, 16]), mbs=1
+    )
+    ok, rules = validity(w, p)
+    assert ok.tolist() == [True, False, False]
+    broken = [why for mask, why in rules if not mask[1]]
+    assert broken == [
+        "--cp-comm a2a needs the query heads (32) and KV heads (8) a tensor-parallel rank "
+        "holds divisible by cp"
+    ]
+    with pytest.raises(InputError) as exc:
+        check_plan(w, Plans.of(tp=2, pp=1, dp=2, cp=8, mbs=1))
+    assert exc.value.field == "cp" and exc.value.value == 8
+    # the ring and the all-gather take any head count
+    for kind in ("p2p", "all_gather"):
+        assert validity(replace(w, cp_comm=kind), p)[0].all()
+
+
+def test_mla_runs_context_parallelism_as_the_ring_only() -> None:
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("deepseek-v3"), g, s, Fabric.from_system(s, 64), 64, 8192, 64, "bf16")
+    p = Plans.of(tp=1, pp=1, dp=np.array([64, 32]), cp=np.array([1, 2]), ep=8, mbs=1)
+    for kind in ("a2a", "all_gather"):
+        ok, rules = validity(replace(w, cp_comm=kind), p)
+        assert ok.tolist() == [True, False]
+        assert [why for mask, why in rules if not mask[1]] == [
+            f"--cp-comm {kind} with MLA attention (Transformer Engine runs it as p2p)"
+        ]
+    assert validity(w, p)[0].all()
+
+
+def test_all_gather_holds_the_whole_sequence_keys_values_and_their_gradients() -> None:
+    # during a layer's backward: K and V of all 32,768 tokens gathered again, and dK, dV of
+    # all of them before the reduce-scatter, 16-bit, under the activation overhead
+    p = Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=0)
+    ring = memory_breakdown(_llama3_8b("p2p"), p, CAL).activations[0]
+    gathered = memory_breakdown(_llama3_8b("all_gather"), p, CAL).activations[0]
+    whole = 2 * 32768 * 8 * 128 * 2.0  # K and V
+    assert gathered - ring == pytest.approx(2 * whole * CAL.mem_activation_overhead)
+    assert memory_breakdown(_llama3_8b("a2a"), p, CAL).activations[0] == ring
+
+
+def test_megatron_arguments_name_the_exchange() -> None:
+    p = Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=0)
+    for kind, flag in (("p2p", None), ("a2a", "a2a"), ("all_gather", "all_gather")):
+        args = list(megatron_args(estimate(_llama3_8b(kind), p, CAL), 0).args)
+        if flag is None:
+            assert "--cp-comm-type" not in args
+        else:
+            assert args[args.index("--cp-comm-type") + 1] == flag
+
+
+def test_the_exchange_is_one_of_three_and_megatrons_spelling_reads() -> None:
+    assert _llama3_8b("AllGather").cp_comm == "all_gather"
+    assert _llama3_8b(" A2A ").cp_comm == "a2a"
+    with pytest.raises(InputError) as exc:
+        _llama3_8b("ring")
+    assert exc.value.field == "cp-comm" and "p2p, a2a, all_gather" in str(exc.value)
