@@ -1248,6 +1248,29 @@ def test_deepspeeds_pipeline_engine_blocks_its_transfers() -> None:
 
 
 @pytest.mark.parametrize(
+    ("notes", "exchange"),
+    [
+        ("Megatron-LM --cp-comm-type a2a", "a2a"),
+        ("cp_comm_type=['a2a']", "a2a"),
+        ("DeepSpeed-Ulysses sequence parallelism", "a2a"),
+        ("cp_comm_type: all_gather", "all_gather"),
+        ("all-gather based context parallelism, as Llama 3", "all_gather"),
+        ("KV all-gather across the CP group", "all_gather"),
+        # the hierarchical exchange (all-to-alls inside, a ring across) is not Ulysses'
+        ("cp_comm_type='a2a+p2p', hierarchical CP 2 x 4", "p2p"),
+        ("ring attention (context parallel 8)", "p2p"),
+        ("not Ulysses: ring attention", "p2p"),
+    ],
+)
+def test_the_context_parallel_exchange_a_row_names(notes: str, exchange: str) -> None:
+    # Llama 3 70B's 64 heads and 8 KV heads take Ulysses' CP8 at TP1
+    pr = prepare(_row(notes=notes, tp="1", pp="1", cp="8", dp="8"), "test")
+    assert pr.workload.cp_comm == exchange
+    named = [n for n in pr.notes if n.startswith("context parallelism by")]
+    assert len(named) == (exchange != "p2p")
+
+
+@pytest.mark.parametrize(
     ("notes", "cell", "sp"),
     [
         # LLaMA's paper: "model and sequence parallelism" (Korthikanti et al.'s pairing)

@@ -43,6 +43,7 @@ from gpuscale.validate.training_rows import (
 )
 from gpuscale.validate.training_stack import (
     attention_kernel,
+    cp_exchange,
     cuda_graphs,
     elementwise_kernels,
     ep_dispatch,
@@ -341,6 +342,9 @@ def _workload(
     p2p, why = pp_transfers(row)
     if why and run.pp != 1:
         notes.append(why)
+    cp_comm, why = cp_exchange(row)
+    if why:
+        notes.append(why)
     fp8_gather = precision in ("fp8", "fp4") and mentions(stack_text(row), FP8_PARAM_GATHER)
     if fp8_gather:
         notes.append("parameters gathered as FP8, no 16-bit weight copy, as the row names")
@@ -366,6 +370,7 @@ def _workload(
         cuda_graphs=graphs,
         grad_accumulation=accumulation,
         pp_p2p=p2p,
+        cp_comm=cp_comm,
         shard_group=shard_group,
     )
 

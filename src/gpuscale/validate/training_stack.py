@@ -313,6 +313,29 @@ def pp_transfers(row: dict[str, str]) -> tuple[str, str]:
     return "overlapped", ""
 
 
+CP_A2A = r"cp[_ -]?comm[_ -]?type\W{0,4}a2a(?!\+)|\bulysses\b"
+"""How a row names context parallelism by all-to-alls (Megatron's ``--cp-comm-type a2a``,
+DeepSpeed-Ulysses); ``a2a+p2p``, the hierarchical one, is not it."""
+CP_ALL_GATHER = (
+    r"cp[_ -]?comm[_ -]?type\W{0,4}all_?gather|all-?gather[- ]based context parallel"
+    r"|(kv|k/v|key[- ]value) all-?gather"
+)
+"""How a row names context parallelism by a K/V all-gather (``--cp-comm-type all_gather``,
+Llama 3's "all-gather based context parallelism")."""
+
+
+def cp_exchange(row: dict[str, str]) -> tuple[str, str]:
+    """How a row's context parallelism exchanges attention's tensors (``Workload.cp_comm``),
+    and why: the all-to-alls or the all-gather where the row names them, else the ring
+    (Megatron's and Transformer Engine's default, torchtitan's only one)."""
+    text = stack_text(row)
+    if mentions(text, CP_A2A):
+        return "a2a", "context parallelism by all-to-alls (Ulysses), as the row names"
+    if mentions(text, CP_ALL_GATHER):
+        return "all_gather", "context parallelism by a K/V all-gather, as the row names"
+    return "p2p", ""
+
+
 def tp_overlap(row: dict[str, str]) -> tuple[bool | None, str]:
     """Whether a row's TP collectives overlap the GEMMs, and why; None leaves it to the plan
     search. Overlap is a feature of a stack (Megatron's and Transformer Engine's
