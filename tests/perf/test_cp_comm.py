@@ -164,3 +164,24 @@ def test_the_exchange_is_one_of_three_and_megatrons_spelling_reads() -> None:
     with pytest.raises(InputError) as exc:
         _llama3_8b("ring")
     assert exc.value.field == "cp-comm" and "p2p, a2a, all_gather" in str(exc.value)
+
+
+def test_a_context_parallel_plan_notes_the_other_exchanges_step_times() -> None:
+    p = Plans.of(tp=1, pp=1, dp=1, cp=8, mbs=1, recompute=0)
+    ring = estimate(_llama3_8b("p2p"), p, CAL)
+    steps = {k: float(estimate(_llama3_8b(k), p, CAL).step_s[0]) for k in ("a2a", "all_gather")}
+    (note,) = [n for n in ring.notes(0) if n.startswith("context parallelism")]
+    base = float(ring.step_s[0])
+    assert note.startswith("context parallelism (CP8) is priced as the ring; ")
+    for kind, name in (("a2a", "Ulysses' all-to-alls"), ("all_gather", "Llama 3's K/V all-gather")):
+        change = (steps[kind] / base - 1.0) * 100.0
+        assert f"{name} (--cp-comm {kind}) would take " in note
+        assert f"a step ({change:+.1f} %" in note
+    # at TP2 a rank holds 4 KV heads, which CP8 cannot split: the all-to-alls cannot run it
+    w = _llama3_8b("p2p", gpus=16)
+    two = estimate(w, Plans.of(tp=2, pp=1, dp=1, cp=8, mbs=1), CAL)
+    (note,) = [n for n in two.notes(0) if n.startswith("context parallelism")]
+    assert "(--cp-comm a2a) need the query and KV heads a tensor-parallel rank holds " in note
+    # without CP, or with MLA (the ring only), no such note
+    flat = estimate(_llama3_8b("p2p"), Plans.of(tp=8, pp=1, dp=1, cp=1, mbs=1), CAL)
+    assert not [n for n in flat.notes(0) if n.startswith("context parallelism")]

@@ -18,6 +18,7 @@ from gpuscale.perf.step import StepBreakdown, step_breakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy, storage_cost
 from gpuscale.perf.training_notes import PlanNotes, _run_notes
 from gpuscale.perf.transformer import active_param_count, model_flops_per_token, param_count
+from gpuscale.perf.validity import validity
 
 FloatArray = FloatArrayT
 
@@ -43,6 +44,14 @@ class TrainingEstimate(PlanNotes):
         one = self.plans.take(np.array([i]))
         step = step_breakdown(self.workload, one, self.cal, np.array([frac]))
         return float(step.step_s[0]), float(self.step_s[i])
+
+    def _priced_as(self, i: int, w: Workload) -> tuple[float, bool] | None:
+        one = self.plans.take(np.array([i]))
+        if self.cal is None or not validity(w, one)[0][0]:
+            return None
+        mem = memory_breakdown(w, one, self.cal)
+        step = step_breakdown(w, one, self.cal, mem.recompute_fraction)
+        return float(step.step_s[0]), bool(mem.fits[0])
 
     def _memory_bytes(self, i: int) -> dict[str, int]:
         """Plan ``i``'s memory per GPU in whole bytes, the total the sum of its parts."""

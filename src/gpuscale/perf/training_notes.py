@@ -5,6 +5,7 @@ tensor or expert parallelism across domains) and on a run's checkpoints and fail
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -13,12 +14,27 @@ from gpuscale.ops.reliability import Reliability
 from gpuscale.perf.comm import domains_hit
 from gpuscale.perf.kernels import softmax_factors
 from gpuscale.perf.memory import MemoryBreakdown
-from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload, pipelined_fsdp
+from gpuscale.perf.plan import (
+    CP_COMM,
+    PP_SPLITS,
+    RECOMPUTE,
+    SHARDING,
+    Plans,
+    Workload,
+    pipelined_fsdp,
+)
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.stages import Stages, head_layers, pipeline_stages
 from gpuscale.perf.storage import StorageCost, StoragePolicy
 from gpuscale.perf.transformer import attn_core_dims
 from gpuscale.units import fmt_bytes, fmt_time
+
+CP_EXCHANGES = {
+    "p2p": "the ring",
+    "a2a": "Ulysses' all-to-alls",
+    "all_gather": "Llama 3's K/V all-gather",
+}
+"""How a note names each of :data:`~gpuscale.perf.plan.CP_COMM`."""
 
 TIGHT = 0.95
 """A plan using more than this share of a GPU's memory, with no headroom asked for, gets a
@@ -39,6 +55,12 @@ class PlanNotes:
         calibration), else None."""
         return None
 
+    def _priced_as(self, i: int, w: Workload) -> tuple[float, bool] | None:
+        """Plan ``i``'s step time and whether it fits, priced for workload ``w`` (this one
+        with another setting), where the notes can price it and the plan is valid there,
+        else None."""
+        return None
+
     def notes(self, i: int = 0) -> list[str]:
         """What the user should know about plan ``i`` that its figures do not say."""
         out = self._context_notes()
@@ -49,6 +71,7 @@ class PlanNotes:
         out.extend(self._partial_recompute_notes(i))
         out.extend(self._tight_memory_notes(i))
         out.extend(self._tensor_domain_notes(i))
+        out.extend(self._cp_exchange_notes(i))
         out.extend(self._expert_domain_notes(i))
         out.extend(softmax_notes(self.workload))
         return out
@@ -167,6 +190,31 @@ class PlanNotes:
                 "several per layer and micro-batch, cross the scale-out network"
             ]
         return []
+
+    def _cp_exchange_notes(self, i: int) -> list[str]:
+        """Plan ``i`` runs context parallelism: its step with each of the other exchanges
+        (``--cp-comm``), which the plan's figures do not weigh."""
+        w, cp = self.workload, int(self.plans.cp[i])
+        # Transformer Engine runs MLA's context parallelism as the ring only: nothing to weigh
+        here = self._priced_as(i, w) if cp > 1 and w.model.mla is None else None
+        if here is None:
+            return []
+        alts = []
+        for kind in CP_COMM:
+            if kind == w.cp_comm:
+                continue
+            got = self._priced_as(i, replace(w, cp_comm=kind))
+            name = f"{CP_EXCHANGES[kind]} (--cp-comm {kind})"
+            if got is None:
+                held = "the query and KV heads a tensor-parallel rank holds"
+                alts.append(f"{name} need {held} divisible by {cp}")
+                continue
+            step, fits = got
+            fit = "" if fits == here[1] else (", fits" if fits else ", does not fit")
+            change = (step / here[0] - 1.0) * 100.0
+            alts.append(f"{name} would take {fmt_time(step)} a step ({change:+.1f} %{fit})")
+        said = f"context parallelism (CP{cp}) is priced as {CP_EXCHANGES[w.cp_comm]}"
+        return [f"{said}; " + "; ".join(alts)]
 
     def _expert_domain_notes(self, i: int) -> list[str]:
         """Plan ``i``'s expert parallelism spans NVLink domains: how many times a token
