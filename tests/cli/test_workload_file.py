@@ -251,6 +251,13 @@ def _best_plan(
     return doc["plans"][0] if command == "search" else doc
 
 
+def _refused(job: Path, flag: str, value: str) -> str:
+    """The one line `gpuscale train estimate --workload JOB FLAG VALUE` refuses it with."""
+    r = gpuscale("train", "estimate", "--workload", str(job), flag, value)
+    assert r.returncode == 2 and r.stdout == ""
+    return r.stderr.strip()
+
+
 def test_the_moe_dispatch_comes_from_the_file_and_the_flag_overrides_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -673,11 +680,9 @@ def test_gradient_accumulation_comes_from_the_file_and_a_bad_flag_is_one_line(
     assert separate["grad_accumulation"] == "separate" and fused["grad_accumulation"] == "fused"
     assert separate["step_time_breakdown_s"]["grad_accum_s"] > 0.0
     assert fused["step_time_breakdown_s"]["grad_accum_s"] == 0.0
-    r = gpuscale("train", "estimate", "--workload", str(job), "--grad-accumulation", "fp32")
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip() == (
+    assert _refused(job, "--grad-accumulation", "fp32") == (
         "error: grad-accumulation='fp32' is invalid: one of fused, separate"
-    ), r.stderr
+    )
 
 
 def test_blocking_pipeline_transfers_come_from_the_file_and_a_bad_flag_is_one_line(
@@ -695,9 +700,9 @@ def test_blocking_pipeline_transfers_come_from_the_file_and_a_bad_flag_is_one_li
     pp_o = overlapped["step_time_breakdown_s"]["pp_comm_s"]
     assert pp_b > pp_o > 0.0
     assert blocking["step_time_s"] > overlapped["step_time_s"]
-    r = gpuscale("train", "estimate", "--workload", str(job), "--pp-p2p", "async")
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip() == "error: pp-p2p='async' is invalid: one of overlapped, blocking"
+    assert _refused(job, "--pp-p2p", "async") == (
+        "error: pp-p2p='async' is invalid: one of overlapped, blocking"
+    )
 
 
 def test_the_context_parallel_exchange_from_the_file_and_the_flag(
@@ -719,9 +724,9 @@ def test_the_context_parallel_exchange_from_the_file_and_the_flag(
     assert "--cp-comm-type" not in ring["megatron"]["args"]
     args = gathered["megatron"]["args"]
     assert args[args.index("--cp-comm-type") + 1] == "all_gather"
-    r = gpuscale("train", "estimate", "--workload", str(job), "--cp-comm", "ring")
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip() == "error: cp-comm='ring' is invalid: one of p2p, a2a, all_gather"
+    assert _refused(job, "--cp-comm", "ring") == (
+        "error: cp-comm='ring' is invalid: one of p2p, a2a, all_gather"
+    )
 
 
 def test_the_pipeline_split_from_the_file_and_the_flag(
