@@ -286,7 +286,17 @@ def check_plan(w: Workload, p: Plans) -> None:
             f"{w.seq_len}: one of {', '.join(map(str, fits))} (with tp={tp}, pp={pp} on "
             f"{w.num_gpus} GPUs)",
         )
-    mb = int(p.mbs[0])
+    _check_batch(w, p)
+    _check_experts(w, p)
+    _check_placement(w, p)
+    _check_shard_group(w, p)
+    _check_rules(w, p)
+
+
+def _check_batch(w: Workload, p: Plans) -> None:
+    """The micro-batch divides each data-parallel rank's sequences, and dp x micro-batch the
+    global batch."""
+    dp, mb = int(p.dp[0]), int(p.mbs[0])
     per_rank = w.global_batch // dp
     if mb > 1 and w.global_batch % dp == 0 and per_rank % mb:
         raise InputError(
@@ -301,11 +311,15 @@ def check_plan(w: Workload, p: Plans) -> None:
             w.global_batch,
             f"must be divisible by dp x micro-batch = {dp} x {mb} = {dp * mb}",
         )
-    ep, vpp = int(p.ep[0]), int(p.vpp[0])
+
+
+def _check_experts(w: Workload, p: Plans) -> None:
+    """Expert parallelism only on an MoE model, dividing its experts and tp x dp x cp."""
+    m, ep = w.model, int(p.ep[0])
     if ep > 1 and not m.is_moe:
         raise InputError("ep", ep, f"1 for a dense model ({m.key} has no experts)")
     if ep > 1:
-        group = tp * dp * cp
+        group = int(p.tp[0] * p.dp[0] * p.cp[0])
         fits = [e for e in range(1, group + 1) if m.num_experts % e == 0 and group % e == 0]
         if ep not in fits:
             raise InputError(
@@ -314,44 +328,55 @@ def check_plan(w: Workload, p: Plans) -> None:
                 f"must divide the {m.num_experts} experts of {m.key} and tp x dp x cp = "
                 f"{group}: one of {', '.join(map(str, fits))}",
             )
+
+
+def _check_placement(w: Workload, p: Plans) -> None:
+    """Interleaving needs a pipeline, and the layer placement must fit the plan's chunks."""
+    m, pp, vpp = w.model, int(p.pp[0]), int(p.vpp[0])
     if vpp > 1 and pp == 1:
         raise InputError("vpp", vpp, "1 unless pipeline parallel (pp > 1) is used")
-    if not placement_ok(w, p)[0]:  # the placement rule of validity, named
-        if PP_SPLITS[int(p.split[0])] == "balanced":
-            raise InputError(
-                "pp-split",
-                "balanced",
-                f"a placement for this plan: balanced is priced stage by stage, without "
-                f"interleaving (vpp 1, not {vpp}); use even or account with --vpp",
-            )
+    if placement_ok(w, p)[0]:  # the placement rule of validity, named
+        return
+    if PP_SPLITS[int(p.split[0])] == "balanced":
         raise InputError(
             "pp-split",
-            "account",
-            f"a placement for this plan: the embedding and the loss in a layer's place each "
-            f"make {m.layers + 2} places, which pp x vpp = {pp * vpp} chunks do not divide "
-            "(Megatron asserts it); use even or balanced, or pp x vpp dividing "
-            f"{m.layers + 2}",
+            "balanced",
+            f"a placement for this plan: balanced is priced stage by stage, without "
+            f"interleaving (vpp 1, not {vpp}); use even or account with --vpp",
         )
-    _check_shard_group(w, p)
+    raise InputError(
+        "pp-split",
+        "account",
+        f"a placement for this plan: the embedding and the loss in a layer's place each "
+        f"make {m.layers + 2} places, which pp x vpp = {pp * vpp} chunks do not divide "
+        "(Megatron asserts it); use even or balanced, or pp x vpp dividing "
+        f"{m.layers + 2}",
+    )
+
+
+def _check_rules(w: Workload, p: Plans) -> None:
+    """The first rule of :func:`validity` the plan breaks, naming the flag that breaks it
+    where one does, else the plan."""
     ok, rules = validity(w, p)
-    if not ok[0]:
-        # a rule that one flag breaks names that flag, with the plan beside it
-        flags = {
-            "tp communication overlap": ("tp-overlap", "on"),
-            "FP8 parameter gathers": ("fp8-param-gather", "on"),
-            "pp x vpp exceeds": ("vpp", vpp) if vpp > 1 else ("pp", pp),
-            "sequence parallel needs": ("sp", "on"),
-            "hybrid sharding": ("shard-group", int(shard_group_of(w, p)[0])),
-            "--cp-comm": ("cp", cp),
-        }
-        for mask, why in rules:
-            if not mask[0]:
-                field, value = next(
-                    (f for start, f in flags.items() if why.startswith(start)), ("plan", None)
-                )
-                if value is None:
-                    raise InputError("plan", p.label(0), why)
-                raise InputError(field, value, f"{why} (plan {p.label(0)})")
+    if ok[0]:
+        return
+    pp, vpp = int(p.pp[0]), int(p.vpp[0])
+    flags = {
+        "tp communication overlap": ("tp-overlap", "on"),
+        "FP8 parameter gathers": ("fp8-param-gather", "on"),
+        "pp x vpp exceeds": ("vpp", vpp) if vpp > 1 else ("pp", pp),
+        "sequence parallel needs": ("sp", "on"),
+        "hybrid sharding": ("shard-group", int(shard_group_of(w, p)[0])),
+        "--cp-comm": ("cp", int(p.cp[0])),
+    }
+    for mask, why in rules:
+        if not mask[0]:
+            field, value = next(
+                (f for start, f in flags.items() if why.startswith(start)), ("plan", None)
+            )
+            if value is None:
+                raise InputError("plan", p.label(0), why)
+            raise InputError(field, value, f"{why} (plan {p.label(0)})")
 
 
 def _check_shard_group(w: Workload, p: Plans) -> None:
