@@ -36,7 +36,7 @@ from gpuscale.perf.plan import (
     separate_accumulation,
 )
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stage_kinds import stage_candidates
+from gpuscale.perf.stage_kinds import StageCandidate, stage_candidates
 from gpuscale.perf.stage_params import candidate_layers, candidate_params
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import kv_width_per_rank, mtp_layer_equivalents
@@ -126,17 +126,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # MTP depths spread over the stages, as in params_per_gpu
     stages = pipeline_stages(w, p)
     mtp_stage = mtp_layer_equivalents(m, w.seq_len) / p.pp
-    cols_p = _cols(p)
-    no_rc = Plans.of(**{**cols_p, "recompute": 0})
-    full_rc = Plans.of(**{**cols_p, "recompute": 2})
-    acts_of: dict[int, tuple[FloatArray, FloatArray, FloatArray]] = {}
-    for c in cands:
-        if id(c.mix) not in acts_of:  # (plan's, no recompute, full) bytes a layer
-            acts_of[id(c.mix)] = (
-                activation_bytes_per_layer(w, p, mix=c.mix),
-                activation_bytes_per_layer(w, no_rc, mix=c.mix),
-                activation_bytes_per_layer(w, full_rc, mix=c.mix),
-            )
+    acts_of = _layer_activations(w, p, cands)
     # the last stage's output layer and loss at its peak, one per MTP depth too
     s_loc = w.seq_len / p.cp
     logits = (1 + m.mtp_layers) * LOSS_BYTES[w.loss_kind] * s_loc * p.mbs * m.vocab / p.tp
@@ -187,20 +177,50 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         out: FloatArray = (kept + np.where(frac > 0, none_layer, 0.0) + extra[k] + gathered) * ovh
         return out
 
-    # the fullest stage's figures: its states, activations and buffers
+    weights, grads, opt, buffers, acts = _fullest(
+        cands, states, [stage_acts(k) for k in range(len(cands))]
+    )
+    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.memory_capacity, frac)
+
+
+def _layer_activations(
+    w: Workload, p: Plans, cands: list[StageCandidate]
+) -> dict[int, tuple[FloatArray, FloatArray, FloatArray]]:
+    """Per mix of layers (keyed by its id): the bytes a layer keeps under each plan's
+    recompute mode, with none and with full recomputation."""
+    cols_p = _cols(p)
+    no_rc = Plans.of(**{**cols_p, "recompute": 0})
+    full_rc = Plans.of(**{**cols_p, "recompute": 2})
+    acts_of: dict[int, tuple[FloatArray, FloatArray, FloatArray]] = {}
+    for c in cands:
+        if id(c.mix) not in acts_of:
+            acts_of[id(c.mix)] = (
+                activation_bytes_per_layer(w, p, mix=c.mix),
+                activation_bytes_per_layer(w, no_rc, mix=c.mix),
+                activation_bytes_per_layer(w, full_rc, mix=c.mix),
+            )
+    return acts_of
+
+
+def _fullest(
+    cands: list[StageCandidate],
+    states: list[tuple[FloatArray, FloatArray, FloatArray, FloatArray]],
+    acts: list[FloatArray],
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The fullest candidate stage's weights, gradients, optimizer states, buffers and
+    activations, per plan (stages of the same layers differ only in their activations)."""
     weights, grads, opt, buffers = states[0]
-    acts = stage_acts(0)
+    held = acts[0]
     for k in range(1, len(cands)):
-        acts_k = stage_acts(k)
-        if cands[k].mix is cands[0].mix:  # the same layers: only the activations differ
-            acts = np.maximum(acts, acts_k)
+        if cands[k].mix is cands[0].mix:
+            held = np.maximum(held, acts[k])
             continue
         w_k, g_k, o_k, b_k = states[k]
-        more = w_k + g_k + o_k + b_k + acts_k > weights + grads + opt + buffers + acts
+        more = w_k + g_k + o_k + b_k + acts[k] > weights + grads + opt + buffers + held
         weights, grads = np.where(more, w_k, weights), np.where(more, g_k, grads)
         opt, buffers = np.where(more, o_k, opt), np.where(more, b_k, buffers)
-        acts = np.where(more, acts_k, acts)
-    return MemoryBreakdown(weights, grads, opt, acts, buffers, w.memory_capacity, frac)
+        held = np.where(more, acts[k], held)
+    return weights, grads, opt, buffers, held
 
 
 def _gathered_kv(w: Workload, p: Plans) -> FloatArray:
