@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.catalog import Model
-from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, pipelined_fsdp
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stages import bounded_chunks
 from gpuscale.perf.training import TrainingEstimate
@@ -337,21 +337,7 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
         if w.cp_comm != "p2p":  # Transformer Engine dispatches on all_gather, not allgather
             args += ["--cp-comm-type", w.cp_comm]
     if m.is_moe and m.moe_layers > 0:
-        # expert tensor parallelism 1, each GPU holding E / EP whole experts, as priced
-        args += ["--expert-model-parallel-size", str(int(p.ep[i]))]
-        args += ["--expert-tensor-parallel-size", "1"]
-        nvlink = w.fabric.scaleup_domain_gpus > 1  # DeepEP forwards inside an NVLink domain
-        if w.ep_dispatch == "hierarchical" and int(p.ep[i]) > 1 and nvlink:
-            # one copy of a token per remote NVLink domain: DeepEP (HybridEP on NVL72 racks)
-            backend = "hybridep" if w.fabric.scaleup_domain_gpus > 8 else "deepep"
-            args += [
-                "--moe-token-dispatcher-type",
-                "flex",
-                "--moe-flex-dispatcher-backend",
-                backend,
-            ]
-        else:
-            args += ["--moe-token-dispatcher-type", "alltoall"]
+        args += _experts(w, int(p.ep[i]))
     if bool(p.sp[i]):
         args.append("--sequence-parallel")
     if bool(p.tp_overlap[i]):
@@ -363,24 +349,7 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     args += _precision(e)
     if m.mtp_layers:
         args += ["--mtp-num-layers", str(m.mtp_layers)]
-        if int(p.pp[i]) > 1:
-            notes.append(
-                "the MTP depths are priced spread over the stages, as a balanced layout "
-                "places them; Megatron-LM's default puts them on the last stage"
-            )
-    if m.window_attn is not None:
-        x = m.window_attn
-        notes.append(
-            f"the {m.window_layers} windowed layers have {x.heads} query heads and {x.kv_heads} "
-            f"KV heads of {x.head_dim} (the others {m.heads}, {m.kv_heads} of {m.head_dim}): "
-            "Megatron-LM has no flag for heads per layer (its heterogeneous layer config sets "
-            "only num_query_groups); Megatron-Bridge's Step-3.5 provider builds such layers"
-        )
-    if m.k_eq_v or (m.window_attn is not None and m.window_attn.k_eq_v):
-        notes.append(
-            "K and V come from one projection in some attention layers (Gemma 4's full "
-            "layers): Megatron-LM has no flag for it and builds a V projection there"
-        )
+    notes += _layer_notes(m, int(p.pp[i]))
     if m.compressed is not None:
         args += _compressed_attention(m, int(p.tp[i]), notes)
     if m.sparse is not None:
@@ -397,6 +366,58 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
         args += ["--attention-backend", "flash"]
     elif w.attention == "unfused":
         args += ["--attention-backend", "unfused"]
+    notes += _stack_notes(w)
+    mamba = m.hybrid and not m.gated_deltanet
+    script = "pretrain_mamba.py" if mamba else "pretrain_gpt.py"
+    return MegatronArgs(tuple(args), tuple(notes), script)
+
+
+def _experts(w: Workload, ep: int) -> list[str]:
+    """An MoE model's expert parallelism and token dispatcher: expert tensor parallelism 1,
+    each GPU holding E / EP whole experts, as priced; one copy of a token per remote NVLink
+    domain by DeepEP (HybridEP on NVL72 racks) where the dispatch is hierarchical, else
+    Megatron's all-to-all."""
+    args = ["--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", "1"]
+    nvlink = w.fabric.scaleup_domain_gpus > 1  # DeepEP forwards inside an NVLink domain
+    if w.ep_dispatch == "hierarchical" and ep > 1 and nvlink:
+        backend = "hybridep" if w.fabric.scaleup_domain_gpus > 8 else "deepep"
+        return [
+            *args,
+            "--moe-token-dispatcher-type",
+            "flex",
+            "--moe-flex-dispatcher-backend",
+            backend,
+        ]
+    return [*args, "--moe-token-dispatcher-type", "alltoall"]
+
+
+def _layer_notes(m: Model, pp: int) -> list[str]:
+    """What the model's layers have that Megatron-LM's flags do not say as priced."""
+    notes = []
+    if m.mtp_layers and pp > 1:
+        notes.append(
+            "the MTP depths are priced spread over the stages, as a balanced layout "
+            "places them; Megatron-LM's default puts them on the last stage"
+        )
+    if m.window_attn is not None:
+        x = m.window_attn
+        notes.append(
+            f"the {m.window_layers} windowed layers have {x.heads} query heads and {x.kv_heads} "
+            f"KV heads of {x.head_dim} (the others {m.heads}, {m.kv_heads} of {m.head_dim}): "
+            "Megatron-LM has no flag for heads per layer (its heterogeneous layer config sets "
+            "only num_query_groups); Megatron-Bridge's Step-3.5 provider builds such layers"
+        )
+    if m.k_eq_v or (m.window_attn is not None and m.window_attn.k_eq_v):
+        notes.append(
+            "K and V come from one projection in some attention layers (Gemma 4's full "
+            "layers): Megatron-LM has no flag for it and builds a V projection there"
+        )
+    return notes
+
+
+def _stack_notes(w: Workload) -> list[str]:
+    """The software the workload is priced as that Megatron-LM does not run so."""
+    notes = []
     if w.cuda_graphs:
         notes.append(
             "whole steps replayed as CUDA graphs: Megatron-LM's full-iteration graphs "
@@ -419,9 +440,7 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             "priced with eager PyTorch elementwise kernels or loss; Megatron-LM's are fused "
             "(--cross-entropy-loss-fusion for the loss)"
         )
-    mamba = m.hybrid and not m.gated_deltanet
-    script = "pretrain_mamba.py" if mamba else "pretrain_gpt.py"
-    return MegatronArgs(tuple(args), tuple(notes), script)
+    return notes
 
 
 def megatron_json(e: TrainingEstimate, i: int) -> dict[str, list[str]]:
