@@ -185,3 +185,32 @@ def test_a_context_parallel_plan_notes_the_other_exchanges_step_times() -> None:
     # without CP, or with MLA (the ring only), no such note
     flat = estimate(_llama3_8b("p2p"), Plans.of(tp=8, pp=1, dp=1, cp=1, mbs=1), CAL)
     assert not [n for n in flat.notes(0) if n.startswith("context parallelism")]
+
+
+def test_the_rings_windowed_layers_run_the_all_to_alls() -> None:
+    # GPT-OSS 120B: 18 of its 36 attention layers slide a 128-token window, which
+    # Transformer Engine's ring refuses; under p2p they pay Ulysses' exposed all-to-alls
+    # (64 query heads and 8 KV heads of 64), the other 18 the ring
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("gpt-oss-120b"), g, s, Fabric.from_system(s, 8), 8, 65536, 8, "bf16")
+    p = Plans.of(tp=1, pp=1, dp=1, cp=8, ep=8, mbs=1, recompute=0)
+    ring = float(step_breakdown(w, p, CAL).cp_comm_s[0])
+    local = 65536 / 8
+    q = _coll(w, "all_to_all", local * 64 * 64 * 2.0, 8)
+    kv = _coll(w, "all_to_all", local * 8 * 64 * 2.0, 8)
+    a2a_layer = (q + 2 * kv + q) + (2 * q + q + 2 * kv)
+    windowed = 8 * 18 * a2a_layer  # 8 micro-batches
+    # the full layers' ring hides behind their attention: the windowed layers' alone show
+    assert ring == pytest.approx(windowed, rel=1e-9)
+    # the windowed layers' heads must split over cp for the all-to-alls: 8 KV heads, not 16
+    wide = replace(w, num_gpus=16, fabric=Fabric.from_system(s, 16), global_batch=16)
+    p16 = Plans.of(tp=1, pp=1, dp=1, cp=16, ep=8, mbs=1)
+    ok, rules = validity(wide, p16)
+    assert not ok[0]
+    assert [why for mask, why in rules if not mask[0]] == [
+        "--cp-comm p2p runs the windowed layers' context parallelism as all-to-alls "
+        "(Transformer Engine's ring refuses them), which need their 64 query heads and 8 KV "
+        "heads a tensor-parallel rank holds divisible by cp"
+    ]
+    assert validity(replace(wide, cp_comm="all_gather"), p16)[0].all()

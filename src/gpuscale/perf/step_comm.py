@@ -117,14 +117,22 @@ def cp_comm_s(
     cp_again = c.full_frac + np.where((p.recompute == 1) & ("core_attn" in mods), 1.0, 0.0)
     layers = c.layers_stage_mtp * c.a_frac * np.where(p.cp > 1, 1.0, 0.0)
     if c.w.cp_comm == "p2p":
+        # Transformer Engine's ring refuses windowed attention ("not sliding_window_attn or
+        # cp_comm_type in [a2a, all_gather]"): those layers run the all-to-alls (Megatron
+        # takes --cp-comm-type per layer)
+        windowed = (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 0.0
         cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
         cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
             2.0 * cp_fwd - attn_bwd, 0.0
         )
-        cp_mb = layers * cp_exposed
-        hidden = layers * (np.minimum(cp_fwd, attn_fwd) + np.minimum(2.0 * cp_fwd, attn_bwd))
+        ring = layers * (1.0 - windowed)
+        cp_mb = ring * cp_exposed
+        hidden = ring * (np.minimum(cp_fwd, attn_fwd) + np.minimum(2.0 * cp_fwd, attn_bwd))
+        if windowed:
+            fwd, bwd = _cp_exchange_s(c, kv_chunk, cp_k, "a2a")
+            cp_mb = cp_mb + layers * windowed * ((1.0 + cp_again) * fwd + bwd)
     else:
-        fwd, bwd = _cp_exchange_s(c, kv_chunk, cp_k)
+        fwd, bwd = _cp_exchange_s(c, kv_chunk, cp_k, c.w.cp_comm)
         cp_mb, hidden = layers * ((1.0 + cp_again) * fwd + bwd), np.zeros_like(kv_chunk)
     if m.mamba is not None:
         # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel
@@ -140,7 +148,7 @@ def cp_comm_s(
 
 
 def _cp_exchange_s(
-    c: StageMicroBatch, kv_chunk: FloatArray, cp_k: FloatArray
+    c: StageMicroBatch, kv_chunk: FloatArray, cp_k: FloatArray, kind: str
 ) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of one attention layer's exposed context-parallel
     exchange without the ring (Transformer Engine's ``context_parallel.py``), K and V
@@ -149,13 +157,14 @@ def _cp_exchange_s(
     backward, dK and dV reduce-scattered after it. ``a2a``: Q, K and V all-to-all'd before
     the forward's kernel and its output after it; in the backward the saved output and dO
     before, dQ, dK and dV after. An all-to-all moves (cp - 1)/cp of a tensor a rank holds,
-    its size unchanged."""
+    its size unchanged. ``kind`` is one of those two (a windowed layer under the ring runs
+    the all-to-alls); Q and the output at the full layers' width."""
     w, f, p, cal, cp = c.w, c.w.fabric, c.p, c.cal, c.cp
 
     def coll(op: str, size: FloatArray) -> FloatArray:
         return collective_s(op, size, cp, cp_k, f, cal)
 
-    if w.cp_comm == "all_gather":
+    if kind == "all_gather":
         gather = 2.0 * coll("all_gather", kv_chunk * cp / 2.0)
         return gather, gather + 2.0 * coll("reduce_scatter", kv_chunk * cp / 2.0)
     q_w, v_w = attn_core_dims(w.model)

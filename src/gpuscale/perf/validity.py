@@ -111,11 +111,23 @@ def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
     """What the context-parallel exchange (``Workload.cp_comm``) needs of the attention
     layers. Ulysses' all-to-alls hand each CP rank whole heads: Transformer Engine asserts
     that the query heads and the KV heads a TP rank holds (one, where TP replicates them)
-    both divide by cp. Its MLA attention (K and V head widths differ) runs only the ring."""
+    both divide by cp. Its MLA attention (K and V head widths differ) runs only the ring,
+    and its ring refuses windowed layers, which run the all-to-alls under ``p2p``."""
     m = w.model
-    if w.cp_comm == "p2p":
-        return []
     one = p.cp == 1
+    if w.cp_comm == "p2p":
+        if not m.window or not m.window_layers:
+            return []
+        heads, kv = m.head_counts[-1]  # the windowed layers' own, where they have their own
+        split = ((heads // p.tp) % p.cp == 0) & (np.maximum(kv // p.tp, 1) % p.cp == 0)
+        return [
+            (
+                one | split,
+                f"--cp-comm p2p runs the windowed layers' context parallelism as all-to-alls "
+                f"(Transformer Engine's ring refuses them), which need their {heads} query "
+                f"heads and {kv} KV heads a tensor-parallel rank holds divisible by cp",
+            )
+        ]
     if m.mla is not None:
         return [
             (one, f"--cp-comm {w.cp_comm} with MLA attention (Transformer Engine runs it as p2p)")
