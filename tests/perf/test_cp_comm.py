@@ -214,3 +214,20 @@ def test_the_rings_windowed_layers_run_the_all_to_alls() -> None:
         "heads a tensor-parallel rank holds divisible by cp"
     ]
     assert validity(replace(wide, cp_comm="all_gather"), p16)[0].all()
+
+
+def test_partial_recompute_makes_room_for_the_gathered_keys_and_values() -> None:
+    # Llama 3 70B at 128K on 128 H100, TP8 PP4 CP4: recomputing just enough to fit must
+    # count the all-gather's whole-sequence K/V (and gradients) a layer's backward holds
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(
+        get_model("llama3-70b"), g, s, Fabric.from_system(s, 128), 128, 131072, 64, "bf16",
+        cp_comm="all_gather",
+    )  # fmt: skip
+    p = Plans.of(tp=8, pp=4, cp=4, dp=1, mbs=1, sp=True, recompute=3, sharding=1)
+    mem = memory_breakdown(w, p, CAL)
+    assert 0.0 < float(mem.recompute_fraction[0]) < 1.0
+    assert float(mem.headroom[0]) == pytest.approx(0.0, abs=1.0)  # fills the GPU exactly
+    ring = memory_breakdown(replace(w, cp_comm="p2p"), p, CAL)
+    assert float(mem.recompute_fraction[0]) > float(ring.recompute_fraction[0])

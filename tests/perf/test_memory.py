@@ -219,12 +219,21 @@ def test_expert_optimizer_is_sharded_over_expert_data_parallel() -> None:
     assert float(mem.weights[0]) == pytest.approx(2 * (dense + expert), rel=1e-12)
 
 
-def test_fp8_adds_a_one_byte_weight_copy() -> None:
+def test_fp8_adds_a_one_byte_weight_copy_of_the_layers_not_the_embedding() -> None:
+    # Llama 3 8B: 128,256 x 4,096 input embedding and as many output-layer weights (and the
+    # final norm's 4,096) stay 16-bit (Transformer Engine's FP8 is its linear layers'); the
+    # others get a 1-byte copy
     w = workload("llama3-8b", gpus=N, gbs=N * 4, gpu="h100-sxm")
     w8 = replace(w, precision="fp8")
     p = Plans.of(dp=N)
-    n = param_count(w.model)
-    assert float(memory_breakdown(w8, p, CAL).weights[0]) / n == pytest.approx(3.0, rel=1e-12)
+    n, emb = param_count(w.model), 2 * 128256 * 4096 + 4096
+    expected = 2.0 * n + (n - emb)
+    assert float(memory_breakdown(w8, p, CAL).weights[0]) == pytest.approx(expected, rel=1e-12)
+    # with FP8 parameter gathers the layers' FP8 weights are their only copy
+    gathered = replace(w8, fp8_param_gather=True)
+    p_dist = Plans.of(dp=N, sharding=1)
+    weights = float(memory_breakdown(gathered, p_dist, CAL).weights[0])
+    assert weights == pytest.approx((n - emb) + 2.0 * emb, rel=1e-12)
 
 
 def test_pipeline_first_stage_holds_pp_microbatches() -> None:

@@ -36,8 +36,8 @@ from gpuscale.perf.plan import (
     separate_accumulation,
 )
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stage_kinds import StageCandidate, stage_candidates
-from gpuscale.perf.stage_params import candidate_layers, candidate_params
+from gpuscale.perf.stage_kinds import AVERAGE, StageCandidate, stage_candidates
+from gpuscale.perf.stage_params import candidate_layers, candidate_params, embedding_on_stage
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import kv_width_per_rank, mtp_layer_equivalents
 
@@ -118,7 +118,10 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     by_mix: dict[int, tuple[FloatArray, FloatArray, FloatArray, FloatArray]] = {}
     for c in cands:
         if id(c.mix) not in by_mix:
-            by_mix[id(c.mix)] = _states(w, p, cal, groups, shard, *candidate_params(w, p, c))
+            # the stage's embedding or output layer: 16-bit, never an FP8 copy
+            ends = True if c.mix is AVERAGE else (c.rank == 0) | (c.rank == p.pp - 1)
+            emb = embedding_on_stage(w, p, ends)
+            by_mix[id(c.mix)] = _states(w, p, cal, groups, shard, emb, *candidate_params(w, p, c))
     states = [by_mix[id(c.mix)] for c in cands]
     # activations in flight: the first and the last pipeline stage (the same one without
     # PP), Megatron's warm-up for one between them
@@ -146,10 +149,10 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
         at a time); none where the stage fits without."""
         _, none_layer, full_layer = acts_of[id(cands[k].mix)]
         kept = none_layer * held[k] * ovh
-        need = kept - (rooms[k] - (extra[k] + none_layer) * ovh)
+        need = kept - (rooms[k] - (extra[k] + gathered + none_layer) * ovh)
         span = (none_layer - full_layer) * held[k] * ovh
         out: FloatArray = np.clip(need / np.maximum(span, 1.0), 0.0, 1.0)
-        return np.where(kept + extra[k] * ovh <= rooms[k], 0.0, out)
+        return np.where(kept + (extra[k] + gathered) * ovh <= rooms[k], 0.0, out)
 
     # The fraction is continuous, not whole layers: besides --recompute-num-layers, Megatron
     # recomputes chosen modules of every layer (--recompute-modules: norms, activations,
@@ -242,12 +245,14 @@ def _states(
     cal: Calibration,
     groups: ShardGroups,
     shard: IntArray,
+    emb: FloatArray,
     dense: FloatArray,
     expert: FloatArray,
     per_layer: FloatArray,
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """(weights, gradients, optimizer states, buffers) of a stage holding ``dense`` and
-    ``expert`` parameters a GPU, its average layer ``per_layer``."""
+    ``expert`` parameters a GPU, its average layer ``per_layer``, ``emb`` of the dense
+    ones its embedding or output layer."""
     d, d_exp = groups.dense, groups.expert
     cols = []
     for j in range(3):
@@ -259,14 +264,20 @@ def _states(
     # writes (2 B) and the fp32 accumulators they are added into (4 B), whole
     grads = np.where(separate_accumulation(w, p), (dense + expert) * SEPARATE_GRAD_BYTES, grads)
     if w.precision in ("fp8", "fp4"):
-        # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) is
-        # sharded like the 16-bit weights under ZeRO-3/FSDP. With FP8 parameter gathers
-        # Megatron's FP8 weights are the only model copy (the optimizer holds the fp32
-        # master), while FSDP casts its sharded parameters to FP8 for each all-gather and
-        # stores no FP8 shard
+        # the 1-byte FP8 weight copy (NVFP4: row- and column-wise 0.56-byte copies) of the
+        # layers' linear weights, sharded like the 16-bit weights under ZeRO-3/FSDP; the
+        # embedding and the output layer stay 16-bit (Transformer Engine's FP8 is its own
+        # linear layers'; torchtitan's float8 filters out the output layer). With FP8
+        # parameter gathers Megatron's FP8 weights are the only copy of those layers (the
+        # optimizer holds the fp32 master), while FSDP casts its sharded parameters to FP8
+        # for each all-gather and stores no FP8 shard
         z3 = shard == 4
-        fp8_copy = np.where(z3, dense / d + expert / d_exp, dense + expert)
-        weights = np.where(z3, weights, fp8_copy) if w.fp8_param_gather else weights + fp8_copy
+        linear = dense - emb
+        fp8_copy = np.where(z3, linear / d + expert / d_exp, linear + expert)
+        if w.fp8_param_gather:
+            weights = np.where(z3, weights, fp8_copy + 2.0 * emb)
+        else:
+            weights = weights + fp8_copy
     # FSDP under a pipeline holds what it gathered, whole: its 16-bit weights (FP8 with FP8
     # gathers), no persistent FP8 copy beside them
     weights = np.where(pipelined_zero3(p), (dense + expert) * w.gathered_weight_bytes, weights)

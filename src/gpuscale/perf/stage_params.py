@@ -56,10 +56,7 @@ def params_per_gpu(
     indexers = mixer_extra_weights(m) / m.layers
     dense_per_layer = split / tp + s.norms + moe_frac * s.router + indexers
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
-    emb = embedding_params(m)
-    emb_stage = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / tp
-    if ends is not True:
-        emb_stage = np.where(ends, emb_stage, 0.0)
+    emb_stage = embedding_on_stage(w, p, ends)
     # MTP layers: on the one stage, or spread over the stages (1 / pp each) as the step
     # model has them
     mtp_dense = mtp_param_count(m, experts=0)
@@ -67,6 +64,19 @@ def params_per_gpu(
     dense = layers_stage * dense_per_layer + emb_stage + mtp_dense / (tp * p.pp)
     expert = layers_stage * expert_per_layer + mtp_expert / (p.ep * p.pp)
     return dense, expert, dense_per_layer + expert_per_layer
+
+
+def embedding_on_stage(w: Workload, p: Plans, ends: NDArray[np.bool_] | bool = True) -> FloatArray:
+    """Embedding (or output-layer) parameters one GPU of a stage holds: the whole table
+    without a pipeline, else half of the two (the input embedding on the first stage, the
+    output layer on the last; a tied table's copy on each), split by TP; none on a stage
+    between (``ends`` False)."""
+    m = w.model
+    emb = embedding_params(m)
+    out: FloatArray = np.where(p.pp == 1, emb, emb / (1 if m.tied_embeddings else 2)) / p.tp
+    if ends is not True:
+        out = np.where(ends, out, 0.0)
+    return out
 
 
 def stage_param_sets(w: Workload, p: Plans) -> list[tuple[FloatArray, FloatArray]]:
