@@ -910,3 +910,19 @@ def test_blocking_pipeline_transfers_are_not_hidden() -> None:
     blocking = step_breakdown(replace(w, pp_p2p="blocking"), p, cal).pp_comm_s[0]
     assert float(hidden) > 0.0
     assert float(blocking) == pytest.approx(float(hidden) / (1.0 - 0.75), rel=1e-12)
+
+
+def test_pipeline_hops_cross_nodes_once_the_pipeline_outgrows_one() -> None:
+    # Llama 3 70B on 16 H100, TP4 PP4: stages on ranks 0-3, 4-7, 8-11, 12-15, so the hop
+    # from stage 1 to stage 2 leaves the node; DeepSpeed's blocking sends pay the network
+    # for every micro-batch (64 of them, one activation forward and one gradient back, each
+    # 8,192 x 8,192 x 2 B / 4 under SP)
+    w = replace(workload(model="llama3-70b", gpus=16, seq=8192, gbs=64), pp_p2p="blocking")
+    b = step(w, tp=4, pp=4, dp=1, mbs=1, sp=True, recompute=2)
+    one = collective_time_s("send_recv", np.array([8192 * 8192 * 2.0 / 4]), 2, w.fabric, CAL, 1.0)
+    assert float(b.pp_comm_s[0]) == pytest.approx(64 * 2 * float(one[0]), rel=1e-9)
+    # the whole pipeline in one node (TP2 PP4 on 8 GPUs): every hop over NVLink
+    w8 = replace(workload(model="llama3-8b", gpus=8, seq=8192, gbs=64), pp_p2p="blocking")
+    b8 = step(w8, tp=2, pp=4, dp=1, mbs=1, sp=True, recompute=0)
+    nv = collective_time_s("send_recv", np.array([8192 * 4096 * 2.0 / 2]), 2, w8.fabric, CAL, 2.0)
+    assert float(b8.pp_comm_s[0]) == pytest.approx(64 * 2 * float(nv[0]), rel=1e-9)

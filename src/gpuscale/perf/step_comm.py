@@ -218,10 +218,13 @@ def pp_comm_s(c: StageMicroBatch) -> FloatArray:
     # the residual stream a stage hands on: hyper-connections' n streams (DeepSeek-V4)
     sent = c.act_bytes * c.w.model.residual_streams
     p2p_bytes = np.where(p.sp, sent / tp, sent)
-    pp_cross = (tp * c.cp * p.dp) < f.scaleup_domain_gpus
+    # ranks run tp, cp, dp, then pp: stage k's ranks follow stage k - 1's, so a hop stays in
+    # the scale-up domain only where the whole pipeline does (with smaller stages some
+    # hops, and interleaving's wrap-around, cross it, and the slowest sets the pace)
+    in_domain = tp * c.cp * p.dp * p.pp <= f.scaleup_domain_gpus
     # a pipeline needs two GPUs at least: on one GPU no plan sends anything
     if f.total_gpus >= 2:
-        p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(pp_cross, 2.0, 1.0), f, cal)
+        p2p = collective_s("send_recv", p2p_bytes, 2.0, np.where(in_domain, 2.0, 1.0), f, cal)
     else:
         p2p = np.zeros_like(p2p_bytes)
     # one activation sent forward and one gradient backward per chunk: all but 1 -
