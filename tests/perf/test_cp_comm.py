@@ -231,3 +231,28 @@ def test_partial_recompute_makes_room_for_the_gathered_keys_and_values() -> None
     assert float(mem.headroom[0]) == pytest.approx(0.0, abs=1.0)  # fills the GPU exactly
     ring = memory_breakdown(replace(w, cp_comm="p2p"), p, CAL)
     assert float(mem.recompute_fraction[0]) > float(ring.recompute_fraction[0])
+
+
+def test_a_ring_across_nodes_is_paced_by_one_nics_sends() -> None:
+    # Llama 3 8B at 16K on 16 H100, TP2 CP8: each CP ring has 4 ranks in either node, and
+    # its hops between the nodes are one GPU's sends through one NIC, so the ring's forward
+    # is a one-NIC all-gather of the 8 chunks (not one striped over the node's NICs)
+    w = _llama3_8b("p2p", gpus=16, seq=16384, gbs=1)
+    p = Plans.of(tp=2, pp=1, dp=1, cp=8, mbs=1, sp=True, recompute=0)
+    b = step_breakdown(w, p, CAL)
+    chunk = 2 * 2048 * (8 * 128 / 2) * 2.0  # K and V of 2,048 local tokens, 4 KV heads
+    one_nic = float(
+        collective_time_s("all_gather", np.array([chunk * 8]), 8, w.fabric, CAL, 1.0)[0]
+    )
+    striped = float(
+        collective_time_s("all_gather", np.array([chunk * 8]), 8, w.fabric, CAL, 4.0)[0]
+    )
+    assert one_nic > 2 * striped
+    one = np.array([1.0])
+    peak = w.gpu.peak_flops("bf16") * w.gpu.clock_fraction
+    fwd, bwd = attention_core_s(
+        w, one, one * 2048, one * 2, peak, w.gpu.hbm_bw_Bps * CAL.hbm_eff, CAL
+    )
+    assert one_nic > float(fwd[0])  # exposed: the test checks the transfer, not a max(0)
+    per_layer = max(one_nic - float(fwd[0]), 0.0) + max(2 * one_nic - float(bwd[0]), 0.0)
+    assert float(b.cp_comm_s[0]) == pytest.approx(32 * per_layer, rel=1e-9)

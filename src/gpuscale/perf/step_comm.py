@@ -121,7 +121,11 @@ def cp_comm_s(
         # cp_comm_type in [a2a, all_gather]"): those layers run the all-to-alls (Megatron
         # takes --cp-comm-type per layer)
         windowed = (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 0.0
-        cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, cp_k, f, cal)
+        # the ring's steps are sends to the next rank: one that spans scale-up domains is
+        # paced by its hops between them, each one GPU's send through one NIC (not an NCCL
+        # all-gather striped over every NIC of a domain)
+        ring_k = np.where(cp_k >= cp, cp_k, 1.0)
+        cp_fwd = collective_s("all_gather", kv_chunk * cp, cp, ring_k, f, cal)
         cp_exposed = (1.0 + cp_again) * np.maximum(cp_fwd - attn_fwd, 0.0) + np.maximum(
             2.0 * cp_fwd - attn_bwd, 0.0
         )
