@@ -750,24 +750,32 @@ def test_zero2_under_a_pipeline_costs_what_the_distributed_optimizer_costs() -> 
     ("sharding", "gathers", "pieces", "held16", "held8"),
     [
         # Megatron's distributed optimizer: one 4-byte reduce-scatter and one gather a step;
-        # 2 (16-bit) + 1 (FP8 copy) bytes a weight held, or the FP8 weights alone
-        (1, 1, 1, 3.0, 1.0),
+        # 2 (16-bit) + 1 (FP8 copy) bytes a layer weight held, or the FP8 weights alone; the
+        # embedding and output layer 2 bytes either way: (bytes a parameter, bytes more an
+        # embedding parameter)
+        (1, 1, 1, (3.0, -1.0), (1.0, 1.0)),
         # FSDP: per layer a reduce-scatter and two gathers; a 2 + 1 byte shard of each weight,
         # or only the 2-byte one (FSDP casts to FP8 for each gather, storing no FP8 shard)
-        (4, 2, 32, 3.0 / 64, 2.0 / 64),
+        (4, 2, 32, (3.0 / 64, -1.0 / 64), (2.0 / 64, 0.0)),
     ],
 )
 def test_fp8_parameter_gathers_move_one_byte_weights(
-    sharding: int, gathers: int, pieces: int, held16: float, held8: float
+    sharding: int,
+    gathers: int,
+    pieces: int,
+    held16: tuple[float, float],
+    held8: tuple[float, float],
 ) -> None:
     # Llama 3 8B in FP8 on 64 H100, one micro-batch, nothing hidden
     from gpuscale.perf.memory import memory_breakdown
+    from gpuscale.perf.transformer import embedding_params
 
     w = workload(model="llama3-8b", gpus=64, seq=4096, gbs=64, gpu="h100-sxm", precision="fp8")
     w8 = replace(w, fp8_param_gather=True)
     cal = CAL.replace(dp_overlap=0.0, zero3_overlap=0.0)
     p = Plans.of(tp=1, pp=1, dp=64, mbs=1, sharding=sharding)
     n = float(param_count(get_model("llama3-8b")))
+    emb = float(embedding_params(get_model("llama3-8b")))
 
     def coll(op: str, nbytes: float) -> float:
         size = np.array([n * nbytes / pieces])
@@ -778,8 +786,9 @@ def test_fp8_parameter_gathers_move_one_byte_weights(
     for wl, ag in ((w, 2.0), (w8, 1.0)):
         got = float(step_breakdown(wl, p, cal).dp_comm_s[0])
         assert got == pytest.approx(rs + gathers * coll("all_gather", ag), rel=1e-6)
-    assert float(memory_breakdown(w, p, cal).weights[0]) == pytest.approx(held16 * n, rel=1e-9)
-    assert float(memory_breakdown(w8, p, cal).weights[0]) == pytest.approx(held8 * n, rel=1e-9)
+    for wl, (per, more) in ((w, held16), (w8, held8)):
+        weights = float(memory_breakdown(wl, p, cal).weights[0])
+        assert weights == pytest.approx(per * n + more * emb, rel=1e-9)
 
 
 def test_fp8_parameter_gathers_need_fp8_and_a_sharded_optimizer() -> None:
