@@ -653,8 +653,11 @@ def test_routed_experts_take_no_tensor_parallel_collective() -> None:
     # (TP-split like a dense MLP) the MoE block pays its pair too: (32 x 4 + 2)
     w = workload("mixtral-8x7b", gpus=16, seq=4096, gbs=32, gpu="h100-sxm")
     tokens, h = 4096.0, 4096.0
-    one = float(
-        collective_time_s("all_reduce", np.array([tokens * h * 2.0]), 2, w.fabric, CAL, 2.0)[0]
+    # under sequence parallelism each is an all-gather and a reduce-scatter of the block's
+    # whole activations
+    one = sum(
+        float(collective_time_s(op, np.array([tokens * h * 2.0]), 2, w.fabric, CAL, 2.0)[0])
+        for op in ("all_gather", "reduce_scatter")
     )
     m = 32 // 8  # dp 8, mbs 1
     plan = dict(tp=2, pp=1, dp=8, ep=8, mbs=1, sp=True, recompute=0)
@@ -935,3 +938,20 @@ def test_pipeline_hops_cross_nodes_once_the_pipeline_outgrows_one() -> None:
     b8 = step(w8, tp=2, pp=4, dp=1, mbs=1, sp=True, recompute=0)
     nv = collective_time_s("send_recv", np.array([8192 * 4096 * 2.0 / 2]), 2, w8.fabric, CAL, 2.0)
     assert float(b8.pp_comm_s[0]) == pytest.approx(64 * 2 * float(nv[0]), rel=1e-9)
+
+
+def test_sequence_parallel_blocks_pay_an_all_gather_and_a_reduce_scatter() -> None:
+    # Llama 3 70B on 8 H100, TP8: without SP each block's forward and backward is one
+    # all-reduce (NVLink SHARP on the NVSwitch); with SP an all-gather before the block and
+    # a reduce-scatter after it, the same bytes, which in-switch reduction does not halve
+    w = workload(model="llama3-70b", gpus=8, seq=8192, gbs=8, gpu="h100-sxm")
+    act = np.array([8192 * 8192 * 2.0])
+
+    def t(op: str) -> float:
+        return float(collective_time_s(op, act, 8, w.fabric, CAL, 8.0)[0])
+
+    n = 80 * 2 * 2 + 2  # 80 layers x 2 blocks x forward and backward, + embedding/output
+    for sp, one in ((False, t("all_reduce")), (True, t("all_gather") + t("reduce_scatter"))):
+        b = step(w, tp=8, pp=1, dp=1, mbs=1, sp=sp, recompute=0)
+        assert float(b.tp_comm_s[0]) == pytest.approx(8 * n * one, rel=1e-9)
+    assert t("all_gather") + t("reduce_scatter") > 1.2 * t("all_reduce")

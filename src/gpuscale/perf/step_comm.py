@@ -78,7 +78,11 @@ def tp_comm_s(c: StageMicroBatch) -> FloatArray:
     m, f, p, cal, tp = c.w.model, c.w.fabric, c.p, c.cal, c.tp
     mods = c.w.recompute_modules
     tp_k = np.minimum(tp, float(f.scaleup_domain_gpus))
-    tp_one = collective_s("all_reduce", c.act_bytes, tp, tp_k, f, cal)
+    tp_ar = collective_s("all_reduce", c.act_bytes, tp, tp_k, f, cal)
+    tp_pair = collective_s("all_gather", c.act_bytes, tp, tp_k, f, cal) + collective_s(
+        "reduce_scatter", c.act_bytes, tp, tp_k, f, cal
+    )
+    tp_one = np.where(p.sp, tp_pair, tp_ar)
     # one collective forward and one backward (and one more when recomputed) per TP-split
     # block: attention, Mamba mixer, dense MLP; an MoE block only for its TP-split shared
     # experts or latent projections, as its routed experts (expert TP = 1) take the
