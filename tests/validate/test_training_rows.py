@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuscale.calibrate import default_calibration
+from gpuscale.perf.plan import RECOMPUTE
 from gpuscale.validate.training import UnsupportedRowError, choose_plan, predict, prepare
 from gpuscale.validate.training_cells import COLUMNS
 from gpuscale.validate.training_model import model_for
@@ -1297,3 +1298,27 @@ def test_the_context_parallel_exchange_a_row_names(notes: str, exchange: str) ->
 def test_sequence_parallelism_named_in_the_notes(notes: str, cell: str, sp: bool | None) -> None:
     pr = prepare(_row(source="some paper", notes=notes, seq_parallel=cell), "test")
     assert pr.fixed.get("sp") == sp
+
+
+@pytest.mark.parametrize(
+    ("notes", "mode"),
+    [
+        ("activation checkpointing on for attention only", "selective"),
+        ("selective recompute of the core attention", "selective"),
+        ("activation checkpointing on", "full"),
+        ("full activation recompute", "full"),
+        # a negated mention is not the run's mode: left to the plan search
+        ("no selective recompute", None),
+    ],
+)
+def test_recomputation_the_notes_state(notes: str, mode: str | None) -> None:
+    pr = prepare(_row(notes=notes, tp="8", pp="1", dp="8"), "test")
+    assert pr.fixed.get("recompute") == (None if mode is None else RECOMPUTE.index(mode))
+
+
+def test_a_batch_no_plan_spreads_over_every_gpu_is_skipped() -> None:
+    # 64 sequences on 102,400 GPUs: the fastest plan uses a few thousand, and the row's
+    # tokens/s per GPU count all of them, so nothing comparable can be priced
+    pr = prepare(_row(num_gpus="102400", global_batch_seqs="64"), "test")
+    with pytest.raises(UnsupportedRowError, match=r"no plan runs the global batch of 64 "):
+        choose_plan(pr, default_calibration())

@@ -69,7 +69,25 @@ def choose_plan(pr: PreparedRow, cal: Calibration) -> tuple[Plans, str]:
     i = res.best
     plans = res.estimate.plans.take(np.array([i]))
     note = "" if res.estimate.memory.fits[i] else "predicted memory exceeds capacity"
+    used = int(plans.gpus_used()[0])
+    if used < w.num_gpus:
+        # the row's per-GPU figure counts every GPU it names; a plan on fewer prices another run
+        fewer = (
+            f"no plan runs the global batch of {w.global_batch:,} sequences on all "
+            f"{w.num_gpus:,} GPUs (the fastest uses {used:,})"
+        )
+        if scored(pr):
+            raise UnsupportedRowError(f"{fewer}: the row's per-GPU figure counts all of them")
+        note = "; ".join(n for n in (note, fewer) if n)
     return plans, note
+
+
+def scored(pr: PreparedRow) -> bool:
+    """Whether a row's prediction is scored: not the ``excluded`` target, nor a FLOP rate
+    counted by an unspecified convention (reported apart)."""
+    if pr.target == "excluded":
+        return False
+    return not (pr.convention == "unspecified" and pr.target != "tokens_per_s_per_gpu")
 
 
 def predict(pr: PreparedRow, plans: Plans, cal: Calibration) -> float:
@@ -129,11 +147,10 @@ def validate_training(path: Path, cal: Calibration) -> ValidationReport:
             )
             continue
         reason = "; ".join([*pr.notes, note] if note else pr.notes)
-        status = "scored"
+        status = "scored" if scored(pr) else "reported"
         if pr.target == "excluded":
-            status, reason = "reported", "target 'excluded' (not a per-step figure)"
-        elif pr.convention == "unspecified" and pr.target != "tokens_per_s_per_gpu":
-            status = "reported"
+            reason = "target 'excluded' (not a per-step figure)"
+        elif not scored(pr):
             reason = "FLOP convention unspecified: gpuscale's model FLOPs used, not scored"
         rows.append(
             RowResult(

@@ -176,6 +176,14 @@ def _torchtitan_tp(row: dict[str, str], fixed: dict[str, Any]) -> list[str]:
     return notes
 
 
+SELECTIVE_IN_NOTES = (
+    r"(activation checkpointing|recomput\w*)\b[^.;]{0,40}?\b(attention([\s_-]*core)?[\s_-]*only"
+    r"|core[\s_-]*attention|selective)|selective (activation )?(checkpointing|recomput\w*)"
+)
+"""Notes that say recomputation was on for the attention core only ("activation
+checkpointing on for attention only", "selective recompute"): Megatron's selective mode."""
+
+
 def _recompute_mode(
     row: dict[str, str], where: str, w: Workload, convention: str
 ) -> tuple[str, list[str]]:
@@ -212,10 +220,12 @@ def _recompute_mode(
                 f"the reported TFLOP/s are {ratio:.2f}x the model-FLOPs rate of its tokens/s, "
                 "more than any recomputation adds: recompute not inferred from them"
             )
+    said = row.get("notes", "")
+    if not rc and mentions(said.lower(), SELECTIVE_IN_NOTES):
+        rc = "selective"
+        notes.append("selective recompute (the attention core) as stated in the notes")
     if not rc and re.search(
-        r"activation checkpointing on|full (activation )?recompute",
-        row.get("notes", ""),
-        re.IGNORECASE,
+        r"activation checkpointing on|full (activation )?recompute", said, re.IGNORECASE
     ):
         rc = "full"
         notes.append("full recompute as stated in the notes")
