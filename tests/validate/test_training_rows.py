@@ -1184,6 +1184,12 @@ def test_an_mfu_under_a_percent_label_is_a_percentage() -> None:
     )
     assert pr.measured == pytest.approx(0.41)
     assert "measured_mfu=41 under the target label 'MFU (%)': %" in pr.notes
+    # a bare 45 under the mfu target: no run exceeds its GPU's peak, so it is 45 %
+    bare = prepare(_row(target="mfu", measured_mfu="45", measured_tokens_per_s_per_gpu=""), "t")
+    assert bare.measured == pytest.approx(0.45)
+    assert "measured_mfu=45 read as 45 % (a fraction of peak is at most 1)" in bare.notes
+    with pytest.raises(UnsupportedRowError, match="at most 1"):
+        prepare(_row(target="mfu", measured_mfu="145", measured_tokens_per_s_per_gpu=""), "t")
 
 
 @pytest.mark.parametrize(

@@ -306,6 +306,7 @@ def _left_to_search(w: Workload, fixed: dict[str, Any]) -> list[str]:
             ("ep", "ep", w.model.is_moe),
             ("vpp", "vpp", fixed.get("pp") != 1),
             ("sp", "sequence parallelism", fixed.get("tp") != 1),
+            ("tp_overlap", "TP communication overlap", fixed.get("tp") != 1),
         )
         if key not in fixed and matters
     ]

@@ -161,9 +161,15 @@ def _figure(row: dict[str, str], where: str) -> tuple[Measurement, list[str]]:
         conv = "unspecified"  # an empty cell: the source does not say how it counts
     measured = positive(row, MEASURED[target], where)
     percent = "%" in row["target"] and not row[MEASURED[target]].strip().endswith("%")
-    if target == "mfu" and measured is not None and 1 < measured <= 100 and percent:
-        # "MFU (%)" labels a column of percentages: 41 there is 0.41
-        notes.append(f"measured_mfu={measured:g} under the target label {row['target']!r}: %")
+    if target == "mfu" and measured is not None and 1 < measured <= 100:
+        # "MFU (%)" labels a column of percentages: 41 there is 0.41; and a bare 41, as no
+        # run reaches more than its GPU's peak, is 41 % too
+        notes.append(
+            f"measured_mfu={measured:g} under the target label {row['target']!r}: %"
+            if percent
+            else f"measured_mfu={measured:g} read as {measured:g} % (a fraction of peak is "
+            "at most 1)"
+        )
         measured /= 100.0
     if target == "mfu" and measured is not None and measured > 1:
         raise UnsupportedRowError(
