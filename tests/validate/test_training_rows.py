@@ -1328,3 +1328,10 @@ def test_a_batch_no_plan_spreads_over_every_gpu_is_skipped() -> None:
     pr = prepare(_row(num_gpus="102400", global_batch_seqs="64"), "test")
     with pytest.raises(UnsupportedRowError, match=r"no plan runs the global batch of 64 "):
         choose_plan(pr, default_calibration())
+
+
+def test_a_skipped_row_names_the_sizes_it_lacks() -> None:
+    with pytest.raises(UnsupportedRowError, match=r"^sequence length not stated$"):
+        prepare(_row(seq_len=""), "test")
+    with pytest.raises(UnsupportedRowError, match=r"^GPU count and global batch not stated$"):
+        prepare(_row(num_gpus="", global_batch_seqs=""), "test")

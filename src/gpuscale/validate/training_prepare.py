@@ -253,7 +253,9 @@ def _run_shape(row: dict[str, str], where: str, notes: list[str]) -> RunShape:
     if n_gpus is None:
         n_gpus = _gpus_from_degrees(degrees, dp_stated, notes)
     if n_gpus is None or seq is None or gbs is None:
-        raise UnsupportedRowError("GPU count, sequence length or global batch not stated")
+        sizes = (("GPU count", n_gpus), ("sequence length", seq), ("global batch", gbs))
+        missing = [what for what, value in sizes if value is None]
+        raise UnsupportedRowError(f"{' and '.join(missing)} not stated")
     if gbs * seq > MAX_TOKENS_PER_STEP and gbs >= seq:
         raise UnsupportedRowError(
             f"global_batch_seqs={gbs:,.0f} with seq_len={seq:,.0f} is {gbs * seq:,.0f} tokens "
