@@ -955,3 +955,23 @@ def test_sequence_parallel_blocks_pay_an_all_gather_and_a_reduce_scatter() -> No
         b = step(w, tp=8, pp=1, dp=1, mbs=1, sp=sp, recompute=0)
         assert float(b.tp_comm_s[0]) == pytest.approx(8 * n * one, rel=1e-9)
     assert t("all_gather") + t("reduce_scatter") > 1.2 * t("all_reduce")
+
+
+def test_mla_output_projection_takes_the_heads_values() -> None:
+    # DeepSeek-V3: 128 heads of 128 values, so its output projection reads 16,384 inputs a
+    # token (not 128 x hidden / heads = 7,168); the low-rank query/key/value GEMMs take the
+    # attention block's other weights. FP8 quantises the projection's input, X, and its
+    # output gradient, dY (hidden wide)
+    from gpuscale.perf.step_gemms import Gemms, layer_gemms
+    from gpuscale.perf.transformer import layer_shapes
+
+    w = workload(model="deepseek-v3", gpus=8, seq=4096, gbs=8, gpu="h100-sxm")
+    p = Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1)
+    tokens = np.array([4096.0])
+    gemms = Gemms(tokens, 700e12, 132, CAL)
+    lg = layer_gemms(w, p, gemms, np.array([1.0]), 700e12)
+    h, o = 7168.0, 128 * 128.0
+    qkv_n = layer_shapes(w.model).attn / h - o
+    x_el, dy_el = lg.attn_el
+    assert float(x_el[0]) == pytest.approx(4096 * h + 4096 * o)
+    assert float(dy_el[0]) == pytest.approx(4096 * qkv_n + 4096 * h)

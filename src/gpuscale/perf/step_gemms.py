@@ -138,8 +138,10 @@ def layer_gemms(w: Workload, p: Plans, gemms: Gemms, tp: FloatArray, mm16: float
         # MLA's low-rank projections are costed as one QKV-shaped GEMM; its attention gets
         # up-projected per-head K and V (Megatron-Core hands Transformer Engine full heads)
         kv_rank = mla_kv_width(m) / 2.0 / tp
-        qkv_n = (sh.attn / h - float(q)) / tp
-        attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, q / tp))
+        # the output projection takes the heads' values: heads x v_head_dim wide
+        o = float(m.heads * m.mla.v_head_dim)
+        qkv_n = (sh.attn / h - o) / tp
+        attn_t, attn_c = gemms((tokens, qkv_n, h), (tokens, h, o / tp))
     if m.sparse is not None:
         # a DSA indexer's projections (queries from MLA's query latent, its key, the head
         # weights) as one GEMM, whole on every TP rank, in the layers that run one
