@@ -256,3 +256,23 @@ def test_a_ring_across_nodes_is_paced_by_one_nics_sends() -> None:
     assert one_nic > float(fwd[0])  # exposed: the test checks the transfer, not a max(0)
     per_layer = max(one_nic - float(fwd[0]), 0.0) + max(2 * one_nic - float(bwd[0]), 0.0)
     assert float(b.cp_comm_s[0]) == pytest.approx(32 * per_layer, rel=1e-9)
+
+
+def test_deepseek_sparse_attention_runs_context_parallelism_as_the_all_gather() -> None:
+    # Megatron's DSAttention: "context parallelism currently supports cp_comm_type=allgather
+    # only": the default ring is priced as the all-gather, Ulysses' all-to-alls refused
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("deepseek-v3.2"), g, s, Fabric.from_system(s, 64), 64, 65536, 16, "bf16")
+    p = Plans.of(tp=1, pp=1, dp=16, cp=4, ep=64, mbs=1)
+    assert validity(w, p)[0][0]
+    ring = step_breakdown(w, p, CAL)
+    gathered = step_breakdown(replace(w, cp_comm="all_gather"), p, CAL)
+    assert float(ring.cp_comm_s[0]) == float(gathered.cp_comm_s[0]) > 0.0
+    assert w.cp_exchange == "all_gather"
+    e = estimate(w, p, CAL)
+    args = list(megatron_args(e, 0).args)
+    assert args[args.index("--cp-comm-type") + 1] == "allgather"
+    assert any("DeepSeek Sparse Attention runs no other" in n for n in e.notes(0))
+    ok, _ = validity(replace(w, cp_comm="a2a"), p)
+    assert not ok[0]

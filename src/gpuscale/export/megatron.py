@@ -334,7 +334,9 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     args += _pipeline(e, i, notes)
     if int(p.cp[i]) > 1:
         args += ["--context-parallel-size", str(int(p.cp[i]))]
-        if w.cp_comm != "p2p":  # Transformer Engine dispatches on all_gather, not allgather
+        if m.sparse is not None:  # Megatron's DSAttention checks for this spelling
+            args += ["--cp-comm-type", "allgather"]
+        elif w.cp_comm != "p2p":  # Transformer Engine dispatches on all_gather, not allgather
             args += ["--cp-comm-type", w.cp_comm]
     if m.is_moe and m.moe_layers > 0:
         args += _experts(w, int(p.ep[i]))

@@ -133,7 +133,7 @@ def _ring_merge_s(
     (``cp_comm`` a2a or all_gather). The merges run on the compute stream, so the next
     step's K/V transfer hides behind them too."""
     cp = w.seq_len / s_loc
-    if w.cp_comm != "p2p":
+    if w.cp_exchange != "p2p":
         none = np.zeros_like(mbs * s_loc)
         return none, none
     steps = np.where(cp > 1.0, 1.0 + 0.75 * (cp - 1.0), 0.0)

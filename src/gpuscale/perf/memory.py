@@ -232,7 +232,7 @@ def _gathered_kv(w: Workload, p: Plans) -> FloatArray:
     whole sequence's dK and dV they reduce-scatter from (16-bit); 0 otherwise. One layer
     at a time (the forward's gathered K and V are freed after its kernels)."""
     m = w.model
-    if w.cp_comm != "all_gather" or not m.attn_layers:
+    if w.cp_exchange != "all_gather" or not m.attn_layers:
         return np.zeros(len(p))
     whole = 2.0 * p.mbs * w.seq_len * kv_width_per_rank(m, p.tp.astype(np.float64)) * 2.0
     out: FloatArray = np.where(p.cp > 1, 2.0 * whole, 0.0)

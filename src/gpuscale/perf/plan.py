@@ -265,6 +265,15 @@ class Workload:
             )
 
     @property
+    def cp_exchange(self) -> str:
+        """The context-parallel exchange priced: ``cp_comm``, except that DeepSeek Sparse
+        Attention runs only Megatron's all-gather ("DSAttention context parallelism
+        currently supports cp_comm_type=allgather only"), so the ring is its all-gather."""
+        if self.model.sparse is not None and self.cp_comm == "p2p":
+            return "all_gather"
+        return self.cp_comm
+
+    @property
     def gathered_weight_bytes(self) -> float:
         """Bytes a weight moves in a parameter all-gather: 2, or 1 with FP8 gathers."""
         return 1.0 if self.fp8_param_gather else 2.0

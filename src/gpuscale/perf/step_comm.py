@@ -120,7 +120,7 @@ def cp_comm_s(
     # forward exchange once more
     cp_again = c.full_frac + np.where((p.recompute == 1) & ("core_attn" in mods), 1.0, 0.0)
     layers = c.layers_stage_mtp * c.a_frac * np.where(p.cp > 1, 1.0, 0.0)
-    if c.w.cp_comm == "p2p":
+    if c.w.cp_exchange == "p2p":
         # Transformer Engine's ring refuses windowed attention ("not sliding_window_attn or
         # cp_comm_type in [a2a, all_gather]"): those layers run the all-to-alls (Megatron
         # takes --cp-comm-type per layer)
@@ -140,7 +140,7 @@ def cp_comm_s(
             fwd, bwd = _cp_exchange_s(c, kv_chunk, cp_k, "a2a")
             cp_mb = cp_mb + layers * windowed * ((1.0 + cp_again) * fwd + bwd)
     else:
-        fwd, bwd = _cp_exchange_s(c, kv_chunk, cp_k, c.w.cp_comm)
+        fwd, bwd = _cp_exchange_s(c, kv_chunk, cp_k, c.w.cp_exchange)
         cp_mb, hidden = layers * ((1.0 + cp_again) * fwd + bwd), np.zeros_like(kv_chunk)
     if m.mamba is not None:
         # a Mamba-2 scan cannot split the sequence: Megatron-Core's Mamba context parallel

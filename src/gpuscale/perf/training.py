@@ -172,7 +172,7 @@ class TrainingEstimate(PlanNotes):
             "ep_dispatch": w.ep_dispatch,
             "grad_accumulation": w.grad_accumulation,
             "pp_p2p": w.pp_p2p,
-            "cp_comm": w.cp_comm,
+            "cp_comm": w.cp_exchange,
             "fp8_param_gather": w.fp8_param_gather,
             "cuda_graphs": w.cuda_graphs,
             # layers on the fullest stage without the output layer, on the last (beside

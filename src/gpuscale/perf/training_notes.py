@@ -195,6 +195,11 @@ class PlanNotes:
         """Plan ``i`` runs context parallelism: its step with each of the other exchanges
         (``--cp-comm``), which the plan's figures do not weigh."""
         w, cp = self.workload, int(self.plans.cp[i])
+        if cp > 1 and w.model.sparse is not None:
+            return [
+                f"context parallelism (CP{cp}) is priced as {CP_EXCHANGES['all_gather']}: "
+                "Megatron's DeepSeek Sparse Attention runs no other (--cp-comm-type allgather)"
+            ]
         # Transformer Engine runs MLA's context parallelism as the ring only: nothing to weigh
         here = self._priced_as(i, w) if cp > 1 and w.model.mla is None else None
         if here is None:

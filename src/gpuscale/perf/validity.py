@@ -112,9 +112,15 @@ def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
     layers. Ulysses' all-to-alls hand each CP rank whole heads: Transformer Engine asserts
     that the query heads and the KV heads a TP rank holds (one, where TP replicates them)
     both divide by cp. Its MLA attention (K and V head widths differ) runs only the ring,
-    and its ring refuses windowed layers, which run the all-to-alls under ``p2p``."""
+    and its ring refuses windowed layers, which run the all-to-alls under ``p2p``.
+    DeepSeek Sparse Attention runs only Megatron's all-gather (``Workload.cp_exchange``)."""
     m = w.model
     one = p.cp == 1
+    if m.sparse is not None:
+        # DeepSeek Sparse Attention: Megatron's all-gather only (the ring priced as it)
+        if w.cp_comm != "a2a":
+            return []
+        return [(one, "--cp-comm a2a with DeepSeek Sparse Attention (Megatron's is allgather)")]
     if w.cp_comm == "p2p":
         if not m.window or not m.window_layers:
             return []
