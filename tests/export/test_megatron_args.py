@@ -150,7 +150,27 @@ def test_partial_recompute_is_whole_layers_of_each_chunk() -> None:
     i = args.index("--recompute-method")
     assert args[i : i + 4] == ["--recompute-method", "block", "--recompute-num-layers", args[i + 3]]
     # 20 layers a stage: the fewest whole layers covering the fraction priced
-    assert int(args[i + 3]) == int(np.ceil(frac * 20 - 1e-9))
+    whole = int(np.ceil(frac * 20 - 1e-9))
+    assert int(args[i + 3]) == whole
+    # more than the fraction priced: the notes say so, and what runs as priced
+    (note,) = [n for n in megatron_args(e, 0).notes if n.startswith("priced recomputing")]
+    assert f"{whole} of each 20-layer chunk ({100 * whole / 20:.0f} %), slower than" in note
+    assert "selective --recompute-modules that free as much run as priced" in note
+
+
+def test_before_hopper_moe_runs_megatrons_all_to_all_dispatcher() -> None:
+    # DeepEP and HybridEP need Hopper: on A100 the exported dispatcher is the all-to-all,
+    # and a note says the hierarchical dispatch priced is not what it runs
+    m = get_model("mixtral-8x7b")
+    for gpu, dispatcher in (("a100-sxm-80gb", "alltoall"), ("h100-sxm", "flex")):
+        g = get_gpu(gpu)
+        s = system_for_gpu(g)
+        w = Workload(m, g, s, Fabric.from_system(s, 64), 64, 4096, 512)
+        a = megatron_args(estimate(w, Plans.of(tp=1, pp=1, dp=64, ep=8, mbs=1), CAL), 0)
+        args = list(a.args)
+        assert args[args.index("--moe-token-dispatcher-type") + 1] == dispatcher
+        named = any(n.startswith("DeepEP and HybridEP need Hopper") for n in a.notes)
+        assert named == (dispatcher == "alltoall")
 
 
 def test_fsdp_and_hybrid_sharding() -> None:

@@ -174,7 +174,15 @@ def _recompute(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
         if frac <= 0.0:
             return []
         stage = float(e.plan_stages(i).fullest[0])
-        whole, _ = block_recompute_layers(w.model, frac, stage, int(p.vpp[i]))
+        whole, chunk = block_recompute_layers(w.model, frac, stage, int(p.vpp[i]))
+        if whole > chunk * frac * 1.001:  # more whole layers than the fraction priced
+            notes.append(
+                f"priced recomputing {100 * frac:.0f} % of the layers' activations, the least "
+                f"that fits; the block method recomputes whole layers, {whole} of each "
+                f"{chunk:.0f}-layer chunk ({100 * min(whole / chunk, 1.0):.0f} %), slower than "
+                "priced: selective --recompute-modules that free as much run as priced (the "
+                "estimate's note gives the block method's step time)"
+            )
         return [
             "--recompute-granularity",
             "full",
@@ -339,7 +347,7 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
         elif w.cp_comm != "p2p":  # Transformer Engine dispatches on all_gather, not allgather
             args += ["--cp-comm-type", w.cp_comm]
     if m.is_moe and m.moe_layers > 0:
-        args += _experts(w, int(p.ep[i]))
+        args += _experts(w, int(p.ep[i]), notes)
     if bool(p.sp[i]):
         args.append("--sequence-parallel")
     if bool(p.tp_overlap[i]):
@@ -374,14 +382,22 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     return MegatronArgs(tuple(args), tuple(notes), script)
 
 
-def _experts(w: Workload, ep: int) -> list[str]:
+def _experts(w: Workload, ep: int, notes: list[str]) -> list[str]:
     """An MoE model's expert parallelism and token dispatcher: expert tensor parallelism 1,
     each GPU holding E / EP whole experts, as priced; one copy of a token per remote NVLink
     domain by DeepEP (HybridEP on NVL72 racks) where the dispatch is hierarchical, else
-    Megatron's all-to-all."""
+    Megatron's all-to-all (also before Hopper, which DeepEP and HybridEP need)."""
     args = ["--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", "1"]
     nvlink = w.fabric.scaleup_domain_gpus > 1  # DeepEP forwards inside an NVLink domain
-    if w.ep_dispatch == "hierarchical" and ep > 1 and nvlink:
+    hierarchical = w.ep_dispatch == "hierarchical" and ep > 1 and nvlink
+    if hierarchical and w.gpu.arch in ("volta", "ampere"):
+        notes.append(
+            "DeepEP and HybridEP need Hopper or later GPUs: Megatron-LM's all-to-all "
+            "dispatcher sends a token once per remote expert, more than the hierarchical "
+            "dispatch priced (--ep-dispatch all_to_all prices it)"
+        )
+        hierarchical = False
+    if hierarchical:
         backend = "hybridep" if w.fabric.scaleup_domain_gpus > 8 else "deepep"
         return [
             *args,
