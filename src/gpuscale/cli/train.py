@@ -53,6 +53,7 @@ from gpuscale.errors import InputError
 from gpuscale.perf.plan import PP_SPLITS, Plans
 from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import check_plan
+from gpuscale.search.exchanges import search_exchanges
 from gpuscale.search.plans import search_plans
 from gpuscale.search.scaling import ScalingPoint, scaling_curve
 
@@ -221,6 +222,10 @@ def search_cmd(
     calibration: Cal = None,
 ) -> None:
     """Every valid plan, ranked by step time among those that fit; the best explained."""
+    # --cp-comm best: the search under each context-parallel exchange (search/exchanges.py)
+    each_exchange = cp_comm is not None and cp_comm.strip().lower() == "best"
+    if each_exchange:
+        cp_comm = None
     r = resolve(workload, workload_flags(locals()), tokens)
     w, tt = r.workload, r.train_tokens
     if top < 1:
@@ -234,8 +239,12 @@ def search_cmd(
         fx = fixed_knobs(
             r, tp, pp, vpp, cp, ep, mbs, recompute, chosen_sharding(zero, dist_opt), None
         )
+        compared: dict[str, float | None] | None = None
         if json or not out.is_terminal:  # a bar is for a person watching
-            res = search_plans(w, cal, fx)
+            if each_exchange:
+                res, compared = search_exchanges(w, cal, fx)
+            else:
+                res = search_plans(w, cal, fx)
         else:
             with Progress(transient=True, console=out) as prog:
                 task = prog.add_task("evaluating plans", total=None)
@@ -243,14 +252,17 @@ def search_cmd(
                 def tick(done: int, total: int) -> None:
                     prog.update(task, completed=done, total=total)
 
-                res = search_plans(w, cal, fx, progress=tick)
+                if each_exchange:
+                    res, compared = search_exchanges(w, cal, fx, progress=tick)
+                else:
+                    res = search_plans(w, cal, fx, progress=tick)
     band = band_for(w.model, w.gpu, cal)
     if html is not None:
         from gpuscale.report.search import write_search_report
 
         good = search_goodput(res, top, r.storage, r.failures)
         write_search_report(html, res, top, good, band, tt, r.storage, r.failures)
-    report_search(res, top, json, tt, r.storage, r.failures, band)
+    report_search(res, top, json, tt, r.storage, r.failures, band, compared)
     if html is not None and not json:
         out.print(Text(f"wrote {html}"))
 

@@ -82,7 +82,8 @@ CpCommOpt = Annotated[
         "--cp-comm-type): p2p (a ring passing K/V chunks, hidden behind each step's "
         "attention; default), a2a (Ulysses' all-to-alls to whole heads and back; heads "
         "and KV heads per TP rank divisible by cp) or all_gather (Llama 3's: K and V "
-        "gathered, exposed).",
+        "gathered, exposed); train search also takes best (searched under each, the "
+        "fastest ranking kept).",
     ),
 ]
 PpSplitOpt = Annotated[

@@ -21,6 +21,7 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
+from gpuscale.perf.training_notes import CP_EXCHANGES
 from gpuscale.perf.transformer import active_param_count, mtp_param_count, param_count
 from gpuscale.report.cells import (
     search_cells,
@@ -273,16 +274,20 @@ def report_search(
     storage: StoragePolicy | None = None,
     failures: FailurePolicy | None = None,
     band: Band | None = None,
+    compared: dict[str, float | None] | None = None,
 ) -> None:
     """Prints a plan search: the ``top`` plans that fit, ranked, with each one's step time against
     the best, memory and (with failures priced) goodput, then the best plan's breakdown and why
-    it wins; with ``as_json`` the same as one JSON object (with the expected error band)."""
+    it wins; with ``as_json`` the same as one JSON object (with the expected error band).
+    ``compared``: each context-parallel exchange's best step (``--cp-comm best``), said too."""
     e = res.estimate
     idx = res.top(top)
     why = explain(res)
     if as_json:
+        extra = {} if compared is None else {"cp_comm_compared": compared}
         emit_json(
             {
+                **extra,
                 "evaluated": res.evaluated,
                 "valid": res.valid,
                 "fitting": len(res.order),
@@ -326,6 +331,21 @@ def report_search(
     out.print(t)
     print_estimate(e, idx[0], "best plan", tt, storage, failures, band)
     out.print(why)
+    if compared is not None:
+        out.print(Text(exchanges_line(e.workload.cp_comm, compared)))
+
+
+def exchanges_line(chosen: str, compared: dict[str, float | None]) -> str:
+    """What ``--cp-comm best`` found: the exchange ranked and each one's fastest plan."""
+    each = ", ".join(
+        f"{CP_EXCHANGES[k]} {fmt_time(v) if v is not None else 'no plan that fits'}"
+        for k, v in compared.items()
+    )
+    return (
+        f"context-parallel exchange (--cp-comm best): the plans are ranked with "
+        f"{CP_EXCHANGES[chosen]} (--cp-comm {chosen}), whose fastest plan is the fastest; "
+        f"the fastest step with each: {each}"
+    )
 
 
 def best_fitting(w: Workload, cal: Calibration) -> dict[str, Any] | None:
