@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 from rich.progress import Progress
 from rich.text import Text
 
+from gpuscale.calibrate import Calibration
 from gpuscale.calibrate.accuracy import band_for
 from gpuscale.cli._common import Cal, emit_json, load_calibration, out
 from gpuscale.cli.train_estimate import check_plan_flags, data_parallel_degree, estimate_summary
@@ -50,11 +52,11 @@ from gpuscale.cli.train_report import fit_hint, print_estimate, report_search, s
 from gpuscale.cli.train_scaling_report import print_scaling, scaling_json
 from gpuscale.cli.train_workload import Resolved, resolve
 from gpuscale.errors import InputError
-from gpuscale.perf.plan import PP_SPLITS, Plans
+from gpuscale.perf.plan import PP_SPLITS, Plans, Workload
 from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import check_plan
 from gpuscale.search.exchanges import search_exchanges
-from gpuscale.search.plans import search_plans
+from gpuscale.search.plans import SearchResult, search_plans
 from gpuscale.search.scaling import ScalingPoint, scaling_curve
 
 app = typer.Typer(no_args_is_help=True)
@@ -239,23 +241,8 @@ def search_cmd(
         fx = fixed_knobs(
             r, tp, pp, vpp, cp, ep, mbs, recompute, chosen_sharding(zero, dist_opt), None
         )
-        compared: dict[str, float | None] | None = None
-        if json or not out.is_terminal:  # a bar is for a person watching
-            if each_exchange:
-                res, compared = search_exchanges(w, cal, fx)
-            else:
-                res = search_plans(w, cal, fx)
-        else:
-            with Progress(transient=True, console=out) as prog:
-                task = prog.add_task("evaluating plans", total=None)
-
-                def tick(done: int, total: int) -> None:
-                    prog.update(task, completed=done, total=total)
-
-                if each_exchange:
-                    res, compared = search_exchanges(w, cal, fx, progress=tick)
-                else:
-                    res = search_plans(w, cal, fx, progress=tick)
+        # a bar is for a person watching
+        res, compared = _searched(w, cal, fx, each_exchange, not json and out.is_terminal)
     band = band_for(w.model, w.gpu, cal)
     if html is not None:
         from gpuscale.report.search import write_search_report
@@ -265,6 +252,28 @@ def search_cmd(
     report_search(res, top, json, tt, r.storage, r.failures, band, compared)
     if html is not None and not json:
         out.print(Text(f"wrote {html}"))
+
+
+def _searched(
+    w: Workload, cal: Calibration, fx: dict[str, Any], each_exchange: bool, bar: bool
+) -> tuple[SearchResult, dict[str, float | None] | None]:
+    """The plan search (under each context-parallel exchange with ``each_exchange``: its
+    ranking and each exchange's fastest step), with a progress bar where ``bar``."""
+
+    def run(tick: Callable[[int, int], None] | None) -> tuple[SearchResult, Any]:
+        if each_exchange:
+            return search_exchanges(w, cal, fx, progress=tick)
+        return search_plans(w, cal, fx, progress=tick), None
+
+    if not bar:
+        return run(None)
+    with Progress(transient=True, console=out) as prog:
+        task = prog.add_task("evaluating plans", total=None)
+
+        def tick(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        return run(tick)
 
 
 @app.command("scaling")
