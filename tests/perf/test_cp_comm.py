@@ -276,3 +276,9 @@ def test_deepseek_sparse_attention_runs_context_parallelism_as_the_all_gather() 
     assert any("DeepSeek Sparse Attention runs no other" in n for n in e.notes(0))
     ok, _ = validity(replace(w, cp_comm="a2a"), p)
     assert not ok[0]
+    # what the all-gather holds in a layer's backward: MLA's whole up-projected K and V
+    # (128 heads x (192 + 128)) of all 65,536 tokens, and their gradients, 16-bit
+    from gpuscale.perf.memory import _gathered_kv
+
+    whole = 65536 * 128 * (192 + 128) * 2.0
+    assert float(_gathered_kv(w, p)[0]) == pytest.approx(2 * whole)

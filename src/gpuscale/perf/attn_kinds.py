@@ -40,6 +40,11 @@ def full_view(m: Model) -> Model:
     return m.model_copy(update={"window_layers": 0, "window_attn": None})
 
 
+def windowed_share(m: Model) -> float:
+    """The share of the attention layers that attend within a window (or chunk)."""
+    return (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 0.0
+
+
 def attn_kinds(m: Model) -> tuple[tuple[int, Model], ...]:
     """(attention layers, view) of each kind: the full-attention layers and the windowed
     ones where these have a shape of their own; else the model itself, all its attention

@@ -10,7 +10,7 @@ import numpy as np
 
 from gpuscale.calibrate import Calibration
 from gpuscale.catalog import GPU, Model
-from gpuscale.perf.attn_kinds import attn_kinds
+from gpuscale.perf.attn_kinds import attn_kinds, windowed_share
 from gpuscale.perf.plan import FloatArrayT, Workload
 from gpuscale.perf.transformer import (
     attn_core_dims,
@@ -18,8 +18,7 @@ from gpuscale.perf.transformer import (
     indexer_core_flops_per_token,
     indexer_layers,
     keys_per_query,
-    kv_width_per_rank,
-    mla_kv_width,
+    kv_pair_width,
 )
 
 FloatArray = FloatArrayT
@@ -137,10 +136,9 @@ def _ring_merge_s(
         none = np.zeros_like(mbs * s_loc)
         return none, none
     steps = np.where(cp > 1.0, 1.0 + 0.75 * (cp - 1.0), 0.0)
-    full = 1.0 - (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 1.0
+    full = 1.0 - windowed_share(m)
     qk_w, v_w = attn_core_dims(m)
-    # K and V: MLA's whole up-projected heads, as the kernel gets them
-    kv = mla_kv_width(m) / tp if m.mla is not None else 2.0 * kv_width_per_rank(m, tp)
+    kv = kv_pair_width(m, tp)  # MLA's whole up-projected heads, as the kernel gets them
     tokens = full * steps * mbs * s_loc
     fwd = RING_MERGE_BYTES * tokens * v_w / tp / bw
     bwd = RING_MERGE_BYTES * tokens * (qk_w / tp + kv) / bw

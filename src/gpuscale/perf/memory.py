@@ -39,7 +39,7 @@ from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stage_kinds import AVERAGE, StageCandidate, stage_candidates
 from gpuscale.perf.stage_params import candidate_layers, candidate_params, embedding_on_stage
 from gpuscale.perf.stages import pipeline_stages
-from gpuscale.perf.transformer import kv_width_per_rank, mtp_layer_equivalents
+from gpuscale.perf.transformer import kv_pair_width, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
 
@@ -234,7 +234,7 @@ def _gathered_kv(w: Workload, p: Plans) -> FloatArray:
     m = w.model
     if w.cp_exchange != "all_gather" or not m.attn_layers:
         return np.zeros(len(p))
-    whole = 2.0 * p.mbs * w.seq_len * kv_width_per_rank(m, p.tp.astype(np.float64)) * 2.0
+    whole = p.mbs * w.seq_len * kv_pair_width(m, p.tp.astype(np.float64)) * 2.0
     out: FloatArray = np.where(p.cp > 1, 2.0 * whole, 0.0)
     return out
 

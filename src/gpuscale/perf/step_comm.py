@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.calibrate import Calibration
+from gpuscale.perf.attn_kinds import windowed_share
 from gpuscale.perf.comm.distinct import collective_s, per_distinct
 from gpuscale.perf.comm.moe import moe_dispatch_time_s
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
@@ -124,7 +125,7 @@ def cp_comm_s(
         # Transformer Engine's ring refuses windowed attention ("not sliding_window_attn or
         # cp_comm_type in [a2a, all_gather]"): those layers run the all-to-alls (Megatron
         # takes --cp-comm-type per layer)
-        windowed = (m.window_layers or 0) / max(m.attn_layers, 1) if m.window else 0.0
+        windowed = windowed_share(m)
         # the ring's steps are sends to the next rank: one that spans scale-up domains is
         # paced by its hops between them, each one GPU's send through one NIC (not an NCCL
         # all-gather striped over every NIC of a domain)

@@ -105,6 +105,16 @@ def kv_width_per_rank(m: Model, tp: FloatArray) -> FloatArray:
     return out
 
 
+def kv_pair_width(m: Model, tp: FloatArray) -> FloatArray:
+    """K and V widths together that a TP rank hands its attention kernel: MLA's whole
+    up-projected heads (:func:`mla_kv_width` over TP), else twice
+    :func:`kv_width_per_rank`."""
+    if m.mla is not None:
+        out: FloatArray = mla_kv_width(m) / tp
+        return out
+    return 2.0 * kv_width_per_rank(m, tp)
+
+
 def mla_kv_width(m: Model) -> int:
     """An MLA model's per-token K and V widths together, as its attention gets them:
     whole heads up-projected from the latent, K of (nope + rope), V of v_head_dim (0 for

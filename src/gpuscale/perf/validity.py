@@ -125,10 +125,9 @@ def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
         if not m.window or not m.window_layers:
             return []
         heads, kv = m.head_counts[-1]  # the windowed layers' own, where they have their own
-        split = ((heads // p.tp) % p.cp == 0) & (np.maximum(kv // p.tp, 1) % p.cp == 0)
         return [
             (
-                one | split,
+                one | _whole_heads(heads, kv, p),
                 f"--cp-comm p2p runs the windowed layers' context parallelism as all-to-alls "
                 f"(Transformer Engine's ring refuses them), which need their {heads} query "
                 f"heads and {kv} KV heads a tensor-parallel rank holds divisible by cp",
@@ -142,7 +141,7 @@ def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
         return []
     split = np.ones(len(p), dtype=bool)
     for heads, kv in m.head_counts:
-        split &= ((heads // p.tp) % p.cp == 0) & (np.maximum(kv // p.tp, 1) % p.cp == 0)
+        split &= _whole_heads(heads, kv, p)
     return [
         (
             one | split,
@@ -150,6 +149,13 @@ def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
             f"({kv_heads_said(m)}) a tensor-parallel rank holds divisible by cp",
         )
     ]
+
+
+def _whole_heads(heads: int, kv: int, p: Plans) -> BoolArray:
+    """Plans whose CP ranks each get whole heads from the all-to-alls: the query heads and
+    the KV heads a TP rank holds (one, where TP replicates them) divide by cp."""
+    out: BoolArray = ((heads // p.tp) % p.cp == 0) & (np.maximum(kv // p.tp, 1) % p.cp == 0)
+    return out
 
 
 def _expert_rules(w: Workload, p: Plans) -> list[Rule]:
