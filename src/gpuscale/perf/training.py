@@ -46,8 +46,12 @@ class TrainingEstimate(PlanNotes):
         return float(step.step_s[0]), float(self.step_s[i])
 
     def _priced_as(self, i: int, w: Workload) -> tuple[float, bool] | None:
+        if self.cal is None:
+            return None
+        if w is self.workload:  # priced already
+            return float(self.step_s[i]), bool(self.memory.fits[i])
         one = self.plans.take(np.array([i]))
-        if self.cal is None or not validity(w, one)[0][0]:
+        if not validity(w, one)[0][0]:
             return None
         mem = memory_breakdown(w, one, self.cal)
         step = step_breakdown(w, one, self.cal, mem.recompute_fraction)
