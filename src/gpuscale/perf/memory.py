@@ -36,8 +36,8 @@ from gpuscale.perf.plan import (
     separate_accumulation,
 )
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stage_kinds import AVERAGE, StageCandidate, stage_candidates
-from gpuscale.perf.stage_params import candidate_layers, candidate_params, embedding_on_stage
+from gpuscale.perf.stage_kinds import StageCandidate, stage_candidates
+from gpuscale.perf.stage_params import candidate_embedding, candidate_layers, candidate_params
 from gpuscale.perf.stages import pipeline_stages
 from gpuscale.perf.transformer import kv_pair_width, mtp_layer_equivalents
 
@@ -119,8 +119,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     for c in cands:
         if id(c.mix) not in by_mix:
             # the stage's embedding or output layer: 16-bit, never an FP8 copy
-            ends = True if c.mix is AVERAGE else (c.rank == 0) | (c.rank == p.pp - 1)
-            emb = embedding_on_stage(w, p, ends)
+            emb = candidate_embedding(w, p, c)
             by_mix[id(c.mix)] = _states(w, p, cal, groups, shard, emb, *candidate_params(w, p, c))
     states = [by_mix[id(c.mix)] for c in cands]
     # activations in flight: the first and the last pipeline stage (the same one without

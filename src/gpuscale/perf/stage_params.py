@@ -107,8 +107,18 @@ def candidate_params(
     embedding or output layer on the first and the last."""
     if c.mix is AVERAGE:
         return params_per_gpu(w, p)
-    ends = (c.rank == 0) | (c.rank == p.pp - 1)
-    return params_per_gpu(w, p, c.mix, ends, candidate_layers(p, c, pipeline_stages(w, p)))
+    return params_per_gpu(w, p, c.mix, _ends(p, c), candidate_layers(p, c, pipeline_stages(w, p)))
+
+
+def candidate_embedding(w: Workload, p: Plans, c: StageCandidate) -> FloatArray:
+    """The embedding or output-layer parameters of a candidate stage's
+    :func:`candidate_params` (:func:`embedding_on_stage`)."""
+    return embedding_on_stage(w, p, _ends(p, c))
+
+
+def _ends(p: Plans, c: StageCandidate) -> NDArray[np.bool_] | bool:
+    """Whether a candidate stage is the first or the last (an average stage prices both)."""
+    return True if c.mix is AVERAGE else (c.rank == 0) | (c.rank == p.pp - 1)
 
 
 def candidate_layers(p: Plans, c: StageCandidate, st: Stages) -> FloatArray:
