@@ -370,6 +370,21 @@ def test_pipeline_degrees_include_uneven_powers_of_two() -> None:
     assert Plans.of(pp=16).stage_layers(61)[0] == 4.0
 
 
+
+
+def test_a_gpu_count_with_an_odd_factor_is_filled_by_a_pipeline_of_that_degree() -> None:
+    # 24 GPUs (three 8-GPU nodes), a batch of 512: every data-parallel degree is a power of
+    # two, so only a model-parallel group of 3 (or 6, 12, 24) GPUs fills the machine. Llama
+    # 3 8B's 32 layers (34 with the embedding and loss) divide by none of 3, 6, 12, 24 and
+    # 8 heads by no multiple of 3: PP3 (11-11-10 layers) is the only way to use all 24, and
+    # it beats the best 16-GPU plan
+    w = workload("llama3-8b", "h100-sxm", 24, 4096, 512)
+    res = search_plans(w, CAL)
+    pe, b = res.estimate.plans, res.best
+    assert int(pe.pp[b]) % 3 == 0
+    assert int(pe.tp[b] * pe.pp[b] * pe.dp[b] * pe.cp[b]) == 24
+    pps = set(np.unique(enumerate_plans(w, {}).pp).tolist())
+    assert {3, 6, 12, 24}.issubset(pps)
 def test_uneven_interleaving_prices_memory_and_time_on_one_stage() -> None:
     # Llama 3 70B on PP8 x VPP3: 24 chunks of ceil(80 / 24) = 4 layers, 12 on a stage,
     # in the step, the memory and the note alike

@@ -85,15 +85,20 @@ def _tp_degrees(w: Workload) -> list[int]:
 def _pp_degrees(w: Workload) -> list[int]:
     """The pipeline degrees the search tries: those that split the layers evenly, or
     evenly once the embedding and the output layer count as one layer each (Megatron's
-    account-for-embedding/loss split), and the powers of two with uneven stages
-    (Megatron's first/last-stage layer counts: DeepSeek-V3's 61 layers ran on PP16),
-    priced on the fullest stage."""
+    account-for-embedding/loss split), the powers of two with uneven stages (Megatron's
+    first/last-stage layer counts: DeepSeek-V3's 61 layers ran on PP16), and the divisors
+    of the GPU count, without which a count such as 24 (three 8-GPU nodes) could only be
+    filled by a plan no model divides (TP3) and its best plan would leave GPUs idle; an
+    uneven plan is priced on its fullest stage."""
     m = w.model
     n = w.num_gpus
     return sorted(
         {
             p
-            for p in divisors(m.layers) + divisors(m.layers + 2) + _powers_of_two(m.layers)
+            for p in divisors(m.layers)
+            + divisors(m.layers + 2)
+            + _powers_of_two(m.layers)
+            + divisors(n)
             if 1 <= p <= min(n, m.layers)
         }
     )
