@@ -57,14 +57,15 @@ def test_moe_fp8_plan() -> None:
         recompute=RECOMPUTE.index("selective"), recompute_modules=("layernorm", "moe_act"),
     )  # fmt: skip
     line = " ".join(args)
-    # 94 layers on 32 chunks: ceil(94 / 32) = 3 on 31 of them, 94 - 93 = 1 on the last, as a
-    # layout (E the embedding, L the loss, | between chunks)
-    layout = "E" + "ttt|" * 31 + "tL"
+    # 94 layers on 32 chunks: ceil(94 / 32) = 3 on the first 30, 2 on the last two
+    # (30 x 3 + 2 x 2 = 94), as a layout (E the embedding, L the loss, | between chunks):
+    # stages 0-5 hold 12 layers, stages 6 and 7 (chunks 30 and 31 are their fourth) 11
+    layout = "E" + "ttt|" * 30 + "tt|ttL"
     assert f"--pipeline-model-parallel-layout {layout}" in line
     assert "--num-virtual-stages-per-pipeline-rank" not in line
     assert notes == [
-        "94 layers do not divide into 32 pipeline chunks: priced as if every chunk held 3, "
-        "an upper bound for the ones that hold fewer"
+        "94 layers do not divide into 32 pipeline chunks: priced as if every stage held 12 "
+        "(the fullest), an upper bound for the ones that hold fewer"
     ]
     assert "--expert-model-parallel-size 32 --expert-tensor-parallel-size 1" in line
     # one copy of a token per remote 8-GPU NVLink domain: DeepEP

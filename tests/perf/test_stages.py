@@ -29,7 +29,7 @@ from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import PP_SPLITS, Plans, Workload
-from gpuscale.perf.stages import head_layers, pipeline_stages
+from gpuscale.perf.stages import even_chunks, head_layers, pipeline_stages
 from gpuscale.perf.step import step_breakdown
 from gpuscale.perf.validity import check_plan, validity
 from gpuscale.search.explain import explain
@@ -231,3 +231,22 @@ def test_only_placements_a_framework_runs_are_tried_and_explained() -> None:
     acc = search_plans(w405, cal, {"tp": 8}).estimate.plans
     a = acc.split == PP_SPLITS.index("account")
     assert a.any() and (128 % (acc.pp[a] * acc.vpp[a]) == 0).all() and (acc.pp[a] > 2).all()
+
+
+@given(st.integers(2, 130), st.integers(2, 16), st.integers(1, 6))
+def test_even_split_prices_the_fullest_stage_of_the_chunks_it_places(
+    layers: int, pp: int, vpp: int
+) -> None:
+    # every layer placed once, chunks within one layer of each other, and the vectorised
+    # fullest stage (what the step and memory price) is the fullest of those chunks' stages
+    if pp * vpp > layers:
+        return
+    sizes = even_chunks(layers, pp, vpp)
+    assert len(sizes) == pp * vpp and sum(sizes) == layers and min(sizes) >= 1
+    assert max(sizes) - min(sizes) <= (1 if vpp > 1 else max(sizes))
+    stages = [sum(sizes[r::pp]) for r in range(pp)]
+    assert Plans.of(pp=pp, vpp=vpp).stage_layers(layers)[0] == max(stages)
+    # and no placement of the chunks' sizes does better than ceil(L / pp) on a stage
+    assert max(stages) >= -(-layers // pp)
+    if layers % (pp * vpp) == 0:
+        assert stages == [layers // pp] * pp

@@ -13,6 +13,7 @@ import pytest
 from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.errors import InputError
+from gpuscale.export.megatron import megatron_args
 from gpuscale.perf.comm import Fabric
 from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.step import step_breakdown
@@ -283,11 +284,11 @@ def test_explain_says_when_a_plan_is_priced_at_its_uneven_split_bound() -> None:
     fixed = {"tp": 2, "cp": 1, "vpp": 1, "mbs": 1, "recompute": 0}
     r = search_plans(w, CAL, {**fixed, "pp": 3})
     assert _bound(r, (r.best, r.best)) == (
-        " Both are priced as if every pipeline chunk held as many layers as the fullest "
+        " Both are priced as if every pipeline stage held as many layers as the fullest "
         "(32 layers in 3 chunks), a bound that overstates their compute and bubble "
         "(their layouts hold fewer on the last chunks)."
     )
-    one = f" {r.estimate.plans.label(r.best)} is priced as if each of its 3 pipeline chunks held 11"
+    one = f" {r.estimate.plans.label(r.best)} is priced as if each of its 3 pipeline stages held 11"
     assert _bound(r, (r.best,)).startswith(one)
     even = search_plans(w, CAL, {**fixed, "pp": 4})
     assert _bound(even, (even.best,)) == ""  # 32 = 4 x 8: nothing bounded
@@ -370,8 +371,6 @@ def test_pipeline_degrees_include_uneven_powers_of_two() -> None:
     assert Plans.of(pp=16).stage_layers(61)[0] == 4.0
 
 
-
-
 def test_a_gpu_count_with_an_odd_factor_is_filled_by_a_pipeline_of_that_degree() -> None:
     # 24 GPUs (three 8-GPU nodes), a batch of 512: every data-parallel degree is a power of
     # two, so only a model-parallel group of 3 (or 6, 12, 24) GPUs fills the machine. Llama
@@ -385,21 +384,27 @@ def test_a_gpu_count_with_an_odd_factor_is_filled_by_a_pipeline_of_that_degree()
     assert int(pe.tp[b] * pe.pp[b] * pe.dp[b] * pe.cp[b]) == 24
     pps = set(np.unique(enumerate_plans(w, {}).pp).tolist())
     assert {3, 6, 12, 24}.issubset(pps)
-def test_uneven_interleaving_prices_memory_and_time_on_one_stage() -> None:
-    # Llama 3 70B on PP8 x VPP3: 24 chunks of ceil(80 / 24) = 4 layers, 12 on a stage,
-    # in the step, the memory and the note alike
+
+
+def test_uneven_interleaving_prices_the_layout_it_exports() -> None:
+    # Llama 3 70B on PP8 x VPP3: 80 layers on 24 chunks, ceil(80 / 24) = 4 on the first 8
+    # and 3 on the other 16 (8 x 4 + 16 x 3 = 80), chunk k on stage k mod 8: every stage
+    # holds 4 + 3 + 3 = 10 layers, as on PP8 x VPP2 (5 + 5), and is priced so
     w = workload("llama3-70b", "h100-sxm", 64, 8192, 64)
     p = Plans.of(tp=8, pp=8, dp=1, vpp=3, mbs=1, sp=True, sharding=1)
-    assert p.stage_layers(80)[0] == 12.0
+    assert p.stage_layers(80)[0] == 10.0
     e = estimate(w, p, CAL)
-    assert any("fullest stage (12 layers: 3 chunks of 4)" in n for n in e.notes(0))
+    assert not any("upper bound" in n for n in e.notes(0))
+    args = " ".join(megatron_args(e, 0).args)
+    layout = "E" + "tttt|" * 8 + "ttt|" * 15 + "tttL"
+    assert f"--pipeline-model-parallel-layout {layout}" in args
     even = estimate(w, Plans.of(tp=8, pp=8, dp=1, vpp=2, mbs=1, sp=True, sharding=1), CAL)
-    # 12 layers against 10 on the first stage (the embedding on both): two more layers of
-    # weights, by hand at TP8 in bf16: attention (q, o 8192 x 8192; k, v 8192 x 1024) and
-    # the MLP (3 x 8192 x 28672) split eight ways, the two norms (8192 each) whole
-    layer = (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) / 8 * 2 + 2 * 8192 * 2
-    extra = float(e.memory.weights[0]) - float(even.memory.weights[0])
-    assert extra == pytest.approx(2 * layer, rel=1e-12)
+    assert float(e.memory.weights[0]) == float(even.memory.weights[0])
+    # 94 layers on PP8 x VPP4 (chunks 3 x 30, 2 x 2): 12 on stages 0-5, a bound for 6 and 7
+    four = estimate(workload("qwen3-235b-a22b", "h100-sxm", 256, 4096, 256), Plans.of(
+        tp=2, pp=8, dp=16, vpp=4, ep=32, mbs=1, sp=True, sharding=1), CAL)  # fmt: skip
+    assert float(four.plan_stages(0).fullest[0]) == 12.0
+    assert any("fullest stage (12 layers: 4 chunks of 3)" in n for n in four.notes(0))
 
 
 def test_partial_recompute_says_how_much_it_recomputes() -> None:

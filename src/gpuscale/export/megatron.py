@@ -34,7 +34,7 @@ import numpy as np
 from gpuscale.catalog import Model
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stages import bounded_chunks
+from gpuscale.perf.stages import bounded_stages, even_chunks
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.training_notes import block_recompute_layers, megatron_units
 from gpuscale.perf.transformer import indexer_layers, layer_ratios, sparse_layers
@@ -56,34 +56,31 @@ class MegatronArgs:
 
 def _chunks(e: TrainingEstimate, i: int) -> list[int]:
     """Layers (gpuscale's: blocks of a hybrid) on each pipeline chunk, in the model's order,
-    as the plan's placement prices them, the fullest holding what is priced: the even
-    split's ceil(L / n) on every chunk but the last, which holds the rest (or, when too few
-    are left, ceil(L / n) on as many chunks as needed and one fewer on the others); a
-    balanced pipeline's last stage beside the output layer, the others sharing the rest."""
+    as the plan's placement prices them: the even split's
+    (:func:`~gpuscale.perf.stages.even_chunks`); the account split's (L + 2) / n places a
+    chunk; a balanced pipeline's last stage beside the output layer, the others sharing the
+    rest (ceil of their share on the first ones, one fewer on the others)."""
     p = e.plans
     layers = e.workload.model.layers
     pp, vpp = int(p.pp[i]), int(p.vpp[i])
-
-    def spread(total: int, n: int) -> list[int]:
-        c = math.ceil(total / n)
-        full = total - n * (c - 1)  # chunks holding c layers; the others c - 1
-        return [c] * full + [c - 1] * (n - full)
-
     n = pp * vpp
     split = PP_SPLITS[int(p.split[i])]
     if split == "balanced":
         last = int(e.plan_stages(i).last[0])
-        return [*spread(layers - last, pp - 1), last]
+        body, c = layers - last, math.ceil((layers - last) / (pp - 1))
+        full = body - (pp - 1) * (c - 1)  # stages holding c layers; the others c - 1
+        return [*[c] * full, *[c - 1] * (pp - 1 - full), last]
     if split == "account":
         # (L + 2) / n places a chunk, the embedding taking one on the first, the loss one
         # on the last (validity keeps L + 2 a multiple of n)
         places = (layers + 2) // n
         return [places - 1, *[places] * (n - 2), places - 1]
-    c = math.ceil(layers / n)
-    if layers - (n - 1) * c >= 1:
-        # Megatron-LM's own uneven split: ceil(L / n) a chunk, the rest on the last
-        return [c] * (n - 1) + [layers - (n - 1) * c]
-    return spread(layers, n)
+    return even_chunks(layers, pp, vpp)
+
+
+def _stage_sum(chunks: list[int], pp: int) -> int:
+    """The layers of the fullest stage, chunk k on stage k mod pp."""
+    return max(sum(chunks[r::pp]) for r in range(pp))
 
 
 def _layout(chunks: list[int], mtp: int) -> str:
@@ -109,10 +106,11 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
             out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
         return out
     chunks = _chunks(e, i)
-    if bounded_chunks(m.layers, p.take(np.array([i])))[0]:
+    if bounded_stages(m.layers, p.take(np.array([i])))[0]:
         notes.append(
             f"{m.layers} layers do not divide into {pp * vpp} pipeline chunks: priced as if "
-            f"every chunk held {max(chunks)}, an upper bound for the ones that hold fewer"
+            f"every stage held {_stage_sum(chunks, pp)} (the fullest), an upper bound for "
+            "the ones that hold fewer"
         )
     if m.hybrid and not m.gated_deltanet:
         # Megatron's hybrid (Mamba) models take their stages from | in the layer pattern

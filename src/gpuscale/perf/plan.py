@@ -338,11 +338,18 @@ class Plans:
         return self.tp * self.pp * self.dp * self.cp
 
     def stage_layers(self, layers: int) -> FloatArrayT:
-        """Layers on the fullest pipeline stage: ``vpp`` chunks of ceil(L / (pp vpp)) layers
-        (chunks sized alike, as Megatron's layers-per-virtual-stage makes them; with uneven
-        stages the fullest one sets the pipeline's pace and its memory)."""
-        chunks = self.pp * self.vpp
-        return (np.ceil(layers / chunks) * self.vpp).astype(np.float64)
+        """Layers on the fullest pipeline stage under the even split
+        (:func:`gpuscale.perf.stages.even_chunks`): ``vpp`` chunks of ceil(L / (pp vpp))
+        layers where they divide (Megatron's layers-per-virtual-stage); otherwise the
+        first ``full`` chunks in the model's order hold c = ceil(L / (pp vpp)) layers and
+        the rest c - 1, chunk k on stage k mod pp, so the fullest stage holds
+        (c - 1) vpp + ceil(full / pp). With uneven stages the fullest one sets the
+        pipeline's pace and its memory."""
+        n = self.pp * self.vpp
+        c = np.ceil(layers / n)
+        full = layers - n * (c - 1)
+        out: FloatArrayT = ((c - 1) * self.vpp + np.ceil(full / self.pp)).astype(np.float64)
+        return out
 
     def microbatches(self, w: Workload) -> IntArray:
         out: IntArray = w.global_batch // np.maximum(self.dp * self.mbs, 1)

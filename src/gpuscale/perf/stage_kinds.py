@@ -18,12 +18,13 @@ the step prices; the Megatron-LM layout gpuscale emits may spread the remainder 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscale.perf.plan import PP_SPLITS, FloatArrayT, IntArray, Plans, Workload
-from gpuscale.perf.stages import pipeline_stages
+from gpuscale.perf.stages import even_chunks, pipeline_stages
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,15 @@ def stage_layers(kinds: str, pp: int, vpp: int, split: int, full: int, last: int
     if split == PP_SPLITS.index("balanced"):
         body = n - last
         return [kinds[r * full : min((r + 1) * full, body)] for r in range(pp - 1)] + [kinds[body:]]
-    shift = 1 if split == PP_SPLITS.index("account") else 0
-    c = -(-(n + 2 * shift) // (pp * vpp))
-    out = []
-    for r in range(pp):
-        places = [(v * pp + r) * c + j for v in range(vpp) for j in range(c)]
-        out.append("".join(kinds[q - shift] for q in places if 0 <= q - shift < n))
-    return out
+    if split == PP_SPLITS.index("account"):
+        # (L + 2) / (pp vpp) places a chunk, the embedding and the loss one each
+        c = (n + 2) // (pp * vpp)
+        sizes = [c - 1, *[c] * (pp * vpp - 2), c - 1]
+    else:
+        sizes = even_chunks(n, pp, vpp)
+    starts = [0, *itertools.accumulate(sizes)]
+    chunks = [kinds[a:b] for a, b in itertools.pairwise(starts)]
+    return ["".join(chunks[v * pp + r] for v in range(vpp)) for r in range(pp)]
 
 
 def _shares(kinds: str, held: str, pattern: bool) -> tuple[float, ...]:

@@ -8,10 +8,10 @@ model (Llama 3.1 405B: 0.63 at sequence 8,192).
 
 Three placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
 
-- ``even``: ceil(L / (pp vpp)) layers in every virtual chunk, the output layer beside the
-  last stage's layers (Megatron-LM's default, torchtitan's even split). The fullest stage
-  with the output layer sets the pace and, with the first stage's in-flight micro-batches,
-  the memory.
+- ``even``: L / (pp vpp) layers in every virtual chunk, the output layer beside the last
+  stage's layers (Megatron-LM's default, torchtitan's even split); where they do not
+  divide, as :func:`even_chunks` places them. The fullest stage with the output layer sets
+  the pace and, with the first stage's in-flight micro-batches, the memory.
 - ``account``: the embedding and the loss each take a layer's place, (L + 2) / (pp vpp)
   places a chunk: the first stage holds one layer fewer beside the embedding, the last one
   fewer beside the output layer (Megatron-Core's ``account_for_embedding_in_pipeline_split``
@@ -49,6 +49,24 @@ from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, BoolArray, FloatArrayT, Pla
 from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops_per_token
 
 
+def even_chunks(layers: int, pp: int, vpp: int) -> list[int]:
+    """Layers on each of the pp x vpp pipeline chunks under the even split, in the model's
+    order (chunk k runs on stage k mod pp): ceil(L / (pp vpp)) each where they divide.
+    Otherwise, without interleaving, Megatron-LM's own uneven split (``--decoder-last-
+    pipeline-num-layers``): ceil(L / pp) on every stage but the last, which holds the rest
+    (when at least one is left); with interleaving, which Megatron runs uneven only through
+    a ``--pipeline-model-parallel-layout``, c = ceil(L / (pp vpp)) on the first chunks and
+    c - 1 on the others, so that no stage holds more than (c - 1) vpp + ceil(full / pp)
+    (``full`` chunks of c), what :meth:`~gpuscale.perf.plan.Plans.stage_layers` prices."""
+    n = pp * vpp
+    c = -(-layers // n)
+    rest = layers - (n - 1) * c
+    if vpp == 1 and rest >= 1:
+        return [c] * (n - 1) + [rest]
+    full = layers - n * (c - 1)  # chunks holding c layers; the others c - 1
+    return [c] * full + [c - 1] * (n - full)
+
+
 @dataclass(frozen=True)
 class Stages:
     """Layers per pipeline stage, one array element per plan (whole layers)."""
@@ -64,12 +82,15 @@ class Stages:
     """1 where that stage runs the output layer and the loss, else 0."""
 
 
-def bounded_chunks(layers: int, p: Plans) -> BoolArray:
-    """Plans placed evenly whose ``layers`` do not divide into their pp x vpp pipeline
-    chunks: priced as if every chunk held ceil(L / (pp vpp)) layers, a bound (the layouts
-    that run them hold fewer on the last chunks)."""
+def bounded_stages(layers: int, p: Plans) -> BoolArray:
+    """Plans placed evenly whose stages do not all hold the same ``layers``: priced as if
+    every stage held as many as the fullest (:meth:`~gpuscale.perf.plan.Plans.stage_layers`),
+    the last one beside the output layer included, a bound (the layouts that run them hold
+    fewer on the last chunks)."""
     out: BoolArray = (
-        (p.split == PP_SPLITS.index("even")) & (p.pp > 1) & (layers % (p.pp * p.vpp) != 0)
+        (p.split == PP_SPLITS.index("even"))
+        & (p.pp > 1)
+        & (p.pp * p.stage_layers(layers) != layers)
     )
     return out
 

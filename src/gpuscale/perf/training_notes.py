@@ -24,7 +24,7 @@ from gpuscale.perf.plan import (
     pipelined_fsdp,
 )
 from gpuscale.perf.recompute import DEFAULT_MODULES
-from gpuscale.perf.stages import Stages, head_layers, pipeline_stages
+from gpuscale.perf.stages import Stages, even_chunks, head_layers, pipeline_stages
 from gpuscale.perf.storage import StorageCost, StoragePolicy
 from gpuscale.perf.transformer import attn_core_dims
 from gpuscale.units import fmt_bytes, fmt_time
@@ -287,8 +287,10 @@ class PlanNotes:
         # with the embedding and the loss in a layer's place each (Megatron's
         # account_for_embedding/loss_in_pipeline_split) the layers + 2 split evenly
         account = (m.layers + 2) % chunks == 0
-        other = "--pp-split account or balanced" if account else "--pp-split balanced"
-        if m.layers % chunks:
+        # the balanced placement is priced for pipelines without interleaving only
+        others = [s for s, ok in (("account", account), ("balanced", vpp == 1)) if ok]
+        other = f"--pp-split {' or '.join(others)}"
+        if m.layers != pp * fullest:  # stages of unequal layers (bounded_stages)
             why = (
                 " (they would split evenly with --pp-split account, the embedding and the "
                 "loss taking a layer's place each)"
@@ -298,10 +300,9 @@ class PlanNotes:
             return [
                 f"{m.layers} layers over {chunks} pipeline chunks are uneven under the even "
                 f"split{why}: the step is priced on the fullest stage ({fullest:.0f} layers"
-                f"{f': {vpp} chunks of {-(-m.layers // chunks)}' if vpp > 1 else ''}) with "
-                "the output layer, an upper bound"
+                f"{_fullest_chunks(m.layers, pp, vpp)}) with the output layer, an upper bound"
             ]
-        if r >= 0.5 and w.pp_split == "even":  # (a search with another kept this one)
+        if r >= 0.5 and others and w.pp_split == "even":  # (a search with another kept this one)
             return [
                 f"the last stage runs {head} beside its {last:.0f} layers and sets the "
                 f"pace: {other} prices placing fewer layers there"
@@ -388,3 +389,15 @@ def softmax_notes(w: Workload) -> list[str]:
         f"FLOPs of the forward's GEMMs, set the forward's pace ({fwd:.1f} x its "
         f"tensor-core time{'' if bwd == 1.0 else f', the backward {bwd:.1f} x'})"
     ]
+
+
+def _fullest_chunks(layers: int, pp: int, vpp: int) -> str:
+    """The chunks of the fullest stage under the even split, in words (nothing without
+    interleaving): ": 3 chunks of 4" or ": chunks of 2, 1 and 1"."""
+    if vpp == 1:
+        return ""
+    sizes = even_chunks(layers, pp, vpp)
+    held = max((sizes[r::pp] for r in range(pp)), key=sum)
+    if len(set(held)) == 1:
+        return f": {vpp} chunks of {held[0]}"
+    return f": chunks of {', '.join(map(str, held[:-1]))} and {held[-1]}"
