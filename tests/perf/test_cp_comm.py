@@ -112,8 +112,8 @@ def test_ulysses_needs_whole_heads_on_each_cp_rank() -> None:
     assert ok.tolist() == [True, False, False]
     broken = [why for mask, why in rules if not mask[1]]
     assert broken == [
-        "--cp-comm a2a needs the query heads (32) and KV heads (8) a tensor-parallel rank "
-        "holds divisible by cp"
+        "--cp-comm a2a needs the query heads (32 / tp) and KV heads (8 / tp, at least 1) a "
+        "tensor-parallel rank holds divisible by cp"
     ]
     with pytest.raises(InputError) as exc:
         check_plan(w, Plans.of(tp=2, pp=1, dp=2, cp=8, mbs=1))
@@ -210,8 +210,8 @@ def test_the_rings_windowed_layers_run_the_all_to_alls() -> None:
     assert not ok[0]
     assert [why for mask, why in rules if not mask[0]] == [
         "--cp-comm p2p runs the windowed layers' context parallelism as all-to-alls "
-        "(Transformer Engine's ring refuses them), which need their 64 query heads and 8 KV "
-        "heads a tensor-parallel rank holds divisible by cp"
+        "(Transformer Engine's ring refuses them), which need the query heads (64 / tp) and "
+        "KV heads (8 / tp, at least 1) a tensor-parallel rank holds divisible by cp"
     ]
     assert validity(replace(wide, cp_comm="all_gather"), p16)[0].all()
 

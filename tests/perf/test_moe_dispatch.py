@@ -14,6 +14,7 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_system
 from gpuscale.errors import InputError
 from gpuscale.perf.comm import Fabric, collective_time_s, domains_hit, moe_dispatch_time_s
+from gpuscale.perf.training import TrainingEstimate
 
 CAL = default_calibration()
 HGX_B200 = Fabric.from_system(get_system("hgx-b200"), total_gpus=1024)
@@ -107,6 +108,12 @@ def test_an_unknown_dispatcher_is_an_input_error_naming_the_flag() -> None:
     assert "hierarchical" in exc.value.valid
 
 
+def _notes(e: TrainingEstimate) -> list[str]:
+    """Plan 0's notes but the one on what its fixed overhead is (these MoE steps' host
+    costs make it 5 % or more)."""
+    return [n for n in e.notes(0) if not n.startswith("fixed overhead")]
+
+
 def test_the_estimate_says_how_often_a_token_crosses_the_network() -> None:
     from dataclasses import replace
 
@@ -118,13 +125,13 @@ def test_the_estimate_says_how_often_a_token_crosses_the_network() -> None:
     s = system_for_gpu(g)
     w = Workload(get_model("qwen3-30b-a3b"), g, s, Fabric.from_system(s, 64), 64, 4096, 256)
     over_nodes = Plans.of(tp=1, pp=1, dp=64, ep=32, mbs=1, recompute=0)
-    (note,) = estimate(w, over_nodes, CAL).notes(0)
+    (note,) = _notes(estimate(w, over_nodes, CAL))
     assert "spans 4 NVLink domains" in note
     assert "2.72 times" in note and "would make 6.00" in note  # 8 x 24/32 copies
-    (flat,) = estimate(replace(w, ep_dispatch="all_to_all"), over_nodes, CAL).notes(0)
+    (flat,) = _notes(estimate(replace(w, ep_dispatch="all_to_all"), over_nodes, CAL))
     assert "6.00 times" in flat and "would make 2.72" in flat
     in_node = Plans.of(tp=1, pp=1, dp=64, ep=8, mbs=1, recompute=0)
-    assert estimate(w, in_node, CAL).notes(0) == []
+    assert _notes(estimate(w, in_node, CAL)) == []
     # the JSON says which dispatch and which recompute modules it priced: none for a plan
     # that does not recompute selectively
     summary = estimate(replace(w, ep_dispatch="all_to_all"), in_node, CAL).summary(0)
@@ -143,13 +150,13 @@ def test_the_note_counts_a_partly_filled_rack_and_skips_pcie() -> None:
     w = Workload(
         get_model("llama4-maverick"), g, sys_, Fabric.from_system(sys_, 256), 256, 4096, 256
     )
-    (note,) = estimate(w, Plans.of(tp=1, pp=1, dp=256, ep=128, mbs=1, recompute=0), CAL).notes(0)
+    (note,) = _notes(estimate(w, Plans.of(tp=1, pp=1, dp=256, ep=128, mbs=1, recompute=0), CAL))
     # 72 + 56 GPUs: two racks, 56/128 of the top-1 copies leave the rack either way
     assert "spans 2 NVLink domains" in note and "0.44 times" in note
     h = get_gpu("h100-pcie")
     pcie = get_system("pcie-8gpu-gen5")
     w = Workload(get_model("qwen3-30b-a3b"), h, pcie, Fabric.from_system(pcie, 8), 8, 4096, 64)
-    assert estimate(w, Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=0), CAL).notes(0) == []
+    assert _notes(estimate(w, Plans.of(tp=1, pp=1, dp=8, ep=8, mbs=1, recompute=0), CAL)) == []
 
 
 def test_group_limited_routing_reaches_at_most_its_groups_domains() -> None:

@@ -32,9 +32,6 @@ from gpuscale.search.explain import explain
 from gpuscale.search.plans import SearchResult, search_plans
 from gpuscale.units import fmt_bytes, fmt_time
 
-FIXED_NOTE_SHARE = 0.05
-"""Share of the step above which the estimate says what its fixed overhead is."""
-
 
 def model_line(m: Model) -> str:
     """Parameters and the structure that shapes the costs: blocks, MTP depths, window,
@@ -228,21 +225,9 @@ def _estimate_notes(
     storage: StoragePolicy | None,
     failures: FailurePolicy | None,
 ) -> list[str]:
-    """The notes under an estimate's table: the estimate's own, what its fixed overhead is
-    where it is a large share of the step, the Megatron-LM flags' and what the time to
-    train leaves out."""
+    """The notes under an estimate's table: the estimate's own, the Megatron-LM flags' and
+    what the time to train leaves out."""
     notes = list(s.get("notes", []))
-    fixed = s["step_time_breakdown_s"]["overhead_s"] / s["step_time_s"]
-    if fixed >= FIXED_NOTE_SHARE:
-        notes.append(
-            f"fixed overhead ({100 * fixed:.0f} % of the step) is time the GPUs spend beyond "
-            "their kernels' work, its constants fitted on measured runs: each layer's small "
-            "kernels at their minimum time and launch, an MoE layer's router, token counts "
-            "sent to the host and permutation, the framework's loop per micro-batch and "
-            "per step, and the GPUs waiting on the host's launches where a micro-batch's "
-            "kernels take less time than issuing them; --cuda-graphs prices a step replayed "
-            "whole as CUDA graphs, without the host's part"
-        )
     notes += [f"Megatron-LM flags: {n}" for n in megatron_notes]
     if train_tokens is not None and s["time_to_train_s"] is not None and failures is None:
         # what the time to train leaves out, and the flags that price it

@@ -19,15 +19,20 @@ from gpuscale.perf.plan import (
     PP_SPLITS,
     RECOMPUTE,
     SHARDING,
+    FloatArrayT,
     Plans,
     Workload,
     pipelined_fsdp,
 )
 from gpuscale.perf.recompute import DEFAULT_MODULES
 from gpuscale.perf.stages import Stages, even_chunks, head_layers, pipeline_stages
+from gpuscale.perf.step import StepBreakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy
 from gpuscale.perf.transformer import attn_core_dims
 from gpuscale.units import fmt_bytes, fmt_time
+
+FIXED_NOTE_SHARE = 0.05
+"""The share of a step from which its notes say what the fixed overhead is."""
 
 CP_EXCHANGES = {
     "p2p": "the ring",
@@ -48,6 +53,8 @@ class PlanNotes:
     workload: Workload
     plans: Plans
     memory: MemoryBreakdown
+    step: StepBreakdown
+    step_s: FloatArrayT
 
     def _step_at(self, i: int, frac: float) -> tuple[float, float] | None:
         """Plan ``i``'s step time with ``frac`` of its layers fully recomputed, and its step
@@ -74,7 +81,31 @@ class PlanNotes:
         out.extend(self._cp_exchange_notes(i))
         out.extend(self._expert_domain_notes(i))
         out.extend(softmax_notes(self.workload))
+        out.extend(self._fixed_overhead_notes(i))
         return out
+
+    def _fixed_overhead_notes(self, i: int) -> list[str]:
+        """What the fixed overhead is, where it is :data:`FIXED_NOTE_SHARE` of the step or
+        more."""
+        share = float(self.step.overhead_s[i]) / float(self.step_s[i])
+        if share < FIXED_NOTE_SHARE:
+            return []
+        head = (
+            f"fixed overhead ({100 * share:.0f} % of the step) is time the GPUs spend beyond "
+            "their kernels' work, its constants fitted on measured runs: "
+        )
+        if self.workload.cuda_graphs:
+            return [
+                head + "each layer's small kernels at their minimum time (the step replays "
+                "whole as CUDA graphs, so none of it is the host's)"
+            ]
+        return [
+            head + "each layer's small kernels at their minimum time and launch, an MoE "
+            "layer's router, token counts sent to the host and permutation, the framework's "
+            "loop per micro-batch and per step, and the GPUs waiting on the host's launches "
+            "where a micro-batch's kernels take less time than issuing them; --cuda-graphs "
+            "prices a step replayed whole as CUDA graphs, without the host's part"
+        ]
 
     def _context_notes(self) -> list[str]:
         """A sequence beyond the model's trained context: a context-extension run, and with

@@ -129,8 +129,9 @@ def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
             (
                 one | _whole_heads(heads, kv, p),
                 f"--cp-comm p2p runs the windowed layers' context parallelism as all-to-alls "
-                f"(Transformer Engine's ring refuses them), which need their {heads} query "
-                f"heads and {kv} KV heads a tensor-parallel rank holds divisible by cp",
+                f"(Transformer Engine's ring refuses them), which need the query heads "
+                f"({heads} / tp) and KV heads ({kv} / tp, at least 1) a tensor-parallel rank "
+                "holds divisible by cp",
             )
         ]
     if m.mla is not None:
@@ -145,8 +146,9 @@ def _cp_comm_rules(w: Workload, p: Plans) -> list[Rule]:
     return [
         (
             one | split,
-            f"--cp-comm a2a needs the query heads ({heads_said(m)}) and KV heads "
-            f"({kv_heads_said(m)}) a tensor-parallel rank holds divisible by cp",
+            f"--cp-comm a2a needs the query heads ({heads_said(m)} / tp) and KV heads "
+            f"({kv_heads_said(m)} / tp, at least 1) a tensor-parallel rank holds divisible "
+            "by cp",
         )
     ]
 
