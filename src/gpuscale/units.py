@@ -132,9 +132,15 @@ def fmt_bytes(n: float, binary: bool = True) -> str:
     return f"{n:.0f} B"
 
 
+YEAR_S = 365.25 * 86400.0
+"""A Julian year in seconds."""
+
+
 def fmt_time(s: float) -> str:
-    """Human duration: seconds to 'ms'/'us'/'s'/'min'/'h'/'days'."""
+    """Human duration: seconds to 'ms'/'us'/'s'/'min'/'h'/'days'/'years'."""
     a = abs(s)
+    if a >= 2 * YEAR_S:
+        return f"{s / YEAR_S:,.1f} years"
     if a >= 2 * 86400:
         return f"{s / 86400:.1f} days"
     if a >= 3600:

@@ -68,6 +68,10 @@ def show(spec: Spec, json: Json = False) -> None:
             )
     b.add_row("total", str(r.switches_total), "", "", "", str(r.transceivers_switch_side))
     out.print(b)
+    out.print(
+        "  transceivers: switch ports only; the links and optics below add the node side's",
+        style="dim",
+    )
     c = Table(title="links and optics")
     c.add_column("item")
     c.add_column("count", justify="right")

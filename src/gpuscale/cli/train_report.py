@@ -157,7 +157,7 @@ def _plan_rows(t: Table, e: TrainingEstimate, i: int, s: dict[str, Any]) -> None
     t.add_row(
         "plan",
         label + f"  ({s['gpus_used']} of {s['gpus']} GPUs, "
-        f"{s['microbatches']} micro-batch{'' if s['microbatches'] == 1 else 'es'}"
+        f"{s['microbatches']:,} micro-batch{'' if s['microbatches'] == 1 else 'es'}"
         f"{_hybrid_shards(e, i)})",
     )
     mem = s["memory_bytes"]

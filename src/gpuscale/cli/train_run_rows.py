@@ -11,9 +11,8 @@ from rich.table import Table
 from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.report.cells import SHOWN
-from gpuscale.units import fmt_bytes, fmt_count, fmt_rate, fmt_time
+from gpuscale.units import YEAR_S, fmt_bytes, fmt_count, fmt_rate, fmt_time
 
-YEAR_S = 365.25 * 86400.0
 NEVER_S = 100.0 * YEAR_S
 """A time to train with failures priced beyond which the figure is said as what it means:
 failures and restarts leave the run almost no time to train."""
@@ -148,19 +147,27 @@ def time_to_train_row(t: Table, s: dict[str, Any], train_tokens: float) -> None:
     else:
         t.add_row(
             "time to train",
-            f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} steps, "
+            f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} "
+            f"step{'' if s['train_steps'] == 1 else 's'}, "
             + (f"{s['checkpoints']:,} checkpoints, " if s.get("checkpoints") else "")
             + (
                 f"~{s['failures']:,.0f} failure{'' if round(s['failures']) == 1 else 's'}, "
                 if s.get("failures") is not None
                 else ""
             )
-            + f"{s['gpu_hours']:,.0f} GPU-hours of the "
+            + f"{fmt_hours(s['gpu_hours'])} GPU-hours of the "
             f"{s['gpus_used']:,} GPUs it uses"
             + (
-                f", {s['gpu_hours_allocated']:,.0f} of all {s['gpus']:,}"
+                f", {fmt_hours(s['gpu_hours_allocated'])} of all {s['gpus']:,}"
                 if s["gpus_used"] < s["gpus"]
                 else ""
             )
             + f", for {fmt_count(train_tokens)} tokens)",
         )
+
+
+def fmt_hours(h: float) -> str:
+    """GPU-hours as a count: whole hours with thousands grouped, two significant figures
+    under ten ('0.52')."""
+    return f"{h:,.0f}" if h >= 10 else f"{h:.2g}"
+
