@@ -275,3 +275,26 @@ def test_size_json_names_the_model_by_its_catalog_key_as_estimate_does(
     code, out, err = run([*EST, "--input-len", "512", "--offline", "16", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["model"] == "llama3-8b"
+
+
+def test_a_closed_loop_needs_as_many_requests_as_it_keeps_in_flight(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(
+        [*EST, "--input-len", "512", "--concurrency", "64", "--requests", "10"], capsys
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "requests=10" in err and "at least --concurrency (64)" in err
+    # without --requests, a loop of more than the default 2,000 simulates its own count
+    code, out, _ = run([*EST, "--input-len", "512", "--concurrency", "3000", "--json"], capsys)
+    assert code == 0 and json.loads(out)["load"] == "concurrency 3000, 3000 requests"
+
+
+def test_more_in_flight_than_the_kv_cache_holds_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    # Llama 3 70B at TP4 on H100: the KV cache holds 228 sequences of 2,304 tokens
+    args = ["infer", "estimate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--tp", "4"]
+    args += ["--input-len", "2048", "--output-len", "256", "--concurrency", "300", "--json"]
+    code, out, err = run(args, capsys)
+    assert code == 0
+    assert json.loads(out)["memory_per_gpu"]["max_seqs"] == 228
+    assert "--concurrency 300 is more than the 228 sequences" in err and "72 requests" in err

@@ -50,6 +50,20 @@ def _warn_context(m: Model, input_len: int, output_len: int) -> None:
         )
 
 
+def _note_queue(concurrency: int | None, max_seqs: int) -> None:
+    """One stderr line when a closed loop keeps more requests in flight than the replica's
+    KV cache holds sequences: the others wait in its queue, and TTFT counts the wait."""
+    if concurrency is None or concurrency <= max_seqs:
+        return
+    err.print(
+        f"note: --concurrency {concurrency:,} is more than the {max_seqs:,} sequences the "
+        f"replica's KV cache holds: {concurrency - max_seqs:,} requests at a time wait in "
+        "its queue, and TTFT counts the wait",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _note_sparse(m: Model) -> None:
     """One stderr line for a DeepSeek Sparse Attention model (DeepSeek-V4's compressed
     attention too): how its attention is priced, and the assumption (the indexer whole on
@@ -123,8 +137,9 @@ def estimate(
         int | None,
         typer.Option(
             "--requests",
-            help="Requests simulated with --qps or --concurrency (up to 1,000,000; default "
-            "2,000); --offline N simulates its N.",
+            help="Requests simulated with --qps or --concurrency (up to 1,000,000, at least "
+            "--concurrency; default 2,000 or --concurrency where more); --offline N simulates "
+            "its N.",
         ),
     ] = None,
     engine: Engine = "trtllm",
@@ -149,6 +164,7 @@ def estimate(
     res = simulate(sm, sm.limits(), wl, cal.inf_request_overhead_s)
     _warn_context(m, input_len, output_len)
     _note_sparse(m)
+    _note_queue(concurrency, sm.memory.max_seqs)
     pf, dbatch, dec = _typical_steps(sm, res, input_len, output_len)
     doc = _estimate_doc(sm, input_len, output_len, mode, (pf, dbatch, dec), res)
     if json:
@@ -195,7 +211,15 @@ def _check_load(
         raise InputError(
             "requests", requests, f"not given with --offline, which simulates its {offline}"
         )
-    requests = DEFAULT_REQUESTS if requests is None else requests
+    if concurrency is not None and requests is not None and requests < concurrency:
+        raise InputError(
+            "requests",
+            requests,
+            f"at least --concurrency ({concurrency}): a closed loop keeps that many requests "
+            "in flight",
+        )
+    if requests is None:
+        requests = max(DEFAULT_REQUESTS, concurrency or 0)
     for n, v in (("input-len", input_len), ("output-len", output_len), ("tp", tp), ("pp", pp)):
         _positive(n, v)
     for flag, count in (("concurrency", concurrency), ("offline", offline), ("requests", requests)):
@@ -241,8 +265,8 @@ def _arrivals(
         wl = poisson(requests, qps, input_len, output_len, seed=0)
         return wl, f"Poisson {qps:g} req/s, {requests} requests"
     assert concurrency is not None
-    wl = closed(max(requests, concurrency), concurrency, input_len, output_len)
-    return wl, f"concurrency {concurrency}, {max(requests, concurrency)} requests"
+    wl = closed(requests, concurrency, input_len, output_len)
+    return wl, f"concurrency {concurrency}, {requests} requests"
 
 
 def _typical_steps(

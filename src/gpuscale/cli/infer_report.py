@@ -23,9 +23,11 @@ def gib(b: float) -> str:
 
 
 def ms(s: float) -> str:
-    """Seconds as milliseconds; "-" where there is no figure (no request emits a second
-    token when each asks for one: no TPOT or ITL)."""
-    return f"{s * 1e3:,.2f} ms" if math.isfinite(s) else "-"
+    """Seconds as milliseconds, or as seconds from 10 s; "-" where there is no figure (no
+    request emits a second token when each asks for one: no TPOT or ITL)."""
+    if not math.isfinite(s):
+        return "-"
+    return f"{s:,.2f} s" if s >= 10.0 else f"{s * 1e3:,.2f} ms"
 
 
 def print_estimate(
