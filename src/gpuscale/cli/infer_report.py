@@ -127,7 +127,13 @@ def print_size(res: SizingResult, notes: list[str]) -> None:
         f"{b.gpus} GPUs, utilization {b.utilization:.0%}{cost}; simulated p99 TTFT "
         f"{ms(b.ttft_p99_s)}, p99 TPOT {ms(b.tpot_p99_s)}"
     )
-    t = Table(title="candidates checked by simulation (in order of estimated cost)")
+    t = Table(
+        title="candidates checked by simulation (in order of estimated cost)",
+        caption="each row is the fewest replicas of one GPU and TP that meet the SLO, or the "
+        "most tried; the search stops at the first candidate whose lowest possible cost is no "
+        "less than the best found, so a GPU's other TP degrees may go unchecked: --gpus NAME "
+        "sizes that GPU alone",
+    )
     for c in (
         "GPU",
         "TP",
