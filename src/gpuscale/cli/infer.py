@@ -324,8 +324,10 @@ def size_cmd(
         str | None,
         typer.Option(
             "--gpus",
-            help="Comma-separated GPU types, all priced (ranked by cost) or none (ranked by "
-            "GPU count); default " + ",".join(DEFAULT_GPUS) + ", those priced.",
+            help="Comma-separated GPU types. Deployments are ranked by cost where every one "
+            "has a price (built in or --prices), by GPU count where none has; default "
+            + ",".join(DEFAULT_GPUS)
+            + ", those priced.",
         ),
     ] = None,
     precision: Annotated[

@@ -170,4 +170,3 @@ def fmt_hours(h: float) -> str:
     """GPU-hours as a count: whole hours with thousands grouped, two significant figures
     under ten ('0.52')."""
     return f"{h:,.0f}" if h >= 10 else f"{h:.2g}"
-
