@@ -475,6 +475,22 @@ def test_model_spellings_with_their_size(name: str, key: str) -> None:
     assert not any("variant" in n for n in notes)
 
 
+def test_a_name_whose_words_and_size_fit_one_catalog_model() -> None:
+    # "DeepSeek 67B": deepseek-llm-67b is the one model whose names hold both words and
+    # whose 67 B fit; "DeepSeek 7B" the 7B, not the 67B ("7b" is no word of its names)
+    model, notes = model_for({"model": "DeepSeek 67B"}, "r")
+    assert model.key == "deepseek-llm-67b"
+    assert notes == [
+        "model 'DeepSeek 67B' read as deepseek-llm-67b, the one catalog model whose names "
+        "hold every word of it and whose size it states"
+    ]
+    assert model_for({"model": "DeepSeek 7B"}, "r")[0].key == "deepseek-llm-7b"
+    # no size stated, or no model of that size: not read
+    for name in ("DeepSeek LLM", "DeepSeek 12B"):
+        with pytest.raises(SkipRow, match="not in the catalog"):
+            model_for({"model": name}, "r")
+
+
 def test_a_size_after_a_name_must_be_the_models() -> None:
     # DeepSeek-V3 is 671 B: "DeepSeek-V3 236B" names another model (V2's size)
     with pytest.raises(SkipRow, match="not in the catalog"):

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuscale.catalog import Model, get_model
+from gpuscale.catalog import Model, get_model, models
 from gpuscale.errors import InputError
 from gpuscale.perf.transformer import active_param_count, param_count
 from gpuscale.validate.numbers import num
@@ -86,6 +86,30 @@ def _spelled_model(name: str) -> Model | None:
     return model if fits else None
 
 
+def _name_words(text: str) -> list[str]:
+    """A model name's words, letters and numbers apart ("GPT-3 175B": gpt, 3, 175b)."""
+    return re.findall(r"[a-z]+|\d+(?:\.\d+)?[a-z]*", text.lower())
+
+
+def _model_by_words(name: str) -> Model | None:
+    """The one catalog model one of whose names (key, name, aliases) holds every word of
+    ``name`` and whose parameter count is the size the name states ("DeepSeek 67B":
+    deepseek-llm-67b; "GPT 175B": gpt3-175b, not opt-175b); None where the name states no
+    size, or where none or several fit."""
+    words = _name_words(name)
+    sizes = [w for w in words if re.fullmatch(r"\d+(?:\.\d+)?[bmt]", w)]
+    if len(sizes) != 1:
+        return None
+    said = _size_b(sizes[0])
+    fits = [
+        m
+        for m in models().values()
+        if any(set(words) <= set(_name_words(n)) for n in (m.key, m.name, *m.aliases))
+        and abs(param_count(m) / 1e9 - said) <= SIZE_TOLERANCE * said
+    ]
+    return fits[0] if len(fits) == 1 else None
+
+
 def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
     """The catalog model a row names, also when a run variant is added in brackets
     ("DeepSeekV3 (tokendrop)", "Qwen3_30B_a3B (dropless)"): the variant changes how tokens
@@ -99,6 +123,13 @@ def _catalog_model(name: str, notes: list[str], where: str) -> Model | None:
     spelled = _spelled_model(name)
     if spelled is not None:
         return spelled
+    worded = _model_by_words(name)
+    if worded is not None:
+        notes.append(
+            f"model {name!r} read as {worded.key}, the one catalog model whose names hold "
+            "every word of it and whose size it states"
+        )
+        return worded
     bare = re.sub(r"\s*\([^)]*\)\s*$", "", name)
     if bare == name or not bare:
         return None
