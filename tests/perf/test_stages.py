@@ -27,10 +27,13 @@ from gpuscale.calibrate import default_calibration
 from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.catalog.schema import Model
 from gpuscale.errors import InputError
+from gpuscale.export.megatron import megatron_args
 from gpuscale.perf.comm import Fabric
+from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import PP_SPLITS, Plans, Workload
 from gpuscale.perf.stages import even_chunks, head_layers, pipeline_stages
 from gpuscale.perf.step import step_breakdown
+from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import check_plan, validity
 from gpuscale.search.explain import explain
 from gpuscale.search.plans import search_plans
@@ -250,3 +253,59 @@ def test_even_split_prices_the_fullest_stage_of_the_chunks_it_places(
     assert max(stages) >= -(-layers // pp)
     if layers % (pp * vpp) == 0:
         assert stages == [layers // pp] * pp
+
+
+def test_the_first_stage_holds_its_larger_first_chunk_through_the_warm_up() -> None:
+    # Llama 3 70B on PP8: Megatron's interleaved warm-up runs 2 (p - 1) + (v - 1) p chunks
+    # and the one in flight on the first stage, p of each chunk and p - 1 more of its first.
+    # VPP2: chunks of 5 and 5, 8 x 10 + 7 x 5 = 115 layer-micro-batches held; VPP3: chunks
+    # of 4, 3 and 3, 8 x 10 + 7 x 4 = 108 (the average chunk's 10/3 would give 103.3)
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, 64), 64, 8192, 64)
+    cal = default_calibration()
+    acts = [
+        float(
+            memory_breakdown(
+                w, Plans.of(tp=8, pp=8, vpp=v, mbs=1, sp=True, sharding=1), cal
+            ).activations[0]
+        )
+        for v in (2, 3)
+    ]
+    assert acts[1] / acts[0] == pytest.approx(108 / 115, rel=1e-12)
+
+
+def test_a_gated_deltanet_pipeline_places_whole_megatron_layers() -> None:
+    # Qwen3.5-35B-A3B: 80 blocks, 40 Megatron layers (mixer + MLP each). PP3 x VPP14: 42
+    # chunks, one layer on each of the first 40: 14 layers (28 blocks) on the first stage,
+    # as the exported layout holds them
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    m = get_model("qwen3.5-35b-a3b")
+    w = Workload(m, g, s, Fabric.from_system(s, 24), 24, 4096, 48)
+    p = Plans.of(tp=1, pp=3, vpp=14, dp=8, ep=8, mbs=2, sharding=1)
+    assert float(pipeline_stages(w, p).fullest[0]) == 28.0
+    e = estimate(w, p, default_calibration())
+    args = megatron_args(e, 0).args
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1].split("|")
+    assert [sum(c.count("t") for c in layout[r::3]) for r in range(3)] == [14, 13, 13]
+    # pp x vpp counts Megatron layers (+ the embedding's and the loss's chunks): 42, not 82
+    assert not validity(w, Plans.of(tp=1, pp=3, vpp=15, dp=8, ep=8, mbs=2))[0][0]
+
+
+def test_a_balanced_hybrid_pipeline_prices_the_kinds_its_layout_holds() -> None:
+    # Nemotron-H 56B (118 blocks) on PP16, balanced: the stage kinds the memory prices
+    # are the layout's stages, layer for layer
+    from gpuscale.perf.stage_kinds import stage_layers
+    from gpuscale.perf.stages import balanced_chunks
+
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    m = get_model("nemotron-h-56b")
+    w = Workload(m, g, s, Fabric.from_system(s, 128), 128, 8192, 128, pp_split="balanced")
+    p = Plans.of(tp=8, pp=16, dp=1, mbs=1, sp=True, split=PP_SPLITS.index("balanced"))
+    last = int(pipeline_stages(w, p).last[0])
+    sizes = balanced_chunks(m.layers, 16, last)
+    held = stage_layers(m.pattern, 16, 1, PP_SPLITS.index("balanced"), last)
+    assert [len(h) for h in held] == sizes and sum(sizes) == m.layers
+    assert max(sizes) - min(sizes[:-1]) <= 1

@@ -15,6 +15,7 @@ from functools import cache
 from rapidfuzz.distance import OSA
 
 from gpuscale.catalog._store import _compact, _gpu_index, _norm, gpus, systems
+from gpuscale.catalog.schema import GPU
 from gpuscale.errors import InputError
 
 _BRACKETED = re.compile(r"\([^()]*\)|\[[^\[\]]*\]")
@@ -321,3 +322,17 @@ def _unknown_gpu(field: str, name: str) -> InputError:
     shown, more = ranked[:12], len(ranked) - 12
     tail = f", … ({more} more)" if more > 0 else ""
     return InputError(field, name, f"unknown; known: {', '.join(shown)}{tail}")
+
+
+def family_default(name: str, gpu: GPU) -> str | None:
+    """Where ``name`` is a bare family ("a100", "H100") that the catalog reads as one of
+    several parts, a sentence saying which and naming the others; else None."""
+    family = _family(gpu.key)
+    if _compact(name) != family or gpu.key == family:
+        return None
+    others = [k for k in gpus() if _family(k) == family and k != gpu.key]
+    if not others:
+        return None
+    return (
+        f"gpu {name!r} is read as {gpu.key} ({gpu.name}); the catalog also has {', '.join(others)}"
+    )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpuscale.catalog.gpu_names import family_default
 from gpuscale.cli._common import Cal, emit_json, err, load_calibration
 from gpuscale.cli.infer_report import gib, print_estimate, print_size
 from gpuscale.errors import InputError
@@ -156,6 +157,9 @@ def estimate(
     requests = _check_load(input_len, output_len, tp, pp, concurrency, qps, offline, requests)
     cal = load_calibration(calibration)
     m, g = get_model(model), get_gpu(gpu)
+    said = family_default(gpu, g)
+    if said is not None:
+        err.print(f"note: {said}", highlight=False, soft_wrap=True)
     pplan = precision_plan(g, precision, kv_precision)
     eng = get_engine(engine)
     sm = build_step_model(m, g, pplan, tp, pp, cal, eng, input_len + output_len, input_len)

@@ -90,8 +90,9 @@ PpSplitOpt = Annotated[
     str | None,
     typer.Option(
         "--pp-split",
-        help="How a pipeline's layers sit on its stages: even (ceil(L / (pp x vpp)) per chunk, "
-        "the output layer beside the last stage's: Megatron-LM's default), account (the "
+        help="How a pipeline's layers sit on its stages: even (L / (pp x vpp) per chunk, "
+        "one more on the first chunks where they do not divide, the output layer beside "
+        "the last stage's: Megatron-LM's default), account (the "
         "embedding and the loss take a layer's place each: Megatron's --account-for-"
         "embedding/loss-in-pipeline-split; L + 2 must divide into the chunks) or balanced "
         "(the stages' FLOPs as even as whole layers allow, the output layer counted: "

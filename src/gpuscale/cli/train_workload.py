@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.catalog import get_gpu, get_model, get_system, system_for_gpu
+from gpuscale.catalog.gpu_names import family_default
 from gpuscale.catalog.schema import GPU
+from gpuscale.cli._common import err
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import MAX_TIME_S, FailurePolicy
 from gpuscale.perf.comm import Fabric
@@ -344,6 +346,9 @@ def resolve(path: Path | None, flags: dict[str, Any], tokens: str | None) -> Res
     file_keys = {} if path is None else {k: f"{path.name}:{k}" for k in from_file}
     with _naming(file_keys, frozenset(defaulted)):
         w = build_workload(**values)
+        said = family_default(str(values["gpu"]), w.gpu)
+        if said is not None:
+            err.print(f"note: {said}", highlight=False, soft_wrap=True)
         policy = storage_policy(stored)
         failures = failure_policy(stored)
         if failures is not None:

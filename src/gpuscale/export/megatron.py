@@ -26,7 +26,6 @@ and HybridEP dispatchers are ``--moe-token-dispatcher-type flex`` with
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +33,9 @@ import numpy as np
 from gpuscale.catalog import Model
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stages import bounded_stages, even_chunks
+from gpuscale.perf.stages import balanced_chunks, bounded_stages, even_chunks, megatron_units
 from gpuscale.perf.training import TrainingEstimate
-from gpuscale.perf.training_notes import block_recompute_layers, megatron_units
+from gpuscale.perf.training_notes import block_recompute_layers, chunk_words
 from gpuscale.perf.transformer import indexer_layers, layer_ratios, sparse_layers
 
 
@@ -66,16 +65,14 @@ def _chunks(e: TrainingEstimate, i: int) -> list[int]:
     n = pp * vpp
     split = PP_SPLITS[int(p.split[i])]
     if split == "balanced":
-        last = int(e.plan_stages(i).last[0])
-        body, c = layers - last, math.ceil((layers - last) / (pp - 1))
-        full = body - (pp - 1) * (c - 1)  # stages holding c layers; the others c - 1
-        return [*[c] * full, *[c - 1] * (pp - 1 - full), last]
+        return balanced_chunks(layers, pp, int(e.plan_stages(i).last[0]))
+    units = megatron_units(e.workload.model)  # blocks a Megatron layer: whole ones placed
     if split == "account":
         # (L + 2) / n places a chunk, the embedding taking one on the first, the loss one
         # on the last (validity keeps L + 2 a multiple of n)
-        places = (layers + 2) // n
-        return [places - 1, *[places] * (n - 2), places - 1]
-    return even_chunks(layers, pp, vpp)
+        places = (layers // units + 2) // n
+        return [units * k for k in (places - 1, *[places] * (n - 2), places - 1)]
+    return [units * k for k in even_chunks(layers // units, pp, vpp)]
 
 
 def _stage_sum(chunks: list[int], pp: int) -> int:
@@ -106,11 +103,12 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
             out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
         return out
     chunks = _chunks(e, i)
-    if bounded_stages(m.layers, p.take(np.array([i])))[0]:
+    if bounded_stages(m, p.take(np.array([i])))[0]:
+        units = megatron_units(m)
         notes.append(
-            f"{m.layers} layers do not divide into {pp * vpp} pipeline chunks: priced as if "
-            f"every stage held {_stage_sum(chunks, pp)} (the fullest), an upper bound for "
-            "the ones that hold fewer"
+            f"{m.layers // units} layers do not divide into {pp * vpp} pipeline chunks: "
+            f"priced as if every stage held {_stage_sum(chunks, pp) // units} (the fullest), "
+            "an upper bound for the ones that hold fewer"
         )
     if m.hybrid and not m.gated_deltanet:
         # Megatron's hybrid (Mamba) models take their stages from | in the layer pattern
@@ -172,12 +170,14 @@ def _recompute(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
         if frac <= 0.0:
             return []
         stage = float(e.plan_stages(i).fullest[0])
-        whole, chunk = block_recompute_layers(w.model, frac, stage, int(p.vpp[i]))
+        vpp = int(p.vpp[i])
+        whole, chunk = block_recompute_layers(w.model, frac, stage, vpp)
         if whole > chunk * frac * 1.001:  # more whole layers than the fraction priced
             notes.append(
                 f"priced recomputing {100 * frac:.0f} % of the layers' activations, the least "
                 f"that fits; the block method recomputes whole layers, {whole} of each "
-                f"{chunk:.0f}-layer chunk ({100 * min(whole / chunk, 1.0):.0f} %), slower than "
+                f"{chunk_words(chunk, vpp, round(stage / megatron_units(w.model)))} "
+                f"({100 * min(whole / chunk, 1.0):.0f} %), slower than "
                 "priced: selective --recompute-modules that free as much run as priced (the "
                 "estimate's note gives the block method's step time)"
             )

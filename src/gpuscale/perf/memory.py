@@ -27,6 +27,7 @@ import numpy as np
 from gpuscale.calibrate import Calibration
 from gpuscale.perf.activations import activation_bytes_per_layer
 from gpuscale.perf.plan import (
+    PP_SPLITS,
     FloatArrayT,
     IntArray,
     Plans,
@@ -38,7 +39,7 @@ from gpuscale.perf.plan import (
 from gpuscale.perf.sharding import ShardGroups
 from gpuscale.perf.stage_kinds import StageCandidate, stage_candidates
 from gpuscale.perf.stage_params import candidate_embedding, candidate_layers, candidate_params
-from gpuscale.perf.stages import pipeline_stages
+from gpuscale.perf.stages import pipeline_stages, placed_layers
 from gpuscale.perf.transformer import kv_pair_width, mtp_layer_equivalents
 
 FloatArray = FloatArrayT
@@ -305,7 +306,9 @@ def in_flight(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:
     1F1B: the first stage holds min(m, p), the last one. Interleaved (v chunks per stage),
     Megatron's warm-up runs 2(p - 1 - r) + (v - 1) p chunks on rank r before its first
     backward, so at the peak the first stage holds p (1 + (p - 1)/(p v)) micro-batches'
-    worth (Korthikanti et al. 2022) and the last ((v - 1) p + 1)/v, both capped at all
+    worth (Korthikanti et al. 2022; p + (p - 1) c / S where the stage's first chunk holds c
+    of its S layers, more than S / v where the even split leaves the chunks unequal) and
+    the last ((v - 1) p + 1)/v, both capped at all
     m v chunks. With m = p the last stage is kept at ((v - 1) p + 1)/v, not m: Megatron-LM's
     functional test of a 7B model at PP4 VPP8 and 4 micro-batches logs its last rank's peak
     at 56.4 GiB, 1.6 % under this model's figure and 7 % under the one with m in flight
@@ -314,7 +317,13 @@ def in_flight(w: Workload, p: Plans) -> tuple[FloatArray, FloatArray]:
     mb = p.microbatches(w).astype(np.float64)
     pp = p.pp.astype(np.float64)
     v = p.vpp.astype(np.float64)
-    first = np.where(p.vpp > 1, pp + (pp - 1.0) / v, pp)
+    # the warm-up's p - 1 chunks beyond p of each run the stage's first chunk, which under
+    # the even split holds ceil(L / (p v)) layers, more than the average where they do not
+    # divide (chunks of 4, 3 and 3: 4/10 of the stage, not 1/3)
+    n = placed_layers(w.model)
+    even = p.split == PP_SPLITS.index("even")
+    share = np.where(even, np.ceil(n / (pp * v)) / p.stage_layers(n), 1.0 / v)
+    first = np.where(p.vpp > 1, pp + (pp - 1.0) * share, pp)
     last = np.where(p.vpp > 1, ((v - 1.0) * pp + 1.0) / v, 1.0)
     return np.minimum(first, mb), np.minimum(last, mb)
 

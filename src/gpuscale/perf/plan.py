@@ -88,8 +88,10 @@ whole tensor, often upcast to fp32 (see ``EAGER_*`` in
 :mod:`gpuscale.perf.step_memory_bound`), and the loss keeps three fp32 copies of the logits
 (:data:`gpuscale.perf.memory.LOSS_BYTES`)."""
 PP_SPLITS = ("even", "account", "balanced")
-"""How a pipeline's layers are placed on its stages: ``even``, ceil(L / (pp vpp)) layers per
-chunk with the output layer beside the last stage's (Megatron-LM's default); ``balanced``,
+"""How a pipeline's layers are placed on its stages: ``even``, L / (pp vpp) layers per chunk
+(:func:`gpuscale.perf.stages.even_chunks` where they do not divide) with the output layer
+beside the last stage's (Megatron-LM's default); ``account``, the embedding and the loss in
+a layer's place each; ``balanced``,
 placed so that the slowest stage has the least work, the output layer counted at its FLOPs
 (nanotron; Megatron-Core's uneven layouts). See :mod:`gpuscale.perf.stages`."""
 

@@ -8,12 +8,12 @@ stage holds the most micro-batches in flight and the embedding, the last the out
 and its logits; a stage between them may hold the heavier layers. The memory model prices
 every stage that can be the fullest (:func:`stage_candidates`) and keeps the largest.
 
-The stages' layers are placed as :mod:`gpuscale.perf.stages` prices them: ``even``, chunks
-of ceil(L / (pp vpp)) layers, stage r holding chunks r, r + pp, r + 2 pp, ...; ``account``,
-the same over L + 2 places with the embedding in place 0 and the loss in the last;
-``balanced`` (no interleaving), ``fullest`` layers on each stage but the last, which holds
-the last ``last``. Where the layers do not divide into the chunks this is the upper bound
-the step prices; the Megatron-LM layout gpuscale emits may spread the remainder otherwise.
+The stages' layers are placed as :mod:`gpuscale.perf.stages` prices them and the exported
+Megatron-LM layout runs them: ``even``, the chunks of
+:func:`~gpuscale.perf.stages.even_chunks`, stage r holding chunks r, r + pp, r + 2 pp, ...;
+``account``, the same over L + 2 places with the embedding in place 0 and the loss in the
+last; both in whole Megatron layers (a Gated DeltaNet model's mixer and MLP together);
+``balanced`` (no interleaving), the stages of :func:`~gpuscale.perf.stages.balanced_chunks`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.perf.plan import PP_SPLITS, FloatArrayT, IntArray, Plans, Workload
-from gpuscale.perf.stages import even_chunks, pipeline_stages
+from gpuscale.perf.stages import balanced_chunks, even_chunks, megatron_units, pipeline_stages
 
 
 @dataclass(frozen=True)
@@ -76,20 +76,24 @@ def uniform(w: Workload) -> bool:
     return len(set(layer_kinds(w))) == 1
 
 
-def stage_layers(kinds: str, pp: int, vpp: int, split: int, full: int, last: int) -> list[str]:
-    """The kinds of the layers on each of ``pp`` stages, placed as the module says."""
+def stage_layers(kinds: str, pp: int, vpp: int, split: int, last: int, units: int = 1) -> list[str]:
+    """The kinds of the layers on each of ``pp`` stages, placed as the module says (even
+    and account in whole Megatron layers of ``units`` blocks)."""
     n = len(kinds)
     if pp == 1:
         return [kinds]
     if split == PP_SPLITS.index("balanced"):
-        body = n - last
-        return [kinds[r * full : min((r + 1) * full, body)] for r in range(pp - 1)] + [kinds[body:]]
+        # the exported layout's stages (balanced_chunks)
+        sizes = balanced_chunks(n, pp, last)
+        starts = [0, *itertools.accumulate(sizes)]
+        return [kinds[a:b] for a, b in itertools.pairwise(starts)]
     if split == PP_SPLITS.index("account"):
         # (L + 2) / (pp vpp) places a chunk, the embedding and the loss one each
-        c = (n + 2) // (pp * vpp)
+        c = (n // units + 2) // (pp * vpp)
         sizes = [c - 1, *[c] * (pp * vpp - 2), c - 1]
     else:
-        sizes = even_chunks(n, pp, vpp)
+        sizes = even_chunks(n // units, pp, vpp)
+    sizes = [units * k for k in sizes]  # whole Megatron layers
     starts = [0, *itertools.accumulate(sizes)]
     chunks = [kinds[a:b] for a, b in itertools.pairwise(starts)]
     return ["".join(chunks[v * pp + r] for v in range(vpp)) for r in range(pp)]
@@ -118,7 +122,7 @@ def stage_candidates(w: Workload, p: Plans) -> list[StageCandidate]:
         return [first, StageCandidate(rank=last_rank, mix=AVERAGE)]
     kinds = layer_kinds(w)
     st = pipeline_stages(w, p)
-    cols = (p.pp, p.vpp, p.split, st.fullest, st.last)
+    cols = (p.pp, p.vpp, p.split, st.last)
     ints = [np.asarray(c).astype(np.int64) for c in cols]
     bases = [int(c.max()) + 1 for c in ints]
     key = np.zeros(len(p), dtype=np.int64)
@@ -131,8 +135,8 @@ def stage_candidates(w: Workload, p: Plans) -> list[StageCandidate]:
         for base in reversed(bases):
             digits.append(k % base)
             k //= base
-        last, full, split, vpp, pp = digits
-        held = stage_layers(kinds, pp, vpp, split, full, last)
+        last, split, vpp, pp = digits
+        held = stage_layers(kinds, pp, vpp, split, last, megatron_units(w.model))
         shares = [_shares(kinds, h, bool(w.model.pattern)) for h in held]
         chosen = [(0, shares[0]), (pp - 1, shares[pp - 1])]
         # a stage between the ends of the first stage's mix holds less than the first

@@ -45,8 +45,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuscale.catalog import Model
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, BoolArray, FloatArrayT, Plans, Workload
 from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops_per_token
+
+
+def megatron_units(m: Model) -> int:
+    """gpuscale's layers (blocks of a hybrid pattern) per Megatron-LM layer: 2 for a Gated
+    DeltaNet model, which Megatron-LM builds of transformer layers each holding a mixer and
+    an MLP, else 1 (Megatron's hybrid Mamba layers are single blocks). A pipeline places
+    whole Megatron layers, so the splits count in them."""
+    return 2 if m.gated_deltanet and m.hybrid and m.layers % 2 == 0 else 1
+
+
+def placed_layers(m: Model) -> int:
+    """The layers a pipeline places: Megatron-LM's (:func:`megatron_units` blocks each)."""
+    return m.layers // megatron_units(m)
 
 
 def even_chunks(layers: int, pp: int, vpp: int) -> list[int]:
@@ -67,6 +81,16 @@ def even_chunks(layers: int, pp: int, vpp: int) -> list[int]:
     return [c] * full + [c - 1] * (n - full)
 
 
+def balanced_chunks(layers: int, pp: int, last: int) -> list[int]:
+    """Layers on each stage of a balanced pipeline (no interleaving) whose last stage holds
+    ``last`` beside the output layer: the others share the rest, ceil of their share on the
+    first ones and one fewer on the others."""
+    body = layers - last
+    c = -(-body // (pp - 1))
+    full = body - (pp - 1) * (c - 1)  # stages holding c layers; the others c - 1
+    return [*[c] * full, *[c - 1] * (pp - 1 - full), last]
+
+
 @dataclass(frozen=True)
 class Stages:
     """Layers per pipeline stage, one array element per plan (whole layers)."""
@@ -82,15 +106,14 @@ class Stages:
     """1 where that stage runs the output layer and the loss, else 0."""
 
 
-def bounded_stages(layers: int, p: Plans) -> BoolArray:
-    """Plans placed evenly whose stages do not all hold the same ``layers``: priced as if
-    every stage held as many as the fullest (:meth:`~gpuscale.perf.plan.Plans.stage_layers`),
-    the last one beside the output layer included, a bound (the layouts that run them hold
-    fewer on the last chunks)."""
+def bounded_stages(m: Model, p: Plans) -> BoolArray:
+    """Plans placed evenly whose stages do not all hold the same layers of ``m``
+    (:func:`placed_layers`): priced as if every stage held as many as the fullest
+    (:meth:`~gpuscale.perf.plan.Plans.stage_layers`), the last one beside the output layer
+    included, a bound (the layouts that run them hold fewer on the last chunks)."""
+    n = placed_layers(m)
     out: BoolArray = (
-        (p.split == PP_SPLITS.index("even"))
-        & (p.pp > 1)
-        & (p.pp * p.stage_layers(layers) != layers)
+        (p.split == PP_SPLITS.index("even")) & (p.pp > 1) & (p.pp * p.stage_layers(n) != n)
     )
     return out
 
@@ -108,7 +131,9 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     """The layers of the fullest, last and slowest stage of each plan, placed as the plan's
     ``split`` says (:data:`gpuscale.perf.plan.PP_SPLITS`)."""
     layers = w.model.layers
-    even_layers = p.stage_layers(layers)
+    # even and account place whole Megatron layers (units blocks each); balanced, blocks
+    units = megatron_units(w.model)
+    even_layers = units * p.stage_layers(layers // units)
     even = Stages(fullest=even_layers, last=even_layers, slowest=even_layers, head=np.ones(len(p)))
     placed = (p.split != PP_SPLITS.index("even")) & (p.pp > 1)
     if not placed.any():
@@ -121,8 +146,8 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     # account: chunks of (L + 2) / (pp vpp) places, the embedding taking one on the first
     # stage and the loss one on the last (validity refuses plans whose chunks L + 2 does
     # not divide; rounded up here so that they still price)
-    c = np.ceil((layers + 2.0) / (pp * p.vpp)) * p.vpp
-    ends = np.minimum(c - 1.0, layers)  # the first and the last stage's layers
+    c = units * np.ceil((layers // units + 2.0) / (pp * p.vpp)) * p.vpp
+    ends = np.minimum(c - units, layers)  # the first and the last stage's layers
     account = _placed(np.where(pp > 2, c, ends), ends, r)
     # balanced: the balance point k* = (L - (p - 1) r) / p, then the whole k around it that
     # gives the least load (ties: the larger k, fewer layers on the other stages)

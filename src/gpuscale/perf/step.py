@@ -1,7 +1,7 @@
 """Training step time of a plan, term by term (the breakdown explains the total).
 
-Per micro-batch, on the slowest pipeline stage (perf/stages.py: with the even split
-ceil(L / pp) layers and the output layer on the last stage; with the account or balanced
+Per micro-batch, on the slowest pipeline stage (perf/stages.py: with the even split the
+fullest stage's layers and the output layer on the last stage; with the account or balanced
 placement, the slower of the last stage and the fullest other; plus multi-token-prediction
 depths as their FLOP-equivalent of layers, spread over the stages; a hybrid model's layers
 are its blocks, each costed by its kind):

@@ -25,7 +25,14 @@ from gpuscale.perf.plan import (
     pipelined_fsdp,
 )
 from gpuscale.perf.recompute import DEFAULT_MODULES
-from gpuscale.perf.stages import Stages, even_chunks, head_layers, pipeline_stages
+from gpuscale.perf.stages import (
+    Stages,
+    even_chunks,
+    head_layers,
+    megatron_units,
+    pipeline_stages,
+    placed_layers,
+)
 from gpuscale.perf.step import StepBreakdown
 from gpuscale.perf.storage import StorageCost, StoragePolicy
 from gpuscale.perf.transformer import attn_core_dims
@@ -179,8 +186,10 @@ class PlanNotes:
         vpp = int(self.plans.vpp[i])
         whole, chunk = block_recompute_layers(w.model, frac, stage, vpp)
         mlm = stage / megatron_units(w.model)
-        per = f" of each {chunk:.0f}-layer chunk" if vpp > 1 else ""
-        steps = self._step_at(i, min(whole / chunk, 1.0))
+        # the stage's chunks hold chunk layers or one fewer: whole of each, at most all
+        recomputed = min(whole * vpp, round(mlm))
+        per = f" of each {chunk_words(chunk, vpp, round(mlm))}" if vpp > 1 else ""
+        steps = self._step_at(i, min(recomputed / mlm, 1.0))
         cost = (
             f": a step of {fmt_time(steps[0])}, {100 * (steps[0] / steps[1] - 1):.1f} % longer"
             if steps is not None
@@ -190,7 +199,7 @@ class PlanNotes:
             f"partial recompute: the activations of {100 * frac:.0f} % of the layers "
             f"are recomputed (~{frac * mlm:.1f} of the stage's {mlm:.0f}), the "
             "least that fits; in Megatron, --recompute-method block "
-            f"--recompute-num-layers {whole}{per} (whole layers: {whole * vpp} of "
+            f"--recompute-num-layers {whole}{per} (whole layers: {recomputed} of "
             f"the stage's {mlm:.0f}, more memory free and more recompute than "
             f"priced{cost}), or selective --recompute-modules that free as much"
         ]
@@ -304,7 +313,9 @@ class PlanNotes:
             return []
         chunks = pp * vpp
         st = self.plan_stages(i)
-        fullest, last = float(st.fullest[0]), float(st.last[0])
+        # in the layers a pipeline places (Megatron's: a Gated DeltaNet's mixer + MLP)
+        n, units = placed_layers(m), megatron_units(m)
+        fullest, last = float(st.fullest[0]) / units, float(st.last[0]) / units
         r = head_layers(w)
         head = f"the output layer ({r:.2g} layers' forward FLOPs)"
         slowest = "the last stage" if st.head[0] else "the fullest other stage"
@@ -317,11 +328,11 @@ class PlanNotes:
             ]
         # with the embedding and the loss in a layer's place each (Megatron's
         # account_for_embedding/loss_in_pipeline_split) the layers + 2 split evenly
-        account = (m.layers + 2) % chunks == 0
+        account = (n + 2) % chunks == 0
         # the balanced placement is priced for pipelines without interleaving only
         others = [s for s, ok in (("account", account), ("balanced", vpp == 1)) if ok]
         other = f"--pp-split {' or '.join(others)}"
-        if m.layers != pp * fullest:  # stages of unequal layers (bounded_stages)
+        if n != pp * fullest:  # stages of unequal layers (bounded_stages)
             why = (
                 " (they would split evenly with --pp-split account, the embedding and the "
                 "loss taking a layer's place each)"
@@ -329,9 +340,9 @@ class PlanNotes:
                 else ""
             )
             return [
-                f"{m.layers} layers over {chunks} pipeline chunks are uneven under the even "
+                f"{n} layers over {chunks} pipeline chunks are uneven under the even "
                 f"split{why}: the step is priced on the fullest stage ({fullest:.0f} layers"
-                f"{_fullest_chunks(m.layers, pp, vpp)}) with the output layer, an upper bound"
+                f"{_fullest_chunks(n, pp, vpp)}) with the output layer, an upper bound"
             ]
         if r >= 0.5 and others and w.pp_split == "even":  # (a search with another kept this one)
             return [
@@ -359,19 +370,19 @@ FREQUENT_SAVE_S = 300.0
 """Saving more often than this makes the checkpoint volume a question for the storage."""
 
 
-def megatron_units(m: Model) -> int:
-    """gpuscale's layers (blocks of a hybrid pattern) per Megatron-LM layer: 2 for a Gated
-    DeltaNet model, which Megatron-LM builds of transformer layers each holding a mixer and
-    an MLP, else 1 (Megatron's hybrid Mamba layers are single blocks)."""
-    return 2 if m.gated_deltanet and m.hybrid else 1
+def chunk_words(chunk: int, vpp: int, stage: int) -> str:
+    """A stage's virtual chunks in words: "4-layer chunk" where its ``vpp`` chunks hold
+    ``chunk`` layers each, "chunk of up to 4 layers" where some hold one fewer."""
+    return f"{chunk}-layer chunk" if chunk * vpp == stage else f"chunk of up to {chunk} layers"
 
 
-def block_recompute_layers(m: Model, frac: float, stage: float, vpp: int) -> tuple[int, float]:
+def block_recompute_layers(m: Model, frac: float, stage: float, vpp: int) -> tuple[int, int]:
     """Megatron's ``--recompute-num-layers`` under ``--recompute-method block`` for a stage
     of ``stage`` layers (gpuscale's) of which ``frac`` are recomputed: the fewest whole
-    Megatron layers of each virtual chunk that cover the fraction, and the chunk's layers."""
-    chunk = stage / vpp / megatron_units(m)
-    return min(math.ceil(frac * chunk - 1e-9), math.ceil(chunk)), chunk
+    Megatron layers of each virtual chunk that cover the fraction, and the layers of the
+    stage's fullest chunk (its chunks hold that many or one fewer)."""
+    chunk = math.ceil(stage / vpp / megatron_units(m) - 1e-9)
+    return min(math.ceil(frac * chunk - 1e-9), chunk), chunk
 
 
 def _run_notes(

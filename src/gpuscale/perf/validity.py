@@ -20,6 +20,7 @@ from gpuscale.perf.plan import (
     Workload,
     shard_group_of,
 )
+from gpuscale.perf.stages import placed_layers
 
 
 def _shown(values: IntArray) -> str:
@@ -80,7 +81,7 @@ def _tensor_split_rules(w: Workload, p: Plans) -> list[Rule]:
 def _context_and_pipeline_rules(w: Workload, p: Plans) -> list[Rule]:
     """How context parallelism cuts the sequence, and how a pipeline places the layers
     and schedules the micro-batches."""
-    m = w.model
+    n = placed_layers(w.model)  # Megatron's layers: a Gated DeltaNet's mixer + MLP each
     return [
         # causal context parallelism balances its load by splitting the sequence into 2 x cp
         # chunks, each rank taking one from either end (Megatron-Core, Transformer Engine)
@@ -91,13 +92,12 @@ def _context_and_pipeline_rules(w: Workload, p: Plans) -> list[Rule]:
         # the embedding and the loss may each take a pipeline chunk of their own (Megatron's
         # account_for_embedding/loss_in_pipeline_split: 126 layers + 2 on PP16 x VPP8)
         (
-            p.pp * p.vpp <= m.layers + np.where(p.pp > 1, 2, 0),
-            f"pp x vpp exceeds the {m.layers} layers (+ embedding and loss chunks): at most "
-            f"{m.layers + 2}",
+            p.pp * p.vpp <= n + np.where(p.pp > 1, 2, 0),
+            f"pp x vpp exceeds the {n} layers (+ embedding and loss chunks): at most {n + 2}",
         ),
         (
             placement_ok(w, p),
-            f"--pp-split account needs layers + 2 ({m.layers + 2}) divisible by pp x vpp; "
+            f"--pp-split account needs layers + 2 ({n + 2}) divisible by pp x vpp; "
             "balanced, no interleaving (vpp 1)",
         ),
         (
@@ -257,7 +257,7 @@ def placement_ok(w: Workload, p: Plans) -> BoolArray:
     none; Megatron-Core asks interleaved stages to split into whole chunks)."""
     account = p.split == PP_SPLITS.index("account")
     balanced = p.split == PP_SPLITS.index("balanced")
-    fits = (w.model.layers + 2) % (p.pp * p.vpp) == 0
+    fits = (placed_layers(w.model) + 2) % (p.pp * p.vpp) == 0
     ok: BoolArray = (p.pp == 1) | ~((account & ~fits) | (balanced & (p.vpp > 1)))
     return ok
 
@@ -281,7 +281,7 @@ def check_degrees(w: Workload, degrees: Mapping[str, object]) -> None:
             continue
         top, what = {
             "mbs": (w.global_batch, "the global batch"),
-            "vpp": (w.model.layers, "the layers"),
+            "vpp": (placed_layers(w.model), "the layers"),
         }.get(key, (w.num_gpus, "the GPU count"))
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
             raise InputError(key, v, f"a whole number from 1 to {top:,} ({what})")
@@ -374,9 +374,9 @@ def _check_placement(w: Workload, p: Plans) -> None:
         "pp-split",
         "account",
         f"a placement for this plan: the embedding and the loss in a layer's place each "
-        f"make {m.layers + 2} places, which pp x vpp = {pp * vpp} chunks do not divide "
-        "(Megatron asserts it); use even or balanced, or pp x vpp dividing "
-        f"{m.layers + 2}",
+        f"make {placed_layers(m) + 2} places, which pp x vpp = {pp * vpp} chunks do not "
+        "divide (Megatron asserts it); use even or balanced, or pp x vpp dividing "
+        f"{placed_layers(m) + 2}",
     )
 
 

@@ -4,7 +4,7 @@ most between the two, what the rest adds up to, and their memory."""
 from __future__ import annotations
 
 from gpuscale.perf.plan import PP_SPLITS
-from gpuscale.perf.stages import bounded_stages
+from gpuscale.perf.stages import bounded_stages, placed_layers
 from gpuscale.search.plans import SearchResult, same_layout
 from gpuscale.units import GiB
 
@@ -114,8 +114,9 @@ def _bound(result: SearchResult, plans: tuple[int, int]) -> str:
     bound that overstates its compute and bubble (the layout its Megatron-LM arguments give
     holds fewer on the last chunks)."""
     p = result.estimate.plans
-    layers = result.estimate.workload.model.layers
-    bound = bounded_stages(layers, p)
+    model = result.estimate.workload.model
+    layers = placed_layers(model)
+    bound = bounded_stages(model, p)
     fullest = p.stage_layers(layers)
     uneven = [(i, int(p.pp[i]) * int(p.vpp[i])) for i in plans if bound[i]]
     if len(uneven) == 2:

@@ -31,7 +31,7 @@ from gpuscale.perf.plan import (
     Workload,
     pipelined_fsdp,
 )
-from gpuscale.perf.stages import pipeline_stages
+from gpuscale.perf.stages import pipeline_stages, placed_layers
 from gpuscale.perf.validity import divisors, placement_ok
 
 MAX_MBS = 16
@@ -90,16 +90,13 @@ def _pp_degrees(w: Workload) -> list[int]:
     of the GPU count, without which a count such as 24 (three 8-GPU nodes) could only be
     filled by a plan no model divides (TP3) and its best plan would leave GPUs idle; an
     uneven plan is priced on its fullest stage."""
-    m = w.model
+    layers = placed_layers(w.model)  # Megatron's: a Gated DeltaNet's mixer + MLP each
     n = w.num_gpus
     return sorted(
         {
             p
-            for p in divisors(m.layers)
-            + divisors(m.layers + 2)
-            + _powers_of_two(m.layers)
-            + divisors(n)
-            if 1 <= p <= min(n, m.layers)
+            for p in divisors(layers) + divisors(layers + 2) + _powers_of_two(layers) + divisors(n)
+            if 1 <= p <= min(n, layers)
         }
     )
 
@@ -157,7 +154,7 @@ def _structural_rows(
                 if per_rank % mbs:
                     continue
                 mbatches = per_rank // mbs
-                stage_layers = -(-m.layers // pp)
+                stage_layers = -(-placed_layers(m) // pp)
                 vpps = _fixed_or(
                     fx,
                     "vpp",
