@@ -4,6 +4,7 @@ point names the terms that moved most."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -169,7 +170,8 @@ def test_failures_are_a_term_that_grows_with_the_cluster() -> None:
 
 def test_scaling_goodput_is_the_estimates_for_the_same_plan() -> None:
     # exposed data loading (1 MB/s for 34 MB a step) and failures: the curve's goodput at
-    # the last point, step / wall, is what train estimate reports for that plan
+    # the last point, step / wall, is what train estimate reports for that plan, and that
+    # plan trains at least as many tokens a second, net, as the fastest step's
     from gpuscale.ops.reliability import FailurePolicy
     from gpuscale.perf.storage import StoragePolicy
     from gpuscale.search.plans import search_plans
@@ -181,18 +183,25 @@ def test_scaling_goodput_is_the_estimates_for_the_same_plan() -> None:
     cal = default_calibration()
     store = StoragePolicy(checkpoint_every_s=1800.0, write_Bps=100e9, read_Bps=1e6)
     fail = FailurePolicy(2112 * 86400.0, 600.0)
-    last = scaling_curve(w, cal, "strong", store, fail)[-1]
-    assert last.gpu_s_per_token["data_loading"] > 0
-    plain = scaling_curve(w, cal, "strong")[-1]
-    assert last.plan == plain.plan and plain.mfu is not None and last.mfu is not None
-    # MFU, like tokens/s per GPU, counts the run's wall time
-    assert last.mfu == pytest.approx(plain.mfu * (last.goodput or 0.0))
-    res = search_plans(w, cal)  # the plan the curve's last point runs
-    e, i = res.estimate, res.best
-    assert e.plans.label(i) == last.plan
+    curve = scaling_curve(w, cal, "strong", store, fail)
+    last = curve[-1]
+    # the last point's search, with the smaller points' data-parallel degrees
+    dps = {int(m.group(1)) for pt in curve if (m := re.search(r"DP(\d+)", pt.plan))}
+    res = search_plans(w, cal, extra_dp=dps)
+    e = res.estimate
+    i = next(int(j) for j in res.order if e.plans.label(int(j)) == last.plan)
     rel = e.summary(i, None, store, fail)["reliability"]
     assert last.goodput == pytest.approx(rel["goodput"], rel=1e-9)
-    assert rel["data_loading_share"] > 0
+    # MFU, like tokens/s per GPU, counts the run's wall time and all the GPUs (at 1 MB/s
+    # the storage paces the run: a plan on fewer GPUs hides more of the reading)
+    used = int(e.plans.gpus_used()[i])
+    assert last.mfu == pytest.approx(float(e.mfu[i]) * rel["goodput"] * used / n)
+    fastest = e.summary(res.best, None, store, fail)["reliability"]
+    assert fastest["data_loading_share"] > 0
+    best_used = int(e.plans.gpus_used()[res.best])
+    net_fastest = float(e.tokens_per_s_per_gpu[res.best]) * fastest["goodput"] * best_used / n
+    assert last.tokens_per_s_per_gpu is not None
+    assert last.tokens_per_s_per_gpu >= net_fastest * (1 - 1e-9)
 
 
 def test_the_best_interval_at_every_point_never_loses_goodput() -> None:
@@ -228,3 +237,21 @@ def test_adding_gpus_never_slows_the_best_plan() -> None:
     assert last.gpus == n and last.gpus_used == before.gpus_used == n // 2
     assert last.step_s == pytest.approx(before.step_s)
     assert last.loss_term.startswith("8192 of 16384 GPUs idle (faster than the plans using all)")
+
+
+def test_with_failures_priced_adding_gpus_never_lowers_the_jobs_net_throughput() -> None:
+    # Llama 3.1 405B at a fixed 16,384 sequences (examples/workloads/llama3-405b-h100-16k):
+    # past 65,536 GPUs failures take more than the extra GPUs give, so the last point keeps
+    # the 65,536-GPU plan and leaves the rest idle (failures strike the GPUs a job runs on)
+    from pathlib import Path
+
+    from gpuscale.cli.train_workload import resolve
+
+    root = Path(__file__).resolve().parents[2]
+    flags = {"gpus": 131072, "global_batch": 16384}
+    r = resolve(root / "examples/workloads/llama3-405b-h100-16k.yaml", flags, None)
+    curve = scaling_curve(r.workload, default_calibration(), "strong", r.storage, r.failures)
+    pts = [p for p in curve if p.tokens_per_s_per_gpu is not None]
+    for a, b in itertools.pairwise(pts):
+        assert b.tokens_per_s_per_gpu * b.gpus >= a.tokens_per_s_per_gpu * a.gpus * (1 - 1e-9)
+    assert pts[-1].gpus_used == 65536 and pts[-2].plan == pts[-1].plan

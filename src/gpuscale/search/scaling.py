@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+import numpy as np
+
 from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import FailurePolicy
@@ -32,7 +34,7 @@ from gpuscale.perf.plan import Workload
 from gpuscale.perf.step import StepBreakdown
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
-from gpuscale.search.plans import search_plans
+from gpuscale.search.plans import SearchResult, search_plans
 
 
 def weak_batch(batch: int, n: int, total: int) -> int:
@@ -198,6 +200,50 @@ def run_costs(
     return out
 
 
+NET_CANDIDATES = 20
+"""The fastest plans a point weighs by their net rate where the run's costs are priced."""
+
+PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "sharding", "split")
+"""The plan columns by which a smaller point's best plan is found again at a larger one."""
+
+
+def _plan_key(e: TrainingEstimate, i: int) -> tuple[int, ...]:
+    return tuple(int(getattr(e.plans, k)[i]) for k in PLAN_KEYS)
+
+
+def _best_net(
+    res: SearchResult,
+    n: int,
+    storage: StoragePolicy | None,
+    failures: FailurePolicy | None,
+    earlier: set[tuple[int, ...]],
+) -> tuple[int, dict[str, float] | None]:
+    """The point's plan and its run costs (:func:`run_costs`): the fastest step where
+    nothing else is priced; with checkpoints, data loading and failures, the one of the
+    :data:`NET_CANDIDATES` fastest and the smaller points' best plans (``earlier``, by
+    :data:`PLAN_KEYS`) that trains the most tokens a second over all ``n`` GPUs: a plan
+    that leaves GPUs idle also fails less often, as failures strike the GPUs a job runs on."""
+    e = res.estimate
+    if storage is None:
+        return res.best, run_costs(e, res.best, storage, failures)
+    cands = [int(i) for i in res.order[:NET_CANDIDATES]]
+    cols = [getattr(e.plans, k)[res.order] for k in PLAN_KEYS]
+    for key in earlier:
+        same = np.logical_and.reduce([c == v for c, v in zip(cols, key, strict=True)])
+        cands += [int(res.order[j]) for j in np.flatnonzero(same)[:1]]
+    best, best_rate, best_extra = res.best, -1.0, None
+    for i in dict.fromkeys(cands):
+        extra = run_costs(e, i, storage, failures)
+        if extra is None:
+            continue
+        wall = float(e.step_s[i]) + sum(extra.values())
+        rate = float(e.tokens_per_s_per_gpu[i]) * float(e.plans.gpus_used()[i]) / n
+        rate *= float(e.step_s[i]) / wall
+        if rate > best_rate * (1.0 + 1e-12):
+            best, best_rate, best_extra = i, rate, extra
+    return best, best_extra
+
+
 def scaling_curve(
     w: Workload,
     cal: Calibration,
@@ -211,6 +257,7 @@ def scaling_curve(
     base_tps: float | None = None
     prev: dict[str, float] = {}
     best_dp: set[int] = set()  # the data-parallel degrees of the smaller points' best plans
+    best_plans: set[tuple[int, ...]] = set()  # and those plans
     for n in gpu_counts(w.num_gpus):
         gbs = w.global_batch
         if mode == "weak" and n < w.num_gpus:
@@ -234,13 +281,14 @@ def scaling_curve(
                 ScalingPoint(n, gbs, f"none: {exc.valid}", None, None, None, None, None, "", {}, {})
             )
             continue
-        e, i = res.estimate, res.best
+        e = res.estimate
+        i, extra = _best_net(res, n, storage, failures, best_plans)
         best_dp.add(int(e.plans.dp[i]))
+        best_plans.add(_plan_key(e, i))
         step = float(e.step_s[i])
         terms = {k.removesuffix("_s"): float(v[i]) for k, v in e.step.terms().items()}
         shares = {k: v / step for k, v in terms.items()}
         used = int(e.plans.gpus_used()[i])
-        extra = run_costs(e, i, storage, failures)
         if extra is None:
             why = "none: failures come before the run can save and restart"
             pts.append(ScalingPoint(n, gbs, why, None, None, None, None, None, "", {}, {}, 0.0))
@@ -262,7 +310,8 @@ def scaling_curve(
         prev = gpu_s
         if used < n:
             fill = bool((e.plans.gpus_used() == n).any())
-            why = "faster than the plans using all" if fill else "no plan uses all"
+            faster = "faster" if storage is None else "more tokens a second, net of its run costs,"
+            why = f"{faster} than the plans using all" if fill else "no plan uses all"
             loss_txt = f"{n - used} of {n} GPUs idle ({why})" + (
                 "" if loss_txt in ("-", "no change") else f"; {loss_txt}"
             )
