@@ -163,3 +163,10 @@ def test_a_misspelt_column_is_named_as_not_read(tmp_path: Path) -> None:
     header = HEADER.replace("micro_batch", "micro_batches")
     path = _csv(tmp_path, "a,llama3-8b,h100-sxm,8,8192,16,2,1,fsdp,reserved_peak,40", header=header)
     assert validate_memory(path, CAL).unread_columns == ("micro_batches",)
+
+
+def test_a_share_of_memory_is_no_measured_gib(tmp_path: Path) -> None:
+    # "67%" of an unknown memory: skipped with the reason, not scored as 0.67 GiB
+    path = _csv(tmp_path, "a,llama3-8b,h100-sxm,8,8192,16,2,1,fsdp,reserved_peak,67%")
+    (a,) = validate_memory(path, CAL).rows
+    assert a.status == "skipped" and "a share of the GPU's memory, not GiB" in a.reason

@@ -553,3 +553,39 @@ def test_a_number_after_the_name_that_is_a_parts_memory_is_no_count(name: str) -
     # nor as a part
     with pytest.raises(InputError):
         get_gpu(name)
+
+
+def test_a_precision_cell_naming_both_formats_says_how_it_was_read() -> None:
+    from gpuscale.validate.training_cells import read_precision
+
+    h100 = get_gpu("h100-sxm")
+    for cell in ("bf16/fp8", "BF16 + FP8", "fp8 (attention in bf16)"):
+        notes: list[str] = []
+        assert read_precision(cell, h100, notes) == "fp8"
+        assert notes == [
+            f"precision {cell!r} names a 16-bit format beside fp8: priced as fp8 GEMMs with "
+            "the rest in 16-bit, as Transformer Engine runs them"
+        ]
+    notes = []
+    assert read_precision("BF16 (FP8 experts)", h100, notes) == "fp8"
+    assert notes == [
+        "precision 'BF16 (FP8 experts)': a part of the model in fp8, priced as fp8 GEMMs throughout"
+    ]
+
+
+def test_a_step_time_that_contradicts_the_tokens_per_second_is_said() -> None:
+    # 128 x 8192 tokens on 64 GPUs: a step of 16.384 s is 1,000 tokens/s per GPU, as the
+    # row says; one of 32.768 s is 500, 50 % below: the tokens/s is compared, and said
+    agree = prepare(_row(measured_step_time_s="16.384"), "t")
+    assert not any("measured_step_time_s" in n for n in agree.notes)
+    pr = prepare(_row(measured_step_time_s="32.768"), "t")
+    assert (
+        "measured_step_time_s=32.768 gives 500 tokens/s per GPU (batch x sequence / (s x "
+        "GPUs)), -50 % from the measured 1,000: the tokens/s is compared"
+    ) in pr.notes
+
+
+def test_a_degree_whose_remark_names_another_degree_skips_the_row() -> None:
+    assert prepare(_row(tp="8 (TP)"), "t").fixed["tp"] == 8
+    with pytest.raises(SkipRow, match=r"tp='8 \(PP\)': its remark names pp"):
+        prepare(_row(tp="8 (PP)"), "t")

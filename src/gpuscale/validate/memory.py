@@ -162,6 +162,11 @@ def validate_memory(path: Path, cal: Calibration) -> ValidationReport:
         metric = _choice(row, "metric", tuple(METRICS), None, where)
         group = source_group(row.get("source", "")) or "(no source)"
         try:
+            if row["measured_gib"].strip().endswith("%"):
+                raise SkipRow(
+                    f"measured_gib={row['measured_gib']!r}: a share of the GPU's memory, not "
+                    "GiB (the memory it is a share of is not known)"
+                )
             measured = positive(row, "measured_gib", where)
             if measured is None:
                 raise SkipRow("no measured_gib value")

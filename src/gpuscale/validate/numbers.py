@@ -116,6 +116,10 @@ def _forms(col: str) -> str:
     return f"a number ({examples}) or an empty cell"
 
 
+DEGREE_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp")
+"""The parallel degrees' columns, whose cells a remark naming another one makes doubtful."""
+
+
 def num(row: dict[str, str], col: str, where: str) -> float | None:
     """A numeric cell; empty -> None; malformed or not finite (nan, inf, any case or sign)
     -> InputError naming the cell.
@@ -134,6 +138,10 @@ def num(row: dict[str, str], col: str, where: str) -> float | None:
     if text == "":
         return None
     remark = REMARK.search(text)
+    said = remark.group("said").strip().lower() if remark else ""
+    if col in DEGREE_COLUMNS and said in DEGREE_COLUMNS and said != col:
+        # "8 (PP)" in the tp column: which degree the 8 is, the row does not settle
+        raise SkipRow(f"{col}={row[col]!r}: its remark names {said}, another parallel degree")
     # a unit in brackets is read as the unit, any other remark is set aside, but not a
     # factor ("8 (x 8 nodes)" is no figure of 8)
     if remark and not re.match(r"\s*[x\u00d7*]\s*\d", remark.group("said")):

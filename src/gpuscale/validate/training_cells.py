@@ -236,11 +236,16 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
             f"precision {cell!r}: a part of the model in {precision}, priced as {precision} "
             "GEMMs throughout"
         )
+    elif precision in ("fp8", "fp4") and re.search(r"bf16|bfloat16|fp16|float16", prec_raw):
+        notes.append(
+            f"precision {cell!r} names a 16-bit format beside {precision}: priced as "
+            f"{precision} GEMMs with the rest in 16-bit, as Transformer Engine runs them"
+        )
     return precision
 
 
 PART_IN_LOW_PRECISION = re.compile(
-    r"(fp8|fp4|float8)[^,;)]*\b(experts?|moe|mlps?|ffns?|attention|layers?)\b"
+    r"(fp8|fp4|float8)[^,;()]*\b(experts?|moe|mlps?|ffns?|attention|layers?)\b"
 )
 """A low precision a cell gives to a part of the model only ("BF16 (MXFP8 experts)")."""
 

@@ -282,11 +282,25 @@ def _gpus_from_degrees(degrees: list[int | None], dp: int | None, notes: list[st
     return n_gpus
 
 
+STEP_TPS_TOLERANCE = 0.05
+"""How far a row's tokens/s per GPU and the one its step time gives may differ before the
+row's reason says so (published figures are rounded, steps averaged differently)."""
+
+
 def _measured(m: Measurement, run: RunShape, notes: list[str]) -> float:
     """The measured figure: the row's cell, or where only the step time is given, the
     tokens/s per GPU it gives, batch x sequence / (step time x GPUs), for a tokens/s (or
     excluded) row whose batch is stated."""
     if m.value is not None:
+        if m.target == "tokens_per_s_per_gpu" and m.step_s and not run.batch_assumed:
+            # the two figures of one run: say where they disagree (a typo, another run)
+            implied = run.global_batch * run.seq_len / (m.step_s * run.num_gpus)
+            if abs(implied / m.value - 1.0) > STEP_TPS_TOLERANCE:
+                notes.append(
+                    f"measured_step_time_s={m.step_s:g} gives {implied:,.0f} tokens/s per GPU "
+                    f"(batch x sequence / (s x GPUs)), {100 * (implied / m.value - 1):+.0f} % "
+                    f"from the measured {m.value:,.0f}: the tokens/s is compared"
+                )
         return m.value
     if m.target not in ("tokens_per_s_per_gpu", "excluded") or not m.step_s:
         raise UnsupportedRowError(f"no {m.column} value")
