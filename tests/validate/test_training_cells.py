@@ -589,3 +589,13 @@ def test_a_degree_whose_remark_names_another_degree_skips_the_row() -> None:
     assert prepare(_row(tp="8 (TP)"), "t").fixed["tp"] == 8
     with pytest.raises(SkipRow, match=r"tp='8 \(PP\)': its remark names pp"):
         prepare(_row(tp="8 (PP)"), "t")
+
+
+def test_a_vpp_cell_naming_the_schedule_in_words() -> None:
+    # "interleaved" names the schedule, not its stages: VPP searched, as in the notes;
+    # "1F1B" alone, no interleaving; "4 (interleaved)" is 4
+    pr = prepare(_row(pp="4", tp="8", vpp="1F1B interleaved"), "t")
+    assert "vpp" not in pr.fixed
+    assert "interleaved schedule named, virtual stages not: VPP searched" in pr.notes
+    assert prepare(_row(pp="4", tp="8", vpp="1F1B"), "t").fixed["vpp"] == 1
+    assert prepare(_row(pp="4", tp="8", vpp="4 (interleaved)"), "t").fixed["vpp"] == 4

@@ -97,6 +97,15 @@ def stated_plan(
     return w, fixed, notes
 
 
+def _schedule_only(cell: str) -> bool:
+    """A vpp cell that names a pipeline schedule in words and no number of stages ("1F1B
+    interleaved", "interleaved", "1F1B"): read by :func:`.training_rows.pipeline_schedule`
+    as the row's notes are, not as a malformed number."""
+    text = cell.lower()
+    named = re.search(r"interleav|looped|virtual|1f1b", text)
+    return named is not None and not re.search(r"\d", text.replace("1f1b", ""))
+
+
 def _stated_degrees(
     row: dict[str, str], where: str, w: Workload
 ) -> tuple[dict[str, Any], list[str]]:
@@ -107,6 +116,8 @@ def _stated_degrees(
     defaults (:func:`.training_rows.pipeline_schedule`)."""
     fixed: dict[str, Any] = {}
     for col, key in STATED_DEGREES:
+        if col == "vpp" and _schedule_only(row.get(col, "")):
+            continue  # "interleaved", "1F1B": a schedule named, its stages not
         v = count(row, col, where)
         if v is not None:
             fixed[key] = v

@@ -273,7 +273,8 @@ def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> l
         return notes
     titan = "torchtitan" in stack_text(row)
     if "vpp" not in fixed:
-        named = re.search(r"interleav|virtual[ -]pipeline|looped", f"{row['id']} {stack_text(row)}")
+        said = f"{row['id']} {row.get('vpp', '')} {stack_text(row)}".lower()
+        named = re.search(r"interleav|virtual[ -]pipeline|looped", said)
         if not named:
             fixed["vpp"] = 1
             notes.append("pipeline schedule not named: 1F1B, no interleaving")
