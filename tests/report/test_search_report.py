@@ -153,3 +153,17 @@ def test_every_step_term_is_said_in_words() -> None:
     from gpuscale.report.search import TERM_MEANING
 
     assert set(TERM_MEANING) == {f.name for f in fields(StepBreakdown)}
+
+
+def test_the_page_says_the_time_to_train_as_the_terminal_does(tmp_path: Path) -> None:
+    # a batch of 64 on 1,024 H100: the best plan leaves half the GPUs idle, and the page
+    # gives the GPU-hours of all of them too, in the terminal's words
+    from gpuscale.report.cells import time_to_train
+
+    res = result(1024, 64)
+    out = tmp_path / "p.html"
+    write_search_report(out, res, 5, train_tokens=1e12)
+    s = res.estimate.summary(res.best, 1e12)
+    assert s["gpus_used"] < s["gpus"]
+    text = time_to_train(s, 1e12)
+    assert f"of all {s['gpus']:,}" in text and f"Time to train: {text}." in out.read_text()

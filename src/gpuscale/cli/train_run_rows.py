@@ -10,12 +10,8 @@ from rich.table import Table
 
 from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.storage import StoragePolicy
-from gpuscale.report.cells import SHOWN
-from gpuscale.units import YEAR_S, fmt_bytes, fmt_count, fmt_rate, fmt_time
-
-NEVER_S = 100.0 * YEAR_S
-"""A time to train with failures priced beyond which the figure is said as what it means:
-failures and restarts leave the run almost no time to train."""
+from gpuscale.report.cells import SHOWN, time_to_train
+from gpuscale.units import fmt_bytes, fmt_rate, fmt_time
 
 
 def storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
@@ -126,47 +122,5 @@ def reliability_rows(t: Table, s: dict[str, Any], failures: FailurePolicy) -> No
 
 
 def time_to_train_row(t: Table, s: dict[str, Any], train_tokens: float) -> None:
-    """The time to train ``train_tokens``, with its steps, checkpoints, failures and
-    GPU-hours; or why there is none: the plan does not fit, or failures leave the run no
-    (or almost no) time to train."""
-    if not s["fits"]:
-        t.add_row("time to train", "none: the plan does not fit in memory")
-    elif s["time_to_train_s"] is None:
-        t.add_row(
-            "time to train",
-            "never: failures come before the run can save and restart; save more often, "
-            "faster, or on fewer nodes",
-        )
-    elif "reliability" in s and s["time_to_train_s"] > NEVER_S:
-        t.add_row(
-            "time to train",
-            f"more than {NEVER_S / YEAR_S:,.0f} years: "
-            f"{100 * s['reliability']['goodput']:.2g}% of wall time trains; restart faster, "
-            "or run on fewer GPUs",
-        )
-    else:
-        t.add_row(
-            "time to train",
-            f"{fmt_time(s['time_to_train_s'])} ({s['train_steps']:,} "
-            f"step{'' if s['train_steps'] == 1 else 's'}, "
-            + (f"{s['checkpoints']:,} checkpoints, " if s.get("checkpoints") else "")
-            + (
-                f"~{s['failures']:,.0f} failure{'' if round(s['failures']) == 1 else 's'}, "
-                if s.get("failures") is not None
-                else ""
-            )
-            + f"{fmt_hours(s['gpu_hours'])} GPU-hours of the "
-            f"{s['gpus_used']:,} GPUs it uses"
-            + (
-                f", {fmt_hours(s['gpu_hours_allocated'])} of all {s['gpus']:,}"
-                if s["gpus_used"] < s["gpus"]
-                else ""
-            )
-            + f", for {fmt_count(train_tokens)} tokens)",
-        )
-
-
-def fmt_hours(h: float) -> str:
-    """GPU-hours as a count: whole hours with thousands grouped, two significant figures
-    under ten ('0.52')."""
-    return f"{h:,.0f}" if h >= 10 else f"{h:.2g}"
+    """The time to train ``train_tokens`` (:func:`~gpuscale.report.cells.time_to_train`)."""
+    t.add_row("time to train", time_to_train(s, train_tokens))

@@ -3,9 +3,11 @@ page (no plotting here, so the terminal does not import plotly)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuscale.search.plans import SearchResult
 from gpuscale.search.scaling import ScalingPoint, attribution, term_text
-from gpuscale.units import fmt_bytes, fmt_time
+from gpuscale.units import YEAR_S, fmt_bytes, fmt_count, fmt_time
 
 SHOWN = 0.0005
 """The smallest change a term's share shows at one decimal of a percent."""
@@ -131,3 +133,51 @@ def term_label(key: str) -> str:
     """A step term's name as the tables print it: ``tp_comm_s`` is "tp comm"; the host's and
     small kernels' fixed costs are "fixed overhead"."""
     return "fixed overhead" if key == "overhead_s" else key.removesuffix("_s").replace("_", " ")
+
+
+NEVER_S = 100.0 * YEAR_S
+"""A time to train with failures priced beyond which the figure is said as what it means:
+failures and restarts leave the run almost no time to train."""
+
+
+def fmt_hours(h: float) -> str:
+    """GPU-hours as a count: whole hours with thousands grouped, two significant figures
+    under ten ('0.52')."""
+    return f"{h:,.0f}" if h >= 10 else f"{h:.2g}"
+
+
+def time_to_train(s: dict[str, Any], train_tokens: float) -> str:
+    """The time to train ``train_tokens`` of an estimate's summary ``s``, with its steps,
+    checkpoints, failures and GPU-hours (of the GPUs the plan uses and, where it leaves
+    some idle, of all); or why there is none: the plan does not fit, or failures leave the
+    run no (or almost no) time to train. The terminal and the HTML page say the same."""
+    if not s["fits"]:
+        return "none: the plan does not fit in memory"
+    if s["time_to_train_s"] is None:
+        return (
+            "never: failures come before the run can save and restart; save more often, "
+            "faster, or on fewer nodes"
+        )
+    if "reliability" in s and s["time_to_train_s"] > NEVER_S:
+        return (
+            f"more than {NEVER_S / YEAR_S:,.0f} years: "
+            f"{100 * s['reliability']['goodput']:.2g}% of wall time trains; restart faster, "
+            "or run on fewer GPUs"
+        )
+    steps = int(s["train_steps"])
+    return (
+        f"{fmt_time(s['time_to_train_s'])} ({steps:,} step{'' if steps == 1 else 's'}, "
+        + (f"{s['checkpoints']:,} checkpoints, " if s.get("checkpoints") else "")
+        + (
+            f"~{s['failures']:,.0f} failure{'' if round(s['failures']) == 1 else 's'}, "
+            if s.get("failures") is not None
+            else ""
+        )
+        + f"{fmt_hours(s['gpu_hours'])} GPU-hours of the {s['gpus_used']:,} GPUs it uses"
+        + (
+            f", {fmt_hours(s['gpu_hours_allocated'])} of all {s['gpus']:,}"
+            if s["gpus_used"] < s["gpus"]
+            else ""
+        )
+        + f", for {fmt_count(train_tokens)} tokens)"
+    )

@@ -21,11 +21,11 @@ from gpuscale.export.megatron import megatron_args
 from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.memory import MEMORY_PARTS
 from gpuscale.perf.storage import StoragePolicy
-from gpuscale.report.cells import search_cells, search_header, term_label
+from gpuscale.report.cells import search_cells, search_header, term_label, time_to_train
 from gpuscale.report.page import check_target, template, write_page
 from gpuscale.search.explain import TIE_GAP, explain
 from gpuscale.search.plans import SearchResult
-from gpuscale.units import GiB, fmt_bytes, fmt_count, fmt_time
+from gpuscale.units import GiB, fmt_bytes, fmt_time
 
 PAGE = template(
     """{% extends "head" %}
@@ -231,16 +231,10 @@ def _train_line(
     storage: StoragePolicy | None,
     failures: FailurePolicy | None,
 ) -> str:
-    """Time, steps and GPU-hours (of the GPUs the plan uses) to train on ``train_tokens``
-    with the best plan, its checkpoints and failures counted in the time where priced, as
-    the terminal's time to train ("" without tokens)."""
+    """The best plan's time to train on ``train_tokens``, its checkpoints and failures
+    counted where priced, as the terminal says it (:func:`time_to_train`; "" without
+    tokens)."""
     if train_tokens is None:
         return ""
     s = res.estimate.summary(res.best, train_tokens, storage, failures)
-    if s.get("time_to_train_s") is None:
-        return "Time to train: never, with the failures priced (see the terminal's notes)."
-    return (
-        f"Time to train on {fmt_count(train_tokens)} tokens: "
-        f"{fmt_time(float(s['time_to_train_s']))} ({int(s['train_steps']):,} steps, "
-        f"{float(s['gpu_hours']):,.0f} GPU-hours of the {int(s['gpus_used']):,} GPUs it uses)."
-    )
+    return f"Time to train: {time_to_train(s, train_tokens)}."
