@@ -170,3 +170,16 @@ def test_a_share_of_memory_is_no_measured_gib(tmp_path: Path) -> None:
     path = _csv(tmp_path, "a,llama3-8b,h100-sxm,8,8192,16,2,1,fsdp,reserved_peak,67%")
     (a,) = validate_memory(path, CAL).rows
     assert a.status == "skipped" and "a share of the GPU's memory, not GiB" in a.reason
+
+
+def test_sequence_parallelism_is_spelled_as_in_training_rows(tmp_path: Path) -> None:
+    # "yes" and a tick read as true, "no" as false, as a training row's seq_parallel: the
+    # same plan as "true" / "false", with TP4 (SP shards the activations TP keeps whole)
+    rows = [
+        f"{i},llama3-8b,h100-sxm,8,8192,16,2,4,none,reserved_peak,40,{sp}"
+        for i, sp in enumerate(("true", "yes", "\u2713", "false", "no"))
+    ]
+    path = tmp_path / "mem.csv"
+    path.write_text(f"{HEADER},sp\n" + "\n".join(rows) + "\n")
+    got = [r.predicted for r in validate_memory(path, CAL).rows]
+    assert got[0] == got[1] == got[2] and got[3] == got[4] and got[0] != got[3]

@@ -8,8 +8,8 @@ plan is estimated as ``gpuscale train estimate`` would and the two are compared.
   folder), ``gpu``, ``num_gpus``, ``seq_len``, ``global_batch`` (sequences a step),
   ``metric`` and ``measured_gib`` (GiB, 2^30 bytes);
 - optional, defaults as the command's: ``micro_batch`` (1), ``tp``, ``pp``, ``vpp``, ``cp``,
-  ``ep`` (1), ``sp`` (true with TP), ``sharding`` (none, dist-opt, zero1, zero2, zero3 or
-  fsdp; none), ``shard_group``, ``recompute`` (none, selective, full, partial; none),
+  ``ep`` (1), ``sp`` (true with TP; spelled as a training row's seq_parallel), ``sharding``
+  (none, dist-opt, zero1, zero2, zero3 or fsdp; none), ``shard_group``, ``recompute`` (none, selective, full, partial; none),
   ``recompute_modules``, ``precision`` (bf16; fp16 on Volta), ``elementwise`` (fused or
   eager: fused), ``loss`` (fused or eager: as ``elementwise``), ``source`` (the by-source
   table), ``notes``, ``compile`` (context only: ``elementwise`` and ``loss`` say what
@@ -48,6 +48,7 @@ from gpuscale.validate.report import (
     unread_columns,
 )
 from gpuscale.validate.training import source_group
+from gpuscale.validate.training_cells import read_seq_parallel
 
 REQUIRED = ("id", "model", "gpu", "num_gpus", "seq_len", "global_batch", "metric", "measured_gib")
 OPTIONAL = (
@@ -130,7 +131,9 @@ def _plan(row: dict[str, str], w: Workload, where: str) -> Plans:
     if w.num_gpus % (tp * pp * cp):
         raise SkipRow(f"tp x pp x cp = {tp * pp * cp} does not divide {w.num_gpus} GPUs")
     sharding = _choice(row, "sharding", (*SHARDING, "fsdp"), "none", where)
-    sp = _choice(row, "sp", ("true", "false"), "true" if tp > 1 else "false", where)
+    # spelled as the training runs' seq_parallel is (yes/no, true/false, ticks, "SP")
+    said = read_seq_parallel(row.get("sp", ""))
+    sp = tp > 1 and (said is None or said)  # on with TP unless the row says not
     plan = Plans.of(
         tp=tp,
         pp=pp,
@@ -141,7 +144,7 @@ def _plan(row: dict[str, str], w: Workload, where: str) -> Plans:
         mbs=_degree(row, "micro_batch", where),
         recompute=RECOMPUTE.index(_choice(row, "recompute", RECOMPUTE, "none", where)),
         sharding=SHARDING.index("zero3" if sharding == "fsdp" else sharding),
-        sp=tp > 1 and sp == "true",
+        sp=sp,
     )
     try:
         check_plan(w, plan)
