@@ -9,13 +9,13 @@ plan is estimated as ``gpuscale train estimate`` would and the two are compared.
   ``metric`` and ``measured_gib`` (GiB, 2^30 bytes);
 - optional, defaults as the command's: ``micro_batch`` (1), ``tp``, ``pp``, ``vpp``, ``cp``,
   ``ep`` (1), ``sp`` (true with TP; spelled as a training row's seq_parallel), ``sharding``
-  (none, dist-opt, zero1, zero2, zero3 or fsdp; none), ``shard_group``, ``recompute``
-  (none, selective, full, partial; none), ``recompute_modules``, ``precision`` (bf16;
-  fp16 on Volta), ``elementwise`` (fused or eager: fused), ``loss`` (fused or eager: as
-  ``elementwise``), ``source`` (the by-source table), ``notes``, ``compile`` (context
-  only: ``elementwise`` and ``loss`` say what torch.compile changed). Other columns are named in a note as not read. The attention
-  kernel is the GPU's default, as the command's: fused, or on Volta Megatron's unfused
-  path, whose score matrices are held for the backward.
+  (none, dist-opt, zero1, zero2, zero3 or fsdp; none), ``shard_group``, ``recompute`` (none,
+  selective, full, partial; none), ``recompute_modules``, ``precision`` (bf16; fp16 on
+  Volta), ``elementwise`` (fused or eager: fused), ``loss`` (fused or eager: as
+  ``elementwise``), ``source`` (the by-source table), ``notes``, ``compile`` (context only:
+  ``elementwise`` and ``loss`` say what torch.compile changed). Other columns are named in a
+  note as not read. The attention kernel is the GPU's default, as the command's: fused, or
+  on Volta Megatron's unfused path, whose score matrices are held for the backward.
 
 ``metric`` says what was measured: ``reserved_peak`` (``torch.cuda.max_memory_reserved``,
 torchtitan's logged memory) and ``allocated_peak`` (``max_memory_allocated``, Megatron's
