@@ -276,3 +276,17 @@ def test_the_dgx2h_gpu_is_housed_in_its_16_gpu_nvswitch_node() -> None:
     assert gpu.peak_tflops["fp16"] == 130 and gpu.tdp_w == 450
     assert (node.gpus_per_node, node.nvlink_domain_gpus, node.nics_per_node) == (16, 16, 8)
     assert node.node_power_kw == 12.0
+
+
+def test_a_bare_family_name_is_said_with_the_parts_it_could_be() -> None:
+    from gpuscale.catalog import get_gpu
+    from gpuscale.catalog.gpu_names import family_default
+
+    said = family_default("a100", get_gpu("a100"))
+    assert said == (
+        "gpu 'a100' is read as a100-sxm-80gb (NVIDIA A100 SXM4 80GB); the catalog also has "
+        "a100-sxm-40gb, a100-pcie-40gb, a100-pcie-80gb"
+    )
+    # a full name, or a family of one part, says nothing
+    for name in ("A100-SXM4-80GB", "h100-sxm", "b200"):
+        assert family_default(name, get_gpu(name)) is None
