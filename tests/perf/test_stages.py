@@ -309,3 +309,18 @@ def test_a_balanced_hybrid_pipeline_prices_the_kinds_its_layout_holds() -> None:
     held = stage_layers(m.pattern, 16, 1, PP_SPLITS.index("balanced"), last)
     assert [len(h) for h in held] == sizes and sum(sizes) == m.layers
     assert max(sizes) - min(sizes[:-1]) <= 1
+
+
+def test_a_balanced_gated_deltanet_pipeline_places_whole_layers() -> None:
+    # Qwen3.8 27B: 64 Megatron layers (128 blocks) on PP4, balanced: the output layer's 3.3
+    # layers' FLOPs put 13 beside it and 17 on each other stage, whole layers (34 and 26
+    # blocks), as the exported --decoder-last-pipeline-num-layers 13 runs them
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    m = get_model("qwen3.8-27b")
+    w = Workload(m, g, s, Fabric.from_system(s, 32), 32, 4096, 64, pp_split="balanced")
+    p = Plans.of(tp=2, pp=4, dp=4, mbs=1, sp=True, split=PP_SPLITS.index("balanced"))
+    st = pipeline_stages(w, p)
+    assert (float(st.fullest[0]), float(st.last[0])) == (34.0, 26.0)
+    args = megatron_args(estimate(w, p, default_calibration()), 0).args
+    assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "13"

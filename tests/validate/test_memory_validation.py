@@ -183,3 +183,11 @@ def test_sequence_parallelism_is_spelled_as_in_training_rows(tmp_path: Path) -> 
     path.write_text(f"{HEADER},sp\n" + "\n".join(rows) + "\n")
     got = [r.predicted for r in validate_memory(path, CAL).rows]
     assert got[0] == got[1] == got[2] and got[3] == got[4] and got[0] != got[3]
+
+
+def test_a_bad_sp_cell_names_its_own_column(tmp_path: Path) -> None:
+    path = tmp_path / "mem.csv"
+    row = "a,llama3-8b,h100-sxm,8,8192,16,2,4,none,reserved_peak,40,maybe"
+    path.write_text(f"{HEADER},sp\n{row}\n")
+    (a,) = validate_memory(path, CAL).rows
+    assert a.status == "skipped" and a.reason.startswith("sp='maybe'")

@@ -566,11 +566,12 @@ def test_a_precision_cell_naming_both_formats_says_how_it_was_read() -> None:
             f"precision {cell!r} names a 16-bit format beside fp8: priced as fp8 GEMMs with "
             "the rest in 16-bit, as Transformer Engine runs them"
         ]
-    notes = []
-    assert read_precision("BF16 (FP8 experts)", h100, notes) == "fp8"
-    assert notes == [
-        "precision 'BF16 (FP8 experts)': a part of the model in fp8, priced as fp8 GEMMs throughout"
-    ]
+    for cell in ("BF16 (FP8 experts)", "FP8 (experts only)", "fp8 (MoE layers)"):
+        notes = []
+        assert read_precision(cell, h100, notes) == "fp8"
+        assert notes == [
+            f"precision {cell!r}: a part of the model in fp8, priced as fp8 GEMMs throughout"
+        ]
 
 
 def test_a_step_time_that_contradicts_the_tokens_per_second_is_said() -> None:
@@ -597,5 +598,6 @@ def test_a_vpp_cell_naming_the_schedule_in_words() -> None:
     pr = prepare(_row(pp="4", tp="8", vpp="1F1B interleaved"), "t")
     assert "vpp" not in pr.fixed
     assert "interleaved schedule named, virtual stages not: VPP searched" in pr.notes
-    assert prepare(_row(pp="4", tp="8", vpp="1F1B"), "t").fixed["vpp"] == 1
+    one = prepare(_row(pp="4", tp="8", vpp="1F1B"), "t")
+    assert one.fixed["vpp"] == 1 and "vpp '1F1B': 1F1B, no interleaving" in one.notes
     assert prepare(_row(pp="4", tp="8", vpp="4 (interleaved)"), "t").fixed["vpp"] == 4

@@ -51,15 +51,22 @@ def _warn_context(m: Model, input_len: int, output_len: int) -> None:
         )
 
 
-def _note_queue(concurrency: int | None, max_seqs: int) -> None:
-    """One stderr line when a closed loop keeps more requests in flight than the replica's
-    KV cache holds sequences: the others wait in its queue, and TTFT counts the wait."""
-    if concurrency is None or concurrency <= max_seqs:
+def _note_queue(concurrency: int | None, mem: MemoryPlan) -> None:
+    """One stderr line when a closed loop keeps more requests in flight than the replica
+    runs sequences at once (its KV cache's, or its engine's batch limit where lower): the
+    others wait in its queue, and TTFT counts the wait."""
+    if concurrency is None or concurrency <= mem.max_seqs:
         return
+    why = (
+        "the replica's KV cache holds"
+        if mem.max_seqs >= mem.kv_limited_seqs
+        else "the engine runs at once (its batch limit; the KV cache holds "
+        f"{mem.kv_limited_seqs:,})"
+    )
     err.print(
-        f"note: --concurrency {concurrency:,} is more than the {max_seqs:,} sequences the "
-        f"replica's KV cache holds: {concurrency - max_seqs:,} requests at a time wait in "
-        "its queue, and TTFT counts the wait",
+        f"note: --concurrency {concurrency:,} is more than the {mem.max_seqs:,} sequences {why}: "
+        f"{concurrency - mem.max_seqs:,} requests at a time wait in its queue, and TTFT counts "
+        "the wait",
         highlight=False,
         soft_wrap=True,
     )
@@ -168,7 +175,7 @@ def estimate(
     res = simulate(sm, sm.limits(), wl, cal.inf_request_overhead_s)
     _warn_context(m, input_len, output_len)
     _note_sparse(m)
-    _note_queue(concurrency, sm.memory.max_seqs)
+    _note_queue(concurrency, sm.memory)
     pf, dbatch, dec = _typical_steps(sm, res, input_len, output_len)
     doc = _estimate_doc(sm, input_len, output_len, mode, (pf, dbatch, dec), res)
     if json:

@@ -25,7 +25,6 @@ and HybridEP dispatchers are ``--moe-token-dispatcher-type flex`` with
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,9 +63,10 @@ def _chunks(e: TrainingEstimate, i: int) -> list[int]:
     pp, vpp = int(p.pp[i]), int(p.vpp[i])
     n = pp * vpp
     split = PP_SPLITS[int(p.split[i])]
-    if split == "balanced":
-        return balanced_chunks(layers, pp, int(e.plan_stages(i).last[0]))
     units = megatron_units(e.workload.model)  # blocks a Megatron layer: whole ones placed
+    if split == "balanced":
+        last = int(e.plan_stages(i).last[0]) // units
+        return [units * k for k in balanced_chunks(layers // units, pp, last)]
     if split == "account":
         # (L + 2) / n places a chunk, the embedding taking one on the first, the loss one
         # on the last (validity keeps L + 2 a multiple of n)
@@ -120,19 +120,11 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
         if vpp > 1:
             out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
         return out
+    # Megatron-LM builds a Gated DeltaNet model of transformer layers with a linear-
+    # attention variant: its layer is a mixer block and its MLP block together, and the
+    # chunks hold whole ones (_chunks)
     units = megatron_units(m)
-    if units > 1:
-        # Megatron-LM builds a Gated DeltaNet model of transformer layers with a linear-
-        # attention variant: its layer is a mixer block and its MLP block together
-        if any(n % units for n in chunks):
-            notes.append(
-                "the stages split a Gated DeltaNet model's mixer from its MLP; Megatron-LM "
-                "places whole layers (mixer + MLP): the nearest layout differs from the one "
-                "priced"
-            )
-        # each chunk's end, in blocks, rounded up to a whole layer
-        ends = [-(-b // units) for b in itertools.accumulate(chunks)]
-        chunks = [b - a for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    chunks = [n // units for n in chunks]
     if len(set(chunks)) == 1:
         if vpp > 1:
             out += ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]

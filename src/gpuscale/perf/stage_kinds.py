@@ -12,8 +12,9 @@ The stages' layers are placed as :mod:`gpuscale.perf.stages` prices them and the
 Megatron-LM layout runs them: ``even``, the chunks of
 :func:`~gpuscale.perf.stages.even_chunks`, stage r holding chunks r, r + pp, r + 2 pp, ...;
 ``account``, the same over L + 2 places with the embedding in place 0 and the loss in the
-last; both in whole Megatron layers (a Gated DeltaNet model's mixer and MLP together);
-``balanced`` (no interleaving), the stages of :func:`~gpuscale.perf.stages.balanced_chunks`.
+last; ``balanced`` (no interleaving), the stages of
+:func:`~gpuscale.perf.stages.balanced_chunks`; all in whole Megatron layers (a Gated
+DeltaNet model's mixer and MLP together).
 """
 
 from __future__ import annotations
@@ -77,14 +78,14 @@ def uniform(w: Workload) -> bool:
 
 
 def stage_layers(kinds: str, pp: int, vpp: int, split: int, last: int, units: int = 1) -> list[str]:
-    """The kinds of the layers on each of ``pp`` stages, placed as the module says (even
-    and account in whole Megatron layers of ``units`` blocks)."""
+    """The kinds of the layers on each of ``pp`` stages, placed as the module says (in
+    whole Megatron layers of ``units`` blocks)."""
     n = len(kinds)
     if pp == 1:
         return [kinds]
     if split == PP_SPLITS.index("balanced"):
         # the exported layout's stages (balanced_chunks)
-        sizes = balanced_chunks(n, pp, last)
+        sizes = [units * k for k in balanced_chunks(n // units, pp, last // units)]
         starts = [0, *itertools.accumulate(sizes)]
         return [kinds[a:b] for a, b in itertools.pairwise(starts)]
     if split == PP_SPLITS.index("account"):

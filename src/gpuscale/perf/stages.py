@@ -131,7 +131,7 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     """The layers of the fullest, last and slowest stage of each plan, placed as the plan's
     ``split`` says (:data:`gpuscale.perf.plan.PP_SPLITS`)."""
     layers = w.model.layers
-    # even and account place whole Megatron layers (units blocks each); balanced, blocks
+    # every split places whole Megatron layers (units blocks each)
     units = megatron_units(w.model)
     even_layers = units * p.stage_layers(layers // units)
     even = Stages(fullest=even_layers, last=even_layers, slowest=even_layers, head=np.ones(len(p)))
@@ -150,19 +150,21 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     ends = np.minimum(c - units, layers)  # the first and the last stage's layers
     account = _placed(np.where(pp > 2, c, ends), ends, r)
     # balanced: the balance point k* = (L - (p - 1) r) / p, then the whole k around it that
-    # gives the least load (ties: the larger k, fewer layers on the other stages)
+    # gives the least load (ties: the larger k, fewer layers on the other stages), in
+    # Megatron layers (the output layer's r blocks are r / units of them)
+    n, r_m = layers // units, r / units
     others = np.maximum(pp - 1.0, 1.0)
-    k0 = np.floor((layers - (pp - 1.0) * r) / pp)
-    top = np.maximum(layers - (pp - 1.0), 0.0)  # every other stage keeps a layer
+    k0 = np.floor((n - (pp - 1.0) * r_m) / pp)
+    top = np.maximum(n - (pp - 1.0), 0.0)  # every other stage keeps a layer
     best_k = np.zeros(len(p))
     best_load = np.full(len(p), np.inf)
     for dk in (-1.0, 0.0, 1.0, 2.0):
         k = np.clip(k0 + dk, 0.0, top)
-        load = np.maximum(k + r, np.ceil((layers - k) / others))
+        load = np.maximum(k + r_m, np.ceil((n - k) / others))
         better = load <= best_load
         best_k = np.where(better, k, best_k)
         best_load = np.where(better, load, best_load)
-    balanced = _placed(np.ceil((layers - best_k) / others), best_k, r)
+    balanced = _placed(units * np.ceil((n - best_k) / others), units * best_k, r)
     is_account = placed & (p.split == PP_SPLITS.index("account"))
     is_balanced = placed & (p.split == PP_SPLITS.index("balanced"))
 

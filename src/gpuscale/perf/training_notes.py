@@ -316,7 +316,7 @@ class PlanNotes:
         # in the layers a pipeline places (Megatron's: a Gated DeltaNet's mixer + MLP)
         n, units = placed_layers(m), megatron_units(m)
         fullest, last = float(st.fullest[0]) / units, float(st.last[0]) / units
-        r = head_layers(w)
+        r = head_layers(w) / units
         head = f"the output layer ({r:.2g} layers' forward FLOPs)"
         slowest = "the last stage" if st.head[0] else "the fullest other stage"
         split = PP_SPLITS[int(self.plans.split[i])]

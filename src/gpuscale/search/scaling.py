@@ -200,7 +200,7 @@ def run_costs(
     return out
 
 
-NET_CANDIDATES = 20
+NET_CANDIDATES = 5
 """The fastest plans a point weighs by their net rate where the run's costs are priced."""
 
 PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "sp", "recompute", "sharding", "split")

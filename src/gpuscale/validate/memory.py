@@ -132,7 +132,10 @@ def _plan(row: dict[str, str], w: Workload, where: str) -> Plans:
         raise SkipRow(f"tp x pp x cp = {tp * pp * cp} does not divide {w.num_gpus} GPUs")
     sharding = _choice(row, "sharding", (*SHARDING, "fsdp"), "none", where)
     # spelled as the training runs' seq_parallel is (yes/no, true/false, ticks, "SP")
-    said = read_seq_parallel(row.get("sp", ""))
+    try:
+        said = read_seq_parallel(row.get("sp", ""))
+    except SkipRow as exc:  # its reason names the training files' column
+        raise SkipRow(str(exc).replace("seq_parallel=", "sp=", 1)) from None
     sp = tp > 1 and (said is None or said)  # on with TP unless the row says not
     plan = Plans.of(
         tp=tp,

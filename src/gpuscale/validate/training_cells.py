@@ -245,9 +245,11 @@ def read_precision(cell: str, gpu: GPU, notes: list[str]) -> str:
 
 
 PART_IN_LOW_PRECISION = re.compile(
-    r"(fp8|fp4|float8)[^,;()]*\b(experts?|moe|mlps?|ffns?|attention|layers?)\b"
+    r"(fp8|fp4|float8)[^,;)]*\b(experts?|moe|mlps?|ffns?|attention|layers?)\b"
+    r"(?!\s+(in|at|as)\s+(bf16|bfloat16|fp16|float16|16))"
 )
-"""A low precision a cell gives to a part of the model only ("BF16 (MXFP8 experts)")."""
+"""A low precision a cell gives to a part of the model only ("BF16 (MXFP8 experts)", "FP8
+(experts only)"), not a part it names in 16-bit ("fp8 (attention in bf16)")."""
 
 
 _OPT_SHARD = r"(optimi[sz]er[\w\s,&+/-]{0,40}?shard|shard\w*[\s_-]*optimi[sz]er)"

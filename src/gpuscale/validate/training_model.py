@@ -94,8 +94,8 @@ def _name_words(text: str) -> list[str]:
 def _model_by_words(name: str) -> Model | None:
     """The one catalog model one of whose names (key, name, aliases) holds every word of
     ``name`` and whose parameter count is the size the name states ("DeepSeek 67B":
-    deepseek-llm-67b; "GPT 175B": gpt3-175b, not opt-175b); None where the name states no
-    size, or where none or several fit."""
+    deepseek-llm-67b; "GPT 530B": megatron-530b); None where the name states no size, or
+    where none or several fit ("GPT 175B": gpt3-175b and megatron-175b)."""
     words = _name_words(name)
     sizes = [w for w in words if re.fullmatch(r"\d+(?:\.\d+)?[bmt]", w)]
     if len(sizes) != 1:

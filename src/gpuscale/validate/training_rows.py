@@ -277,7 +277,11 @@ def pipeline_schedule(row: dict[str, str], fixed: dict[str, Any], gbs: int) -> l
         named = re.search(r"interleav|virtual[ -]pipeline|looped", said)
         if not named:
             fixed["vpp"] = 1
-            notes.append("pipeline schedule not named: 1F1B, no interleaving")
+            notes.append(
+                f"vpp {row['vpp']!r}: 1F1B, no interleaving"
+                if "1f1b" in row.get("vpp", "").lower()
+                else "pipeline schedule not named: 1F1B, no interleaving"
+            )
         elif titan:
             fixed["vpp"] = 2
             notes.append("interleaved schedule, stages not stated: torchtitan's 2 per rank")
