@@ -255,14 +255,20 @@ def test_even_split_prices_the_fullest_stage_of_the_chunks_it_places(
         assert stages == [layers // pp] * pp
 
 
+def _on_h100(model: str, gpus: int, seq: int, gbs: int, split: str = "even") -> Workload:
+    """``model`` on ``gpus`` H100 SXM at sequence ``seq``, ``gbs`` sequences a step."""
+    g = get_gpu("h100-sxm")
+    s = system_for_gpu(g)
+    f = Fabric.from_system(s, gpus)
+    return Workload(get_model(model), g, s, f, gpus, seq, gbs, pp_split=split)
+
+
 def test_the_first_stage_holds_its_larger_first_chunk_through_the_warm_up() -> None:
     # Llama 3 70B on PP8: Megatron's interleaved warm-up runs 2 (p - 1) + (v - 1) p chunks
     # and the one in flight on the first stage, p of each chunk and p - 1 more of its first.
     # VPP2: chunks of 5 and 5, 8 x 10 + 7 x 5 = 115 layer-micro-batches held; VPP3: chunks
     # of 4, 3 and 3, 8 x 10 + 7 x 4 = 108 (the average chunk's 10/3 would give 103.3)
-    g = get_gpu("h100-sxm")
-    s = system_for_gpu(g)
-    w = Workload(get_model("llama3-70b"), g, s, Fabric.from_system(s, 64), 64, 8192, 64)
+    w = _on_h100("llama3-70b", 64, 8192, 64)
     cal = default_calibration()
     acts = [
         float(
@@ -279,10 +285,7 @@ def test_a_gated_deltanet_pipeline_places_whole_megatron_layers() -> None:
     # Qwen3.5-35B-A3B: 80 blocks, 40 Megatron layers (mixer + MLP each). PP3 x VPP14: 42
     # chunks, one layer on each of the first 40: 14 layers (28 blocks) on the first stage,
     # as the exported layout holds them
-    g = get_gpu("h100-sxm")
-    s = system_for_gpu(g)
-    m = get_model("qwen3.5-35b-a3b")
-    w = Workload(m, g, s, Fabric.from_system(s, 24), 24, 4096, 48)
+    w = _on_h100("qwen3.5-35b-a3b", 24, 4096, 48)
     p = Plans.of(tp=1, pp=3, vpp=14, dp=8, ep=8, mbs=2, sharding=1)
     assert float(pipeline_stages(w, p).fullest[0]) == 28.0
     e = estimate(w, p, default_calibration())
@@ -299,10 +302,8 @@ def test_a_balanced_hybrid_pipeline_prices_the_kinds_its_layout_holds() -> None:
     from gpuscale.perf.stage_kinds import stage_layers
     from gpuscale.perf.stages import balanced_chunks
 
-    g = get_gpu("h100-sxm")
-    s = system_for_gpu(g)
-    m = get_model("nemotron-h-56b")
-    w = Workload(m, g, s, Fabric.from_system(s, 128), 128, 8192, 128, pp_split="balanced")
+    w = _on_h100("nemotron-h-56b", 128, 8192, 128, "balanced")
+    m = w.model
     p = Plans.of(tp=8, pp=16, dp=1, mbs=1, sp=True, split=PP_SPLITS.index("balanced"))
     last = int(pipeline_stages(w, p).last[0])
     sizes = balanced_chunks(m.layers, 16, last)
@@ -315,10 +316,7 @@ def test_a_balanced_gated_deltanet_pipeline_places_whole_layers() -> None:
     # Qwen3.8 27B: 64 Megatron layers (128 blocks) on PP4, balanced: the output layer's 3.3
     # layers' FLOPs put 13 beside it and 17 on each other stage, whole layers (34 and 26
     # blocks), as the exported --decoder-last-pipeline-num-layers 13 runs them
-    g = get_gpu("h100-sxm")
-    s = system_for_gpu(g)
-    m = get_model("qwen3.8-27b")
-    w = Workload(m, g, s, Fabric.from_system(s, 32), 32, 4096, 64, pp_split="balanced")
+    w = _on_h100("qwen3.8-27b", 32, 4096, 64, "balanced")
     p = Plans.of(tp=2, pp=4, dp=4, mbs=1, sp=True, split=PP_SPLITS.index("balanced"))
     st = pipeline_stages(w, p)
     assert (float(st.fullest[0]), float(st.last[0])) == (34.0, 26.0)
