@@ -440,3 +440,31 @@ def test_a_snapshots_config_is_named_after_its_folder(tmp_path: Path) -> None:
     folder.mkdir()
     assert load_hf_config(_write_cfg(folder, FALCON_7B)).key == "falcon-7b"
     assert load_hf_config(_write_cfg(tmp_path, FALCON_7B, "f7.json")).key == "f7"
+
+
+def test_deepseek_and_qwen3_moe_keys_left_out_take_the_config_class_defaults(
+    tmp_path: Path,
+) -> None:
+    # DeepseekV3Config's MLA and MoE defaults are DeepSeek-V3's (kv_lora_rank 512, 256
+    # experts of 2,048), Qwen3MoeConfig's 128 experts of 768, 8 a token: a file leaving
+    # them out is the same model, not an MHA or dense one (671.03 B; 30.53 B)
+    v3 = {"model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 7168}
+    v3.update(intermediate_size=18432, num_hidden_layers=61, num_attention_heads=128)
+    v3.update(num_key_value_heads=128, num_nextn_predict_layers=0)
+    m = load_hf_config(_write_cfg(tmp_path, v3, "v3.json"))
+    assert m.mla is not None and m.mla.kv_lora_rank == 512
+    assert param_count(m) == param_count(get_model("deepseek-v3").model_copy(
+        update={"mtp_layers": 0, "mtp_weight_sets": 0}))  # fmt: skip
+    qm = {"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048}
+    qm.update(intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32)
+    qm.update(num_key_value_heads=4, head_dim=128)
+    q = load_hf_config(_write_cfg(tmp_path, qm, "qm.json"))
+    assert (q.num_experts, q.top_k, q.ffn_hidden) == (128, 8, 768)
+    assert param_count(q) == param_count(get_model("qwen3-30b-a3b"))
+
+
+def test_a_head_dimension_of_zero_is_refused(tmp_path: Path) -> None:
+    cfg = {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 2}
+    cfg.update(num_attention_heads=8, vocab_size=1000, intermediate_size=4096, head_dim=0)
+    with pytest.raises(InputError, match="head_dim=0 is invalid: an integer of at least 1"):
+        load_hf_config(_write_cfg(tmp_path, cfg))

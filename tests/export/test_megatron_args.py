@@ -289,3 +289,13 @@ def test_deepseek_sparse_attention_flags() -> None:
     # a model without DSA gets no DSA flag
     args, _ = _args("deepseek-v3", 256, 4096, 1024, pp=8, dp=32, ep=32, mbs=1)
     assert "--experimental-attention-variant" not in args
+
+
+def test_tp_beyond_the_kv_heads_is_said_to_be_refused_by_megatron() -> None:
+    # Qwen3-235B-A22B has 4 KV heads: TP8 is priced with a copy of one on each rank, which
+    # Megatron-LM's TransformerConfig refuses; TP4 is silent
+    _, notes = _args("qwen3-235b-a22b", 64, 4096, 64, tp=8, pp=1, dp=8, ep=8, mbs=1, sp=True)
+    assert any("num_query_groups (4) must be a multiple of tensor_model_parallel_size (8)" in n
+               for n in notes)  # fmt: skip
+    _, notes = _args("qwen3-235b-a22b", 64, 4096, 64, tp=4, pp=1, dp=16, ep=8, mbs=1, sp=True)
+    assert not any("num_query_groups" in n for n in notes)

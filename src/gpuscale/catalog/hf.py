@@ -304,7 +304,7 @@ def _single_keys(cfg: dict[str, Any], ints: Ints, model_type: str) -> dict[str, 
     group-limited routing (DeepSeek-V2/V3: ``n_group`` groups, ``topk_group`` of them a
     token) and the experts' latent width (``moe_latent_size``)."""
     return {
-        "head_dim": ints("head_dim"),
+        "head_dim": ints("head_dim", minimum=1),
         "max_seq": ints("max_position_embeddings", "n_positions", default=2048, minimum=1),
         "tied_embeddings": _tied(cfg, model_type, ints.path, ints),
         "route_groups": ints("n_group", default=1, minimum=1),

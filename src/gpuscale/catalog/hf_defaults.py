@@ -44,6 +44,27 @@ EXAONE_MOE_DEFAULTS: dict[str, int] = {
 """ExaoneMoeConfig's defaults for the MoE keys a file may leave out (transformers; its
 window's, 4096, in :func:`~gpuscale.catalog.hf_window.sliding_window`)."""
 
+DEEPSEEK_V3_DEFAULTS: dict[str, int] = {
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "moe_intermediate_size": 2048,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+}
+"""DeepseekV3Config's defaults for the MLA and MoE keys a file may leave out (transformers:
+DeepSeek-V3's own sizes); a null q_lora_rank stays null (no query compression)."""
+QWEN3_MOE_DEFAULTS: dict[str, int] = {
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 768,
+    "decoder_sparse_step": 1,
+}
+"""Qwen3MoeConfig's defaults for the MoE keys a file may leave out (transformers)."""
 CLASS_DEFAULTS: dict[str, tuple[Mapping[str, Any], bool]] = {
     # a key given as null stays null, and is read as no value (Gemma 3's sliding_window
     # null: no window; a required size null: an error naming it)
@@ -51,6 +72,8 @@ CLASS_DEFAULTS: dict[str, tuple[Mapping[str, Any], bool]] = {
     "gemma3_text": (GEMMA3_DEFAULTS, False),
     "exaone_moe": (EXAONE_MOE_DEFAULTS, False),
     "step3p5": (STEP3P5_DEFAULTS, False),
+    "deepseek_v3": (DEEPSEEK_V3_DEFAULTS, False),
+    "qwen3_moe": (QWEN3_MOE_DEFAULTS, False),
     # every key given as null is read as left out, so the class's default fills it
     "ernie4_5_moe": (ERNIE_MOE_DEFAULTS, True),
     **dict.fromkeys(GEMMA4_TYPES, (GEMMA4_DEFAULTS, True)),

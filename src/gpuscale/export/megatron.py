@@ -328,7 +328,16 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     w, p = e.workload, e.plans
     m = w.model
     notes: list[str] = []
-    args = ["--tensor-model-parallel-size", str(int(p.tp[i]))]
+    tp = int(p.tp[i])
+    args = ["--tensor-model-parallel-size", str(tp)]
+    few = [kv for _, kv in m.head_counts if kv % tp]
+    if m.mla is None and few:
+        # priced with each rank holding a copy of a KV head, as inference engines run it
+        notes.append(
+            f"TP{tp} exceeds the {few[0]} KV heads, priced with each rank holding a copy of "
+            f"one; Megatron-LM refuses it ('num_query_groups ({few[0]}) must be a multiple "
+            f"of tensor_model_parallel_size ({tp})'): a TP dividing {few[0]} runs there"
+        )
     args += _pipeline(e, i, notes)
     if int(p.cp[i]) > 1:
         args += ["--context-parallel-size", str(int(p.cp[i]))]
