@@ -32,7 +32,7 @@ import numpy as np
 from gpuscale.catalog import Model
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stages import balanced_chunks, bounded_stages, even_chunks, megatron_units
+from gpuscale.perf.stages import bounded_stages, chunk_sizes, megatron_units
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.training_notes import block_recompute_layers, chunk_words
 from gpuscale.perf.transformer import indexer_layers, layer_ratios, sparse_layers
@@ -54,25 +54,12 @@ class MegatronArgs:
 
 def _chunks(e: TrainingEstimate, i: int) -> list[int]:
     """Layers (gpuscale's: blocks of a hybrid) on each pipeline chunk, in the model's order,
-    as the plan's placement prices them: the even split's
-    (:func:`~gpuscale.perf.stages.even_chunks`); the account split's (L + 2) / n places a
-    chunk; a balanced pipeline's last stage beside the output layer, the others sharing the
-    rest (ceil of their share on the first ones, one fewer on the others)."""
-    p = e.plans
-    layers = e.workload.model.layers
-    pp, vpp = int(p.pp[i]), int(p.vpp[i])
-    n = pp * vpp
-    split = PP_SPLITS[int(p.split[i])]
-    units = megatron_units(e.workload.model)  # blocks a Megatron layer: whole ones placed
-    if split == "balanced":
-        last = int(e.plan_stages(i).last[0]) // units
-        return [units * k for k in balanced_chunks(layers // units, pp, last)]
-    if split == "account":
-        # (L + 2) / n places a chunk, the embedding taking one on the first, the loss one
-        # on the last (validity keeps L + 2 a multiple of n)
-        places = (layers // units + 2) // n
-        return [units * k for k in (places - 1, *[places] * (n - 2), places - 1)]
-    return [units * k for k in even_chunks(layers // units, pp, vpp)]
+    as the plan's placement prices them (:func:`~gpuscale.perf.stages.chunk_sizes`)."""
+    p, m = e.plans, e.workload.model
+    last = int(e.plan_stages(i).last[0])
+    return chunk_sizes(
+        m.layers, int(p.pp[i]), int(p.vpp[i]), int(p.split[i]), last, megatron_units(m)
+    )
 
 
 def _stage_sum(chunks: list[int], pp: int) -> int:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscale.perf.plan import PP_SPLITS, FloatArrayT, IntArray, Plans, Workload
-from gpuscale.perf.stages import balanced_chunks, even_chunks, megatron_units, pipeline_stages
+from gpuscale.perf.plan import FloatArrayT, IntArray, Plans, Workload
+from gpuscale.perf.stages import chunk_sizes, megatron_units, pipeline_stages
 
 
 @dataclass(frozen=True)
@@ -83,18 +83,7 @@ def stage_layers(kinds: str, pp: int, vpp: int, split: int, last: int, units: in
     n = len(kinds)
     if pp == 1:
         return [kinds]
-    if split == PP_SPLITS.index("balanced"):
-        # the exported layout's stages (balanced_chunks)
-        sizes = [units * k for k in balanced_chunks(n // units, pp, last // units)]
-        starts = [0, *itertools.accumulate(sizes)]
-        return [kinds[a:b] for a, b in itertools.pairwise(starts)]
-    if split == PP_SPLITS.index("account"):
-        # (L + 2) / (pp vpp) places a chunk, the embedding and the loss one each
-        c = (n // units + 2) // (pp * vpp)
-        sizes = [c - 1, *[c] * (pp * vpp - 2), c - 1]
-    else:
-        sizes = even_chunks(n // units, pp, vpp)
-    sizes = [units * k for k in sizes]  # whole Megatron layers
+    sizes = chunk_sizes(n, pp, vpp, split, last, units)
     starts = [0, *itertools.accumulate(sizes)]
     chunks = [kinds[a:b] for a, b in itertools.pairwise(starts)]
     return ["".join(chunks[v * pp + r] for v in range(vpp)) for r in range(pp)]

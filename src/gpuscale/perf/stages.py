@@ -91,6 +91,24 @@ def balanced_chunks(layers: int, pp: int, last: int) -> list[int]:
     return [*[c] * full, *[c - 1] * (pp - 1 - full), last]
 
 
+def chunk_sizes(layers: int, pp: int, vpp: int, split: int, last: int, units: int) -> list[int]:
+    """Blocks on each of the pp x vpp pipeline chunks, in the model's order, as the plan's
+    ``split`` (an index into :data:`~gpuscale.perf.plan.PP_SPLITS`) places whole Megatron
+    layers of ``units`` blocks: :func:`even_chunks`; the account split's (L + 2) / (pp vpp)
+    places a chunk, the embedding taking one on the first, the loss one on the last;
+    :func:`balanced_chunks` beside the ``last`` blocks with the output layer. What the step
+    and the memory price, and the layout the exported Megatron-LM arguments give."""
+    n = layers // units
+    if split == PP_SPLITS.index("balanced"):
+        sizes = balanced_chunks(n, pp, last // units)
+    elif split == PP_SPLITS.index("account"):
+        c = (n + 2) // (pp * vpp)  # validity keeps L + 2 a multiple of pp x vpp
+        sizes = [c - 1, *[c] * (pp * vpp - 2), c - 1]
+    else:
+        sizes = even_chunks(n, pp, vpp)
+    return [units * k for k in sizes]
+
+
 @dataclass(frozen=True)
 class Stages:
     """Layers per pipeline stage, one array element per plan (whole layers)."""

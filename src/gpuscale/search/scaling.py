@@ -256,8 +256,7 @@ def scaling_curve(
     pts: list[ScalingPoint] = []
     base_tps: float | None = None
     prev: dict[str, float] = {}
-    best_dp: set[int] = set()  # the data-parallel degrees of the smaller points' best plans
-    best_plans: set[tuple[int, ...]] = set()  # and those plans
+    best_plans: set[tuple[int, ...]] = set()  # the smaller points' best plans (PLAN_KEYS)
     for n in gpu_counts(w.num_gpus):
         gbs = w.global_batch
         if mode == "weak" and n < w.num_gpus:
@@ -274,7 +273,9 @@ def scaling_curve(
             # the fastest plan on n GPUs, whether or not it keeps all of them busy: the
             # ones it leaves idle are charged below (a batch of 1,000 runs faster on 500
             # of 512 GPUs than on a plan that splits it over all 512); the smaller points'
-            # best plans among them, so that adding GPUs never slows the best plan
+            # best plans among them (their data-parallel degrees searched), so that adding
+            # GPUs never slows the best plan
+            best_dp = {key[PLAN_KEYS.index("dp")] for key in best_plans}
             res = search_plans(wn, cal, extra_dp=best_dp)
         except InputError as exc:
             pts.append(
@@ -283,7 +284,6 @@ def scaling_curve(
             continue
         e = res.estimate
         i, extra = _best_net(res, n, storage, failures, best_plans)
-        best_dp.add(int(e.plans.dp[i]))
         best_plans.add(_plan_key(e, i))
         step = float(e.step_s[i])
         terms = {k.removesuffix("_s"): float(v[i]) for k, v in e.step.terms().items()}
