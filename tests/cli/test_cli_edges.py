@@ -294,3 +294,28 @@ def test_a_restart_longer_than_the_time_between_failures_is_named_the_cause(
     flat = " ".join(out.split())
     assert "a restart takes longer than the time between failures" in flat
     assert "failures come faster than an interval completes" not in flat
+
+
+def test_several_runs_files_are_scored_as_one_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = "id,source,model,gpu,num_gpus,seq_len,global_batch_seqs,"
+    header += "measured_tokens_per_s_per_gpu,target\n"
+    row = "{0},src,llama3-8b,H100-SXM5-80GB,8,4096,64,{1},tokens_per_s_per_gpu\n"
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text(header + row.format("r1", 1000))
+    b.write_text(header + row.format("r2", 2000) + row.format("r3", 3000))
+    args = ["validate", "training", "--runs", str(a), "--runs", str(b), "--json"]
+    code, out, _ = run_cli(args, capsys)
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["id"] for r in rows] == ["r1", "r2", "r3"]
+    # one plan for the three rows: the measured figures set the errors apart
+    assert rows[1]["predicted"] == rows[0]["predicted"]
+    assert json.loads(out)["scored"] == 3
+    # an id in two files would make two rows one: refused, naming both files
+    b.write_text(header + row.format("r1", 2000))
+    line = _one_error(args, capsys)
+    assert line == (
+        "error: b.csv:id='r1' is invalid: already a row of a.csv: ids must differ across "
+        "--runs files"
+    )

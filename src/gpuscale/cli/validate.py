@@ -7,8 +7,9 @@ worst absolute error; ``--json`` writes one JSON object to stdout.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,9 +22,19 @@ from gpuscale.cli._common import (
     print_validation,
 )
 
+if TYPE_CHECKING:
+    from gpuscale.calibrate import Calibration
+    from gpuscale.validate.report import ValidationReport
+
 app = typer.Typer(no_args_is_help=True)
 
-Runs = Annotated[Path, typer.Option("--runs", help="CSV of published runs (validation schema).")]
+Runs = Annotated[
+    list[Path],
+    typer.Option(
+        "--runs",
+        help="CSV of published runs (validation schema); repeat to score several files as one.",
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="Write one JSON object to stdout.")]
 
 
@@ -32,7 +43,7 @@ def training(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
     """Distributed LLM training runs: tokens/s per GPU or TFLOP/s per GPU per row's target."""
     from gpuscale.validate.training import validate_training
 
-    print_validation(validate_training(runs, load_calibration(calibration)), json)
+    _score_files(runs, validate_training, calibration, json)
 
 
 @app.command("memory")
@@ -41,7 +52,7 @@ def memory(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
     columns: see gpuscale/validate/memory.py; benchmarks/heldout/memory_published.csv)."""
     from gpuscale.validate.memory import validate_memory
 
-    print_validation(validate_memory(runs, load_calibration(calibration)), json)
+    _score_files(runs, validate_memory, calibration, json)
 
 
 @app.command("inference")
@@ -49,7 +60,20 @@ def inference(runs: Runs, json: Json = False, calibration: Cal = None) -> None:
     """LLM serving results: offline throughput, online TTFT and TPOT/ITL."""
     from gpuscale.validate.inference import validate_inference
 
-    print_validation(validate_inference(runs, load_calibration(calibration)), json)
+    _score_files(runs, validate_inference, calibration, json)
+
+
+def _score_files(
+    runs: list[Path],
+    validate: Callable[[Path, Calibration], ValidationReport],
+    calibration: Path | None,
+    as_json: bool,
+) -> None:
+    """Print the report of ``validate`` over every ``--runs`` file, scored as one."""
+    from gpuscale.validate.report import merged_report
+
+    cal = load_calibration(calibration)
+    print_validation(merged_report(runs, lambda path: validate(path, cal)), as_json)
 
 
 BenchRuns = Annotated[

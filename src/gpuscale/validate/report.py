@@ -11,8 +11,8 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +218,32 @@ def _header(first: list[str]) -> list[str]:
     while header and header[-1] == "":
         header.pop()
     return header
+
+
+def merged_report(
+    paths: Sequence[Path], one_file: Callable[[Path], ValidationReport]
+) -> ValidationReport:
+    """One report over several CSV files (``--runs`` repeated): each file read and scored as
+    alone, their rows in order. A row id in two files is an :class:`InputError`, as a
+    repeated id within one file is, so that every row of the report stays distinct."""
+    reports = [one_file(path) for path in paths]
+    first = dict.fromkeys(r.id for r in reports[0].rows)
+    owner = {rid: paths[0] for rid in first}
+    for path, report in zip(paths[1:], reports[1:], strict=True):
+        for rid in dict.fromkeys(r.id for r in report.rows):
+            if rid in owner:
+                raise InputError(
+                    f"{path.name}:id",
+                    rid,
+                    f"already a row of {owner[rid].name}: ids must differ across --runs files",
+                )
+            owner[rid] = path
+    columns = dict.fromkeys(c for report in reports for c in report.unread_columns)
+    return replace(
+        reports[0],
+        rows=[row for report in reports for row in report.rows],
+        unread_columns=tuple(columns),
+    )
 
 
 def unread_columns(
