@@ -319,3 +319,20 @@ def test_several_runs_files_are_scored_as_one_report(
         "error: b.csv:id='r1' is invalid: already a row of a.csv: ids must differ across "
         "--runs files"
     )
+
+
+def test_a_given_shard_group_is_the_plan_s_as_a_searched_one_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # --shard-group 8 on 64 data-parallel ranks: the plan's JSON and label carry it (hsdp8),
+    # as the search's hybrid twins do; on 8 ranks or fewer it shards over all of them
+    args = ["train", "estimate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64"]
+    args += ["--seq-len", "8192", "--global-batch", "256", "--dist-opt", "--shard-group", "8"]
+    code, out, _ = run_cli([*args, "--json"], capsys)
+    d = json.loads(out)
+    assert code == 0 and d["plan"]["shard_group"] == d["shard_group"] == 8
+    code, out, _ = run_cli([*args, "--tp", "8", "--json"], capsys)
+    assert code == 0 and json.loads(out)["plan"]["shard_group"] == 0
+    search = ["train", "search", *args[2:], "--top", "1", "--json"]
+    code, out, _ = run_cli(search, capsys)
+    assert code == 0 and json.loads(out)["plans"][0]["label"].count("hsdp8") == 1

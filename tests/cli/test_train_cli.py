@@ -494,8 +494,9 @@ def test_notes_for_an_extended_context_and_uneven_stages() -> None:
     assert r.returncode == 0, r.stderr
     notes = json.loads(r.stdout)["notes"]
     assert notes[0] == (
-        "80 layers over 3 pipeline chunks are uneven under the even split: the step is "
-        "priced on the fullest stage (27 layers) with the output layer, an upper bound"
+        "pipeline (even split): 80 layers over 3 chunks are uneven, 27 on the fullest "
+        "stage, 26 and the output layer (1.2 layers' forward FLOPs) on the last; the last "
+        "stage sets the pace"
     )
     # the rest says what the fixed overhead is: 12 micro-batches a step through 27 layers
     assert len(notes) == 2 and notes[1].startswith("fixed overhead (")
@@ -658,7 +659,7 @@ def test_estimate_reproduces_a_searched_plan_that_leaves_gpus_idle() -> None:
     parts = ("weights", "gradients", "optimizer", "activations", "buffers")
     assert mem["total"] == sum(mem[k] for k in parts)
     too_many = gpuscale("train", "estimate", *args, *flags[:3], "--dp", "700")
-    assert_one_line_error(too_many, "dp=700", "at most 625: tp x pp x cp x dp = 160 x 700")
+    assert_one_line_error(too_many, "dp=700", "at most 152: tp x pp x cp x dp = 656 x 700")
     no_dp = gpuscale("train", "estimate", *args, "--tp", "8", "--pp", "3")
     assert_one_line_error(no_dp, "tp*pp*cp=24", "or give --dp to leave some idle")
     # as that error says: tp x pp = 128 does not divide 100,000, DP512 runs on 65,536

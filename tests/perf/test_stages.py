@@ -313,12 +313,13 @@ def test_a_balanced_hybrid_pipeline_prices_the_kinds_its_layout_holds() -> None:
 
 
 def test_a_balanced_gated_deltanet_pipeline_places_whole_layers() -> None:
-    # Qwen3.8 27B: 64 Megatron layers (128 blocks) on PP4, balanced: the output layer's 3.3
-    # layers' FLOPs put 13 beside it and 17 on each other stage, whole layers (34 and 26
-    # blocks), as the exported --decoder-last-pipeline-num-layers 13 runs them
+    # Qwen3.8 27B: 64 Megatron layers (128 blocks) on PP4, balanced: the output layer, the
+    # MTP depth and its head beside it on the last stage put 10 layers there and 18 on each
+    # other stage, whole layers (36 and 20 blocks), as the exported
+    # --decoder-last-pipeline-num-layers 10 runs them
     w = _on_h100("qwen3.8-27b", 32, 4096, 64, "balanced")
     p = Plans.of(tp=2, pp=4, dp=4, mbs=1, sp=True, split=PP_SPLITS.index("balanced"))
     st = pipeline_stages(w, p)
-    assert (float(st.fullest[0]), float(st.last[0])) == (34.0, 26.0)
+    assert (float(st.fullest[0]), float(st.last[0])) == (36.0, 20.0)
     args = megatron_args(estimate(w, p, default_calibration()), 0).args
-    assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "13"
+    assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "10"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from gpuscale.catalog import get_gpu, get_model, system_for_gpu
 from gpuscale.errors import InputError
 from gpuscale.export.megatron import megatron_args
 from gpuscale.perf.comm import Fabric
-from gpuscale.perf.plan import RECOMPUTE, SHARDING, Plans, Workload
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Plans, Workload
 from gpuscale.perf.step import step_breakdown
 from gpuscale.perf.training import estimate
 from gpuscale.perf.validity import validity
@@ -275,23 +276,28 @@ def test_explain_with_the_layout_fixed_compares_the_next_plan_and_says_so() -> N
     )
 
 
-def test_explain_says_when_a_plan_is_priced_at_its_uneven_split_bound() -> None:
-    # Llama 3 8B's 32 layers: PP4 divides them; PP3 (chunks of 10.7) does not and is
-    # priced at 11 a chunk, a bound the explanation names
-    from gpuscale.search.explain import _bound
-
-    w = workload("llama3-8b", "h100-sxm", 48, 4096, 96)
-    fixed = {"tp": 2, "cp": 1, "vpp": 1, "mbs": 1, "recompute": 0}
-    r = search_plans(w, CAL, {**fixed, "pp": 3})
-    assert _bound(r, (r.best, r.best)) == (
-        " Both are priced as if every pipeline stage held as many layers as the fullest "
-        "(32 layers in 3 chunks), a bound that overstates their compute and bubble "
-        "(their layouts hold fewer on the last chunks)."
+def test_an_uneven_even_split_is_priced_as_its_layout() -> None:
+    # Llama 3 70B's 80 layers on PP3: 27, 27 and 26 beside the output layer (2 x 128,256 x
+    # 8,192 = 2.1 GFLOP a token, 1.2 layers' forward FLOPs), the layout the exported
+    # --decoder-last-pipeline-num-layers 26 runs; the balanced split places the same layers,
+    # so it prices the same step, and a search trying both ranks the layout once
+    w = workload("llama3-70b", "h100-sxm", 384, 8192, 384)
+    plan = {"tp": 8, "pp": 3, "dp": 16, "mbs": 1, "sp": True, "sharding": 1}
+    even = estimate(w, Plans.of(**plan), CAL)
+    st = even.plan_stages(0)
+    assert (float(st.fullest[0]), float(st.last[0]), float(st.head[0])) == (27.0, 26.0, 1.0)
+    balanced = estimate(w, Plans.of(**plan, split=PP_SPLITS.index("balanced")), CAL)
+    assert float(balanced.step_s[0]) == float(even.step_s[0])
+    args = megatron_args(even, 0).args
+    assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "26"
+    both = search_plans(
+        replace(w, pp_split="balanced"), CAL, {"tp": 8, "pp": 3, "vpp": 1, "mbs": 1, "cp": 1}
     )
-    one = f" {r.estimate.plans.label(r.best)} is priced as if each of its 3 pipeline stages held 11"
-    assert _bound(r, (r.best,)).startswith(one)
-    even = search_plans(w, CAL, {**fixed, "pp": 4})
-    assert _bound(even, (even.best,)) == ""  # 32 = 4 x 8: nothing bounded
+    p = both.estimate.plans
+    layouts = {(int(p.dp[i]), int(p.recompute[i]), int(p.sharding[i]), bool(p.sp[i]),
+                bool(p.tp_overlap[i])) for i in range(len(p))}  # fmt: skip
+    assert len(layouts) == len(p)  # no plan twice under two names
+    assert "faster than the same plan placed evenly" not in explain(both)
 
 
 def test_exact_gpus_keeps_full_machine_plans() -> None:
@@ -400,11 +406,12 @@ def test_uneven_interleaving_prices_the_layout_it_exports() -> None:
     assert f"--pipeline-model-parallel-layout {layout}" in args
     even = estimate(w, Plans.of(tp=8, pp=8, dp=1, vpp=2, mbs=1, sp=True, sharding=1), CAL)
     assert float(e.memory.weights[0]) == float(even.memory.weights[0])
-    # 94 layers on PP8 x VPP4 (chunks 3 x 30, 2 x 2): 12 on stages 0-5, a bound for 6 and 7
+    # 94 layers on PP8 x VPP4 (chunks 3 x 30, 2 x 2): 12 on stages 0-5, 11 on 6 and 7
     four = estimate(workload("qwen3-235b-a22b", "h100-sxm", 256, 4096, 256), Plans.of(
         tp=2, pp=8, dp=16, vpp=4, ep=32, mbs=1, sp=True, sharding=1), CAL)  # fmt: skip
     assert float(four.plan_stages(0).fullest[0]) == 12.0
-    assert any("fullest stage (12 layers: 4 chunks of 3)" in n for n in four.notes(0))
+    assert float(four.plan_stages(0).last[0]) == 11.0
+    assert any("12 on the fullest stage (4 chunks of 3), 11 and" in n for n in four.notes(0))
 
 
 def test_partial_recompute_says_how_much_it_recomputes() -> None:
@@ -672,3 +679,16 @@ def test_a_fixed_shard_group_shards_every_plan_over_it() -> None:
     assert set(enumerate_plans(w, {"sharding": 4, "shard_group": 8}).shard_group) == {8}
     assert set(enumerate_plans(w, {"sharding": 4, "shard_group": 0}).shard_group) == {0}
     assert len(set(enumerate_plans(w, {"sharding": 4}).shard_group)) > 1
+
+
+def test_partial_recompute_that_recomputes_nothing_says_so() -> None:
+    # Llama 3 8B on 64 H100 at sequence 2,048 fits whole: nothing to recompute, no flags
+    w = workload("llama3-8b", "h100-sxm", 64, 2048, 256)
+    e = estimate(w, Plans.of(dp=64, recompute=RECOMPUTE.index("partial"), sharding=1), CAL)
+    assert float(e.memory.recompute_fraction[0]) == 0.0
+    notes = [n for n in e.notes(0) if n.startswith("partial recompute")]
+    assert notes == [
+        "partial recompute: the plan fits without recomputing any layer; Megatron runs it "
+        "without recompute flags"
+    ]
+    assert "--recompute-granularity" not in megatron_args(e, 0).args

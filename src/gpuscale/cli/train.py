@@ -152,6 +152,7 @@ def estimate_cmd(
         # a placement of layers on stages needs stages: one stage holds them all
         split = PP_SPLITS.index(w.pp_split) if pp > 1 else 0
         plan = Plans.of(dp=dp, tp_overlap=tp_overlap, split=split, **fx)
+        plan = plan.sharded_over(w.shard_group)
         check_plan(w, plan)
     cal = load_calibration(calibration)
     e = estimate(w, plan, cal)

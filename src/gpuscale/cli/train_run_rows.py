@@ -31,6 +31,12 @@ def storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
                     f"; {fmt_time(st['checkpoint_wait_s'])} of the stall waits for the "
                     "previous write"
                 )
+            if st["checkpoint_sync_stall_s"] < st["checkpoint_stall_s"]:
+                how += (
+                    f"; a synchronous save would stall only "
+                    f"{fmt_time(st['checkpoint_sync_stall_s'])}: the storage writes faster "
+                    "than an asynchronous save sets up"
+                )
         else:
             rate = st["checkpoint_bytes"] / st["checkpoint_write_s"]
             how = f"written synchronously at {fmt_rate(rate, 'B/s')}"

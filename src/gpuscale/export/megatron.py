@@ -32,7 +32,7 @@ import numpy as np
 from gpuscale.catalog import Model
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload, pipelined_fsdp
 from gpuscale.perf.sharding import ShardGroups
-from gpuscale.perf.stages import bounded_stages, chunk_sizes, megatron_units
+from gpuscale.perf.stages import chunk_sizes, megatron_units
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.perf.training_notes import block_recompute_layers, chunk_words
 from gpuscale.perf.transformer import indexer_layers, layer_ratios, sparse_layers
@@ -62,11 +62,6 @@ def _chunks(e: TrainingEstimate, i: int) -> list[int]:
     )
 
 
-def _stage_sum(chunks: list[int], pp: int) -> int:
-    """The layers of the fullest stage, chunk k on stage k mod pp."""
-    return max(sum(chunks[r::pp]) for r in range(pp))
-
-
 def _layout(chunks: list[int], mtp: int) -> str:
     """Megatron-Core's ``--pipeline-model-parallel-layout``: ``t`` a layer, ``|`` between
     chunks, ``E`` the embedding on the first, the ``mtp`` MTP depths (``m``) and ``L`` the
@@ -75,7 +70,7 @@ def _layout(chunks: list[int], mtp: int) -> str:
     return "|".join(["E" + parts[0], *parts[1:-1], parts[-1] + "m" * mtp + "L"])
 
 
-def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
+def _pipeline(e: TrainingEstimate, i: int) -> list[str]:
     """Interleaving and the layers' place on the stages, as priced."""
     w, p = e.workload, e.plans
     m = w.model
@@ -90,13 +85,6 @@ def _pipeline(e: TrainingEstimate, i: int, notes: list[str]) -> list[str]:
             out += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
         return out
     chunks = _chunks(e, i)
-    if bounded_stages(m, p.take(np.array([i])))[0]:
-        units = megatron_units(m)
-        notes.append(
-            f"{m.layers // units} layers do not divide into {pp * vpp} pipeline chunks: "
-            f"priced as if every stage held {_stage_sum(chunks, pp) // units} (the fullest), "
-            "an upper bound for the ones that hold fewer"
-        )
     if m.hybrid and not m.gated_deltanet:
         # Megatron's hybrid (Mamba) models take their stages from | in the layer pattern
         pieces, at = [], 0
@@ -325,7 +313,7 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
             f"one; Megatron-LM refuses it ('num_query_groups ({few[0]}) must be a multiple "
             f"of tensor_model_parallel_size ({tp})'): a TP dividing {few[0]} runs there"
         )
-    args += _pipeline(e, i, notes)
+    args += _pipeline(e, i)
     if int(p.cp[i]) > 1:
         args += ["--context-parallel-size", str(int(p.cp[i]))]
         if m.sparse is not None:  # Megatron's DSAttention checks for this spelling
@@ -345,7 +333,7 @@ def megatron_args(e: TrainingEstimate, i: int) -> MegatronArgs:
     args += _precision(e)
     if m.mtp_layers:
         args += ["--mtp-num-layers", str(m.mtp_layers)]
-    notes += _layer_notes(m, int(p.pp[i]))
+    notes += _layer_notes(m)
     if m.compressed is not None:
         args += _compressed_attention(m, int(p.tp[i]), notes)
     if m.sparse is not None:
@@ -395,14 +383,9 @@ def _experts(w: Workload, ep: int, notes: list[str]) -> list[str]:
     return [*args, "--moe-token-dispatcher-type", "alltoall"]
 
 
-def _layer_notes(m: Model, pp: int) -> list[str]:
+def _layer_notes(m: Model) -> list[str]:
     """What the model's layers have that Megatron-LM's flags do not say as priced."""
     notes = []
-    if m.mtp_layers and pp > 1:
-        notes.append(
-            "the MTP depths are priced spread over the stages, as a balanced layout "
-            "places them; Megatron-LM's default puts them on the last stage"
-        )
     if m.window_attn is not None:
         x = m.window_attn
         notes.append(

@@ -126,9 +126,9 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     # activations in flight: the first and the last pipeline stage (the same one without
     # PP), Megatron's warm-up for one between them
     first_mbs, last_mbs = in_flight(w, p)
-    # MTP depths spread over the stages, as in params_per_gpu
+    # the MTP depths' activations on the last stage, beside the loss
     stages = pipeline_stages(w, p)
-    mtp_stage = mtp_layer_equivalents(m, w.seq_len) / p.pp
+    mtp = mtp_layer_equivalents(m, w.seq_len)
     acts_of = _layer_activations(w, p, cands)
     # the last stage's output layer and loss at its peak, one per MTP depth too
     s_loc = w.seq_len / p.cp
@@ -139,7 +139,7 @@ def memory_breakdown(w: Workload, p: Plans, cal: Calibration) -> MemoryBreakdown
     for c, (weights, grads, opt, buffers) in zip(cands, states, strict=True):
         first, last = c.rank == 0, c.rank == p.pp - 1
         mbs = np.where(first, first_mbs, np.where(last, last_mbs, _warmup(w, p, c.rank)))
-        held.append((candidate_layers(p, c, stages) + mtp_stage) * mbs)
+        held.append((candidate_layers(p, c, stages) + np.where(last, mtp, 0.0)) * mbs)
         extra.append(np.where(last, logits, 0.0))
         rooms.append(w.memory_capacity - (weights + grads + opt + buffers))
 

@@ -8,7 +8,7 @@ parallelism 1, as the Megatron-Core MoE recipes run it (each GPU holds E / EP wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -345,13 +345,34 @@ class Plans:
         layers where they divide (Megatron's layers-per-virtual-stage); otherwise the
         first ``full`` chunks in the model's order hold c = ceil(L / (pp vpp)) layers and
         the rest c - 1, chunk k on stage k mod pp, so the fullest stage holds
-        (c - 1) vpp + ceil(full / pp). With uneven stages the fullest one sets the
-        pipeline's pace and its memory."""
+        (c - 1) vpp + ceil(full / pp): the memory's first stage, and the pipeline's pace
+        unless the last one's layers and output layer take longer."""
         n = self.pp * self.vpp
         c = np.ceil(layers / n)
         full = layers - n * (c - 1)
         out: FloatArrayT = ((c - 1) * self.vpp + np.ceil(full / self.pp)).astype(np.float64)
         return out
+
+    def last_stage_layers(self, layers: int) -> FloatArrayT:
+        """Layers on the last pipeline stage under the even split
+        (:func:`gpuscale.perf.stages.even_chunks`), beside the output layer: the rest,
+        L - (pp - 1) ceil(L / pp), without interleaving; with it, (c - 1) vpp + floor(full /
+        pp), the last stage holding fewer of the ``full`` chunks of c layers. All of a
+        stage's (:meth:`stage_layers`) where they divide."""
+        n = self.pp * self.vpp
+        c = np.ceil(layers / n)
+        rest = layers - (n - 1) * c
+        full = layers - n * (c - 1)
+        chunks = (c - 1) * self.vpp + np.floor(full / self.pp)
+        out: FloatArrayT = np.where((self.vpp == 1) & (rest >= 1), rest, chunks).astype(np.float64)
+        return out
+
+    def sharded_over(self, group: int) -> Plans:
+        """These plans with their states sharded over ``group`` data-parallel ranks (hybrid
+        sharding, ``hsdpN`` in a label) where that splits them: more DP x CP ranks than the
+        group, and sharded states; 0 (all of them) elsewhere."""
+        split = (self.dp * self.cp > group) & (self.sharding != SHARDING.index("none"))
+        return replace(self, shard_group=np.where(split, group, 0).astype(np.int64))
 
     def microbatches(self, w: Workload) -> IntArray:
         out: IntArray = w.global_batch // np.maximum(self.dp * self.mbs, 1)

@@ -1,6 +1,6 @@
 """Parameters one GPU of a pipeline stage holds: its layers' dense parameters split by TP,
 its routed experts by EP, the embedding or output layer on the stages at the ends, the MTP
-depths spread over the stages; for the stage of each kind of layers that may hold the most
+depths' weights spread over the stages; for the stage of each kind of layers that may hold the most
 (:mod:`gpuscale.perf.stage_kinds`)."""
 
 from __future__ import annotations
@@ -35,10 +35,9 @@ def params_per_gpu(
 
     Dense parameters are split by TP, routed experts by EP (expert TP = 1). The first
     stage also holds the input embedding, the last the output layer (or, tied, a copy of
-    the embedding): the same parameter count, on a stage where ``ends``. A pipeline layout
-    balances MTP layers placed on the last stage; they are spread over the stages here as in
-    the step model. The stages' activations differ: :func:`memory_breakdown` prices the
-    fullest stage.
+    the embedding): the same parameter count, on a stage where ``ends``. The MTP layers run
+    on the last stage; their weights are spread over the stages here, 1 / pp each. The
+    stages' activations differ: :func:`memory_breakdown` prices the fullest stage.
     """
     m = w.model
     s = layer_shapes(m)
@@ -57,8 +56,8 @@ def params_per_gpu(
     dense_per_layer = split / tp + s.norms + moe_frac * s.router + indexers
     expert_per_layer = moe_frac * m.num_experts * s.expert / p.ep
     emb_stage = embedding_on_stage(w, p, ends)
-    # MTP layers: on the one stage, or spread over the stages (1 / pp each) as the step
-    # model has them
+    # MTP layers: on the one stage, or spread over the stages (1 / pp each): they run on
+    # the last (perf/stages.py), whose weights this spreads, an approximation
     mtp_dense = mtp_param_count(m, experts=0)
     mtp_expert = mtp_param_count(m) - mtp_dense
     dense = layers_stage * dense_per_layer + emb_stage + mtp_dense / (tp * p.pp)

@@ -10,8 +10,9 @@ Three placements (:data:`gpuscale.perf.plan.PP_SPLITS`):
 
 - ``even``: L / (pp vpp) layers in every virtual chunk, the output layer beside the last
   stage's layers (Megatron-LM's default, torchtitan's even split); where they do not
-  divide, as :func:`even_chunks` places them. The fullest stage with the output layer sets
-  the pace and, with the first stage's in-flight micro-batches, the memory.
+  divide, as :func:`even_chunks` places them, the last stage holding fewer. The fullest
+  stage sets the memory, with the first stage's in-flight micro-batches, and the pace,
+  unless the last one's layers and output layer take longer.
 - ``account``: the embedding and the loss each take a layer's place, (L + 2) / (pp vpp)
   places a chunk: the first stage holds one layer fewer beside the embedding, the last one
   fewer beside the output layer (Megatron-Core's ``account_for_embedding_in_pipeline_split``
@@ -35,8 +36,12 @@ The memory model takes the fullest stage without the output layer as the first s
 embedding, under ``balanced`` the fuller stages may sit later, where fewer micro-batches
 are in flight: a bound either way).
 
-Multi-token-prediction depths stay spread over the stages in all three (the step model adds
-their layer equivalents and heads / pp to every stage).
+Multi-token-prediction depths run on the last stage with the loss in all three, as
+Megatron-Core places them (``mtp_num_layers`` builds them in the last stage's model chunk;
+its layouts end ``...mL``): the last stage's load beside its layers is the output layer,
+each depth's head and the depths themselves, in layers. Their weights are counted 1 / pp
+on every stage (:func:`~gpuscale.perf.stage_params.params_per_gpu`), a memory
+approximation of a few percent of a stage.
 """
 
 from __future__ import annotations
@@ -46,8 +51,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.catalog import Model
-from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, BoolArray, FloatArrayT, Plans, Workload
-from gpuscale.perf.transformer import forward_flops_per_token, mtp_forward_flops_per_token
+from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, FloatArrayT, Plans, Workload
+from gpuscale.perf.transformer import (
+    forward_flops_per_token,
+    mtp_forward_flops_per_token,
+    mtp_layer_equivalents,
+)
 
 
 def megatron_units(m: Model) -> int:
@@ -121,19 +130,7 @@ class Stages:
     slowest: FloatArrayT
     """Layers on the stage that sets the pipeline's pace."""
     head: FloatArrayT
-    """1 where that stage runs the output layer and the loss, else 0."""
-
-
-def bounded_stages(m: Model, p: Plans) -> BoolArray:
-    """Plans placed evenly whose stages do not all hold the same layers of ``m``
-    (:func:`placed_layers`): priced as if every stage held as many as the fullest
-    (:meth:`~gpuscale.perf.plan.Plans.stage_layers`), the last one beside the output layer
-    included, a bound (the layouts that run them hold fewer on the last chunks)."""
-    n = placed_layers(m)
-    out: BoolArray = (
-        (p.split == PP_SPLITS.index("even")) & (p.pp > 1) & (p.pp * p.stage_layers(n) != n)
-    )
-    return out
+    """1 where that stage runs the output layer and the loss (and the MTP depths), else 0."""
 
 
 def head_layers(w: Workload) -> float:
@@ -152,14 +149,23 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     # every split places whole Megatron layers (units blocks each)
     units = megatron_units(w.model)
     even_layers = units * p.stage_layers(layers // units)
+    even_last = units * p.last_stage_layers(layers // units)
     even = Stages(fullest=even_layers, last=even_layers, slowest=even_layers, head=np.ones(len(p)))
     placed = (p.split != PP_SPLITS.index("even")) & (p.pp > 1)
-    if not placed.any():
+    if not placed.any() and (even_last == even_layers).all():
         return even
     # the output layer in layers: its forward FLOPs, against a layer's forward, backward and,
     # under full recomputation, its forward again (4/3 of what its FLOPs say; the output
     # layer is not recomputed)
-    r = head_layers(w) / np.where(p.recompute == RECOMPUTE.index("full"), 4.0 / 3.0, 1.0)
+    # The multi-token-prediction depths and their heads run beside it on the last stage
+    # (Megatron-Core's layouts place "m" before "L"; recomputed as the layers are)
+    mtp = w.model.mtp_layers
+    head = head_layers(w) * (1.0 + mtp)
+    r = head / np.where(p.recompute == RECOMPUTE.index("full"), 4.0 / 3.0, 1.0)
+    r = r + mtp_layer_equivalents(w.model, w.seq_len)
+    # even: where the layers do not divide, the last stage holds fewer beside the output
+    # layer (where they do, it holds as many and sets the pace, as above)
+    even = _placed(even_layers, even_last, r)
     pp = p.pp.astype(np.float64)
     # account: chunks of (L + 2) / (pp vpp) places, the embedding taking one on the first
     # stage and the loss one on the last (validity refuses plans whose chunks L + 2 does

@@ -1,10 +1,9 @@
 """Training step time of a plan, term by term (the breakdown explains the total).
 
-Per micro-batch, on the slowest pipeline stage (perf/stages.py: with the even split the
-fullest stage's layers and the output layer on the last stage; with the account or balanced
-placement, the slower of the last stage and the fullest other; plus multi-token-prediction
-depths as their FLOP-equivalent of layers, spread over the stages; a hybrid model's layers
-are its blocks, each costed by its kind):
+Per micro-batch, on the slowest pipeline stage (perf/stages.py: the slower of the fullest
+stage and the last one, whose layers the output layer, the loss and the multi-token-
+prediction depths, as their FLOP-equivalent of layers, join; a hybrid model's layers are
+its blocks, each costed by its kind):
   GEMMs       FLOPs / (peak x matmul_eff x eff): peak x matmul_eff is the GPU's measured
               maximum achievable matmul rate (catalog), eff = gemm_eff_max x d / (d +
               gemm_half_dim) for the smallest per-GPU GEMM dimension d (tensor parallelism
@@ -158,9 +157,8 @@ def stage_micro_batch(
     (``stages.slowest``, perf/stages.py): mbs x s / cp tokens a GPU; the share of each block
     type per layer (attention + MLP (or MoE) layers have attention share 1 and MLP + MoE
     shares 1; a hybrid's blocks are one of attention, Mamba, MLP, MoE); multi-token
-    prediction's depths as their FLOP-equivalent of average layers, spread over the stages
-    as the layouts that place MTP beside the loss balance them (Megatron-Core
-    pipeline_model_parallel_layout)."""
+    prediction's depths as their FLOP-equivalent of average layers where that stage is the
+    last (Megatron-Core places them beside the loss)."""
     m = w.model
     tp = p.tp.astype(np.float64)
     cp = p.cp.astype(np.float64)
@@ -173,7 +171,7 @@ def stage_micro_batch(
         s_loc=s_loc,
         tp=tp,
         cp=cp,
-        layers_stage_mtp=stages.slowest + mtp_layer_equivalents(m, w.seq_len) / p.pp,
+        layers_stage_mtp=stages.slowest + stages.head * mtp_layer_equivalents(m, w.seq_len),
         full_frac=full_recompute_fraction(w, p, cal, recompute_fraction),
         a_frac=m.attn_layers / m.layers,
         mlp_frac=m.mlp_layers / m.layers,
@@ -322,10 +320,10 @@ def micro_batch_work(
     logits GEMM stays 16-bit (Megatron-Core's output layer is not a Transformer Engine
     module, and torchtitan's float8 conversion leaves it out) and whose softmax/loss reads
     and writes fp32 logits, and one more head for each multi-token-prediction depth,
-    spread over the stages. Overlapping TP communication slows the compute by
+    which runs there too. Overlapping TP communication slows the compute by
     ``tp_overlap_slowdown``."""
     w, p, cal, tp, tokens, m = c.w, c.p, c.cal, c.tp, c.tokens, c.w.model
-    heads = head + m.mtp_layers / p.pp
+    heads = head * (1.0 + m.mtp_layers)
     logits_fwd = gemm_s(
         tokens, m.vocab / tp, float(m.hidden), 1.0, rates.mm16_flops, w.gpu.sms, cal
     )

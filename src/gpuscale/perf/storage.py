@@ -191,6 +191,9 @@ class StorageCost:
     """Reading a step's token ids (None without a read rate)."""
     data_exposed_s: float
     """Reading beyond what the step hides (0 while the read is faster than the step)."""
+    checkpoint_sync_s: float = 0.0
+    """What a synchronous save would stall training for: the whole write (with an
+    asynchronous save, the set-up it saves is more than that on fast storage)."""
 
     @property
     def per_step_s(self) -> float:
@@ -234,15 +237,14 @@ def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePoli
         short = wanted < step
     interval = every * step
     wait = 0.0
+    sync_s = size / min(policy.write_Bps, host_Bps)
+    write_s, stall = sync_s, sync_s
     if policy.asynchronous:
         copy_s = ASYNC_SAVE_FIXED_S + size / host_Bps
         # the write drains from host memory; the next save waits for it if it is not done
         write_s = size / policy.write_Bps
         wait = max(write_s - interval, 0.0)
         stall = copy_s + wait
-    else:
-        write_s = size / min(policy.write_Bps, host_Bps)
-        stall = write_s
     return StorageCost(
         size,
         write_s,
@@ -256,4 +258,5 @@ def storage_cost(w: Workload, step_s: float, gpus_used: int, policy: StoragePoli
         data_bytes,
         read_s,
         exposed,
+        sync_s,
     )

@@ -277,6 +277,7 @@ def _storage_summary(cost: StorageCost, storage: StoragePolicy, best_asked: bool
         "checkpoint_write_s": cost.checkpoint_write_s,
         "checkpoint_stall_s": cost.checkpoint_stall_s,
         "checkpoint_wait_s": cost.checkpoint_wait_s,
+        "checkpoint_sync_stall_s": cost.checkpoint_sync_s,
         "checkpoint_every_steps": cost.checkpoint_every_steps,
         "checkpoint_interval_s": cost.checkpoint_interval_s,
         "checkpoint_asynchronous": storage.asynchronous,

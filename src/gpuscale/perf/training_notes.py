@@ -181,6 +181,11 @@ class PlanNotes:
         stage = float(self.plan_stages(i).fullest[0])
         if not bool(self.memory.fits[i]):
             return ["partial recompute: even recomputing every layer, the plan does not fit"]
+        if frac == 0.0:
+            return [
+                "partial recompute: the plan fits without recomputing any layer; Megatron "
+                "runs it without recompute flags"
+            ]
         # Megatron counts --recompute-num-layers per virtual pipeline chunk, in its
         # own layers (a Gated DeltaNet model's: mixer + MLP blocks)
         vpp = int(self.plans.vpp[i])
@@ -332,17 +337,17 @@ class PlanNotes:
         # the balanced placement is priced for pipelines without interleaving only
         others = [s for s, ok in (("account", account), ("balanced", vpp == 1)) if ok]
         other = f"--pp-split {' or '.join(others)}"
-        if n != pp * fullest:  # stages of unequal layers (bounded_stages)
+        if n != pp * fullest:  # stages of unequal layers
             why = (
-                " (they would split evenly with --pp-split account, the embedding and the "
-                "loss taking a layer's place each)"
+                "; --pp-split account would split them evenly, the embedding and the loss "
+                "taking a layer's place each"
                 if account
                 else ""
             )
             return [
-                f"{n} layers over {chunks} pipeline chunks are uneven under the even "
-                f"split{why}: the step is priced on the fullest stage ({fullest:.0f} layers"
-                f"{_fullest_chunks(n, pp, vpp)}) with the output layer, an upper bound"
+                f"pipeline (even split): {n} layers over {chunks} chunks are uneven, "
+                f"{fullest:.0f} on the fullest stage{_fullest_chunks(n, pp, vpp)}, "
+                f"{last:.0f} and {head} on the last; {slowest} sets the pace{why}"
             ]
         if r >= 0.5 and others and w.pp_split == "even":  # (a search with another kept this one)
             return [
@@ -435,11 +440,11 @@ def softmax_notes(w: Workload) -> list[str]:
 
 def _fullest_chunks(layers: int, pp: int, vpp: int) -> str:
     """The chunks of the fullest stage under the even split, in words (nothing without
-    interleaving): ": 3 chunks of 4" or ": chunks of 2, 1 and 1"."""
+    interleaving): " (3 chunks of 4)" or " (chunks of 2, 1 and 1)"."""
     if vpp == 1:
         return ""
     sizes = even_chunks(layers, pp, vpp)
     held = max((sizes[r::pp] for r in range(pp)), key=sum)
     if len(set(held)) == 1:
-        return f": {vpp} chunks of {held[0]}"
-    return f": chunks of {', '.join(map(str, held[:-1]))} and {held[-1]}"
+        return f" ({vpp} chunks of {held[0]})"
+    return f" (chunks of {', '.join(map(str, held[:-1]))} and {held[-1]})"

@@ -4,7 +4,6 @@ most between the two, what the rest adds up to, and their memory."""
 from __future__ import annotations
 
 from gpuscale.perf.plan import PP_SPLITS
-from gpuscale.perf.stages import bounded_stages, placed_layers
 from gpuscale.search.plans import SearchResult, same_layout
 from gpuscale.units import GiB
 
@@ -104,34 +103,7 @@ def explain(result: SearchResult) -> str:
     return (
         f"{p.label(b)} {speed} {which}: it "
         f"{' but '.join(clauses) or 'differs only marginally'}; {mem}.{_placement(result)}"
-        f"{_bound(result, (b, r))}{close}"
-    )
-
-
-def _bound(result: SearchResult, plans: tuple[int, int]) -> str:
-    """A caveat for each of ``plans`` placed evenly whose layers do not divide into its
-    pipeline chunks: it is priced as if every stage held as many layers as the fullest, a
-    bound that overstates its compute and bubble (the layout its Megatron-LM arguments give
-    holds fewer on the last chunks)."""
-    p = result.estimate.plans
-    model = result.estimate.workload.model
-    layers = placed_layers(model)
-    bound = bounded_stages(model, p)
-    fullest = p.stage_layers(layers)
-    uneven = [(i, int(p.pp[i]) * int(p.vpp[i])) for i in plans if bound[i]]
-    if len(uneven) == 2:
-        (_, c1), (_, c2) = uneven
-        chunks = f"{c1} chunks" if c1 == c2 else f"{c1} chunks and in {c2}"
-        return (
-            f" Both are priced as if every pipeline stage held as many layers as the fullest "
-            f"({layers} layers in {chunks}), a bound that overstates their "
-            "compute and bubble (their layouts hold fewer on the last chunks)."
-        )
-    return "".join(
-        f" {p.label(i)} is priced as if each of its {int(p.pp[i])} pipeline stages held "
-        f"{fullest[i]:.0f} of the {layers} layers, a bound: its layout holds fewer on the "
-        "last chunks, so its compute and bubble are overstated."
-        for i, _ in uneven
+        f"{close}"
     )
 
 

@@ -226,12 +226,15 @@ def enumerate_plans(
         return Plans.of(tp=np.zeros(0, dtype=np.int64))
     plans = _with_switches(np.array(rows, dtype=np.int64), fx)
     plans = _with_placement(w, plans.take(_distinct(w, plans, fx)), fx.get("split"))
-    # a caller that fixes the shard group (0: all data-parallel ranks) gets no hybrid
-    # twins, and each plan shards over that group
+    # a caller that fixes the shard group (0: all data-parallel ranks), or a workload that
+    # names one, gets no hybrid twins, and each plan it splits (more data-parallel ranks than
+    # the group, its states sharded) carries it, as a searched hybrid twin does (hsdpN)
     group = fx.get("shard_group")
     if group is None:
-        return _with_hybrid_sharding(w, plans) if w.shard_group == 0 else plans
-    return replace(plans, shard_group=np.full(len(plans), int(group), dtype=np.int64))
+        if w.shard_group == 0:
+            return _with_hybrid_sharding(w, plans)
+        group = w.shard_group
+    return plans.sharded_over(int(group))
 
 
 def _with_placement(w: Workload, plans: Plans, fixed: int | None) -> Plans:
