@@ -19,6 +19,9 @@ from gpuscale.perf.transformer import model_flops_per_token
 
 ENTRY = "from gpuscale.cli import main; main()"
 SMALL = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8"]
+RUNS_HEADER = (
+    "id,source,model,gpu,num_gpus,seq_len,global_batch_seqs,measured_tokens_per_s_per_gpu,target\n"
+)
 
 
 def _one_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -172,11 +175,9 @@ def test_validate_exits_1_when_no_row_is_scored(
 ) -> None:
     # every row skipped (a GPU count below one): the table or JSON still lists each reason,
     # and the exit status says nothing was scored
-    header = "id,source,model,gpu,num_gpus,seq_len,global_batch_seqs,"
-    header += "measured_tokens_per_s_per_gpu,target\n"
     row = "r{0},src,llama3-8b,H100-SXM5-80GB,-8,4096,64,1000,tokens_per_s_per_gpu\n"
     runs = tmp_path / "runs.csv"
-    runs.write_text(header + row.format(1) + row.format(2))
+    runs.write_text(RUNS_HEADER + row.format(1) + row.format(2))
     code, out, err = run_cli(["validate", "training", "--runs", str(runs), "--json"], capsys)
     assert code == 1
     rows = json.loads(out)["rows"]
@@ -185,7 +186,7 @@ def test_validate_exits_1_when_no_row_is_scored(
         "error: no row was scored (2 skipped, 0 reported): each row's reason is in the JSON's rows"
     )
     # one scorable row: status 0
-    runs.write_text(header + row.format(1) + row.format(2).replace(",-8,", ",8,"))
+    runs.write_text(RUNS_HEADER + row.format(1) + row.format(2).replace(",-8,", ",8,"))
     code, out, _ = run_cli(["validate", "training", "--runs", str(runs), "--json"], capsys)
     assert code == 0 and json.loads(out)["scored"] == 1
 
@@ -299,12 +300,10 @@ def test_a_restart_longer_than_the_time_between_failures_is_named_the_cause(
 def test_several_runs_files_are_scored_as_one_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    header = "id,source,model,gpu,num_gpus,seq_len,global_batch_seqs,"
-    header += "measured_tokens_per_s_per_gpu,target\n"
     row = "{0},src,llama3-8b,H100-SXM5-80GB,8,4096,64,{1},tokens_per_s_per_gpu\n"
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
-    a.write_text(header + row.format("r1", 1000))
-    b.write_text(header + row.format("r2", 2000) + row.format("r3", 3000))
+    a.write_text(RUNS_HEADER + row.format("r1", 1000))
+    b.write_text(RUNS_HEADER + row.format("r2", 2000) + row.format("r3", 3000))
     args = ["validate", "training", "--runs", str(a), "--runs", str(b), "--json"]
     code, out, _ = run_cli(args, capsys)
     rows = json.loads(out)["rows"]
@@ -313,7 +312,7 @@ def test_several_runs_files_are_scored_as_one_report(
     assert rows[1]["predicted"] == rows[0]["predicted"]
     assert json.loads(out)["scored"] == 3
     # an id in two files would make two rows one: refused, naming both files
-    b.write_text(header + row.format("r1", 2000))
+    b.write_text(RUNS_HEADER + row.format("r1", 2000))
     line = _one_error(args, capsys)
     assert line == (
         "error: b.csv:id='r1' is invalid: already a row of a.csv: ids must differ across "
