@@ -32,10 +32,10 @@ def test_training_fits_only_the_constants_asked_and_writes_only_them(tmp_path: P
     assert res["written_to"] == str(out)
     assert res["rows_scored"] == 9
     assert [c["name"] for c in res["constants"]] == ["attn_eff", "step_overhead_s"]
-    # the shipped constants price these single-GPU steps 7.8 % slow (README); fitted, the
+    # the shipped constants price these single-GPU steps 8.6 % slow (README); fitted, the
     # attention runs faster (cuDNN's kernel on the H200, as measured) and the fixed cost a
     # step stays a few per cent of the 0.56-0.99 s steps
-    assert res["score_before_pct"]["mape"] == pytest.approx(7.8, abs=0.5)
+    assert res["score_before_pct"]["mape"] == pytest.approx(8.6, abs=0.5)
     assert res["score_after_pct"]["mape"] < 3.0
     shipped = default_calibration()
     assert written["attn_eff"] > shipped.attn_eff

@@ -188,4 +188,6 @@ def test_search_tries_each_fsdp_plan_sharded_within_one_scale_up_domain() -> Non
     assert len(full) > len(hybrid)
     # asked for a shard group, the search prices every plan with it and adds no twin
     fixed = enumerate_plans(replace(w, shard_group=8), {"sharding": SHARDING.index("zero3")})
-    assert (fixed.shard_group == 0).all()
+    # each plan the group splits (more than 8 data-parallel ranks) carries it, the others 0
+    assert ((fixed.shard_group == 8) == (fixed.dp * fixed.cp > 8)).all()
+    assert set(fixed.shard_group.tolist()) == {0, 8}

@@ -132,6 +132,10 @@ class Stages:
     head: FloatArrayT
     """1 where that stage runs the output layer and the loss (and the MTP depths), else 0."""
 
+    def at(self, i: int) -> Stages:
+        """Plan ``i``'s stages alone (arrays of one element)."""
+        return Stages(*(x[i : i + 1] for x in (self.fullest, self.last, self.slowest, self.head)))
+
 
 def head_layers(w: Workload) -> float:
     """The output layer's forward FLOPs per token in units of an average layer's: 2 V h
@@ -208,7 +212,8 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
 def _placed(fullest: FloatArrayT, last: FloatArrayT, r: FloatArrayT) -> Stages:
     """The stages of pipelines whose fullest stage without the output layer holds
     ``fullest`` layers and whose last stage ``last`` beside the output layer (``r``
-    layers' FLOPs): the slower of the two sets the pace."""
+    layers' FLOPs): the slower of the two by FLOPs sets the pace, a first guess the step
+    model settles in time (:func:`~gpuscale.perf.step.step_breakdown`)."""
     head_on = last + r >= fullest
     return Stages(
         fullest=fullest,

@@ -51,7 +51,7 @@ micro-batch, and layer_overhead_s per layer and pass: kernel launches and small 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -71,6 +71,7 @@ from gpuscale.perf.plan import FloatArrayT, Plans, Workload
 from gpuscale.perf.recompute import op_sac_gemms, selective_forward_s, up_proj_shapes
 from gpuscale.perf.stages import Stages, pipeline_stages
 from gpuscale.perf.step_comm import StageMicroBatch, micro_batch_comm
+from gpuscale.perf.step_fixed import FixedCosts, fixed_costs, host_wait_mb_s
 from gpuscale.perf.step_gemms import Gemms, LayerGemms, layer_gemms
 from gpuscale.perf.step_memory_bound import MemoryBound, act_rw, memory_bound, moe_ffn_width
 from gpuscale.perf.transformer import mtp_layer_equivalents
@@ -103,13 +104,17 @@ class StepBreakdown:
     micro-batch and per step; the GPU waiting on the host's launches where a micro-batch's
     work is shorter than their issue (the host's parts gone under whole-step CUDA graphs)."""
 
+    pace: Stages | None = field(default=None, compare=False)
+    """The stage each plan's terms are priced on: of the fullest stage and the last (with the
+    output layer), the slower in time (not a term of the step)."""
+
     @property
     def step_s(self) -> FloatArray:
-        total: FloatArray = np.sum([getattr(self, f.name) for f in fields(self)], axis=0)
+        total: FloatArray = np.sum(list(self.terms().values()), axis=0)
         return total
 
     def terms(self) -> dict[str, FloatArray]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "pace"}
 
 
 @dataclass(frozen=True)
@@ -245,47 +250,6 @@ def layer_work(c: StageMicroBatch, rates: Rates, gemms: Gemms) -> LayerWork:
 
 
 @dataclass(frozen=True)
-class FixedCosts:
-    """Fixed seconds of a step's parts, per plan (``layer_overhead_s`` and the host's
-    ``*_overhead_s``)."""
-
-    host: float
-    """1 where the host issues the step's kernels, 0 where the step is replayed whole as
-    CUDA graphs."""
-    per_moe_layer_s: FloatArray
-    """An MoE layer's router, permutation and per-expert launches, with the host waiting on
-    the token counts."""
-    per_layer_s: FloatArray
-    """One average layer's pass: its kernel launches and small kernels at their minimum
-    time, and the MoE layers' share of ``per_moe_layer_s``."""
-    per_micro_batch_s: float
-    """The framework's loop, once a micro-batch."""
-    per_step_s: float
-    """The framework's loop, logging and data loader, once a step."""
-
-
-def fixed_costs(c: StageMicroBatch) -> FixedCosts:
-    """The fixed costs of each plan's layers, micro-batches and step (calibrated). An MoE
-    layer's router, permutation and per-expert launches, with the host waiting on the token
-    counts, and the per-step and per-micro-batch work are the host's: a step replayed whole
-    as CUDA graphs issues no kernel from the host and its MoE layers cannot wait on it
-    (Megatron-Core captures only sync-free dispatch), so it pays none of them, recomputed
-    layers' included. A layer's small kernels still run, each for its minimum time: the
-    per-layer cost stays."""
-    cal = c.cal
-    host = 0.0 if c.w.cuda_graphs else 1.0
-    experts = c.w.model.num_experts / c.p.ep
-    moe_fixed = host * (cal.moe_layer_overhead_s + experts * cal.moe_expert_overhead_s)
-    return FixedCosts(
-        host=host,
-        per_moe_layer_s=moe_fixed,
-        per_layer_s=c.sub * cal.layer_overhead_s + c.moe_frac * moe_fixed,
-        per_micro_batch_s=host * cal.microbatch_overhead_s,
-        per_step_s=host * cal.step_overhead_s,
-    )
-
-
-@dataclass(frozen=True)
 class MicroBatchWork:
     """Seconds of one micro-batch's GPU work on the stage, per plan, by term."""
 
@@ -410,32 +374,13 @@ def recompute_mb_s(
     return out
 
 
-def host_wait_mb_s(c: StageMicroBatch, fixed: FixedCosts, gpu_mb: FloatArray) -> FloatArray:
-    """Seconds one micro-batch's GPU work of ``gpu_mb`` waits on the host's launches. The
-    host issues a layer's forward kernels in host_layer_s (a hybrid's block in its share,
-    as the small kernels' cost), its backward in twice that, a recomputed forward again
-    (torchtitan's per-op checkpointing reruns most of a forward's launches); it runs ahead
-    of the GPU, so a micro-batch takes at least that long, plus the framework's loop that
-    the same host runs: the GPU waits on the launches when its own work is shorter."""
-    rerun = np.where(c.p.recompute == 1, 1.0 if "ops" in c.w.recompute_modules else 0.0, 0.0)
-    passes = 3.0 + c.full_frac + rerun
-    host_mb = fixed.host * c.layers_stage_mtp * c.sub * c.cal.host_layer_s * passes
-    out: FloatArray = np.maximum(host_mb - gpu_mb, 0.0)
-    return out
-
-
-def step_breakdown(
-    w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
-) -> StepBreakdown:
-    """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
-    here when not given). A micro-batch on the slowest stage is its GPU work, recomputation,
-    exposed TP, CP, EP and PP communication, gradient accumulation, the framework's loop and
-    any wait on the host; the step is m such micro-batches, the bubble (p - 1)/v of one,
-    the exposed data-parallel communication, the optimizer and the fixed cost a step."""
-    # the stage that sets the pipeline's pace: its layers, and whether it runs the output
-    # layer (perf/stages.py: the plan's even, account or balanced placement)
-    stages = pipeline_stages(w, p)
-    c = stage_micro_batch(w, p, cal, stages, recompute_fraction)
+def _stage_mb(
+    w: Workload, p: Plans, cal: Calibration, stages: Stages, frac: FloatArray
+) -> dict[str, FloatArray]:
+    """One micro-batch of each plan on the stage ``stages.slowest`` (with the output layer
+    where ``stages.head``), by term, seconds: ``t`` the whole, ``busy`` and ``compute`` the
+    work that hides the data-parallel collectives."""
+    c = stage_micro_batch(w, p, cal, stages, frac)
     rates = Rates.of(w, cal)
     gemms = Gemms(c.tokens, rates.gemm_flops, w.gpu.sms, cal)
     layer = layer_work(c, rates, gemms)
@@ -448,36 +393,104 @@ def step_breakdown(
     comm = micro_batch_comm(c, kv_rank, layer.attn_fwd_s, layer.attn_bwd_s, work.compute_s)
     accum_mb = grad_accum_mb_s(w, p, cal)
     mb_fixed = fixed.per_micro_batch_s
-    busy_mb = work.busy_s
     t_mb = (
-        busy_mb + recompute_mb + comm.tp_s + comm.cp_s + comm.ep_s + comm.pp_s + accum_mb + mb_fixed
+        work.busy_s
+        + recompute_mb
+        + comm.tp_s
+        + comm.cp_s
+        + comm.ep_s
+        + comm.pp_s
+        + accum_mb
+        + mb_fixed
     )
     wait_mb = host_wait_mb_s(c, fixed, t_mb - mb_fixed)
-    t_mb = t_mb + wait_mb
+    return {
+        "compute": work.compute_s,
+        "recompute": recompute_mb,
+        "memory_bound": work.memory_bound_s,
+        "quantise": work.quantise_s,
+        "tp": comm.tp_s,
+        "cp": comm.cp_s,
+        "ep": comm.ep_s,
+        "pp": comm.pp_s,
+        "accum": accum_mb,
+        "fixed": mb_fixed + work.fixed_s + wait_mb,
+        "per_step": np.full(len(p), fixed.per_step_s),
+        "busy": work.busy_s - comm.hidden_s,
+        "compute_hidden": work.compute_s - comm.hidden_s,
+        "t": t_mb + wait_mb,
+    }
+
+
+def _paced(
+    w: Workload, p: Plans, cal: Calibration, stages: Stages, frac: FloatArray
+) -> tuple[Stages, dict[str, FloatArray]]:
+    """The stage that sets each plan's pace, in time, and its micro-batch's terms: the one
+    :func:`~gpuscale.perf.stages.pipeline_stages` chose by FLOPs or, where a pipeline's
+    fullest stage and its last (with the output layer) differ, the other one when it is
+    slower (an MoE layer's communication and fixed costs, which the output layer has not,
+    or a 16-bit output layer beside FP8 layers, can outweigh a layer's FLOPs)."""
+    t = _stage_mb(w, p, cal, stages, frac)
+    two = (p.pp > 1) & ((stages.head == 0) | (stages.last < stages.fullest))
+    if not two.any():
+        return stages, t
+    idx = np.flatnonzero(two)
+    head = stages.head[idx]
+    alt = Stages(
+        fullest=stages.fullest[idx],
+        last=stages.last[idx],
+        slowest=np.where(head == 1, stages.fullest[idx], stages.last[idx]),
+        head=1.0 - head,
+    )
+    u = _stage_mb(w, p.take(idx), cal, alt, frac[idx])
+    slower = u["t"] > t["t"][idx]
+    at = idx[slower]
+    for k, v in t.items():
+        v = v.copy()
+        v[at] = u[k][slower]
+        t[k] = v
+    slowest, heads = stages.slowest.copy(), stages.head.copy()
+    slowest[at], heads[at] = alt.slowest[slower], alt.head[slower]
+    return Stages(stages.fullest, stages.last, slowest, heads), t
+
+
+def step_breakdown(
+    w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
+) -> StepBreakdown:
+    """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
+    here when not given). A micro-batch on the slowest stage is its GPU work, recomputation,
+    exposed TP, CP, EP and PP communication, gradient accumulation, the framework's loop and
+    any wait on the host; the step is m such micro-batches, the bubble (p - 1)/v of one,
+    the exposed data-parallel communication, the optimizer and the fixed cost a step."""
+    # the stage that sets the pipeline's pace: its layers, and whether it runs the output
+    # layer (perf/stages.py: the plan's even, account or balanced placement), the slower
+    # in time of the fullest stage and the last
+    frac = full_recompute_fraction(w, p, cal, recompute_fraction)
+    stages, t = _paced(w, p, cal, pipeline_stages(w, p), frac)
     mb = p.microbatches(w).astype(np.float64)
     dp_comm, optimizer = data_parallel_s(
         w,
         p,
         cal,
-        busy_mb - comm.hidden_s,
-        work.compute_s - comm.hidden_s,
+        t["busy"],
+        t["compute_hidden"],
         mb,
         stages.fullest,  # its ZeRO-3 collectives' count a micro-batch (a layer each)
-        c.full_frac,
+        frac,
     )
-    z = np.zeros(len(p))
     return StepBreakdown(
-        compute_s=mb * work.compute_s,
-        recompute_s=mb * recompute_mb,
-        memory_bound_s=mb * work.memory_bound_s,
-        quantise_s=mb * work.quantise_s,
-        tp_comm_s=mb * comm.tp_s,
-        cp_comm_s=mb * comm.cp_s,
-        ep_comm_s=mb * comm.ep_s,
-        pp_comm_s=mb * comm.pp_s,
-        bubble_s=(p.pp - 1) / p.vpp * t_mb,
+        compute_s=mb * t["compute"],
+        recompute_s=mb * t["recompute"],
+        memory_bound_s=mb * t["memory_bound"],
+        quantise_s=mb * t["quantise"],
+        tp_comm_s=mb * t["tp"],
+        cp_comm_s=mb * t["cp"],
+        ep_comm_s=mb * t["ep"],
+        pp_comm_s=mb * t["pp"],
+        bubble_s=(p.pp - 1) / p.vpp * t["t"],
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
-        grad_accum_s=mb * accum_mb,
-        overhead_s=z + fixed.per_step_s + mb * (mb_fixed + work.fixed_s + wait_mb),
+        grad_accum_s=mb * t["accum"],
+        overhead_s=t["per_step"] + mb * t["fixed"],
+        pace=stages,
     )

@@ -307,7 +307,10 @@ class PlanNotes:
         ]
 
     def plan_stages(self, i: int) -> Stages:
-        """Plan ``i``'s pipeline stages (computed for that plan alone)."""
+        """Plan ``i``'s pipeline stages, the one that sets its pace the step's (the slower in
+        time of the fullest and the last)."""
+        if self.step.pace is not None:
+            return self.step.pace.at(i)
         return pipeline_stages(self.workload, self.plans.take(np.array([i])))
 
     def _stage_notes(self, i: int) -> list[str]:
@@ -323,7 +326,7 @@ class PlanNotes:
         fullest, last = float(st.fullest[0]) / units, float(st.last[0]) / units
         r = head_layers(w) / units
         head = f"the output layer ({r:.2g} layers' forward FLOPs)"
-        slowest = "the last stage" if st.head[0] else "the fullest other stage"
+        slowest = "the last stage" if st.head[0] else "the fullest stage"
         split = PP_SPLITS[int(self.plans.split[i])]
         if split != "even":
             return [
