@@ -114,7 +114,11 @@ class StepBreakdown:
         return total
 
     def terms(self) -> dict[str, FloatArray]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "pace"}
+        return {name: getattr(self, name) for name in STEP_TERMS}
+
+
+STEP_TERMS: tuple[str, ...] = tuple(f.name for f in fields(StepBreakdown) if f.name != "pace")
+"""The step's terms, in the breakdown's order (every field but ``pace``)."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ GPU-time per token, so the terms split a loss of efficiency (or a gain) exactly:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from gpuscale.calibrate import Calibration
 from gpuscale.errors import InputError
 from gpuscale.ops.reliability import FailurePolicy
 from gpuscale.perf.plan import Workload
-from gpuscale.perf.step import StepBreakdown
+from gpuscale.perf.step import STEP_TERMS
 from gpuscale.perf.storage import StoragePolicy
 from gpuscale.perf.training import TrainingEstimate
 from gpuscale.search.plans import SearchResult, search_plans
@@ -169,7 +169,7 @@ def gpu_counts(n_max: int, start: int = 8) -> list[int]:
 RUN_TERMS = ("checkpoints", "data_loading", "failures")
 """The GPU-time terms a point gains when the run's costs are priced (:func:`run_costs`)."""
 TERMS = (
-    *(f.name.removesuffix("_s") for f in fields(StepBreakdown)),
+    *(name.removesuffix("_s") for name in STEP_TERMS),
     "idle_gpus",
     *RUN_TERMS,
 )

@@ -267,9 +267,9 @@ def pipeline_split(row: dict[str, str], pp: int) -> tuple[str, str]:
     whose layers do not divide into their PP x VPP chunks ran an uneven placement of
     Megatron's (Llama 3.1 405B's 126 layers on 64 chunks, Qwen3-235B's 94 on 32: 128 and 96
     divide once the embedding and the loss take a layer's place each) or DeepSpeed's
-    (BLOOM's 70 layers on 12 stages), which the rows do not name; they keep ``even``, priced
-    on the fullest stage with the output layer beside it, a bound (the project README gives
-    what ``account`` would do to them)."""
+    (BLOOM's 70 layers on 12 stages), which the rows do not name; they keep ``even``, the
+    last stage holding fewer layers beside the output layer (docs/training.md gives what
+    ``account`` would do to them)."""
     if pp > 1 and mentions(stack_text(row), COST_BALANCED_STAGES):
         return "balanced", (
             "pipeline: nanotron balances its stages by compute cost, the output layer "
