@@ -402,6 +402,10 @@ def test_mtp_depths_can_be_turned_off_and_cost_time() -> None:
     assert piped["pipeline_stages"] == {
         "fullest": 4, "last": 1, "slowest": 4, "slowest_runs_output_layer": False
     }  # fmt: skip
+    assert piped["notes"][0].endswith(
+        "1 and the output layer (1.4 layers' forward FLOPs), the MTP depth and its head on "
+        "the last; the fullest stage sets the pace"
+    )
     piped_without = json.loads(gpuscale(*base, "--pp", "16", "--mtp", "0").stdout)
     assert piped_without["step_time_s"] == pytest.approx(piped["step_time_s"], rel=1e-3)
     assert_one_line_error(gpuscale(*base, "--pp", "16", "--mtp", "-1"), "mtp", "-1")

@@ -326,6 +326,13 @@ class PlanNotes:
         fullest, last = float(st.fullest[0]) / units, float(st.last[0]) / units
         r = head_layers(w) / units
         head = f"the output layer ({r:.2g} layers' forward FLOPs)"
+        if m.mtp_layers:  # they run beside it, with a head each
+            n_mtp = m.mtp_layers
+            head += (
+                ", the MTP depth and its head"
+                if n_mtp == 1
+                else f", the {n_mtp} MTP depths and their heads"
+            )
         slowest = "the last stage" if st.head[0] else "the fullest stage"
         split = PP_SPLITS[int(self.plans.split[i])]
         if split != "even":
