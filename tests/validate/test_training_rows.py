@@ -1084,13 +1084,19 @@ def test_hybrid_sharding_is_read_with_its_shard_group(
         ("Hugging Face Ultra-Scale Playbook, nanotron", 2, "balanced"),
         ("nanotron benchmark", 1, "even"),  # no pipeline, nothing to place
         ("Megatron-Bridge", 8, "even"),  # Megatron's default (an uneven count too)
-        ("BigScience, Megatron-DeepSpeed", 12, "even"),
+        ("BigScience, Megatron-DeepSpeed", 12, "even"),  # its partition not named
+        # DeepSpeed's partition giving each embedding a slot: (70 + 2) / 12 = 6 a stage
+        ("Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding'", 12, "account"),
+        ("bigscience/train/tr11-176B-ml/README.md", 12, "account"),  # its README names it
+        ("bigscience/train/tr11-176B-ml/README.md", 10, "even"),  # 72 slots on 10: uneven
     ],
 )
 def test_pipeline_split_follows_the_stack(text: str, pp: int, split: str) -> None:
-    got, why = pipeline_split({"source": text}, pp)
+    got, why = pipeline_split({"source": text}, pp, pp, 70)
     assert got == split
     assert (why == "") == (split == "even")
+    if split == "account":
+        assert why.endswith("6 a stage (account split)")
 
 
 def test_a_nanotron_pipeline_row_is_priced_balanced() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuscale.perf.plan import PP_SPLITS, RECOMPUTE, SHARDING, Workload
 from gpuscale.perf.recompute import op_sac_modelled
+from gpuscale.perf.stages import placed_layers
 from gpuscale.perf.transformer import model_flops_per_token
 from gpuscale.search.space import cp_degrees
 from gpuscale.validate.numbers import count, num
@@ -77,7 +78,9 @@ def stated_plan(
     order the rules apply (``convention`` is the row's FLOP convention, which may imply a
     recompute); the last reason names the knobs left to the search."""
     fixed, notes = _stated_degrees(row, where, w)
-    pp_split, why = pipeline_split(row, int(fixed.get("pp", 1)))
+    pp = int(fixed.get("pp") or 1)
+    chunks = pp * int(fixed.get("vpp") or 1)
+    pp_split, why = pipeline_split(row, pp, chunks, placed_layers(w.model))
     if why:
         notes.append(why)
         w = replace(w, pp_split=pp_split)

@@ -259,21 +259,37 @@ one node: 92-95 % of data-parallel throughput, where the threshold rule's 6-laye
 stage would cap them near 80 %)."""
 
 
-def pipeline_split(row: dict[str, str], pp: int) -> tuple[str, str]:
-    """How a row's pipeline placed its layers on the stages, and why ("even", Megatron's
-    default, and no reason without a pipeline or a stack that places them otherwise).
+EMBEDDING_SLOTS = r"type:transformer\|embed|tr11-176b-ml"
+"""How a row names DeepSpeed's pipeline partition that gives each embedding (the input one
+and the tied output layer) a layer's slot: Megatron-DeepSpeed's ``--pp-partition-method
+'type:transformer|embedding'``, which BigScience's tr11 (BLOOM) runs set (its README,
+``train/tr11-176B-ml/README.md``, names it)."""
 
-    nanotron places its blocks by compute cost (``balanced``: COST_BALANCED_STAGES). Rows
-    whose layers do not divide into their PP x VPP chunks ran an uneven placement of
-    Megatron's (Llama 3.1 405B's 126 layers on 64 chunks, Qwen3-235B's 94 on 32: 128 and 96
-    divide once the embedding and the loss take a layer's place each) or DeepSpeed's
-    (BLOOM's 70 layers on 12 stages), which the rows do not name; they keep ``even``, the
-    last stage holding fewer layers beside the output layer (docs/training.md gives what
-    ``account`` would do to them)."""
-    if pp > 1 and mentions(stack_text(row), COST_BALANCED_STAGES):
+
+def pipeline_split(row: dict[str, str], pp: int, chunks: int, layers: int) -> tuple[str, str]:
+    """How a row's pipeline of ``pp`` stages (``chunks`` virtual chunks) placed its
+    ``layers`` layers on them, and why ("even", Megatron's default, and no reason without a
+    pipeline or a stack that places them otherwise).
+
+    nanotron places its blocks by compute cost (``balanced``: COST_BALANCED_STAGES).
+    DeepSpeed's 'type:transformer|embedding' partition gives the embedding and the output
+    layer a layer's slot each, (L + 2) / pp slots a stage: Megatron's account split, where
+    they divide. Other rows whose layers do not divide into their PP x VPP chunks ran an
+    uneven placement of Megatron's (Llama 3.1 405B's 126 layers on 64 chunks, Qwen3-235B's
+    94 on 32: 128 and 96 divide once the embedding and the loss take a layer's place each),
+    which the rows do not name; they keep ``even``, the last stage holding fewer layers
+    beside the output layer (docs/training.md gives what ``account`` would do to them)."""
+    text = stack_text(row)
+    if pp > 1 and mentions(text, COST_BALANCED_STAGES):
         return "balanced", (
             "pipeline: nanotron balances its stages by compute cost, the output layer "
             "counted (balanced split)"
+        )
+    if pp > 1 and (layers + 2) % chunks == 0 and re.search(EMBEDDING_SLOTS, text):
+        return "account", (
+            "pipeline: DeepSpeed's 'type:transformer|embedding' partition, the embedding and "
+            f"the output layer in a layer's slot each, {(layers + 2) // chunks} a stage "
+            "(account split)"
         )
     return "even", ""
 
