@@ -335,3 +335,21 @@ def test_a_given_shard_group_is_the_plan_s_as_a_searched_one_is(
     search = ["train", "search", *args[2:], "--top", "1", "--json"]
     code, out, _ = run_cli(search, capsys)
     assert code == 0 and json.loads(out)["plans"][0]["label"].count("hsdp8") == 1
+
+
+def test_an_async_save_waiting_on_slow_storage_is_not_said_to_set_up_slowly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # every step saves 112 GB to 5 GB/s storage: the stall is the wait on the previous
+    # write (storage), not the set-up; at 200 GB/s every 30 min, the set-up is the stall
+    base = ["train", "estimate", *SMALL[:4], "--gpus", "64", "--seq-len", "4096"]
+    base += ["--global-batch", "256", "--async-checkpoint"]
+    slow = [*base, "--checkpoint-every", "1steps", "--storage-write-bw", "5GB/s"]
+    code, out, _ = run_cli(slow, capsys)
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "waits for the previous write" in flat
+    assert "a synchronous save would stall only" not in flat
+    fast = [*base, "--checkpoint-every", "30min", "--storage-write-bw", "200GB/s"]
+    code, out, _ = run_cli(fast, capsys)
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "the storage writes faster than an asynchronous save sets up" in flat

@@ -323,3 +323,42 @@ def test_a_balanced_gated_deltanet_pipeline_places_whole_layers() -> None:
     assert (float(st.fullest[0]), float(st.last[0])) == (36.0, 20.0)
     args = megatron_args(estimate(w, p, default_calibration()), 0).args
     assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "10"
+
+
+def test_the_pace_is_the_stage_whose_step_is_longer() -> None:
+    # DeepSeek-V3 on TP4 PP21 EP32 with ZeRO-3: 3 layers on the fullest stages, 1 beside the
+    # output layer and the MTP depth on the last. Priced on each, the step is the longer of
+    # the two (its data-parallel gathers, hidden behind the stage's work, are part of it)
+    from gpuscale.perf.stages import Stages
+    from gpuscale.perf.step import _on_stage, full_recompute_fraction
+
+    w = _on_h100("deepseek-v3", 1024, 4096, 1024)
+    p = Plans.of(tp=4, pp=21, dp=8, ep=32, mbs=1, recompute=2, sharding=4)
+    cal = default_calibration()
+    st = pipeline_stages(w, p)
+    assert (float(st.fullest[0]), float(st.last[0])) == (3.0, 1.0)
+    frac = full_recompute_fraction(w, p, cal, None)
+    one = np.ones(1)
+    on_last = _on_stage(w, p, cal, Stages(st.fullest, st.last, st.last, one), frac)
+    on_fullest = _on_stage(w, p, cal, Stages(st.fullest, st.last, st.fullest, 0 * one), frac)
+    step = step_breakdown(w, p, cal)
+    longer = max(float(on_last.step_s[0]), float(on_fullest.step_s[0]))
+    assert float(step.step_s[0]) == pytest.approx(longer, rel=1e-12)
+    assert step.pace is not None
+    assert float(step.pace.head[0]) == float(on_last.step_s[0] > on_fullest.step_s[0])
+
+
+def test_a_search_in_chunks_keeps_each_plan_s_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a search joins its chunks' estimates: the stages each plan is paced on join too
+    import gpuscale.search.plans as search
+
+    w = _on_h100("deepseek-v3", 256, 4096, 512)
+    fixed = {"pp": 16, "ep": 16, "tp": 1, "cp": 1}
+    whole = search_plans(w, default_calibration(), fixed)
+    monkeypatch.setattr(search, "CHUNK", 50)
+    chunked = search_plans(w, default_calibration(), fixed)
+    assert whole.estimate.step.pace is not None and chunked.estimate.step.pace is not None
+    assert np.array_equal(whole.estimate.step_s, chunked.estimate.step_s)
+    for k in ("fullest", "last", "slowest", "head"):
+        a, b = getattr(whole.estimate.step.pace, k), getattr(chunked.estimate.step.pace, k)
+        assert np.array_equal(a, b)

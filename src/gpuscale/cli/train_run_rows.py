@@ -31,7 +31,8 @@ def storage_rows(t: Table, s: dict[str, Any], policy: StoragePolicy) -> None:
                     f"; {fmt_time(st['checkpoint_wait_s'])} of the stall waits for the "
                     "previous write"
                 )
-            if st["checkpoint_sync_stall_s"] < st["checkpoint_stall_s"]:
+            # set-up and copy only: a stall that waits on the previous write is the storage's
+            if st["checkpoint_sync_stall_s"] < st["checkpoint_stall_s"] - st["checkpoint_wait_s"]:
                 how += (
                     f"; a synchronous save would stall only "
                     f"{fmt_time(st['checkpoint_sync_stall_s'])}: the storage writes faster "

@@ -6,6 +6,8 @@ composes them into a step."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpuscale.calibrate import Calibration
@@ -352,3 +354,26 @@ def cast_bytes_per_element(w: Workload, cal: Calibration) -> float:
     if w.precision == "fp4":
         return cal.fp8_cast_bytes * NVFP4_CAST_BYTES / FP8_CAST_BYTES
     return 0.0
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The rates one GPU's kernels run at, for every plan alike."""
+
+    peak16_flops: float
+    """The dense 16-bit peak FLOP/s at the clock the part sustains (attention, scans)."""
+    mm16_flops: float
+    """The 16-bit GEMM rate the part can reach: peak x matmul_eff, the GPU's measured
+    maximum achievable matmul rate (MAMF; the catalog). The output layer and the router."""
+    gemm_flops: float
+    """``mm16_flops`` at the workload's GEMM precision (FP8, NVFP4: perf/kernels.py)."""
+    hbm_Bps: float
+    """The HBM bandwidth achieved: the GPU's rated bandwidth x hbm_eff."""
+
+    @classmethod
+    def of(cls, w: Workload, cal: Calibration) -> Rates:
+        """The rates of the workload's GPU under ``cal``."""
+        peak16 = sustained_peak16(w.gpu)
+        mm16 = peak16 * w.gpu.matmul_eff
+        gemm_flops = mm16 * low_precision_speedup(w, cal)
+        return cls(peak16, mm16, gemm_flops, w.gpu.hbm_bw_Bps * cal.hbm_eff)

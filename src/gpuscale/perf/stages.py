@@ -132,9 +132,11 @@ class Stages:
     head: FloatArrayT
     """1 where that stage runs the output layer and the loss (and the MTP depths), else 0."""
 
+    FIELDS = ("fullest", "last", "slowest", "head")
+
     def at(self, i: int) -> Stages:
         """Plan ``i``'s stages alone (arrays of one element)."""
-        return Stages(*(x[i : i + 1] for x in (self.fullest, self.last, self.slowest, self.head)))
+        return Stages(*(getattr(self, k)[i : i + 1] for k in self.FIELDS))
 
 
 def head_layers(w: Workload) -> float:

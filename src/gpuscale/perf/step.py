@@ -59,12 +59,11 @@ from gpuscale.calibrate import Calibration
 from gpuscale.perf.data_parallel import data_parallel_s, grad_accum_mb_s
 from gpuscale.perf.kernels import (
     FLASH_BWD_FACTOR,
+    Rates,
     attention_core_s,
     cast_bytes_per_element,
     gemm_s,
-    low_precision_speedup,
     scan_s,
-    sustained_peak16,
 )
 from gpuscale.perf.memory import memory_breakdown
 from gpuscale.perf.plan import FloatArrayT, Plans, Workload
@@ -119,29 +118,6 @@ class StepBreakdown:
 
 STEP_TERMS: tuple[str, ...] = tuple(f.name for f in fields(StepBreakdown) if f.name != "pace")
 """The step's terms, in the breakdown's order (every field but ``pace``)."""
-
-
-@dataclass(frozen=True)
-class Rates:
-    """The rates one GPU's kernels run at, for every plan alike."""
-
-    peak16_flops: float
-    """The dense 16-bit peak FLOP/s at the clock the part sustains (attention, scans)."""
-    mm16_flops: float
-    """The 16-bit GEMM rate the part can reach: peak x matmul_eff, the GPU's measured
-    maximum achievable matmul rate (MAMF; the catalog). The output layer and the router."""
-    gemm_flops: float
-    """``mm16_flops`` at the workload's GEMM precision (FP8, NVFP4: perf/kernels.py)."""
-    hbm_Bps: float
-    """The HBM bandwidth achieved: the GPU's rated bandwidth x hbm_eff."""
-
-    @classmethod
-    def of(cls, w: Workload, cal: Calibration) -> Rates:
-        """The rates of the workload's GPU under ``cal``."""
-        peak16 = sustained_peak16(w.gpu)
-        mm16 = peak16 * w.gpu.matmul_eff
-        gemm_flops = mm16 * low_precision_speedup(w, cal)
-        return cls(peak16, mm16, gemm_flops, w.gpu.hbm_bw_Bps * cal.hbm_eff)
 
 
 def full_recompute_fraction(
@@ -426,51 +402,13 @@ def _stage_mb(
     }
 
 
-def _paced(
+def _on_stage(
     w: Workload, p: Plans, cal: Calibration, stages: Stages, frac: FloatArray
-) -> tuple[Stages, dict[str, FloatArray]]:
-    """The stage that sets each plan's pace, in time, and its micro-batch's terms: the one
-    :func:`~gpuscale.perf.stages.pipeline_stages` chose by FLOPs or, where a pipeline's
-    fullest stage and its last (with the output layer) differ, the other one when it is
-    slower (an MoE layer's communication and fixed costs, which the output layer has not,
-    or a 16-bit output layer beside FP8 layers, can outweigh a layer's FLOPs)."""
-    t = _stage_mb(w, p, cal, stages, frac)
-    two = (p.pp > 1) & ((stages.head == 0) | (stages.last < stages.fullest))
-    if not two.any():
-        return stages, t
-    idx = np.flatnonzero(two)
-    head = stages.head[idx]
-    alt = Stages(
-        fullest=stages.fullest[idx],
-        last=stages.last[idx],
-        slowest=np.where(head == 1, stages.fullest[idx], stages.last[idx]),
-        head=1.0 - head,
-    )
-    u = _stage_mb(w, p.take(idx), cal, alt, frac[idx])
-    slower = u["t"] > t["t"][idx]
-    at = idx[slower]
-    for k, v in t.items():
-        v = v.copy()
-        v[at] = u[k][slower]
-        t[k] = v
-    slowest, heads = stages.slowest.copy(), stages.head.copy()
-    slowest[at], heads[at] = alt.slowest[slower], alt.head[slower]
-    return Stages(stages.fullest, stages.last, slowest, heads), t
-
-
-def step_breakdown(
-    w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
 ) -> StepBreakdown:
-    """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
-    here when not given). A micro-batch on the slowest stage is its GPU work, recomputation,
-    exposed TP, CP, EP and PP communication, gradient accumulation, the framework's loop and
-    any wait on the host; the step is m such micro-batches, the bubble (p - 1)/v of one,
-    the exposed data-parallel communication, the optimizer and the fixed cost a step."""
-    # the stage that sets the pipeline's pace: its layers, and whether it runs the output
-    # layer (perf/stages.py: the plan's even, account or balanced placement), the slower
-    # in time of the fullest stage and the last
-    frac = full_recompute_fraction(w, p, cal, recompute_fraction)
-    stages, t = _paced(w, p, cal, pipeline_stages(w, p), frac)
+    """Each plan's step priced on the stage ``stages.slowest`` (with the output layer where
+    ``stages.head``): m micro-batches there, the bubble (p - 1)/v of one, the data-parallel
+    communication that stage's work leaves exposed, the optimizer, the fixed cost a step."""
+    t = _stage_mb(w, p, cal, stages, frac)
     mb = p.microbatches(w).astype(np.float64)
     dp_comm, optimizer = data_parallel_s(
         w,
@@ -498,3 +436,45 @@ def step_breakdown(
         overhead_s=t["per_step"] + mb * t["fixed"],
         pace=stages,
     )
+
+
+def step_breakdown(
+    w: Workload, p: Plans, cal: Calibration, recompute_fraction: FloatArray | None = None
+) -> StepBreakdown:
+    """Step-time terms of each plan; ``recompute_fraction`` is the memory model's (computed
+    here when not given). A micro-batch on the slowest stage is its GPU work, recomputation,
+    exposed TP, CP, EP and PP communication, gradient accumulation, the framework's loop and
+    any wait on the host; the step is m such micro-batches, the bubble (p - 1)/v of one,
+    the exposed data-parallel communication, the optimizer and the fixed cost a step.
+
+    The slowest stage is the one :func:`~gpuscale.perf.stages.pipeline_stages` chose by
+    FLOPs or, where a pipeline's fullest stage and its last (with the output layer) differ,
+    the other one when the step priced on it is longer (an MoE layer's communication and
+    fixed costs, which the output layer has not, or a 16-bit output layer beside FP8
+    layers, can outweigh a layer's FLOPs)."""
+    frac = full_recompute_fraction(w, p, cal, recompute_fraction)
+    stages = pipeline_stages(w, p)
+    out = _on_stage(w, p, cal, stages, frac)
+    two = (p.pp > 1) & ((stages.head == 0) | (stages.last < stages.fullest))
+    if not two.any():
+        return out
+    idx = np.flatnonzero(two)
+    head = stages.head[idx]
+    alt = Stages(
+        fullest=stages.fullest[idx],
+        last=stages.last[idx],
+        slowest=np.where(head == 1, stages.fullest[idx], stages.last[idx]),
+        head=1.0 - head,
+    )
+    other = _on_stage(w, p.take(idx), cal, alt, frac[idx])
+    slower = other.step_s > out.step_s[idx]
+    at = idx[slower]
+
+    def merged(mine: FloatArray, theirs: FloatArray) -> FloatArray:
+        v = mine.copy()
+        v[at] = theirs[slower]
+        return v
+
+    pace = Stages(*(merged(getattr(stages, k), getattr(alt, k)) for k in Stages.FIELDS))
+    terms = {k: merged(v, getattr(other, k)) for k, v in out.terms().items()}
+    return StepBreakdown(**terms, pace=pace)

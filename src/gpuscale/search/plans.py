@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 import numpy as np
@@ -181,13 +181,19 @@ def _rebuild(
     objs: list[Any], cls: Any, arrays: Callable[[list[np.ndarray]], np.ndarray], **extra: Any
 ) -> Any:
     """A ``cls`` dataclass whose every per-plan array is ``arrays`` of the objects' arrays
-    (``np.concatenate`` to join chunks, an index to keep a subset); ``extra`` fields as
-    given."""
-    cols = {
-        f.name: arrays([getattr(o, f.name) for o in objs])
-        for f in fields(cls)
-        if f.name not in extra
-    }
+    (``np.concatenate`` to join chunks, an index to keep a subset), a field that is itself
+    such a dataclass (a step's ``pace``) rebuilt the same way; ``extra`` fields as given."""
+    cols: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in extra:
+            continue
+        values = [getattr(o, f.name) for o in objs]
+        if values[0] is None:
+            cols[f.name] = None
+        elif is_dataclass(values[0]):
+            cols[f.name] = _rebuild(values, type(values[0]), arrays)
+        else:
+            cols[f.name] = arrays(values)
     return cls(**cols, **extra)
 
 
