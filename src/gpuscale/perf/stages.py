@@ -156,10 +156,10 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     units = megatron_units(w.model)
     even_layers = units * p.stage_layers(layers // units)
     even_last = units * p.last_stage_layers(layers // units)
-    even = Stages(fullest=even_layers, last=even_layers, slowest=even_layers, head=np.ones(len(p)))
     placed = (p.split != PP_SPLITS.index("even")) & (p.pp > 1)
     if not placed.any() and (even_last == even_layers).all():
-        return even
+        # every stage alike: the last, with the output layer, sets the pace
+        return Stages(even_layers, even_layers, even_layers, np.ones(len(p)))
     # the output layer in layers: its forward FLOPs, against a layer's forward, backward and,
     # under full recomputation, its forward again (4/3 of what its FLOPs say; the output
     # layer is not recomputed)
@@ -170,7 +170,7 @@ def pipeline_stages(w: Workload, p: Plans) -> Stages:
     r = head / np.where(p.recompute == RECOMPUTE.index("full"), 4.0 / 3.0, 1.0)
     r = r + mtp_layer_equivalents(w.model, w.seq_len)
     # even: where the layers do not divide, the last stage holds fewer beside the output
-    # layer (where they do, it holds as many and sets the pace, as above)
+    # layer (where they do, it holds as many and sets the pace)
     even = _placed(even_layers, even_last, r)
     pp = p.pp.astype(np.float64)
     # account: chunks of (L + 2) / (pp vpp) places, the embedding taking one on the first

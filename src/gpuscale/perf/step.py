@@ -103,7 +103,7 @@ class StepBreakdown:
     micro-batch and per step; the GPU waiting on the host's launches where a micro-batch's
     work is shorter than their issue (the host's parts gone under whole-step CUDA graphs)."""
 
-    pace: Stages | None = field(default=None, compare=False)
+    pace: Stages = field(compare=False)
     """The stage each plan's terms are priced on: of the fullest stage and the last (with the
     output layer), the slower in time (not a term of the step)."""
 
@@ -354,12 +354,12 @@ def recompute_mb_s(
     return out
 
 
-def _stage_mb(
+def _on_stage(
     w: Workload, p: Plans, cal: Calibration, stages: Stages, frac: FloatArray
-) -> dict[str, FloatArray]:
-    """One micro-batch of each plan on the stage ``stages.slowest`` (with the output layer
-    where ``stages.head``), by term, seconds: ``t`` the whole, ``busy`` and ``compute`` the
-    work that hides the data-parallel collectives."""
+) -> StepBreakdown:
+    """Each plan's step priced on the stage ``stages.slowest`` (with the output layer where
+    ``stages.head``): m micro-batches there, the bubble (p - 1)/v of one, the data-parallel
+    communication that stage's work leaves exposed, the optimizer, the fixed cost a step."""
     c = stage_micro_batch(w, p, cal, stages, frac)
     rates = Rates.of(w, cal)
     gemms = Gemms(c.tokens, rates.gemm_flops, w.gpu.sms, cal)
@@ -373,67 +373,38 @@ def _stage_mb(
     comm = micro_batch_comm(c, kv_rank, layer.attn_fwd_s, layer.attn_bwd_s, work.compute_s)
     accum_mb = grad_accum_mb_s(w, p, cal)
     mb_fixed = fixed.per_micro_batch_s
+    busy_mb = work.busy_s
     t_mb = (
-        work.busy_s
-        + recompute_mb
-        + comm.tp_s
-        + comm.cp_s
-        + comm.ep_s
-        + comm.pp_s
-        + accum_mb
-        + mb_fixed
+        busy_mb + recompute_mb + comm.tp_s + comm.cp_s + comm.ep_s + comm.pp_s + accum_mb + mb_fixed
     )
     wait_mb = host_wait_mb_s(c, fixed, t_mb - mb_fixed)
-    return {
-        "compute": work.compute_s,
-        "recompute": recompute_mb,
-        "memory_bound": work.memory_bound_s,
-        "quantise": work.quantise_s,
-        "tp": comm.tp_s,
-        "cp": comm.cp_s,
-        "ep": comm.ep_s,
-        "pp": comm.pp_s,
-        "accum": accum_mb,
-        "fixed": mb_fixed + work.fixed_s + wait_mb,
-        "per_step": np.full(len(p), fixed.per_step_s),
-        "busy": work.busy_s - comm.hidden_s,
-        "compute_hidden": work.compute_s - comm.hidden_s,
-        "t": t_mb + wait_mb,
-    }
-
-
-def _on_stage(
-    w: Workload, p: Plans, cal: Calibration, stages: Stages, frac: FloatArray
-) -> StepBreakdown:
-    """Each plan's step priced on the stage ``stages.slowest`` (with the output layer where
-    ``stages.head``): m micro-batches there, the bubble (p - 1)/v of one, the data-parallel
-    communication that stage's work leaves exposed, the optimizer, the fixed cost a step."""
-    t = _stage_mb(w, p, cal, stages, frac)
+    t_mb = t_mb + wait_mb
     mb = p.microbatches(w).astype(np.float64)
     dp_comm, optimizer = data_parallel_s(
         w,
         p,
         cal,
-        t["busy"],
-        t["compute_hidden"],
+        busy_mb - comm.hidden_s,
+        work.compute_s - comm.hidden_s,
         mb,
         stages.fullest,  # its ZeRO-3 collectives' count a micro-batch (a layer each)
         frac,
     )
+    z = np.zeros(len(p))
     return StepBreakdown(
-        compute_s=mb * t["compute"],
-        recompute_s=mb * t["recompute"],
-        memory_bound_s=mb * t["memory_bound"],
-        quantise_s=mb * t["quantise"],
-        tp_comm_s=mb * t["tp"],
-        cp_comm_s=mb * t["cp"],
-        ep_comm_s=mb * t["ep"],
-        pp_comm_s=mb * t["pp"],
-        bubble_s=(p.pp - 1) / p.vpp * t["t"],
+        compute_s=mb * work.compute_s,
+        recompute_s=mb * recompute_mb,
+        memory_bound_s=mb * work.memory_bound_s,
+        quantise_s=mb * work.quantise_s,
+        tp_comm_s=mb * comm.tp_s,
+        cp_comm_s=mb * comm.cp_s,
+        ep_comm_s=mb * comm.ep_s,
+        pp_comm_s=mb * comm.pp_s,
+        bubble_s=(p.pp - 1) / p.vpp * t_mb,
         dp_comm_s=dp_comm,
         optimizer_s=optimizer,
-        grad_accum_s=mb * t["accum"],
-        overhead_s=t["per_step"] + mb * t["fixed"],
+        grad_accum_s=mb * accum_mb,
+        overhead_s=z + fixed.per_step_s + mb * (mb_fixed + work.fixed_s + wait_mb),
         pace=stages,
     )
 

@@ -30,7 +30,6 @@ from gpuscale.perf.stages import (
     even_chunks,
     head_layers,
     megatron_units,
-    pipeline_stages,
     placed_layers,
 )
 from gpuscale.perf.step import StepBreakdown
@@ -309,9 +308,7 @@ class PlanNotes:
     def plan_stages(self, i: int) -> Stages:
         """Plan ``i``'s pipeline stages, the one that sets its pace the step's (the slower in
         time of the fullest and the last)."""
-        if self.step.pace is not None:
-            return self.step.pace.at(i)
-        return pipeline_stages(self.workload, self.plans.take(np.array([i])))
+        return self.step.pace.at(i)
 
     def _stage_notes(self, i: int) -> list[str]:
         """How plan ``i``'s pipeline places its layers, when that sets its pace."""

@@ -188,9 +188,7 @@ def _rebuild(
         if f.name in extra:
             continue
         values = [getattr(o, f.name) for o in objs]
-        if values[0] is None:
-            cols[f.name] = None
-        elif is_dataclass(values[0]):
+        if is_dataclass(values[0]):
             cols[f.name] = _rebuild(values, type(values[0]), arrays)
         else:
             cols[f.name] = arrays(values)
