@@ -46,7 +46,7 @@ approximation of a few percent of a stage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -132,11 +132,9 @@ class Stages:
     head: FloatArrayT
     """1 where that stage runs the output layer and the loss (and the MTP depths), else 0."""
 
-    FIELDS = ("fullest", "last", "slowest", "head")
-
     def at(self, i: int) -> Stages:
         """Plan ``i``'s stages alone (arrays of one element)."""
-        return Stages(*(getattr(self, k)[i : i + 1] for k in self.FIELDS))
+        return Stages(*(getattr(self, f.name)[i : i + 1] for f in fields(self)))
 
 
 def head_layers(w: Workload) -> float:

@@ -446,6 +446,6 @@ def step_breakdown(
         v[at] = theirs[slower]
         return v
 
-    pace = Stages(*(merged(getattr(stages, k), getattr(alt, k)) for k in Stages.FIELDS))
+    pace = Stages(*(merged(getattr(stages, f.name), getattr(alt, f.name)) for f in fields(alt)))
     terms = {k: merged(v, getattr(other, k)) for k, v in out.terms().items()}
     return StepBreakdown(**terms, pace=pace)
